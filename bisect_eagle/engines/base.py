@@ -1,0 +1,112 @@
+"""The engine interface: one live trial is ``LiveSettings`` in, a :class:`TrialResult` out.
+
+Every engine (``local``: in-process PyTorch; ``sglang``: one server per trial) measures the same way:
+warm-up requests excluded, wall-clock output tokens per second over the measured requests, accept length
+per verify step (accepted drafts + the bonus token), and the effective settings next to the requested ones.
+A trial that fails is a result with ``status = "failed"`` and a failure class, never an exception, so a
+study goes on; only bad input raises (:class:`~bisect_eagle.errors.BadInput`).
+"""
+
+from __future__ import annotations
+
+import abc
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from bisect_eagle.settings import LiveSettings
+
+FAILURE_CLASSES = (
+    "bad_arguments",  # the server exited before ready with an argument error
+    "out_of_memory",
+    "capture_error",  # aux hidden-state capture or draft config error ("captured 2 of 3 ...")
+    "readiness_timeout",
+    "crash_during_benchmark",
+    "hung_request",
+    "launch_error",  # exited before ready for another reason
+)
+
+
+@dataclass
+class RequestRecord:
+    """One measured request."""
+
+    id: str
+    prompt_tokens: int
+    completion_tokens: int
+    verify_steps: int  # target verify forwards (SGLang's spec_verify_ct); = completion_tokens for no-spec
+    latency_s: float
+
+    @property
+    def accept_length(self) -> float:
+        return self.completion_tokens / self.verify_steps if self.verify_steps else float("nan")
+
+
+@dataclass
+class TrialResult:
+    """What one live trial measured (or why it failed)."""
+
+    engine: str
+    status: Literal["ok", "failed"]
+    requested: dict[str, Any]
+    effective: dict[str, Any]
+    output_tok_s: float = float("nan")
+    accept_length: float = float("nan")  # Σ completion tokens / Σ verify steps over measured requests
+    accept_length_hist: dict[int, int] = field(default_factory=dict)  # tokens per verify step -> count
+    accept_rate_per_position: list[float] = field(default_factory=list)  # P(draft k accepted | k-1 accepted)
+    requests: list[RequestRecord] = field(default_factory=list)
+    wall_s: float = 0.0
+    model_s: float = 0.0  # time inside model forwards (local engine), for overhead accounting
+    server_accept_length: float | None = None  # the server's own counter, as a cross-check (sglang)
+    failure_class: str | None = None
+    failure_detail: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text (launch command, logs, ...)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def metrics(self) -> dict[str, float]:
+        """Flat numeric metrics for tracking."""
+        out = {"output_tok_s": self.output_tok_s, "accept_length": self.accept_length, "wall_s": self.wall_s}
+        for k, rate in enumerate(self.accept_rate_per_position):
+            out[f"accept_rate_pos_{k}"] = rate
+        if self.requests:
+            out["latency_s_median"] = statistics.median(r.latency_s for r in self.requests)
+            out["completion_tokens"] = float(sum(r.completion_tokens for r in self.requests))
+        if self.server_accept_length is not None:
+            out["server_accept_length"] = self.server_accept_length
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["requests"] = [{**asdict(r), "accept_length": r.accept_length} for r in self.requests]
+        d["accept_length_hist"] = {str(k): v for k, v in sorted(self.accept_length_hist.items())}
+        return d
+
+
+def failed(engine: str, requested: dict, effective: dict, cls: str, detail: str, **extra: Any) -> TrialResult:
+    """A failed trial of a known class."""
+    if cls not in FAILURE_CLASSES:
+        raise ValueError(f"unknown failure class {cls!r}")
+    return TrialResult(engine, "failed", requested, effective, failure_class=cls, failure_detail=detail, **extra)
+
+
+class Engine(abc.ABC):
+    """Runs live trials. Engines may keep models loaded between trials; ``close`` releases everything."""
+
+    name: str
+
+    @abc.abstractmethod
+    def run(self, settings: LiveSettings) -> TrialResult:
+        """Run one live trial (a no-speculation baseline when ``settings.is_baseline``)."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release models, servers and ports."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,192 @@
+"""Standalone accuracy trial: the draft on the hidden states it was trained on, under a chosen wiring.
+
+Alignment (speculators' ``shift_batch``; SpecForge pairs the same rows): row ``t`` feeds the draft
+``fc(rule(states)_t)`` and token ``x_{t+1}``; its label is the target's greedy token at ``t + 1``
+(argmax of ``lm_head(norm(final_{t+1}))``); it counts where ``loss_mask[t + 1]`` (SpecForge: ``[t]``).
+Step ``k`` of the teacher-forced multi-step run reads token ``x_{t+1+k}`` and is scored against the
+target's greedy token at ``t + 1 + k``.
+
+Two accuracies, because frameworks disagree (facts sheet, pitfall 9): ``draft_vocab`` compares with the
+target's argmax *within the draft vocabulary* (speculators, optimistic); ``full_vocab`` maps the draft's
+pick to a target id and compares with the target's argmax over its whole vocabulary (SpecForge; target
+tokens outside the draft vocabulary always miss). The simulated accept length is SpecForge's
+``a0 + a0·a1 + …`` over per-step full-vocabulary accuracies (drafted tokens only; add 1 for SGLang's AL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from bisect_eagle.draft import LoadedDraft
+from bisect_eagle.dumps import DumpReader, Sample
+from bisect_eagle.target import TargetHead
+from bisect_eagle.wiring import Rule, check_width
+
+ALIGNMENT = (
+    "row t: fc(rule(states)[t]) + token t+1 -> target argmax at t+1, masked by loss_mask[t+1] "
+    "(SpecForge dumps: loss_mask[t]); step k reads token t+1+k, scored at t+1+k"
+)
+
+
+@dataclass
+class Counts:
+    """Running hit counts of one draft step."""
+
+    tokens: int = 0
+    draft_hits: int = 0
+    full_hits: int = 0
+
+    def rate(self, hits: int) -> float:
+        return hits / self.tokens if self.tokens else float("nan")
+
+
+@dataclass
+class StandaloneResult:
+    """What one standalone trial measured."""
+
+    rule: str
+    selection: list[int | str]
+    samples: int
+    tokens: int
+    steps: int
+    accuracy: dict[str, float]
+    per_position: list[dict[str, float]]
+    simulated_accept_length: float
+    skipped_files: list[str] = field(default_factory=list)
+    alignment: str = ALIGNMENT
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Batch:
+    """Padded rows of several samples, ready for ``ttt_forward``."""
+
+    aux: torch.Tensor  # [B, T, k·H]
+    tokens: torch.Tensor  # [B, T + steps - 1]
+    full_labels: torch.Tensor  # [B, T + steps - 1] target argmax (target ids)
+    draft_labels: torch.Tensor  # [B, T + steps - 1] argmax within the draft vocabulary (draft ids)
+    valid: torch.Tensor  # [B, T + steps - 1] bool
+
+
+def _rows(sample: Sample, rule: Rule, head: TargetHead, draft_vocab: torch.Tensor, steps: int) -> tuple:
+    """aux [S-1, kH], tokens/labels/valid [S-1+steps-1] of one sample (see the module docstring)."""
+    s = sample.input_ids.shape[0]
+    aux = rule.apply(sample.states, sample.input_ids, head.embed)[: s - 1]
+    final = sample.states[-1].float()
+    normed = final if sample.final_normed else head.norm(final)
+    logits = normed @ head.lm_head.T  # [S, V]
+    full = logits.argmax(-1)
+    in_draft = logits[:, draft_vocab].argmax(-1)
+    mask = sample.loss_mask[1:] if sample.mask_offset == 1 else sample.loss_mask[:-1]
+    pad = steps - 1
+    z = torch.zeros(pad, dtype=torch.long)
+    tokens = torch.cat([sample.input_ids[1:], z])
+    valid = torch.cat([mask, torch.zeros(pad, dtype=torch.bool)])
+    return aux, tokens, torch.cat([full[1:], z]), torch.cat([in_draft[1:], z]), valid
+
+
+def batches(
+    samples: Iterable[Sample], rule: Rule, head: TargetHead, draft_vocab: torch.Tensor, steps: int, max_rows: int
+) -> Iterator[Batch]:
+    """Group samples into padded batches of at most ``max_rows`` rows (memory-bounded)."""
+    pending: list[tuple] = []
+    rows = 0
+
+    def flush() -> Batch:
+        width = max(p[0].shape[0] for p in pending)
+        b = len(pending)
+        aux = torch.zeros(b, width, pending[0][0].shape[1])
+        cols = width + steps - 1
+        tok, full, drf = (torch.zeros(b, cols, dtype=torch.long) for _ in range(3))
+        valid = torch.zeros(b, cols, dtype=torch.bool)
+        for i, (a, t, f, d, v) in enumerate(pending):
+            n = a.shape[0]
+            aux[i, :n], tok[i, : t.shape[0]], full[i, : f.shape[0]] = a, t, f
+            drf[i, : d.shape[0]], valid[i, : v.shape[0]] = d, v
+        return Batch(aux, tok, full, drf, valid)
+
+    for sample in samples:
+        r = _rows(sample, rule, head, draft_vocab, steps)
+        if pending and rows + r[0].shape[0] > max_rows:
+            yield flush()
+            pending, rows = [], 0
+        pending.append(r)
+        rows += r[0].shape[0]
+    if pending:
+        yield flush()
+
+
+@torch.inference_mode()
+def score_batch(loaded: LoadedDraft, batch: Batch, steps: int, counts: list[Counts]) -> None:
+    """Run the teacher-forced steps on one batch and add hits to ``counts`` (one per step)."""
+    model = loaded.model
+    device = next(model.parameters()).device
+    t = batch.aux.shape[1]
+    outs = model.ttt_forward(batch.aux.to(device), batch.tokens.to(device), steps)
+    for k, h in enumerate(outs):
+        pred = model.logits(h).argmax(-1).cpu()  # draft ids [B, T]
+        valid = batch.valid[:, k : k + t]
+        full_hit = (model.to_target_ids(pred.to(device)).cpu() == batch.full_labels[:, k : k + t]) & valid
+        draft_hit = (pred == batch.draft_labels[:, k : k + t]) & valid
+        counts[k].tokens += int(valid.sum())
+        counts[k].full_hits += int(full_hit.sum())
+        counts[k].draft_hits += int(draft_hit.sum())
+
+
+def summarize(rule: Rule, selection: list, samples: int, counts: list[Counts], skipped: list[str]) -> StandaloneResult:
+    """Turn per-step counts into a :class:`StandaloneResult`."""
+    per_position = [
+        {"draft_vocab": c.rate(c.draft_hits), "full_vocab": c.rate(c.full_hits), "tokens": c.tokens} for c in counts
+    ]
+    sim, running = 0.0, 1.0
+    for p in per_position:
+        running *= p["full_vocab"]
+        sim += running
+    return StandaloneResult(
+        rule=rule.text,
+        selection=selection,
+        samples=samples,
+        tokens=counts[0].tokens,
+        steps=len(counts),
+        accuracy={"draft_vocab": per_position[0]["draft_vocab"], "full_vocab": per_position[0]["full_vocab"]},
+        per_position=per_position,
+        simulated_accept_length=sim,
+        skipped_files=skipped,
+    )
+
+
+def evaluate(
+    loaded: LoadedDraft,
+    reader: DumpReader,
+    head: TargetHead,
+    rule: Rule,
+    samples: int | None = None,
+    steps: int = 1,
+    max_rows: int = 4096,
+) -> StandaloneResult:
+    """Standalone accuracy of ``loaded`` on ``reader``'s samples wired by ``rule``."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    first = next(iter(reader.head(1)), None)
+    if first is None:
+        raise ValueError(f"{reader.path}: no readable samples")
+    hidden = first.states[0].shape[-1]
+    selection = check_width(rule, len(first.states), hidden, loaded.model.fc_in_features)
+    draft_vocab = loaded.model.to_target_ids(torch.arange(loaded.config.draft_vocab_size)).cpu()
+    counts = [Counts() for _ in range(steps)]
+    seen = 0
+
+    def counted() -> Iterator[Sample]:
+        nonlocal seen
+        for s in reader.head(samples) if samples else reader:
+            seen += 1
+            yield s
+
+    for batch in batches(counted(), rule, head, draft_vocab, steps, max_rows):
+        score_batch(loaded, batch, steps, counts)
+    return summarize(rule, selection, seen, counts, list(reader.skipped))

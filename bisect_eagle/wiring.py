@@ -1,0 +1,97 @@
+"""Wiring rules: which dumped tensors, in which order, feed the draft's ``fc``.
+
+Grammar (over a dump's list of states, whose last entry is the final state):
+
+* a Python slice: ``[:-1]`` (speculators' ``standardize_data_v1``), ``[1:]``, ``[0:3]``, ``[::2]``;
+* an index list: ``[0,1,2]``, ``[0,-2]``;
+* ``emb`` inside a list: the embedding output of the sample's tokens, from the target's table: ``[emb,0,1]``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from bisect_eagle.errors import BadInput
+
+EMB = "emb"
+_SLICE = re.compile(r"^\[\s*(-?\d*)\s*:\s*(-?\d*)\s*(?::\s*(-?\d*)\s*)?\]$")
+_LIST = re.compile(r"^\[\s*((?:emb|-?\d+)(?:\s*,\s*(?:emb|-?\d+))*)\s*\]$")
+
+
+class WiringError(BadInput):
+    """A rule that does not parse, or that does not fit the dump or the draft."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A parsed rule; ``select`` resolves it against a dump with ``n`` states."""
+
+    text: str
+    items: tuple[int | str, ...] | None = None  # index list (may contain EMB)
+    bounds: tuple[int | None, int | None, int | None] | None = None  # slice
+
+    def select(self, n: int) -> list[int | str]:
+        """Resolved items: non-negative state indices, or ``EMB``."""
+        if self.bounds is not None:
+            return list(range(n))[slice(*self.bounds)]
+        out: list[int | str] = []
+        for item in self.items or ():
+            if item == EMB:
+                out.append(EMB)
+                continue
+            i = int(item)
+            if not -n <= i < n:
+                raise WiringError(f"rule {self.text}: index {i} is outside a dump of {n} states")
+            out.append(i % n)
+        return out
+
+    def uses_embedding(self) -> bool:
+        return bool(self.items) and EMB in self.items
+
+    def apply(self, states: list[torch.Tensor], input_ids: torch.Tensor, embed: torch.Tensor | None) -> torch.Tensor:
+        """Concatenate the selected states of one sample into the fc input [S, k·H]."""
+        parts = []
+        for item in self.select(len(states)):
+            if item == EMB:
+                if embed is None:
+                    raise WiringError(f"rule {self.text} uses emb but no target embedding table was given")
+                parts.append(embed[input_ids])
+            else:
+                parts.append(states[int(item)].float())
+        return torch.cat(parts, dim=-1)
+
+
+def parse_rule(text: str) -> Rule:
+    """Parse a rule string, or raise :class:`WiringError` saying what the grammar allows."""
+    t = text.strip().replace(" ", "")
+    m = _SLICE.match(t)
+    if m:
+        a, b, c = (int(g) if g not in (None, "") else None for g in m.groups())
+        if c == 0:
+            raise WiringError(f"rule {text!r}: slice step cannot be zero")
+        return Rule(t, bounds=(a, b, c))
+    m = _LIST.match(t)
+    if m:
+        items = tuple(EMB if x == EMB else int(x) for x in m.group(1).split(","))
+        return Rule(t, items=items)
+    raise WiringError(
+        f"rule {text!r} does not parse; expected a slice like [:-1] or [1:], an index list like [0,1,2], "
+        "or a list with the embedding like [emb,0,1]"
+    )
+
+
+def check_width(rule: Rule, n_states: int, hidden: int, fc_in: int) -> list[int | str]:
+    """Resolve ``rule`` and check it yields exactly ``fc_in`` features; returns the selection."""
+    chosen = rule.select(n_states)
+    if fc_in % hidden:
+        raise WiringError(f"fc expects {fc_in} inputs, not a multiple of the dump's hidden size {hidden}")
+    need = fc_in // hidden
+    if len(chosen) != need:
+        raise WiringError(
+            f"fc expects {need} × {hidden} = {fc_in} inputs; rule {rule.text} gives "
+            f"{len(chosen)} tensors = {len(chosen) * hidden}"
+        )
+    return chosen

@@ -1,0 +1,49 @@
+"""Test helpers: small random drafts and fake target directories written to disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from bisect_eagle.draft import DraftConfig, Eagle3Draft, init_weights
+
+
+def small_config(num_aux: int = 3, hidden: int = 16, vocab: int = 32, draft_vocab: int = 24) -> DraftConfig:
+    return DraftConfig(hidden_size=hidden, intermediate_size=32, num_attention_heads=2, num_key_value_heads=2,
+                       head_dim=8, vocab_size=vocab, draft_vocab_size=draft_vocab, target_hidden_size=hidden,
+                       num_aux=num_aux)
+
+
+def random_draft(seed: int = 0, **kw) -> Eagle3Draft:
+    """A draft with random weights, a random embedding and a valid draft-vocabulary map."""
+    model = Eagle3Draft(small_config(**kw))
+    init_weights(model, seed, std=0.2)
+    g = torch.Generator().manual_seed(seed + 1)
+    c = model.config
+    with torch.no_grad():
+        model.embed_tokens.weight.copy_(torch.randn(c.vocab_size, c.hidden_size, generator=g))
+        ids = torch.randperm(c.vocab_size, generator=g)[: c.draft_vocab_size].sort().values
+        model.d2t.copy_(ids - torch.arange(c.draft_vocab_size))
+        model.t2d.zero_()
+        model.t2d[ids] = True
+        for norm in (model.norm, model.midlayer.hidden_norm, model.midlayer.input_layernorm):
+            norm.weight.copy_(1 + 0.1 * torch.randn(c.hidden_size, generator=g))
+    return model.eval()
+
+
+def write_fake_target(
+    path: Path, embed: torch.Tensor, num_layers: int = 4, lm_head: torch.Tensor | None = None
+) -> Path:
+    """A target directory holding only what the head readers need (config + embed, norm, lm_head)."""
+    import json
+
+    path.mkdir(parents=True, exist_ok=True)
+    v, h = embed.shape
+    save_file({"model.embed_tokens.weight": embed.contiguous(), "model.norm.weight": torch.ones(h),
+               "lm_head.weight": (lm_head if lm_head is not None else torch.randn(v, h)).contiguous()},
+              str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps({"num_hidden_layers": num_layers, "rms_norm_eps": 1e-6,
+                                                  "hidden_size": h, "vocab_size": v}))
+    return path
