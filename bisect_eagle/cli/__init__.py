@@ -34,7 +34,10 @@ def root(
         raise typer.Exit()
 
 
-COMMAND_MODULES = ["standalone"]
+COMMAND_MODULES = [
+    "run", "worker", "report", "reproduce", "export", "ui", "standalone", "live", "serve", "bisect", "fingerprint",
+    "doctor",
+]
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"bisect_eagle.cli.{_name}").register(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -24,5 +25,17 @@ def resolve_paths(scenario: str | None, **paths: Path | None) -> dict[str, Path]
     return out
 
 
+def _strict(obj: object) -> object:
+    """NaN/inf (a position never reached, a metric not measured) become null: strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
 def print_json(obj: object) -> None:
-    typer.echo(json.dumps(obj, indent=2, default=str))
+    """Print one strict JSON object on stdout."""
+    typer.echo(json.dumps(_strict(obj), indent=2, default=str, allow_nan=False))

@@ -1,0 +1,42 @@
+"""``bisect-eagle doctor``: static checks of a spec before any GPU time; exit 1 when an error is found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from bisect_eagle.cli.common import print_json
+
+STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def doctor(
+    spec: Path = typer.Argument(..., help="Experiment spec (YAML)."),
+    sglang_version: str = typer.Option(None, help="SGLang version the spec will run on (default: the installed "
+                                                  "one); some layer ids break on some versions."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (ok, counts, findings)."),
+) -> None:
+    """Check a spec's draft, ids, wiring and speculative settings; exit 1 on any error, 2 on unreadable input."""
+    from bisect_eagle.doctor import diagnose, summary
+    from bisect_eagle.spec import load_spec
+
+    findings = diagnose(load_spec(spec), sglang_version=sglang_version)
+    report = summary(findings)
+    if as_json:
+        print_json({"spec": str(spec), **report})
+    else:
+        console = Console(highlight=False, soft_wrap=True)
+        for f in findings:
+            console.print(f"[{STYLE[f.severity]}]{f.severity}[/] {escape(f'[{f.code}] {f.where}: {f.message}')}")
+            console.print(f"    fix: {escape(f.fix)}", style="dim")
+        c = report["counts"]
+        console.print(f"{spec}: {c['error']} errors, {c['warning']} warnings, {c['info']} notes")
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)

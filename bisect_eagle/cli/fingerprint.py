@@ -1,0 +1,65 @@
+"""``bisect-eagle fingerprint``: which target layer each dumped (or server-captured) hidden state came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bisect_eagle.cli.common import print_json, resolve_paths
+
+
+def _id(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def fingerprint(
+    scenario: str = typer.Option(None, help="Shipped scenario whose target, dump and draft to use (e.g. tiny)."),
+    dump: Path = typer.Option(None, help="Hidden-state dump directory (speculators legacy or SpecForge)."),
+    target: Path = typer.Option(None, help="Target model directory (Hugging Face, run with transformers)."),
+    draft: Path = typer.Option(None, help="Draft directory: also recommend the rule that feeds it its layers."),
+    server: str = typer.Option(None, help="URL of a running server whose captured aux states to match too "
+                                          "(POST /generate with return_hidden_states)."),
+    samples: int = typer.Option(4, help="Dump samples to run through the target."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (matches, recommended, notes)."),
+) -> None:
+    """Match each dumped hidden state to the target layer it came from, and recommend ids and wiring."""
+    from bisect_eagle import scenarios
+    from bisect_eagle.fingerprint import fingerprint as match
+    from bisect_eagle.fingerprint import load
+
+    p = resolve_paths(scenario, dump=dump, target=target)
+    if draft is None and scenario:
+        draft = scenarios.get(scenario).draft
+    model, reader, loaded = load(p["target"], p["dump"], draft)
+    result = match(model, reader, samples=samples, draft=loaded, server_url=server)
+    if as_json:
+        print_json(result.to_json())
+        return
+    n = result.num_layers
+    table = Table(title=f"{reader.fmt} dump {p['dump']} vs a {n}-layer target ({result.samples} samples, "
+                        f"{result.tokens} tokens)")
+    for col in ("tensor", "matches", "SGLang id", "vLLM id", "SpecForge id", "cosine", "norm ratio", "rel. error",
+                "runner-up (cosine, rel. error)", "separation", "first values (tensor / target)"):
+        table.add_column(col, justify="left" if col in ("tensor", "matches") or col.startswith("runner") else "right")
+    for m in result.matches:
+        table.add_row(
+            f"{m.source} {m.position} ({m.role})", m.label, _id(m.ids["sglang"]), _id(m.ids["vllm"]),
+            _id(m.ids["specforge"]), f"{m.similarity:.5f}", f"{m.norm_ratio:.3f}", f"{m.error:.4f}",
+            f"{m.runner_up} ({m.runner_up_similarity:.4f}, {m.runner_up_error:.4f})", f"{m.separation:.0f}x",
+            f"{m.first_values} / {m.target_first_values}",
+        )
+    console = Console()
+    console.print(table)
+    rec = result.recommended
+    console.print(f"recommended SGLang eagle_config.eagle_aux_hidden_state_layer_ids: "
+                  f"{rec['eagle_aux_hidden_state_layer_ids']}  (hidden_states {rec['hidden_states']})")
+    console.print(f"rule for the draft: {rec['rule'] if rec['rule'] is not None else 'none fits (see notes)'}")
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fingerprint")(fingerprint)

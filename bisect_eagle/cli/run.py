@@ -1,0 +1,158 @@
+"""``bisect-eagle run``: the staged search of a spec (default: the embedded tiny scenario), logged to MLflow."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bisect_eagle.cli.common import print_json
+
+EXIT_NOT_REACHED = 3
+
+
+def quiet_libraries() -> None:
+    """Keep Optuna's per-trial lines and MLflow's store messages off the terminal."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for name in ("mlflow", "alembic", "httpx"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def sigterm_as_exit() -> None:
+    """SIGTERM unwinds like Ctrl-C (runs end KILLED, servers are torn down) instead of killing outright."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+class Display:
+    """A rich progress line on stderr: stage, live trial i of N, best against the target, elapsed, time left."""
+
+    def __init__(self, enabled: bool):
+        self.console = Console(stderr=True)
+        self.enabled = enabled
+        self.bar = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.fields[stage]:<10}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("live trials  best {task.fields[best]} / target {task.fields[target]}"),
+            TimeElapsedColumn(), TextColumn("left {task.fields[left]}"), console=self.console,
+        )
+        self.task = self.bar.add_task("search", total=1, stage="start", best="-", target="-", left="-")
+
+    def __enter__(self) -> Display:
+        if self.enabled:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.bar.stop()
+
+    def __call__(self, p: Any) -> None:
+        if not self.enabled:
+            return
+        self.bar.console.print(f"[dim]{p.stage:<10}[/dim] {escape(p.message)}")
+        left = max(0.0, p.max_wall_s - p.elapsed_s)
+        self.bar.update(self.task, total=max(p.total, 1), completed=p.done, stage=p.stage,
+                        best="-" if p.best is None else f"{p.best:.2f}",
+                        target="-" if p.target is None else f"{p.target:.2f}", left=f"{left:.0f}s")
+
+
+def print_outcome(out: Any, console: Console) -> None:
+    """Gate table, live trials, verdict, best config and where the runs are."""
+    if out.gate:
+        table = Table(title="stage 1: standalone accuracy per wiring")
+        for col in ("wiring", "live layer ids", "scored on", "accuracy", "sim. accept len", "gate"):
+            table.add_column(col)
+        for v in out.gate:
+            table.add_row(escape(v["label"]), escape(str(v["layer_ids"])), v["source"], f"{v['accuracy']:.3f}",
+                          f"{v['simulated_accept_length']:.2f}", "pass" if v["passed"] else "reject")
+        console.print(table)
+    live = [t for t in out.trials if t["value"] is not None or t["failure_class"]]
+    if live:
+        table = Table(title=f"stage 2: live trials ({out.metric})")
+        for col in ("trial", "params", out.metric, "x baseline", "state", "run"):
+            table.add_column(col)
+        for t in live:
+            ratio = f"{t['value'] / out.baseline:.2f}" if t["value"] is not None and out.baseline else "-"
+            value = f"{t['value']:.2f}" if t["value"] is not None else t["failure_class"] or "-"
+            state = "duplicate" if t["duplicate"] else t["state"].lower()
+            table.add_row(str(t["number"]), escape(_short(t["params"])), value, ratio, state, (t["run_id"] or "")[:8])
+        console.print(table)
+    if out.target_reached:
+        console.print("[green]target reached[/green]")
+    else:
+        console.print(f"[red]target not reached[/red]: {escape(out.stop_reason)}")
+    if out.baseline is not None:
+        tok_s = f" ({out.baseline_output_tok_s:.1f} tok/s)" if out.baseline_output_tok_s else ""
+        console.print(f"baseline {out.metric} {out.baseline:.2f}{tok_s}, target {out.target:.2f}")
+    if out.best:
+        b = out.best
+        ratio = f" = {b['value'] / out.baseline:.2f}x baseline" if out.baseline else ""
+        tok_s = b["metrics"].get("output_tok_s")
+        tok_ratio = b["metrics"].get("output_tok_s_ratio_to_baseline")
+        extra = f", {tok_s:.1f} tok/s" + (f" = {tok_ratio:.2f}x baseline tok/s" if tok_ratio else "") if tok_s else ""
+        console.print(f"best: {out.metric} {b['value']:.2f}{ratio}{extra} (run {b['run_id']})")
+        for key, value in sorted(b["params"].items()):
+            if value not in ({}, None):
+                console.print(f"  {key}: {value}", markup=False)
+    console.print(f"runs: tracking URI {out.tracking_uri}, experiment {out.experiment_id}, "
+                  f"parent run {out.parent_run_id} (study {out.study})")
+    console.print(f"see them: bisect-eagle ui --tracking-uri {out.tracking_uri} (runs at "
+                  f"#/experiments/{out.experiment_id}/runs); tables and plots: bisect-eagle report", markup=False)
+
+
+def _short(params: dict[str, Any]) -> str:
+    return " ".join(f"{k.replace('eagle_aux_hidden_state_layer_ids', 'ids')}={v}" for k, v in params.items())
+
+
+def load_spec_or_default(spec: Path | None):
+    """The given spec, or the embedded default (the tiny scenario) when none is given."""
+    from bisect_eagle.spec import DEFAULT_SPEC, load_spec
+
+    return load_spec(spec or DEFAULT_SPEC)
+
+
+def run(
+    spec: Path = typer.Argument(None, help="Experiment spec YAML (default: the embedded tiny scenario spec)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the spec's latest study (or --study-name) "
+                                "after the process was killed; finished trials are not repeated."),
+    storage: str = typer.Option(None, help="Optuna storage URL (default sqlite:///mlruns/optuna.db; "
+                                "postgresql://... for several nodes)."),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
+                                     "sqlite:///mlruns/mlflow.db)."),
+    study_name: str = typer.Option(None, help="Study name (default: the spec's name and the start time)."),
+    max_live_trials: int = typer.Option(None, min=1, help="Override search.max_live_trials."),
+    max_wall_s: float = typer.Option(None, min=1, help="Override search.max_wall_s."),
+    as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
+) -> None:
+    """Gate wirings by standalone accuracy, then search live settings to the target (exit 0 reached, 3 not)."""
+    from bisect_eagle.engines import make_engine
+    from bisect_eagle.search.study import Options, resolve_storage, run_study
+    from bisect_eagle.tracking import resolve_tracking_uri
+
+    quiet_libraries()
+    sigterm_as_exit()
+    s = load_spec_or_default(spec)
+    with Display(enabled=not as_json) as display:
+        opts = Options(resolve_storage(storage, s), resolve_tracking_uri(tracking_uri, s.storage.tracking_uri),
+                       study_name=study_name, resume=resume, max_live_trials=max_live_trials,
+                       max_wall_s=max_wall_s, progress=display)
+        out = run_study(s, opts, make_engine)
+    if as_json:
+        print_json(out.to_json())
+    else:
+        print_outcome(out, Console())
+    if not out.target_reached:
+        raise typer.Exit(EXIT_NOT_REACHED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

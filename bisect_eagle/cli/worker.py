@@ -1,0 +1,52 @@
+"""``bisect-eagle worker``: join a study that ``bisect-eagle run`` created, from another process or node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from bisect_eagle.cli.common import print_json
+from bisect_eagle.cli.run import (
+    EXIT_NOT_REACHED,
+    Display,
+    load_spec_or_default,
+    print_outcome,
+    quiet_libraries,
+    sigterm_as_exit,
+)
+
+
+def worker(
+    spec: Path = typer.Argument(None, help="The study's spec YAML (default: the embedded tiny scenario spec)."),
+    storage: str = typer.Option(None, help="The study's Optuna storage URL (default sqlite:///mlruns/optuna.db)."),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the "
+                                     "one the study was created with)."),
+    study_name: str = typer.Option(None, help="Study to join (default: the spec's latest)."),
+    wait_s: float = typer.Option(1800, min=0, help="How long to wait for the study's stage 1 and baseline."),
+    as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
+) -> None:
+    """Join a study's live search: shared budget and stop, never a config another worker ran (exit 0/3)."""
+    import os
+
+    from bisect_eagle.engines import make_engine
+    from bisect_eagle.search.study import Options, join_study, resolve_storage
+
+    quiet_libraries()
+    sigterm_as_exit()
+    s = load_spec_or_default(spec)
+    with Display(enabled=not as_json) as display:
+        opts = Options(resolve_storage(storage, s), tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
+                       study_name=study_name, progress=display)
+        out = join_study(s, opts, make_engine, wait_s=wait_s)
+    if as_json:
+        print_json(out.to_json())
+    else:
+        print_outcome(out, Console())
+    if not out.target_reached:
+        raise typer.Exit(EXIT_NOT_REACHED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("worker")(worker)

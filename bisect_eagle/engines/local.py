@@ -1,0 +1,422 @@
+"""In-process EAGLE-3 speculative decoding (chain drafts, ``topk = 1``) over a Hugging Face causal LM target.
+
+Token bookkeeping (``x`` = prompt + generated tokens, ``c = len(x) - 1``): the target's KV cache always holds
+positions ``0 .. c-1``, i.e. every token but the last; the draft has seen rows ``0 .. c-1``, where row ``t``
+is ``fc(aux_t)`` (the target's captured states at position ``t``) with token ``x[t+1]`` at position ``t``, as
+EAGLE-3 trains (:meth:`~bisect_eagle.draft.Eagle3Draft.ttt_forward`). A prefill runs the target over all
+prompt tokens but the last; then each round
+
+1. extends the draft by the rows it has not seen; its last row drafts ``d_1``;
+2. chains: ``(own pre-norm state, d_k)`` at the next position drafts ``d_{k+1}``, up to ``num_steps`` drafts;
+3. verifies ``[x_c, d_1 .. d_s]`` in one target forward, which also captures the new aux states;
+4. accepts the longest prefix with ``d_i`` equal to the target's greedy token, emits it plus the target's
+   next (bonus) token, crops the target cache to the accepted tokens and drops the draft's chain keys.
+
+Every generated token comes from a verify step, so ``sum(accepted_per_step) == len(tokens)``. The output is
+the target's own greedy continuation whatever the draft proposes: a wrong wiring only lowers acceptance.
+
+``speculative_algorithm = "EAGLE"`` with an EAGLE-3 draft is run the way SGLang runs it (facts, pitfall 5):
+the draft gets the target's final (post-norm) hidden state, 1 × H wide, and ``fc`` is skipped because the
+width already matches; acceptance collapses to about 1 token per verify step.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bisect_eagle import layers
+from bisect_eagle.draft import LoadedDraft, load_draft
+from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
+from bisect_eagle.errors import BadInput
+from bisect_eagle.prompts import Prompt, load_prompts
+from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.target import capture_hidden, decoder_layers, load_target
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ALGORITHMS = ("EAGLE3", "EAGLE")
+
+
+@dataclass
+class Generation:
+    """One request's output and its speculative-decoding counters."""
+
+    tokens: list[int]  # generated token ids (prompt excluded)
+    verify_steps: int  # target forwards after prefill that produced tokens (SGLang's spec_verify_ct)
+    accepted_per_step: list[int]  # per verify step: tokens emitted = accepted drafts + 1 bonus
+    model_s: float  # seconds inside target + draft forwards
+    finished_by_eos: bool
+    drafted_per_step: list[int] = field(default_factory=list)  # per verify step: drafts proposed and judged
+
+
+class SpeculativeDecoder:
+    """Greedy decoding of a target, sped up by an EAGLE-3 draft (``draft=None``: the target alone).
+
+    ``layer_ids`` are SGLang-convention ids (-1 = embedding; None = the draft's own ids), captured and
+    concatenated in ascending order like SGLang; ``algorithm="EAGLE"`` runs SGLang's EAGLE path (module doc).
+    """
+
+    def __init__(
+        self,
+        target_model,
+        draft: LoadedDraft | None,
+        layer_ids: list[int] | None,
+        num_steps: int,
+        device: str = "cpu",
+        algorithm: str = "EAGLE3",
+    ):
+        self.target = target_model
+        self.draft = draft.model if draft is not None else None
+        self.num_steps = num_steps if draft is not None else 0
+        self.device = torch.device(device)
+        self.skip_fc = algorithm == "EAGLE" and draft is not None  # SGLang's EAGLE path with an EAGLE-3 draft
+        self.num_layers = len(decoder_layers(target_model))
+        self.hidden_size = int(target_model.config.hidden_size)
+        self._cache_kw = "cache" if "cache" in inspect.signature(target_model.forward).parameters else "past_key_values"
+        if algorithm not in ALGORITHMS:
+            raise BadInput(f"speculative_algorithm {algorithm!r} is not supported here; expected one of {ALGORITHMS}")
+        if draft is not None and num_steps < 1:
+            raise BadInput(f"num_steps must be >= 1 for speculative decoding, got {num_steps}")
+        self.layer_ids = self._resolve_ids(draft, layer_ids)
+        self.indices = self._capture_indices()
+        if draft is not None:
+            self._check_draft(draft)
+
+    # -- setup ------------------------------------------------------------------------------------------
+
+    def _resolve_ids(self, draft: LoadedDraft | None, layer_ids: list[int] | None) -> list[int] | None:
+        """SGLang-convention ids in capture (ascending) order; the draft's own ids when none are given."""
+        if self.skip_fc:
+            return []
+        if layer_ids is None:
+            if draft is None:
+                return None
+            return layers.canonical_to_ids(draft.aux_indices(self.num_layers), "sglang", self.num_layers)
+        if len(set(layer_ids)) != len(layer_ids):
+            raise BadInput(f"eagle_aux_hidden_state_layer_ids {layer_ids} repeats an id; each layer is captured once")
+        ids = sorted(layer_ids)
+        try:
+            layers.ids_to_canonical(ids, "sglang", self.num_layers)
+        except layers.LayerIdError as e:
+            raise BadInput(f"eagle_aux_hidden_state_layer_ids {layer_ids}: {e}") from None
+        return ids
+
+    def _capture_indices(self) -> list[int]:
+        """Canonical hidden_states indices the target's hooks capture for the draft."""
+        if self.skip_fc:
+            return [self.num_layers]  # the final state, normed in _aux like the target's own output
+        return layers.ids_to_canonical(self.layer_ids or [], "sglang", self.num_layers)
+
+    def _check_draft(self, draft: LoadedDraft) -> None:
+        """Refuse a draft whose vocabulary or input width cannot take this target's captured states."""
+        c = draft.config
+        if c.vocab_size != self.target.config.vocab_size:
+            raise BadInput(f"{draft.path}: draft vocab_size {c.vocab_size} != target vocab_size "
+                           f"{self.target.config.vocab_size}")
+        if self.skip_fc:
+            if c.hidden_size != self.hidden_size:
+                raise BadInput(f"{draft.path}: speculative_algorithm EAGLE feeds the draft the target's final "
+                               f"state ({self.hidden_size} wide) but the draft is {c.hidden_size} wide")
+            return
+        want = self.hidden_size * len(self.indices)
+        if self.draft.fc_in_features != want:
+            raise BadInput(
+                f"{draft.path}: fc takes {self.draft.fc_in_features} inputs but {len(self.indices)} layer ids "
+                f"{self.layer_ids} × target hidden size {self.hidden_size} = {want}; the draft was trained on "
+                f"{c.num_aux} aux layers"
+            )
+
+    # -- model calls ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _clock(self, acc: list[float]) -> Iterator[None]:
+        """Add the seconds spent inside the block (device work included) to ``acc[0]``."""
+        start = time.perf_counter()
+        yield
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        acc[0] += time.perf_counter() - start
+
+    def _target_forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
+        """Logits [T, V] (the last ``keep`` rows when keep > 0) of ``ids`` [1, T] continuing ``cache``."""
+        out = self.target(input_ids=ids, use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache})
+        return out.logits[0]
+
+    def _aux(self, got: dict[int, torch.Tensor]) -> torch.Tensor:
+        """The draft's input states [1, T, k·H] from the last target forward's captures."""
+        if self.skip_fc:
+            return self.target.model.norm(got[self.num_layers])
+        return torch.cat([got[i] for i in self.indices], dim=-1)
+
+    def _new_cache(self):
+        """An empty KV cache for the target (cropped on rollback)."""
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.target.config)
+
+    # -- public -----------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def aux_hidden_states(self, input_ids: list[int]) -> torch.Tensor:
+        """[T, k·H] concatenated captured aux states of a prompt, in ascending id order (like SGLang)."""
+        if not self.indices:
+            raise BadInput("no aux layers to capture: give layer_ids or a draft")
+        ids = torch.tensor([input_ids], device=self.device)
+        with capture_hidden(self.target, self.indices) as got:
+            self.target(input_ids=ids, logits_to_keep=1)
+            return self._aux(got)[0]
+
+    @torch.inference_mode()
+    def generate(self, input_ids: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> Generation:
+        """Greedy continuation of ``input_ids``: at most ``max_new_tokens`` tokens, stopping after EOS."""
+        if not input_ids:
+            raise BadInput("generate needs at least one prompt token")
+        if self.draft is None:
+            return self._generate_plain(input_ids, max_new_tokens, eos_token_id)
+        return self._generate_spec(input_ids, max_new_tokens, eos_token_id)
+
+    # -- decode loops -----------------------------------------------------------------------------------
+
+    def _generate_plain(self, input_ids: list[int], max_new: int, eos: int | None) -> Generation:
+        """Baseline: prefill the whole prompt, then one target forward per token."""
+        model_s = [0.0]
+        cache = self._new_cache()
+        out: list[int] = []
+        ids = torch.tensor([input_ids], device=self.device)
+        while len(out) < max_new:
+            with self._clock(model_s):
+                token = int(self._target_forward(ids, cache, keep=1)[-1].argmax())
+            out.append(token)
+            if token == eos:
+                break
+            ids = torch.tensor([[token]], device=self.device)
+        n = len(out)
+        return Generation(out, n, [1] * n, model_s[0], bool(out) and out[-1] == eos, [0] * n)
+
+    def _generate_spec(self, input_ids: list[int], max_new: int, eos: int | None) -> Generation:
+        """Speculative rounds as in the module docstring, the last round drafting no more than fits."""
+        model_s = [0.0]
+        chain = DraftChain(self.draft, len(input_ids) + max_new + self.num_steps, self.device, self.skip_fc)
+        cache = self._new_cache()
+        out: list[int] = []
+        accepted: list[int] = []
+        drafted: list[int] = []
+        last = input_ids[-1]
+        with capture_hidden(self.target, self.indices) as got:
+            pending_aux, pending_tokens = None, input_ids[1:]
+            if len(input_ids) > 1:
+                with self._clock(model_s):
+                    self._target_forward(torch.tensor([input_ids[:-1]], device=self.device), cache, keep=1)
+                    pending_aux = self._aux(got)
+            while len(out) < max_new:
+                steps = min(self.num_steps, max_new - len(out) - 1) if pending_aux is not None else 0
+                with self._clock(model_s):
+                    drafts = chain.propose(pending_aux, pending_tokens, steps)
+                verify_ids = torch.tensor([[last, *drafts]], device=self.device)
+                with self._clock(model_s):
+                    greedy = self._target_forward(verify_ids, cache).argmax(-1).tolist()
+                n = _accepted_prefix(drafts, greedy)
+                if n < len(drafts):
+                    cache.crop(n - len(drafts))
+                pending_aux = self._aux(got)[:, : n + 1]
+                emitted = [*drafts[:n], greedy[n]]
+                pending_tokens, last = emitted, emitted[-1]
+                if eos is not None and eos in emitted:
+                    emitted = emitted[: emitted.index(eos) + 1]
+                out.extend(emitted)
+                accepted.append(len(emitted))
+                drafted.append(len(drafts) if len(emitted) == n + 1 else len(emitted) - 1)
+                if emitted[-1] == eos:
+                    break
+        return Generation(out, len(accepted), accepted, model_s[0], bool(out) and out[-1] == eos, drafted)
+
+
+def _accepted_prefix(drafts: list[int], greedy: list[int]) -> int:
+    """How many leading drafts equal the target's greedy tokens."""
+    n = 0
+    while n < len(drafts) and drafts[n] == greedy[n]:
+        n += 1
+    return n
+
+
+class DraftChain:
+    """The draft's KV cache as preallocated tensors, and its extend + chain drafting for one request.
+
+    Extended rows' keys stay; the chain's keys sit above them and are overwritten by the next extend,
+    which is the rollback.
+    """
+
+    def __init__(self, draft, capacity: int, device: torch.device, skip_fc: bool):
+        c = draft.config
+        dtype = draft.fc.weight.dtype
+        self.draft = draft
+        self.k = torch.empty(1, c.num_key_value_heads, capacity, c.head_dim, device=device, dtype=dtype)
+        self.v = torch.empty_like(self.k)
+        self.rows = 0  # extended rows = keys kept; chain keys live above them until the next rollback
+        self.device = device
+        self.skip_fc = skip_fc
+
+    def _attend(self, hidden: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """Cache the keys of rows at positions ``start..`` (same slots); the last row's pre-norm h [1, 1, H].
+
+        Keys depend only on a row's own inputs (one layer), and only the last row's output drafts, so the
+        other rows skip attention and the MLP; the last row sees every cached key, so no mask is needed.
+        """
+        t = tokens.shape[1]
+        positions = torch.arange(start, start + t, device=self.device)[None]
+        residual, q, k, v = self.draft.pre_attention(hidden, tokens, positions)
+        self.k[:, :, start : start + t] = k
+        self.v[:, :, start : start + t] = v
+        end = start + t
+        return self.draft.post_attention(residual[:, -1:], q[:, :, -1:], self.k[:, :, :end], self.v[:, :, :end], None)
+
+    def _pick(self, h: torch.Tensor) -> int:
+        """The draft's greedy token (target vocabulary) from a pre-norm state [1, 1, H]."""
+        return int(self.draft.to_target_ids(self.draft.logits(h[0, 0]).argmax()))
+
+    def propose(self, aux: torch.Tensor | None, tokens: list[int], steps: int) -> list[int]:
+        """Extend by rows (aux [1, T, ·], their next tokens) if ``steps`` > 0, then draft ``steps`` tokens."""
+        if steps == 0:
+            return []
+        hidden = aux if self.skip_fc else self.draft.project(aux)
+        ids = torch.tensor([tokens], device=self.device)
+        h = self._attend(hidden, ids, self.rows)
+        self.rows += len(tokens)
+        drafts = [self._pick(h)]
+        for k in range(1, steps):
+            h = self._attend(h, torch.tensor([[drafts[-1]]], device=self.device), self.rows - 1 + k)
+            drafts.append(self._pick(h))
+        return drafts
+
+
+def accept_rates(gens: list[Generation], num_steps: int) -> list[float]:
+    """Per draft position k: P(draft k accepted | drafts before it accepted), over the drafts judged."""
+    reached, passed = [0] * num_steps, [0] * num_steps
+    for g in gens:
+        for emitted, drafted in zip(g.accepted_per_step, g.drafted_per_step, strict=True):
+            for k in range(min(drafted, emitted)):
+                reached[k] += 1
+                passed[k] += k < emitted - 1
+    return [p / r if r else float("nan") for p, r in zip(passed, reached, strict=True)]
+
+
+class LocalEngine(Engine):
+    """Live trials in this process; the target and the draft are loaded once per (device, dtype) and reused.
+
+    A trial runs on ``settings.device`` in ``settings.dtype``; ``device`` here is where the models are loaded
+    up front. Requests run one at a time (effective concurrency 1) and decode greedily.
+    """
+
+    name = "local"
+
+    def __init__(self, target: Path, draft: Path, prompts: Path, device: str = "cpu"):
+        self.target_path, self.draft_path = Path(target), Path(draft)
+        self._models: dict[tuple[str, str], tuple[Any, LoadedDraft]] = {}
+        tokenizer = self._load(device, "float32")
+        self.prompts = load_prompts(prompts, tokenizer)
+        self.eos_token_id = tokenizer.eos_token_id
+
+    def _load(self, device: str, dtype: str):
+        """Load target and draft for (device, dtype); returns the tokenizer."""
+        model, tokenizer = load_target(self.target_path, device=device, dtype=DTYPES[dtype])
+        draft = load_draft(self.draft_path, target=self.target_path, device=device)
+        draft.model.to(DTYPES[dtype])
+        self._models[(device, dtype)] = (model, draft)
+        return tokenizer
+
+    def _models_for(self, device: str, dtype: str) -> tuple[Any, LoadedDraft]:
+        if (device, dtype) not in self._models:
+            self._load(device, dtype)
+        return self._models[(device, dtype)]
+
+    def close(self) -> None:
+        self._models.clear()
+
+    def run(self, settings: LiveSettings) -> TrialResult:
+        """One live trial: warm-up requests, then the measured ones, each decoded to completion."""
+        requested = settings.model_dump()
+        _refuse_unsupported(settings)
+        eff, warnings = apply_speculative_rules(settings)
+        warnings += _local_notes(eff)
+        model, draft = self._models_for(eff.device, eff.dtype)
+        algorithm = "EAGLE3" if eff.is_baseline else eff.speculative_algorithm
+        decoder = SpeculativeDecoder(model, None if eff.is_baseline else draft,
+                                     eff.eagle_aux_hidden_state_layer_ids, eff.num_steps, eff.device, algorithm)
+        effective = _effective(eff, decoder)
+        warm, measured = self._split_prompts(eff)
+        try:
+            for p in warm:
+                decoder.generate(p.input_ids, eff.max_new_tokens, self.eos_token_id)
+            start = time.perf_counter()
+            records, gens = [], []
+            for p in measured:
+                t0 = time.perf_counter()
+                g = decoder.generate(p.input_ids, eff.max_new_tokens, self.eos_token_id)
+                records.append(RequestRecord(p.id, len(p.input_ids), len(g.tokens), g.verify_steps,
+                                             time.perf_counter() - t0))
+                gens.append(g)
+            wall = time.perf_counter() - start
+        except torch.cuda.OutOfMemoryError as e:
+            return failed(self.name, requested, effective, "out_of_memory", str(e), warnings=warnings)
+        except RuntimeError as e:
+            return failed(self.name, requested, effective, "crash_during_benchmark", f"{type(e).__name__}: {e}",
+                          warnings=warnings)
+        tokens = sum(r.completion_tokens for r in records)
+        verify = sum(r.verify_steps for r in records)
+        return TrialResult(
+            self.name, "ok", requested, effective,
+            output_tok_s=tokens / wall,
+            accept_length=tokens / verify if verify else float("nan"),
+            accept_length_hist=dict(sorted(Counter(a for g in gens for a in g.accepted_per_step).items())),
+            accept_rate_per_position=accept_rates(gens, decoder.num_steps),
+            requests=records, wall_s=wall, model_s=sum(g.model_s for g in gens), warnings=warnings,
+        )
+
+    def _split_prompts(self, s: LiveSettings) -> tuple[list[Prompt], list[Prompt]]:
+        """(warm-up, measured) prompts: distinct, so no request reuses another's cache."""
+        need = s.warmup_prompts + s.num_prompts
+        if need > len(self.prompts):
+            raise BadInput(f"warmup_prompts + num_prompts = {need}, but the prompts file has only "
+                           f"{len(self.prompts)} prompts")
+        return self.prompts[: s.warmup_prompts], self.prompts[s.warmup_prompts : need]
+
+
+def _refuse_unsupported(s: LiveSettings) -> None:
+    """Settings the local engine cannot honour are bad input, never silently changed."""
+    if not s.is_baseline and s.topk > 1:
+        raise BadInput(f"topk = {s.topk} (tree drafting) is not supported by the local engine; it drafts a chain, "
+                       "set topk = 1")
+    if s.temperature != 0.0:
+        raise BadInput(f"temperature = {s.temperature}: the local engine decodes greedily; set temperature = 0")
+
+
+def _local_notes(s: LiveSettings) -> list[str]:
+    """Warnings about settings the local engine runs differently from what was requested."""
+    notes = []
+    if s.concurrency != 1:
+        notes.append(f"concurrency {s.concurrency} requested; the local engine runs requests one at a time (1)")
+    if s.env or s.server_args:
+        notes.append("env and server_args apply to server engines; the local engine ignores them")
+    if s.speculative_algorithm == "EAGLE":
+        notes.append("speculative_algorithm EAGLE with an EAGLE-3 draft: the draft gets the target's final hidden "
+                     "state and fc is skipped, as SGLang does silently; expect accept length ~1.0 (use EAGLE3)")
+        if s.eagle_aux_hidden_state_layer_ids is not None:
+            notes.append("eagle_aux_hidden_state_layer_ids are not used by speculative_algorithm EAGLE")
+    return notes
+
+
+def _effective(s: LiveSettings, decoder: SpeculativeDecoder) -> dict[str, Any]:
+    """The settings the trial actually ran with (its identity for deduplication)."""
+    out = s.model_dump(exclude={"env", "server_args"})
+    out["concurrency"] = 1
+    out["eagle_aux_hidden_state_layer_ids"] = None if s.is_baseline else decoder.layer_ids
+    out["aux_hidden_state_indices"] = None if s.is_baseline else decoder.indices
+    return out

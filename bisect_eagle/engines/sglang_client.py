@@ -1,0 +1,174 @@
+"""HTTP client of an SGLang-compatible server: readiness, server info, cache flush and the benchmark batch.
+
+The benchmark sends token ids (``input_ids``), so the server sees exactly the tokens the local engine
+decodes, with ``max_new_tokens`` fixed, EOS honoured and ``temperature`` from the settings. Throughput is
+wall-clock: completion tokens of the measured requests over the time from the first submission to the
+last answer. Accept length comes from each answer's ``meta_info`` (``completion_tokens / spec_verify_ct``,
+the only ratio that compares across SGLang versions), its per-step distribution from
+``spec_correct_drafts_histogram`` (older name ``spec_accept_histogram``; index = correct drafts in a step).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+
+
+class RequestError(Exception):
+    """A request that got no usable answer; ``timed_out`` when the client gave up waiting."""
+
+    def __init__(self, message: str, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+@dataclass
+class Completion:
+    """One answered /generate request."""
+
+    id: str
+    prompt_tokens: int
+    completion_tokens: int
+    verify_ct: int | None  # None: the server reported no speculative counters
+    histogram: list[int] | None  # verify steps by number of correct drafts
+    latency_s: float
+    meta: dict[str, Any]
+
+
+@dataclass
+class Batch:
+    """A batch of answered requests and its wall-clock window."""
+
+    completions: list[Completion]
+    wall_s: float
+
+
+def parse_completion(rid: str, body: dict, latency_s: float) -> Completion:
+    """A /generate answer → :class:`Completion`; missing token counts are a :class:`RequestError`."""
+    meta = body.get("meta_info") if isinstance(body, dict) else None
+    if not isinstance(meta, dict) or "completion_tokens" not in meta:
+        raise RequestError(f"request {rid}: answer without meta_info.completion_tokens: {str(body)[:200]}")
+    hist = next((meta[k] for k in HISTOGRAM_KEYS if isinstance(meta.get(k), list)), None)
+    verify = meta.get("spec_verify_ct")
+    kept = {k: v for k, v in meta.items() if k != "hidden_states"}
+    return Completion(
+        rid,
+        int(meta.get("prompt_tokens", 0)),
+        int(meta["completion_tokens"]),
+        int(verify) if isinstance(verify, (int, float)) else None,
+        [int(c) for c in hist] if hist is not None else None,
+        latency_s,
+        kept,
+    )
+
+
+class SglangClient:
+    """Talks to one server at ``base_url``; requests give up after ``request_timeout_s``."""
+
+    def __init__(self, base_url: str, request_timeout_s: float):
+        self.base_url = base_url.rstrip("/")
+        self.request_timeout_s = request_timeout_s
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
+            trust_env=False,  # never route 127.0.0.1 through a proxy from the environment
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def wait_ready(self, exited: Callable[[], bool], timeout_s: float, poll_s: float = 0.25) -> str:
+        """Poll /health_generate until 200: "ready", or "exited" when the process died, or "timeout"."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if exited():
+                return "exited"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            try:
+                r = self._http.get("/health_generate", timeout=max(0.1, min(remaining, 30.0)))
+                if r.status_code == 200:
+                    return "ready"
+            except httpx.HTTPError:
+                pass
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+    def server_info(self) -> dict:
+        """GET /server_info (``/get_server_info`` on servers that predate it)."""
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                r = self._http.get(path)
+            except httpx.HTTPError as e:
+                raise RequestError(f"GET {path}: {type(e).__name__}: {e}",
+                                   timed_out=isinstance(e, httpx.TimeoutException)) from None
+            if r.status_code == 404:
+                continue
+            if r.status_code != 200:
+                raise RequestError(f"GET {path}: HTTP {r.status_code}: {r.text[:200]}")
+            return r.json()
+        raise RequestError("neither /server_info nor /get_server_info exists on this server")
+
+    def flush_cache(self, timeout_s: float = 30.0) -> None:
+        """POST /flush_cache, retried while the server is still busy (SGLang answers 400 until idle)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                r = self._http.post("/flush_cache")
+            except httpx.HTTPError as e:
+                raise RequestError(f"POST /flush_cache: {type(e).__name__}: {e}",
+                                   timed_out=isinstance(e, httpx.TimeoutException)) from None
+            if r.status_code == 200:
+                return
+            if time.monotonic() >= deadline:
+                raise RequestError(f"POST /flush_cache: HTTP {r.status_code} for {timeout_s:.0f} s: {r.text[:200]}")
+            time.sleep(0.2)
+
+    def generate(self, rid: str, input_ids: list[int], sampling_params: dict, extra: dict | None = None) -> Completion:
+        """One /generate request; returns the parsed answer or raises :class:`RequestError`."""
+        payload = {"input_ids": list(input_ids), "sampling_params": sampling_params, **(extra or {})}
+        start = time.perf_counter()
+        try:
+            r = self._http.post("/generate", json=payload)
+        except httpx.TimeoutException:
+            msg = f"request {rid}: no answer within {self.request_timeout_s:.0f} s"
+            raise RequestError(msg, timed_out=True) from None
+        except httpx.HTTPError as e:
+            raise RequestError(f"request {rid}: {type(e).__name__}: {e}") from None
+        latency = time.perf_counter() - start
+        if r.status_code != 200:
+            raise RequestError(f"request {rid}: HTTP {r.status_code}: {r.text[:300]}")
+        return parse_completion(rid, r.json(), latency)
+
+    def run_batch(self, requests: Sequence[tuple[str, list[int]]], sampling_params: dict, concurrency: int) -> Batch:
+        """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first failure is raised."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        stop = threading.Event()
+
+        def one(rid: str, ids: list[int]) -> Completion | None:
+            if stop.is_set():
+                return None
+            return self.generate(rid, ids, sampling_params)
+
+        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench")
+        start = time.perf_counter()
+        futures = [pool.submit(one, rid, ids) for rid, ids in requests]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        wall = time.perf_counter() - start
+        failure = next((f.exception() for f in futures if f.done() and f.exception() is not None), None)
+        if failure is not None:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise failure
+        pool.shutdown(wait=True)
+        return Batch([f.result() for f in futures], wall)

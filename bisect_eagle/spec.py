@@ -1,0 +1,303 @@
+"""Experiment spec: one YAML file says what to load, what may vary, what counts as success and where to log.
+
+Validated with pydantic; an unknown key or a bad value is a :class:`BadInput` naming the file, the key,
+what was expected and what was found. Relative paths are resolved against the spec file's directory.
+``scenario: tiny`` fills target, draft, dump, prompts and the dump's layers from a shipped scenario.
+
+Setting names (in ``engine.settings``, ``space`` and ``groups``) are :class:`LiveSettings` fields, or
+``env.NAME`` for an environment variable of the server, or ``server_args.flag_name`` for a server flag.
+The wiring (``eagle_aux_hidden_state_layer_ids``) is searched through ``standalone.wirings`` (gated by
+standalone accuracy) or, without wirings, as an ordinary categorical of layer-id lists in ``space``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bisect_eagle import scenarios
+from bisect_eagle.errors import BadInput
+from bisect_eagle.settings import LiveSettings, parse_settings
+
+WIRING_SETTING = "eagle_aux_hidden_state_layer_ids"
+CRITERION_METRICS = ("output_tok_s", "accept_length")
+DEFAULT_SPEC = Path(__file__).resolve().parent / "search" / "default_spec.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Wiring(_Strict):
+    """A candidate wiring: a rule over the dump's states, or layer ids (SGLang convention) to recompute."""
+
+    rule: str | None = None
+    layer_ids: list[int] | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Wiring:
+        if (self.rule is None) == (self.layer_ids is None):
+            raise ValueError("give exactly one of 'rule' or 'layer_ids'")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or (self.rule if self.rule is not None else str(self.layer_ids))
+
+
+class StandaloneStage(_Strict):
+    """Stage 1: cheap standalone accuracy of each candidate wiring, and the gate to stage 2."""
+
+    wirings: list[Wiring] = Field(default_factory=list)
+    margin: float = Field(0.05, ge=0, le=1, description="keep wirings within this accuracy of the reference")
+    reference: Literal["best", "training"] = "best"
+    metric: Literal["full_vocab", "draft_vocab"] = "full_vocab"
+    samples: int = Field(0, ge=0)
+    steps: int = Field(3, ge=1)
+
+
+class Param(_Strict):
+    """One searched setting; ``when`` makes it conditional on other settings' values."""
+
+    type: Literal["categorical", "int", "float"]
+    choices: list[Any] | None = None
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    when: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _shape(self) -> Param:
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("a categorical parameter needs a non-empty 'choices' list")
+        elif self.low is None or self.high is None or self.low > self.high:
+            raise ValueError(f"an {self.type} parameter needs 'low' <= 'high'")
+        if self.type == "int" and any(v is not None and v != int(v) for v in (self.low, self.high, self.step)):
+            raise ValueError("an int parameter needs integer 'low', 'high' and 'step'")
+        if self.step is not None and self.step <= 0:
+            raise ValueError("'step' must be > 0")
+        if self.log and self.type != "categorical" and self.low <= 0:
+            raise ValueError("a log-scaled parameter needs 'low' > 0")
+        return self
+
+
+class Criterion(_Strict):
+    """Success: ``metric >= ratio × baseline`` (the seeds' "reach the baseline tok/s" is ratio 1.0)."""
+
+    metric: Literal["output_tok_s", "accept_length"] = "output_tok_s"
+    ratio: float = Field(1.0, gt=0)
+
+
+class Search(_Strict):
+    """Stage 2: the sampler, its seed and the budget (live trials count measured configs, not the baseline)."""
+
+    sampler: Literal["tpe", "grid", "random"] = "tpe"
+    seed: int = 0
+    startup_trials: int = Field(10, ge=1, description="TPE's random start-up trials")
+    max_live_trials: int = Field(20, ge=1)
+    max_wall_s: float = Field(1800, gt=0)
+    repeats: int = Field(1, ge=1, description="measurements per live config (median, MAD)")
+    prune_below: float | None = Field(
+        None, gt=0, le=1,
+        description="with repeats > 1: stop repeating a config whose first measurement is below this "
+        "fraction of the target (the trial is pruned)")
+
+
+class Storage(_Strict):
+    optuna: str | None = None  # SQLAlchemy URL; default sqlite:///mlruns/optuna.db
+    tracking_uri: str | None = None  # default sqlite:///mlruns/mlflow.db, or $MLFLOW_TRACKING_URI
+    study_name: str | None = None  # default: the spec's name and the start time
+
+
+class SglangServer(_Strict):
+    """How the sglang engine launches, waits for and stops one server per trial."""
+
+    launch_command: list[str] = Field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
+    model_path: str | None = None  # default: the spec's target
+    tp: int = Field(1, ge=1)
+    host: str = "127.0.0.1"
+    ready_timeout_s: float = Field(900, gt=0)
+    request_timeout_s: float = Field(300, gt=0)
+    stop_grace_s: float = Field(60, ge=0)
+    gpu_release_timeout_s: float = Field(180, ge=0)
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class EngineSpec(_Strict):
+    kind: Literal["local", "sglang"] = "local"
+    settings: dict[str, Any] = Field(default_factory=dict)  # fixed LiveSettings values
+    sglang: SglangServer = Field(default_factory=SglangServer)
+
+
+class Spec(_Strict):
+    """A whole experiment."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    scenario: str | None = None
+    target: Path | None = None
+    draft: Path | None = None
+    dump: Path | None = None
+    prompts: Path | None = None
+    dump_layer_ids: list[int] | None = None  # SGLang ids of the dump's aux states (the final state is implied)
+    training_accuracy: float | None = Field(None, ge=0, le=1)
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    baseline: float | Literal["measure"] = "measure"
+    criterion: Criterion = Field(default_factory=Criterion)
+    standalone: StandaloneStage = Field(default_factory=StandaloneStage)
+    space: dict[str, Param] = Field(default_factory=dict)
+    groups: list[list[str]] = Field(default_factory=list)
+    search: Search = Field(default_factory=Search)
+    storage: Storage = Field(default_factory=Storage)
+    source: Path | None = Field(None, exclude=True)
+
+    def fixed_settings(self) -> LiveSettings:
+        """The engine's fixed settings as validated :class:`LiveSettings`."""
+        return settings_from(self.engine.settings, f"{self.source}: engine.settings")
+
+    def paths(self) -> dict[str, Path]:
+        """target, draft, dump and prompts; an error names the missing one."""
+        out = {}
+        for key in ("target", "draft", "dump", "prompts"):
+            value = getattr(self, key)
+            if value is None:
+                raise BadInput(f"{self.source}: key {key!r} is missing (give a path, or 'scenario: NAME')")
+            out[key] = value
+        return out
+
+
+def settings_from(values: dict[str, Any], where: str) -> LiveSettings:
+    """Settings from names as a spec writes them (``env.NAME``/``server_args.flag`` or nested dicts).
+
+    A value of ``None`` for ``env.NAME`` or ``server_args.flag`` leaves that variable or flag unset.
+    """
+    nested: dict[str, Any] = {}
+    for name, value in values.items():
+        kind, _, key = name.partition(".")
+        if kind in ("env", "server_args") and key:
+            if value is not None:
+                if kind == "env" and not isinstance(value, str):
+                    value = _env_text(value, f"{where}: key {name!r}")
+                nested.setdefault(kind, {})[key] = value
+        elif name in ("env", "server_args") and isinstance(value, dict):
+            nested.setdefault(name, {}).update(value)
+        else:
+            nested[name] = value
+    return parse_settings(nested, where)
+
+
+def _env_text(value: Any, where: str) -> str:
+    """Environment values are strings; numbers and booleans are written the way a shell would."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+        return str(value)
+    raise BadInput(f"{where}: expected a string (or number) for an environment variable, found {value!r}")
+
+
+def check_setting_name(name: str, where: str) -> None:
+    """A setting name must be a LiveSettings field, ``env.NAME`` or ``server_args.flag``."""
+    if name.startswith(("env.", "server_args.")) and len(name.split(".", 1)[1]) > 0:
+        return
+    if name in LiveSettings.model_fields and name not in ("env", "server_args"):
+        return
+    fields = ", ".join(k for k in LiveSettings.model_fields if k not in ("env", "server_args"))
+    raise BadInput(f"{where}: unknown setting {name!r}; expected one of {fields}, env.NAME or server_args.flag")
+
+
+def _fill_from_scenario(raw: dict, path: Path) -> None:
+    try:
+        sc = scenarios.get(raw["scenario"])
+    except BadInput as e:
+        raise BadInput(f"{path}: key 'scenario': {e}") from None
+    meta = sc.meta
+    for key in ("target", "draft", "dump", "prompts"):
+        raw.setdefault(key, str(getattr(sc, key)))
+    raw.setdefault("dump_layer_ids", meta["aux_layer_ids"]["sglang"])
+    raw.setdefault("training_accuracy", meta["training_accuracy"]["full_vocab"])
+
+
+def _check_space(spec: Spec, path: Path) -> None:
+    """Names exist, choices are valid setting values, conditions point at known settings, no overlaps."""
+    fixed = spec.engine.settings
+    for name, param in spec.space.items():
+        where = f"{path}: space.{name}"
+        check_setting_name(name, str(path))
+        if name in fixed:
+            raise BadInput(f"{where}: {name!r} is searched and also fixed in engine.settings; keep one of them")
+        if name == WIRING_SETTING and spec.standalone.wirings:
+            raise BadInput(f"{where}: the wiring is searched through standalone.wirings (gated by standalone "
+                           f"accuracy); remove {name!r} from space or empty standalone.wirings")
+        if param.type == "categorical":
+            for i, choice in enumerate(param.choices or []):
+                settings_from({name: choice}, f"{where}.choices[{i}]")
+        else:
+            if name.startswith("env."):
+                continue
+            for bound in ("low", "high"):
+                value = getattr(param, bound)
+                settings_from({name: int(value) if param.type == "int" else value}, f"{where}.{bound}")
+        for other, values in param.when.items():
+            check_setting_name(other, f"{where}.when")
+            if other not in spec.space and other not in fixed and other not in LiveSettings.model_fields:
+                raise BadInput(f"{where}.when: {other!r} is neither searched nor fixed; expected a setting name")
+            if other == name:
+                raise BadInput(f"{where}.when: a parameter cannot depend on itself")
+            if not isinstance(values, list) or not values:
+                raise BadInput(f"{where}.when.{other}: expected a non-empty list of values, found {values!r}")
+
+
+def _check_criterion(spec: Spec, path: Path) -> None:
+    if isinstance(spec.baseline, float) and spec.baseline <= 0:
+        raise BadInput(f"{path}: key 'baseline': expected a positive number or 'measure', found {spec.baseline}")
+    if spec.standalone.reference == "training" and spec.standalone.wirings and spec.training_accuracy is None:
+        raise BadInput(f"{path}: key 'standalone.reference' is 'training' but 'training_accuracy' is missing; "
+                       "give the draft's recorded accuracy or use reference: best")
+    if spec.standalone.wirings and any(w.rule for w in spec.standalone.wirings) and spec.dump_layer_ids is None:
+        raise BadInput(f"{path}: key 'dump_layer_ids' is missing; rules in standalone.wirings need the dump's "
+                       "SGLang layer ids to be searched live")
+    if spec.search.prune_below is not None and spec.search.repeats < 2:
+        raise BadInput(f"{path}: key 'search.prune_below' needs search.repeats >= 2 (found {spec.search.repeats})")
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec file."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: spec file not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise BadInput(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{path}: expected a mapping at the top level, found {type(raw).__name__}")
+    if raw.get("scenario"):
+        _fill_from_scenario(raw, path)
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise BadInput(f"{path}: key {key!r}: {err['msg']} (found {err.get('input')!r})") from None
+    base = path.resolve().parent
+    for key in ("target", "draft", "dump", "prompts"):
+        value = getattr(spec, key)
+        if value is not None and not value.is_absolute():
+            setattr(spec, key, (base / value).resolve())
+    spec.source = path
+    for name in spec.engine.settings:
+        if name not in ("env", "server_args"):
+            check_setting_name(name, f"{path}: engine.settings")
+    spec.fixed_settings()
+    for name in (n for g in spec.groups for n in g):
+        check_setting_name(name, f"{path}: groups")
+    _check_space(spec, path)
+    _check_criterion(spec, path)
+    return spec

@@ -1,0 +1,274 @@
+"""Everything MLflow: the store, one experiment per spec, one parent run per study, one child run per trial.
+
+Default store: SQLite in ``./mlruns/mlflow.db`` with artifacts under ``./mlruns/artifacts`` (MLflow >= 3.13
+refuses a plain ``./mlruns`` file store); ``--tracking-uri`` or ``MLFLOW_TRACKING_URI`` override it. Child
+runs carry the tag ``mlflow.parentRunId``; ``stage`` (standalone | baseline | live | reproduce),
+``fingerprint``, ``outcome`` (ok | failed | pruned | interrupted | error) and ``owner`` (host:pid:start)
+tag them for caching and resuming. One client per process; every log call is one ``log_batch``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bisect_eagle.errors import BadInput
+
+PARENT_TAG = "mlflow.parentRunId"
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+LIVE_STAGES = ("baseline", "live")
+CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
+PACKAGES = ("bisect-eagle", "torch", "transformers", "optuna", "mlflow", "sglang")
+
+
+def default_tracking_uri(cwd: Path | None = None) -> str:
+    """``sqlite:///<cwd>/mlruns/mlflow.db`` (absolute, so other processes and the UI find the same store)."""
+    return f"sqlite:///{((cwd or Path.cwd()) / 'mlruns' / 'mlflow.db').resolve()}"
+
+
+def resolve_tracking_uri(flag: str | None, spec_uri: str | None = None) -> str:
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the spec's storage.tracking_uri, else the default."""
+    return flag or os.environ.get("MLFLOW_TRACKING_URI") or spec_uri or default_tracking_uri()
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    prefix = "sqlite:///"
+    return Path(uri[len(prefix):]) if uri.startswith(prefix) else None
+
+
+def artifact_root(uri: str) -> str | None:
+    """Where new experiments keep artifacts: beside a SQLite store (``artifacts/``), else MLflow's default."""
+    db = sqlite_path(uri)
+    return str(db.resolve().parent / "artifacts") if db else None
+
+
+def _use_wal(db: Path) -> None:
+    """WAL journaling for a SQLite store (persistent): one fsync per commit, readers never block the writer."""
+    with contextlib.closing(sqlite3.connect(str(db), timeout=60)) as conn:
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
+
+
+def redact(url: str) -> str:
+    """A database URL without its password (safe to log and to print)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def owner_id() -> str:
+    """This process as ``host:pid:start-time`` (stale-trial detection when resuming)."""
+    import psutil
+
+    return f"{socket.gethostname()}:{os.getpid()}:{int(psutil.Process().create_time())}"
+
+
+def owner_alive(owner: str) -> bool | None:
+    """Whether the process named by :func:`owner_id` still runs; None when it ran on another host."""
+    import psutil
+
+    host, _, rest = owner.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    try:
+        return int(psutil.Process(int(pid_text)).create_time()) == int(start or 0)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _git_sha() -> str:
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if out.returncode != 0:
+        return "unknown (no commit)"
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def environment_info() -> dict[str, str]:
+    """Versions, git sha, host and GPUs, as parent-run params."""
+    info = {"python": platform.python_version(), "host": socket.gethostname(), "platform": platform.platform(),
+            "git_sha": _git_sha()}
+    for pkg in PACKAGES:
+        try:
+            info[f"version.{pkg}"] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            if pkg != "sglang":
+                info[f"version.{pkg}"] = "not installed"
+    import torch
+
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["gpus"] = ", ".join(names)
+        info["cuda"] = str(torch.version.cuda)
+    else:
+        info["gpus"] = "none"
+    return info
+
+
+def flat_params(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested settings as MLflow params: ``env.NCCL_ALGO``, lists as JSON, None as 'None'."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_params(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(list(value))
+        else:
+            out[name] = str(value)
+    return out
+
+
+@dataclass
+class Tracking:
+    """An MLflow store and the experiment of one spec."""
+
+    uri: str
+    experiment_id: str
+    client: Any  # mlflow.MlflowClient
+
+    @classmethod
+    def open(cls, uri: str, experiment: str) -> Tracking:
+        """Connect (creating a SQLite store and the experiment when absent)."""
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        db = sqlite_path(uri)
+        if db is not None:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        client = MlflowClient(tracking_uri=uri)
+        try:
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                exp_id = client.create_experiment(experiment, artifact_location=artifact_root(uri),
+                                                  tags=dict([EXPERIMENT_KIND]))
+            else:
+                exp_id = exp.experiment_id
+                if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+                    client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+        except MlflowException as e:
+            raise BadInput(f"tracking URI {redact(uri)}: cannot open experiment {experiment!r} "
+                           f"({str(e).splitlines()[0]})") from None
+        if db is not None:
+            _use_wal(db)
+        return cls(uri, exp_id, client)
+
+    @classmethod
+    def of_run(cls, uri: str, run_id: str) -> tuple[Tracking, Any]:
+        """The store and experiment holding ``run_id``, and the run."""
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        client = MlflowClient(tracking_uri=uri)
+        try:
+            run = client.get_run(run_id)
+        except MlflowException:
+            raise BadInput(f"run {run_id!r} not found in the tracking store {redact(uri)} "
+                           "(give --tracking-uri or set MLFLOW_TRACKING_URI)") from None
+        return cls(uri, run.info.experiment_id, client), run
+
+    def start_run(self, name: str, tags: dict[str, str], params: dict[str, str] | None = None,
+                  parent_run_id: str | None = None) -> str:
+        """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params."""
+        all_tags = {**tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
+        if params:
+            self.log(run.info.run_id, params=params)
+        return run.info.run_id
+
+    def log(self, run_id: str, metrics: dict[str, float] | None = None, params: dict[str, str] | None = None,
+            tags: dict[str, str] | None = None) -> None:
+        """One batch of metrics (non-finite values left out), params and tags."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()
+              if v is not None and math.isfinite(float(v))]
+        ps = [Param(k, str(v)) for k, v in (params or {}).items()]
+        ts = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        if ms or ps or ts:
+            self.client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
+
+    def log_texts(self, run_id: str, files: dict[str, str], artifact_path: str | None = None) -> None:
+        """Text artifacts (name -> content) in one upload."""
+        if not files:
+            return
+        with tempfile.TemporaryDirectory(prefix="bisect-eagle-") as tmp:
+            for name, text in files.items():
+                path = Path(tmp) / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            self.client.log_artifacts(run_id, tmp, artifact_path)
+
+    def log_files(self, run_id: str, directory: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(run_id, str(directory), artifact_path)
+
+    def finish(self, run_id: str, status: str) -> None:
+        """FINISHED, FAILED or KILLED."""
+        self.client.set_terminated(run_id, status)
+
+    def reopen(self, run_id: str) -> None:
+        self.client.update_run(run_id, status="RUNNING")
+
+    def get_run(self, run_id: str):
+        return self.client.get_run(run_id)
+
+    def child_runs(self, parent_run_id: str, stage: str | None = None) -> list:
+        """Child runs of a parent, oldest first (optionally of one stage)."""
+        flt = f"tags.`{PARENT_TAG}` = '{parent_run_id}'"
+        if stage:
+            flt += f" and tags.stage = '{stage}'"
+        return self._search(flt, ["attributes.start_time ASC"])
+
+    def _search(self, flt: str, order_by: list[str]) -> list:
+        out, token = [], None
+        while True:
+            page = self.client.search_runs([self.experiment_id], filter_string=flt, max_results=1000,
+                                           order_by=order_by, page_token=token)
+            out.extend(page)
+            token = page.token
+            if not token:
+                return out
+
+    def find_fingerprint(self, fingerprint: str, stages: tuple[str, ...] = LIVE_STAGES,
+                         parent_run_id: str | None = None):
+        """The newest finished run of ``fingerprint`` whose outcome can be reused, else None."""
+        flt = f"tags.fingerprint = '{fingerprint}'"
+        if parent_run_id:
+            flt += f" and tags.`{PARENT_TAG}` = '{parent_run_id}'"
+        for run in self._search(flt, ["attributes.start_time DESC"]):
+            if run.data.tags.get("stage") in stages and run.data.tags.get("outcome") in CACHEABLE_OUTCOMES:
+                return run
+        return None
+
+    def read_text(self, run_id: str, artifact: str) -> str:
+        """The content of a text artifact."""
+        with tempfile.TemporaryDirectory(prefix="bisect-eagle-") as tmp:
+            return Path(self.client.download_artifacts(run_id, artifact, tmp)).read_text()
+
+    def experiment_name(self) -> str:
+        return self.client.get_experiment(self.experiment_id).name

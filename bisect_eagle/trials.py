@@ -1,0 +1,337 @@
+"""One trial as one path: settings -> identity -> cache lookup -> engine -> result -> one MLflow child run.
+
+Identity is the fingerprint of the *effective* settings (SGLang's rules applied, layer ids in the ascending
+order every engine concatenates them, secret environment variables left out), so two requests an engine
+runs identically are one trial. The child run is created before the engine starts, so a killed trial
+leaves a RUNNING run that resuming marks FAILED; an interrupted trial (Ctrl-C, SIGTERM) ends KILLED.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bisect_eagle.engines.base import Engine, TrialResult
+from bisect_eagle.errors import BadInput
+from bisect_eagle.settings import LiveSettings, apply_speculative_rules, is_secret, public_env, trial_fingerprint
+from bisect_eagle.spec import WIRING_SETTING, Spec
+from bisect_eagle.tracking import Tracking, flat_params, owner_id
+
+STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
+
+
+@dataclass
+class TrialContext:
+    """What every live trial of one study shares."""
+
+    spec: Spec
+    tracking: Tracking
+    study: str
+    parent_run_id: str
+    engine: Engine | None = None  # set once stage 1 is done (live trials only)
+    baseline: float | None = None  # the criterion metric without speculation
+    target: float | None = None  # criterion ratio × baseline
+    baseline_tok_s: float | None = None  # output tok/s without speculation (the headline ratio)
+    wiring_accuracy: dict[tuple[int, ...], float] = field(default_factory=dict)  # stage-1 accuracy per wiring
+    owner: str = field(default_factory=owner_id)
+
+    @property
+    def metric(self) -> str:
+        return self.spec.criterion.metric
+
+
+@dataclass
+class TrialRecord:
+    """The outcome of one trial (measured now, or found in the store)."""
+
+    fingerprint: str
+    stage: str
+    status: str  # ok | failed | pruned
+    value: float | None  # the criterion metric (median over repeats)
+    metrics: dict[str, float]
+    effective: dict[str, Any]
+    run_id: str
+    cached: bool = False
+    failure_class: str | None = None
+    failure_detail: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    engine_s: float = 0.0  # seconds inside engine.run
+    wall_s: float = 0.0  # seconds in run_live_trial
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def identity(settings: LiveSettings) -> tuple[dict[str, Any], list[str], str]:
+    """(effective settings as logged, warnings about overrides, fingerprint)."""
+    eff, warnings = apply_speculative_rules(settings)
+    d = eff.model_dump(mode="json")
+    d["env"] = public_env(d["env"])
+    if d[WIRING_SETTING] is not None:
+        d[WIRING_SETTING] = sorted(d[WIRING_SETTING])
+    return d, warnings, trial_fingerprint(d)
+
+
+def _effective_tag(effective: dict[str, Any]) -> dict[str, str]:
+    """The effective settings as a run tag when they fit one (else only in ``trial.json``)."""
+    text = json.dumps(effective, sort_keys=True)
+    return {"effective": text} if len(text) <= 7900 else {}
+
+
+def effective_of(tracking: Tracking, run) -> dict[str, Any]:
+    """A live run's effective settings: its tag, else its ``trial.json``."""
+    if "effective" in run.data.tags:
+        return json.loads(run.data.tags["effective"])
+    return json.loads(tracking.read_text(run.info.run_id, "trial.json"))["effective"]
+
+
+def find_cached(tracking: Tracking, fingerprint: str, parent_run_id: str | None = None) -> TrialRecord | None:
+    """A finished live or baseline trial with this fingerprint (newest first), as a record; None if absent."""
+    run = tracking.find_fingerprint(fingerprint, parent_run_id=parent_run_id)
+    if run is None:
+        return None
+    tags = run.data.tags
+    value = tags.get("value")
+    return TrialRecord(
+        fingerprint=fingerprint, stage=tags.get("stage", ""), status=tags["outcome"],
+        value=float(value) if value not in (None, "None") else None, metrics=dict(run.data.metrics),
+        effective=effective_of(tracking, run), run_id=run.info.run_id, cached=True,
+        failure_class=tags.get("failure_class"), failure_detail=tags.get("failure_detail"),
+    )
+
+
+def run_name(stage: str, effective: dict[str, Any], number: int | None = None) -> str:
+    """A readable run name: ``live 003 ids=1,5,9 steps=3`` or ``baseline (no speculation)``."""
+    if effective.get("speculative_algorithm") == "none":
+        return "baseline (no speculation)"
+    ids = effective.get(WIRING_SETTING)
+    wiring = "draft-ids" if ids is None else ",".join(str(i) for i in ids)
+    head = f"{stage} {number:03d}" if number is not None else stage
+    return f"{head} ids={wiring} steps={effective.get('num_steps')} topk={effective.get('topk')}"
+
+
+def _scrub(text: str, settings: LiveSettings) -> str:
+    """Artifact text with secret environment values replaced by ***."""
+    for name, value in settings.env.items():
+        if is_secret(name) and value:
+            text = text.replace(value, "***")
+    return text
+
+
+def _requests_csv(results: list[TrialResult]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["repeat", "id", "prompt_tokens", "completion_tokens", "verify_steps", "accept_length", "latency_s"])
+    for i, r in enumerate(results):
+        for q in r.requests:
+            w.writerow([i, q.id, q.prompt_tokens, q.completion_tokens, q.verify_steps, q.accept_length, q.latency_s])
+    return buf.getvalue()
+
+
+def _sanitized(d: dict[str, Any]) -> dict[str, Any]:
+    return {**d, "env": public_env(d["env"])} if isinstance(d.get("env"), dict) else d
+
+
+def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float], TrialResult]:
+    """Median metrics over repeats (with MAD of the criterion metric) and the median run itself."""
+    values = [getattr(r, metric) for r in results]
+    med = statistics.median(values)
+    rep = min(results, key=lambda r: abs(getattr(r, metric) - med))
+    metrics = dict(rep.metrics())
+    metrics[metric] = med
+    metrics[f"{metric}_mad"] = statistics.median(abs(v - med) for v in values)
+    metrics["repeats"] = float(len(results))
+    for other in ("output_tok_s", "accept_length"):
+        if other != metric:
+            metrics[other] = statistics.median(getattr(r, other) for r in results)
+    return metrics, rep
+
+
+def _measure(ctx: TrialContext, settings: LiveSettings) -> tuple[list[TrialResult], float, bool]:
+    """Run the engine ``repeats`` times (fewer when the first one fails or is pruned); (results, s, pruned)."""
+    search = ctx.spec.search
+    if ctx.engine is None:
+        raise RuntimeError("live trials need an engine in the trial context")
+    results: list[TrialResult] = []
+    engine_s = 0.0
+    for i in range(search.repeats):
+        t0 = time.perf_counter()
+        result = ctx.engine.run(settings)
+        engine_s += time.perf_counter() - t0
+        results.append(result)
+        if not result.ok:
+            return results, engine_s, False
+        below = search.prune_below is not None and ctx.target is not None and i == 0 and not settings.is_baseline
+        if below and getattr(result, ctx.metric) < search.prune_below * ctx.target:
+            return results, engine_s, True
+    return results, engine_s, False
+
+
+def run_live_trial(
+    ctx: TrialContext,
+    settings: LiveSettings,
+    stage: str,
+    parent_run_id: str,
+    number: int | None = None,
+    tags: dict[str, str] | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> TrialRecord:
+    """Measure ``settings`` (``repeats`` times) as one child run of ``parent_run_id``; never uses the cache."""
+    start = time.perf_counter()
+    effective, warnings, fp = identity(settings)
+    requested = _sanitized(settings.model_dump(mode="json"))
+    params = flat_params(effective)
+    params.update({f"requested.{k}": v for k, v in flat_params(requested).items() if params.get(k) != v})
+    run_id = ctx.tracking.start_run(
+        run_name(stage, effective, number),
+        {"stage": stage, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner,
+         "engine": ctx.spec.engine.kind, **_effective_tag(effective), **(tags or {})},
+        params, parent_run_id)
+    if on_start is not None:
+        on_start(run_id)
+    try:
+        results, engine_s, pruned = _measure(ctx, settings)
+    except BadInput as e:
+        ctx.tracking.log(run_id, tags={"outcome": "error", "failure_class": "bad_arguments",
+                                       "failure_detail": str(e)[:7900]})
+        ctx.tracking.finish(run_id, "FAILED")
+        raise
+    except BaseException as e:  # Ctrl-C, SIGTERM (SystemExit) or an engine bug: never leave the run RUNNING
+        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
+        ctx.tracking.log(run_id, tags={"outcome": "interrupted" if interrupted else "error",
+                                       "failure_detail": f"{type(e).__name__}: {e}"[:7900]})
+        ctx.tracking.finish(run_id, "KILLED" if interrupted else "FAILED")
+        raise
+    record = _record(ctx, settings, stage, fp, effective, warnings, results, pruned, run_id)
+    record.engine_s = engine_s
+    _log_result(ctx, settings, record, results)
+    record.wall_s = time.perf_counter() - start
+    return record
+
+
+def _record(ctx: TrialContext, settings: LiveSettings, stage: str, fp: str, effective: dict, warnings: list[str],
+            results: list[TrialResult], pruned: bool, run_id: str) -> TrialRecord:
+    last = results[-1]
+    all_warnings = list(dict.fromkeys([*warnings, *(w for r in results for w in r.warnings)]))
+    if not last.ok:
+        return TrialRecord(fp, stage, "failed", None, {}, effective, run_id, failure_class=last.failure_class,
+                           failure_detail=last.failure_detail, warnings=all_warnings)
+    metrics, _ = aggregate(results, ctx.metric)
+    if ctx.baseline:
+        metrics["ratio_to_baseline"] = metrics[ctx.metric] / ctx.baseline
+    if ctx.baseline_tok_s:
+        metrics["output_tok_s_ratio_to_baseline"] = metrics["output_tok_s"] / ctx.baseline_tok_s
+    ids = effective.get(WIRING_SETTING)
+    if ids is not None and tuple(ids) in ctx.wiring_accuracy:
+        metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
+    return TrialRecord(fp, stage, "pruned" if pruned else "ok", metrics[ctx.metric], metrics, effective, run_id,
+                       warnings=all_warnings)
+
+
+def _log_result(ctx: TrialContext, settings: LiveSettings, record: TrialRecord, results: list[TrialResult]) -> None:
+    """Metrics, outcome tags, artifacts and the final status of a measured trial."""
+    files = {
+        "trial.json": json.dumps({
+            "fingerprint": record.fingerprint,
+            "requested": _sanitized(settings.model_dump(mode="json")),
+            "requested_explicit": _sanitized(settings.model_dump(mode="json", exclude_unset=True)),
+            "effective": record.effective,
+            "warnings": record.warnings,
+            "repeats": [{**_sanitized_result(r)} for r in results],
+        }, indent=2, default=str),
+    }
+    if any(r.requests for r in results):
+        files["requests.csv"] = _requests_csv(results)
+    for name, text in results[-1].artifacts.items():
+        files[name] = text
+    ctx.tracking.log_texts(record.run_id, {k: _scrub(v, settings) for k, v in files.items()})
+    tags = {"outcome": record.status, "value": str(record.value)}
+    if record.failure_class:
+        tags["failure_class"] = record.failure_class
+        tags["failure_detail"] = _scrub(record.failure_detail or "", settings)[:7900]
+    if record.warnings:
+        tags["warnings"] = _scrub(" | ".join(record.warnings), settings)[:7900]
+    ctx.tracking.log(record.run_id, metrics=record.metrics, tags=tags)
+    ctx.tracking.finish(record.run_id, STATUS[record.status])
+
+
+def _sanitized_result(r: TrialResult) -> dict[str, Any]:
+    d = r.to_json()
+    d.pop("requests")
+    d.pop("artifacts")
+    d["requested"] = _sanitized(d["requested"])
+    d["effective"] = _sanitized(d["effective"])
+    return d
+
+
+def standalone_fingerprint(spec: Spec, layer_ids: list[int], rule: str, source: str) -> str:
+    """Identity of a standalone trial: the wiring, the states it is scored on and how it is scored."""
+    st = spec.standalone
+    return trial_fingerprint({"stage": "standalone", "layer_ids": layer_ids, "rule": rule, "source": source,
+                              "samples": st.samples, "steps": st.steps, "metric": st.metric})
+
+
+def run_standalone_trial(ctx: TrialContext, scorer, candidate) -> Any:
+    """A candidate wiring's stage-1 verdict: reused from this study's store, or scored and logged as a child run."""
+    from bisect_eagle.search.gate import Verdict
+
+    fp = standalone_fingerprint(ctx.spec, candidate.layer_ids, candidate.rule, candidate.source)
+    found = ctx.tracking.find_fingerprint(fp, stages=("standalone",), parent_run_id=ctx.parent_run_id)
+    if found is not None:
+        verdict = Verdict(**json.loads(found.data.tags["verdict"]))
+        verdict.run_id = found.info.run_id
+        return verdict
+    st = ctx.spec.standalone
+    run_id = ctx.tracking.start_run(
+        f"standalone {candidate.label}",
+        {"stage": "standalone", "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, "wiring": candidate.label},
+        {"rule": candidate.rule, "layer_ids": json.dumps(candidate.layer_ids), "source": candidate.source,
+         "samples": str(st.samples), "steps": str(st.steps), "metric": st.metric},
+        ctx.parent_run_id)
+    try:
+        verdict = scorer.score(candidate)
+    except BaseException as e:
+        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
+        ctx.tracking.log(run_id, tags={"outcome": "interrupted" if interrupted else "error",
+                                       "failure_detail": f"{type(e).__name__}: {e}"[:7900]})
+        ctx.tracking.finish(run_id, "KILLED" if interrupted else "FAILED")
+        raise
+    verdict.run_id = run_id
+    metrics = {"standalone_accuracy": verdict.accuracy, "simulated_accept_length": verdict.simulated_accept_length,
+               "tokens": float(verdict.tokens)}
+    for k, pos in enumerate(verdict.per_position):
+        metrics[f"standalone_acc_full_vocab_pos_{k}"] = pos["full_vocab"]
+        metrics[f"standalone_acc_draft_vocab_pos_{k}"] = pos["draft_vocab"]
+    body = verdict.to_json()
+    ctx.tracking.log_texts(run_id, {"standalone.json": json.dumps(body, indent=2)})
+    ctx.tracking.log(run_id, metrics=metrics, tags={"outcome": "ok", "verdict": json.dumps(body)})
+    ctx.tracking.finish(run_id, "FINISHED")
+    return verdict
+
+
+def spec_of_study(tracking: Tracking, parent_run_id: str) -> Spec:
+    """The spec a study ran with (``spec.resolved.json`` of its parent run: absolute paths, no secrets)."""
+    d = json.loads(tracking.read_text(parent_run_id, "spec.resolved.json"))
+    source = d.pop("source", None)
+    spec = Spec.model_validate(d)
+    spec.source = source
+    return spec
+
+
+def settings_of_run(tracking: Tracking, run) -> tuple[LiveSettings, str]:
+    """The settings a logged live trial requested (as explicitly set) and its parent run id."""
+    from bisect_eagle.spec import settings_from
+    from bisect_eagle.tracking import PARENT_TAG
+
+    run_id = run.info.run_id
+    if run.data.tags.get("stage") not in ("live", "baseline", "reproduce"):
+        raise BadInput(f"run {run_id}: expected a live, baseline or reproduce trial, found stage "
+                       f"{run.data.tags.get('stage')!r}")
+    trial = json.loads(tracking.read_text(run_id, "trial.json"))
+    return settings_from(trial["requested_explicit"], f"run {run_id}: trial.json"), run.data.tags[PARENT_TAG]

@@ -1,0 +1,194 @@
+"""`bisect-eagle bisect` on the tiny scenario: exact culprits within the probe bound, caching, replay, crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bisect_eagle.engines.base import Engine, TrialResult, failed
+from bisect_eagle.errors import BadInput
+from bisect_eagle.search.bisect import BisectOptions, Outcome, parse_log, run_bisect
+from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.tracking import Tracking
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = ROOT / "experiments" / "tiny.yaml"
+BAD = ROOT / "experiments" / "tiny-broken.yaml"
+PLANTED = {"eagle_aux_hidden_state_layer_ids", "num_steps"}  # the seeds' two mistakes, see tiny-broken.yaml
+FAST = ["--set", "num_prompts=2", "--set", "warmup_prompts=0", "--set", "max_new_tokens=16"]  # accept length only
+CLI = ("import sys; from bisect_eagle import cli; from bisect_eagle.cli import bisect as m; "
+       "'bisect' in {c.name for c in cli.app.registered_commands} or m.register(cli.app); cli.main()")
+# one OpenMP thread: on a shared 2-core machine two spinning threads make a tiny trial ~20x slower
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _bisect(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CLI, "bisect", "--metric", "accept_length", *FAST,
+                           "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}", "--json", *args],
+                          capture_output=True, text=True, timeout=300, cwd=tmp, env=ENV)
+
+
+@pytest.fixture(scope="module")
+def first(tiny, tmp_path_factory) -> tuple[Path, dict]:
+    tmp = tmp_path_factory.mktemp("bisect")
+    out = _bisect(tmp, "--good", str(GOOD), "--bad", str(BAD), "--log", str(tmp / "b.log"))
+    assert out.returncode == 0, out.stderr
+    return tmp, json.loads(out.stdout)
+
+
+def test_names_exactly_the_planted_culprits_within_the_bound(first):
+    _, report = first
+    n, c = len(report["differences"]), len(report["culprits"])
+    assert n >= 6
+    assert report["status"] == "isolated"
+    assert {x["name"] for x in report["culprits"]} == PLANTED
+    assert sorted(map(sorted, report["causes"])) == [["eagle_aux_hidden_state_layer_ids"], ["num_steps"]]
+    wiring = next(x for x in report["culprits"] if x["name"] == "eagle_aux_hidden_state_layer_ids")
+    assert (wiring["good"], wiring["bad"]) == ([1, 5, 9], [-1, 1, 5])
+    assert report["probes_used"] == len(report["probes"]) <= report["probe_bound"] == 2 * c * (n - 1).bit_length() + 2
+    assert report["unresolved"] == []
+    first_probe, second = report["probes"][:2]
+    assert first_probe["applied"] == [] and first_probe["outcome"] == "GOOD"
+    assert len(second["applied"]) == n and second["outcome"] == "BAD"
+    # num_draft_tokens 16 with topk 1 runs as num_steps + 1: a probe that differs from an earlier one only by
+    # it has the same effective settings, hence the same fingerprint, and is not measured again
+    reused = [p for p in report["probes"] if p["source"] == "memory"]
+    assert reused, "no probe was answered by an earlier one with the same effective settings"
+    measured = {q["fingerprint"]: q for q in report["probes"] if q["source"] == "measured"}
+    for p in reused:
+        earlier = measured[p["fingerprint"]]
+        assert set(earlier["applied"]) ^ set(p["applied"]) == {"num_draft_tokens"}
+
+
+def test_one_child_run_per_probe_under_the_parent(first):
+    tmp, report = first
+    tracking, parent = Tracking.of_run(f"sqlite:///{tmp / 'mlflow.db'}", report["parent_run_id"])
+    children = tracking.child_runs(report["parent_run_id"])
+    assert sorted(r.info.run_id for r in children) == sorted(p["child_run_id"] for p in report["probes"])
+    assert report["live_trials"] == sum(p["source"] == "measured" for p in report["probes"])
+    assert parent.data.tags["outcome"] == "isolated"
+    assert set(parent.data.tags["culprits"].split(",")) == PLANTED
+    assert {r.data.tags["bisect_outcome"] for r in children} == {"GOOD", "BAD"}
+
+
+def test_rerun_costs_nothing_and_replay_follows_edited_marks(first):
+    tmp, report = first
+    again = _bisect(tmp, "--good", str(GOOD), "--bad", str(BAD), "--log", str(tmp / "again.log"))
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["live_trials"] == 0 and {x["name"] for x in second["culprits"]} == PLANTED
+    good_run, bad_run = report["probes"][0]["run_id"], report["probes"][1]["run_id"]
+    by_runs = _bisect(tmp, "--good", good_run, "--bad", bad_run, "--spec", str(GOOD), "--log", str(tmp / "runs.log"))
+    assert by_runs.returncode == 0, by_runs.stderr
+    from_runs = json.loads(by_runs.stdout)
+    assert from_runs["good"] == f"run:{good_run}" and from_runs["live_trials"] == 0
+    assert {x["name"] for x in from_runs["culprits"]} == PLANTED
+    log = tmp / "b.log"
+    lines = log.read_text().splitlines()
+    edited = [("good" + line[3:]) if line.startswith("bad num_steps ") or line == "bad num_steps" else line
+              for line in lines]
+    assert edited != lines
+    (tmp / "edited.log").write_text("\n".join(edited) + "\n")
+    replay = subprocess.run([sys.executable, "-c", CLI, "bisect", "--replay", str(tmp / "edited.log"),
+                             "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}", "--log", str(tmp / "r.log"),
+                             "--json"], capture_output=True, text=True, timeout=300, cwd=tmp, env=ENV)
+    assert replay.returncode in (0, 1), replay.stderr
+    replayed = json.loads(replay.stdout)
+    logged = {tuple(applied) for _, applied, _ in parse_log(tmp / "edited.log").marks}
+    assert all(p["source"] == "replay" for p in replayed["probes"] if tuple(p["applied"]) in logged)
+    (alone,) = [p for p in replayed["probes"] if p["applied"] == ["num_steps"]]
+    assert alone["outcome"] == "GOOD" and alone["source"] == "replay"  # the edited mark is followed ...
+    assert replayed["causes"] != report["causes"]  # ... and changes the answer
+    assert parse_log(tmp / "r.log").header["good"] == str(GOOD)
+
+
+class ScriptedEngine(Engine):
+    """Accept length 1.0 for the planted mistakes, 3.0 otherwise; crashes or fails where told."""
+
+    name = "scripted"
+
+    def __init__(self, crash):
+        self.crash = crash
+        self.runs = 0
+
+    def run(self, settings: LiveSettings) -> TrialResult:
+        self.runs += 1
+        eff, _ = apply_speculative_rules(settings)
+        requested, effective = settings.model_dump(), eff.model_dump()
+        kind = self.crash(settings)
+        if kind == "raise":
+            raise BadInput("scripted: this combination cannot start")
+        if kind == "fail":
+            return failed(self.name, requested, effective, "capture_error", "captured 2 of 3 aux hidden states")
+        broken = -1 in (settings.eagle_aux_hidden_state_layer_ids or []) or eff.num_steps == 1
+        al = 1.0 if broken else 3.0
+        return TrialResult(self.name, "ok", requested, effective, output_tok_s=10 * al, accept_length=al)
+
+
+def _crash(settings: LiveSettings) -> str | None:
+    """A partial configuration with one NCCL variable but not the other cannot start; one with the
+    cuda-graph flag alone fails at capture."""
+    env, args = settings.env, settings.server_args
+    if ("NCCL_ALGO" in env) != ("NCCL_PROTO" in env):
+        return "raise"
+    if "cuda_graph_max_bs" in args and "disable_custom_all_reduce" not in args:
+        return "fail"
+    return None
+
+
+def test_crashing_probes_are_unresolved_and_the_bisect_still_ends(tiny, tmp_path):
+    engine = ScriptedEngine(_crash)
+    seen: list[str] = []
+    opts = BisectOptions(good=str(GOOD), bad=str(BAD), metric="accept_length",
+                         tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", log_path=tmp_path / "b.log")
+    report = run_bisect(opts, engine_factory=lambda spec: engine, progress=seen.append).to_json()
+    assert {x["name"] for x in report["culprits"]} == PLANTED and report["status"] == "isolated"
+    assert report["unresolved"], "the scripted crash was never probed"
+    skipped = [p for p in report["probes"] if p["outcome"] == "UNRESOLVED"]
+    assert [p["applied"] for p in skipped] == report["unresolved"]
+    assert all("scripted: this combination cannot start" in p["detail"] or "capture_error" in p["detail"]
+               for p in skipped)
+    assert any("settings left (~" in m for m in seen)
+    marks = parse_log(tmp_path / "b.log").marks
+    assert [m[0] for m in marks].count(Outcome.UNRESOLVED) == len(skipped)
+    assert engine.runs == report["live_trials"] == sum(p["source"] == "measured" for p in report["probes"])
+    tracking, _ = Tracking.of_run(f"sqlite:///{tmp_path / 'mlflow.db'}", report["parent_run_id"])
+    children = tracking.child_runs(report["parent_run_id"])
+    assert sorted(r.info.run_id for r in children) == sorted(p["child_run_id"] for p in report["probes"])
+    assert {r.data.tags["bisect_outcome"] for r in children} == {"GOOD", "BAD", "UNRESOLVED"}
+
+
+def test_bad_input_is_one_line_and_exit_2(tiny, tmp_path):
+    out = subprocess.run([sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", "nope.yaml"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "error: --bad nope.yaml: not a spec file, nor an MLflow run id (32 hex digits)"
+    same = subprocess.run([sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", str(GOOD),
+                           "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert same.returncode == 2 and "nothing to bisect" in same.stderr
+
+
+def test_standalone_accuracy_probes_see_only_the_wiring(tiny, tmp_path):
+    def no_engine(spec):
+        raise AssertionError("standalone probes need no live engine")
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        opts = BisectOptions(good=str(GOOD), bad=str(BAD), metric="standalone_accuracy",
+                             tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", log_path=tmp_path / "s.log")
+        report = run_bisect(opts, engine_factory=no_engine).to_json()
+    finally:
+        torch.set_num_threads(threads)
+    assert report["causes"] == [["eagle_aux_hidden_state_layer_ids"]]  # steps do not change offline accuracy
+    assert report["live_trials"] == 2  # one standalone trial per wiring; every other probe shares a fingerprint
+    good_acc, bad_acc = report["probes"][0]["median"], report["probes"][1]["median"]
+    assert good_acc == pytest.approx(tiny.meta["training_accuracy"]["full_vocab"], abs=0.05)
+    assert bad_acc < 0.9 * good_acc

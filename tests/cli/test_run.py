@@ -1,0 +1,97 @@
+"""`bisect-eagle run` end to end on the embedded tiny spec (real stage 1, local engine), then the commands that
+read its store: run --resume, report, export, reproduce. One run is shared by the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return subprocess.run([sys.executable, "-m", "bisect_eagle.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=900, env=env)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]:
+    cwd = tmp_path_factory.mktemp("tiny-run")
+    done = cli("run", "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return cwd, done, json.loads(done.stdout)  # stdout is exactly one JSON object
+
+
+def test_default_run_selects_the_true_wiring_and_reaches_the_target(tiny_run):
+    cwd, _, out = tiny_run
+    assert out["target_reached"] and out["stop_reason"] == "target reached"
+    assert out["best"]["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
+    assert out["best"]["metrics"]["accept_length"] >= out["target"] == pytest.approx(4.5)
+    gate = {tuple(v["layer_ids"]): v["passed"] for v in out["gate"]}
+    assert gate == {(1, 5, 9): True, (5, 9, 11): False, (-1, 1, 5): False, (0, 4, 8): False, (2, 6, 10): False}
+    assert out["tracking_uri"] == f"sqlite:///{cwd.resolve()}/mlruns/mlflow.db"
+    assert (cwd / "mlruns" / "optuna.db").is_file() and (cwd / "mlruns" / "artifacts").is_dir()
+    live = [t for t in out["trials"] if not t["duplicate"]]
+    assert all(t["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9] for t in live)
+    assert out["counts"]["live_measured"] <= 8 and out["tool_overhead_s_per_trial"] < 1.0
+
+
+def test_resume_of_a_finished_study_measures_nothing_new_and_prints_where_runs_are(tiny_run):
+    cwd, _, out = tiny_run
+    done = cli("run", "--resume", cwd=cwd)
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = done.stdout
+    assert "target reached" in text and f"parent run {out['parent_run_id']}" in text
+    assert "best: accept_length" in text and "eagle_aux_hidden_state_layer_ids: [1, 5, 9]" in text
+    assert f"#/experiments/{out['experiment_id']}/runs" in text
+
+
+def test_export_prints_the_sglang_launch_of_the_best_trial(tiny_run):
+    cwd, _, out = tiny_run
+    done = cli("export", "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr[-4000:]
+    plan = json.loads(done.stdout)
+    assert plan["run_id"] == out["best"]["run_id"]
+    argv = plan["argv"]
+    steps = out["best"]["params"]["num_steps"]
+    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    assert argv[argv.index("--speculative-num-steps") + 1] == str(steps)
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == str(steps + 1)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert plan["draft_config_patch"] == {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]}}
+
+
+def test_report_writes_table_best_and_plots(tiny_run):
+    cwd, _, out = tiny_run
+    done = cli("report", "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rep = json.loads(done.stdout)
+    assert rep["parent_run_id"] == out["parent_run_id"] and rep["best"]["run_id"] == out["best"]["run_id"]
+    assert {Path(f).name for f in rep["files"]} >= {"trials.csv", "accept_length_per_setting.png"}
+    assert all(Path(f).is_file() for f in rep["files"])
+    assert {t["stage"] for t in rep["trials"]} == {"standalone", "baseline", "live"}
+
+
+def test_reproduce_reruns_a_trial_and_compares(tiny_run):
+    cwd, _, out = tiny_run
+    done = cli("reproduce", out["best"]["run_id"], "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rep = json.loads(done.stdout)
+    rows = {r["metric"]: r for r in rep["metrics"]}
+    assert rep["status"] == "ok" and rep["new_run_id"] != out["best"]["run_id"]
+    assert rows["accept_length"]["rel_diff"] == 0.0  # greedy decoding: the same tokens, the same acceptance
+    assert "output_tok_s" in rows
+
+
+def test_bad_spec_is_one_line_and_exit_2(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: x\nscenario: tiny\nsearch: {max_live_trials: 0}\n")
+    done = cli("run", str(spec), cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "search.max_live_trials" in lines[0]
+    assert str(spec) in lines[0]

@@ -1,0 +1,143 @@
+"""``bisect-eagle serve``: SGLang's flags and API over the local decoder, equal to the local engine, clean exit."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import httpx
+import psutil
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from bisect_eagle.draft import load_draft
+from bisect_eagle.engines import procs
+from bisect_eagle.engines.local import LocalEngine, SpeculativeDecoder
+from bisect_eagle.engines.serve import READY_LINE, Rejected, build_parser, check_args, parse_generate
+from bisect_eagle.engines.sglang import SglangEngine
+from bisect_eagle.engines.sglang_client import SglangClient
+from bisect_eagle.prompts import load_prompts
+from bisect_eagle.settings import parse_settings
+from bisect_eagle.spec import SglangServer
+from bisect_eagle.target import load_target
+
+SERVE = [sys.executable, "-m", "bisect_eagle.engines.serve"]
+TRIAL = {"num_steps": 3, "topk": 1, "max_new_tokens": 12, "num_prompts": 2, "warmup_prompts": 1}
+
+
+def _serve_processes() -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if "bisect_eagle.engines.serve" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_serve_gives_the_local_engines_accept_length(tiny, tmp_path):
+    settings = parse_settings({**TRIAL, "eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, "test")
+    server = SglangServer(launch_command=SERVE, ready_timeout_s=120, request_timeout_s=60, stop_grace_s=10,
+                          gpu_release_timeout_s=5)
+    with SglangEngine(server, tiny.target, tiny.draft, tiny.prompts, tmp_path) as engine:
+        remote = engine.run(settings)
+    assert remote.ok, remote.failure_detail
+    with LocalEngine(tiny.target, tiny.draft, tiny.prompts) as local_engine:
+        local = local_engine.run(settings)
+    assert remote.accept_length == local.accept_length
+    assert remote.accept_length_hist == local.accept_length_hist
+    assert remote.accept_rate_per_position == local.accept_rate_per_position
+    assert [(r.id, r.completion_tokens, r.verify_steps) for r in remote.requests] == \
+        [(r.id, r.completion_tokens, r.verify_steps) for r in local.requests]
+    assert remote.server_accept_length == pytest.approx(remote.accept_length)  # warm-up flushed away
+    eff = remote.effective
+    assert (eff["num_steps"], eff["topk"], eff["num_draft_tokens"]) == (3, 1, 4)
+    assert eff["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9] and eff["server"]["max_running_requests"] == 1
+    assert READY_LINE in remote.artifacts["server.log"]
+    assert "--speculative-draft-model-path" in remote.artifacts["launch_command.txt"]
+    assert not _serve_processes()
+
+
+def test_serve_api_overrides_hidden_states_flush_and_sigterm(tiny, tmp_path):
+    port = procs.free_port()
+    argv = [*SERVE, "--model-path", str(tiny.target), "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", str(tiny.draft), "--speculative-num-steps", "2",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8", "--port", str(port),
+            "--enable-return-aux-hidden-states"]
+    server = procs.start_server(argv, dict(os.environ), tmp_path / "serve.log")
+    try:
+        assert SglangClient(f"http://127.0.0.1:{port}", 60).wait_ready(server.exited, 120) == "ready"
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False)
+        info = http.get("/get_server_info").json()
+        assert info["speculative_num_draft_tokens"] == 3 and info["speculative_num_steps"] == 2
+        assert info["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
+        assert "topk == 1 forces num_draft_tokens" in procs.read_log(server.log_path)
+
+        model, tok = load_target(tiny.target)
+        prompt = load_prompts(tiny.prompts, tok, n=1)[0]
+        body = {"input_ids": prompt.input_ids, "sampling_params": {"max_new_tokens": 6, "temperature": 0},
+                "return_hidden_states": True}
+        meta = http.post("/generate", json=body).json()["meta_info"]
+        decoder = SpeculativeDecoder(model, load_draft(tiny.draft, target=tiny.target), None, 2)
+        expected = decoder.aux_hidden_states(prompt.input_ids)
+        assert torch.allclose(torch.tensor(meta["hidden_states"]), expected, atol=1e-5)
+        g = decoder.generate(prompt.input_ids, 6, tok.eos_token_id)
+        assert (meta["completion_tokens"], meta["spec_verify_ct"]) == (len(g.tokens), g.verify_steps)
+        assert meta["prompt_tokens"] == len(prompt.input_ids)
+
+        state = http.get("/server_info").json()["internal_states"][0]
+        assert state["avg_spec_accept_length"] == pytest.approx(len(g.tokens) / g.verify_steps)
+        assert http.post("/flush_cache").status_code == 200
+        assert "avg_spec_accept_length" not in http.get("/server_info").json()["internal_states"][0]
+        bad = http.post("/generate", json={**body, "sampling_params": {"temperature": 0.7}})
+        assert bad.status_code == 400 and "greedily" in bad.json()["error"]["message"]
+        http.close()
+    finally:
+        report = procs.stop_server(server, 10)
+    assert report.signal == "SIGTERM" and report.exit_code == 0
+    log = procs.read_log(server.log_path)
+    assert READY_LINE in log and "shutdown complete" in log
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--tp", "2"], "one device"),
+    (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-num-steps", "3",
+      "--speculative-eagle-topk", "4"], "only 1"),
+    (["--speculative-algorithm", "EAGLE3"], "needs --speculative-draft-model-path"),
+    (["--speculative-num-steps", "3"], "needs --speculative-algorithm"),
+    (["--enable-return-aux-hidden-states"], "needs a draft"),
+])
+def test_unsupported_launches_exit_like_argparse(args, message, capsys):
+    parser = build_parser()
+    with pytest.raises(SystemExit) as e:
+        check_args(parser, parser.parse_args(["--model-path", "m", *args]))
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"input_ids": [1], "sampling_params": {"max_new_tokens": 4}}, "temperature 0"),
+    ({"input_ids": [[1], [2]], "sampling_params": {"temperature": 0}}, "batches"),
+    ({"text": "a", "input_ids": [1]}, "exactly one"),
+    ({"input_ids": [1], "sampling_params": {"temperature": 0, "top_p": 0.9}}, "top_p"),
+    ({"input_ids": [1], "stream": True}, "stream"),
+])
+def test_requests_it_cannot_serve_are_refused(body, message):
+    with pytest.raises(Rejected, match=message):
+        parse_generate(body, 1)
+
+
+def test_cli_serve_passes_help_to_the_sglang_style_parser():
+    from bisect_eagle.cli import serve
+
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    serve.register(app)
+    out = CliRunner().invoke(app, ["serve", "--help"])
+    assert out.exit_code == 0
+    for flag in ("--model-path", "--speculative-draft-model-path", "--speculative-num-steps",
+                 "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--port", "--host", "--tp-size",
+                 "--device", "--enable-return-aux-hidden-states"):
+        assert flag in out.output

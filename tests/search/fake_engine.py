@@ -1,0 +1,52 @@
+"""A deterministic engine for search tests: throughput follows the wiring and num_steps, no models involved."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
+from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+
+TRUE_IDS = [1, 5, 9]
+BASELINE_TOK_S = 100.0
+
+
+def expected(ids: list[int] | None, steps: int) -> tuple[float, float]:
+    """(accept length, tok/s): the true wiring accepts 0.6 tokens per step; others almost nothing."""
+    al = 1 + 0.6 * steps if ids in (None, TRUE_IDS) else 1.05
+    return al, BASELINE_TOK_S * al / (1 + 0.15 * steps)
+
+
+class FakeEngine(Engine):
+    """Live trials computed from the settings; ``crash_steps`` fail, ``log`` records each run's pid."""
+
+    name = "fake"
+
+    def __init__(self, crash_steps: tuple[int, ...] = (), sleep_s: float = 0.0, log: Path | None = None):
+        self.crash_steps = crash_steps
+        self.sleep_s = sleep_s
+        self.log = log
+        self.runs: list[LiveSettings] = []
+
+    def run(self, settings: LiveSettings) -> TrialResult:
+        self.runs.append(settings)
+        eff, warnings = apply_speculative_rules(settings)
+        requested, effective = settings.model_dump(), eff.model_dump()
+        if self.log is not None:
+            with open(self.log, "a") as f:
+                f.write(f"{os.getpid()} {effective['eagle_aux_hidden_state_layer_ids']} {eff.num_steps}\n")
+        time.sleep(self.sleep_s)
+        if not eff.is_baseline and eff.num_steps in self.crash_steps:
+            return failed(self.name, requested, effective, "crash_during_benchmark", "boom", warnings=warnings)
+        if eff.is_baseline:
+            al, tok_s = 1.0, BASELINE_TOK_S
+        else:
+            al, tok_s = expected(eff.eagle_aux_hidden_state_layer_ids and sorted(eff.eagle_aux_hidden_state_layer_ids),
+                                 eff.num_steps)
+        reqs = [RequestRecord(f"p{i}", 10, 64, round(64 / al), 0.1) for i in range(2)]
+        return TrialResult(self.name, "ok", requested, effective, output_tok_s=tok_s, accept_length=al,
+                           accept_length_hist={2: 3}, accept_rate_per_position=[0.6] * eff.num_steps,
+                           requests=reqs, wall_s=0.2, warnings=warnings,
+                           artifacts={"launch_command.txt": "fake --steps\n"})

@@ -1,0 +1,35 @@
+"""A study process for the kill/resume and two-worker tests: the real search code with the fake engine.
+
+usage: study_proc.py run|resume|worker SPEC STORAGE TRACKING_URI SLEEP_S LOG [STUDY]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import optuna
+from fake_engine import FakeEngine
+
+from bisect_eagle.cli.run import sigterm_as_exit
+from bisect_eagle.search.study import Options, join_study, run_study
+from bisect_eagle.spec import load_spec
+
+
+def main() -> None:
+    mode, spec_path, storage, tracking, sleep_s, log = sys.argv[1:7]
+    study = sys.argv[7] if len(sys.argv) > 7 else None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sigterm_as_exit()
+    spec = load_spec(spec_path)
+    opts = Options(storage, tracking, study_name=study, resume=mode == "resume")
+    engine = FakeEngine(sleep_s=float(sleep_s), log=Path(log))
+    if mode == "worker":
+        out = join_study(spec, opts, lambda s: engine, wait_s=120)
+    else:
+        out = run_study(spec, opts, lambda s: engine)
+    print(out.stop_reason, flush=True)
+
+
+if __name__ == "__main__":
+    main()

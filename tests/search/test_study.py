@@ -1,0 +1,213 @@
+"""Stage 2 and the whole study with a deterministic fake engine: dedupe, crashes, budgets, resume, workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+from fake_engine import FakeEngine
+
+from bisect_eagle.search.study import Claims, Options, run_study
+from bisect_eagle.spec import load_spec
+from bisect_eagle.tracking import Tracking
+
+HERE = Path(__file__).resolve().parent
+
+SPEC = """\
+name: {name}
+target: t
+draft: d
+dump: u
+prompts: p.jsonl
+baseline: measure
+criterion: {{metric: output_tok_s, ratio: {ratio}}}
+space:
+  eagle_aux_hidden_state_layer_ids: {{type: categorical, choices: [[1, 5, 9], [5, 9, 11], [-1, 1, 5]]}}
+  num_steps: {{type: int, low: 1, high: {high}}}
+  num_draft_tokens: {{type: categorical, choices: [null, 4, 8]}}
+search: {{sampler: {sampler}, max_live_trials: {budget}, startup_trials: 4, seed: {seed}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> dict[str, str]:
+    """One Optuna database and one MLflow store for the module (creating them is the slow part)."""
+    root = tmp_path_factory.mktemp("store")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return {"root": str(root), "storage": f"sqlite:///{root}/optuna.db", "tracking": f"sqlite:///{root}/mlflow.db"}
+
+
+def make_spec(tmp_path: Path, name: str, ratio: float = 2.0, high: int = 6, budget: int = 20,
+              sampler: str = "tpe", seed: int = 0) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SPEC.format(name=name, ratio=ratio, high=high, budget=budget, sampler=sampler, seed=seed))
+    return path
+
+
+def live_fingerprints(engine: FakeEngine) -> list[tuple]:
+    return [(tuple(s.eagle_aux_hidden_state_layer_ids or ()), s.num_steps) for s in engine.runs
+            if not s.is_baseline]
+
+
+def test_reaches_target_without_measuring_a_config_twice(tmp_path, store):
+    spec = load_spec(make_spec(tmp_path, "reach"))
+    engine = FakeEngine()
+    out = run_study(spec, Options(store["storage"], store["tracking"]), lambda s: engine)
+    assert out.target_reached and out.stop_reason == "target reached"
+    assert out.best["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
+    assert out.best["value"] >= out.target == pytest.approx(200.0)
+    assert out.best["metrics"]["ratio_to_baseline"] >= 2.0
+    runs = live_fingerprints(engine)
+    assert len(runs) == len(set(runs)) == out.counts["live_measured"]
+    tracking = Tracking.open(store["tracking"], "reach")
+    children = tracking.child_runs(out.parent_run_id)
+    stages = Counter(r.data.tags["stage"] for r in children)
+    assert stages == {"baseline": 1, "live": out.counts["live_measured"]}
+    assert all(r.info.status == "FINISHED" for r in children)
+    study = optuna.load_study(storage=store["storage"], study_name=out.study)
+    measured = [t for t in study.trials if "mlflow_run_id" in t.user_attrs]
+    assert {t.user_attrs["mlflow_run_id"] for t in measured} == {r.info.run_id for r in children
+                                                                  if r.data.tags["stage"] == "live"}
+    for t in study.trials:
+        if "duplicate_of" in t.user_attrs:  # told the cached value, nothing ran
+            original = next(m for m in measured if m.user_attrs["fingerprint"] == t.user_attrs["fingerprint"])
+            assert t.value == original.value
+
+
+def test_crashed_configs_are_recorded_and_never_measured_again(tmp_path, store):
+    spec = load_spec(make_spec(tmp_path, "crash", ratio=10.0, high=3, budget=9, sampler="random"))
+    engine = FakeEngine(crash_steps=(2,))
+    out = run_study(spec, Options(store["storage"], store["tracking"]), lambda s: engine)
+    runs = live_fingerprints(engine)
+    assert len(runs) == len(set(runs)) == 9
+    assert not out.target_reached and out.stop_reason.startswith("search space exhausted")
+    assert out.counts["failed"] == 3
+    study = optuna.load_study(storage=store["storage"], study_name=out.study)
+    crashed = [t for t in study.trials if "failure_class" in t.user_attrs]
+    assert crashed
+    assert all(t.state == optuna.trial.TrialState.PRUNED and t.constraints == {"crashed": 1.0} for t in crashed)
+    tracking = Tracking.open(store["tracking"], "crash")
+    failed = [r for r in tracking.child_runs(out.parent_run_id, "live") if r.info.status == "FAILED"]
+    assert len(failed) == 3 and {r.data.tags["failure_class"] for r in failed} == {"crash_during_benchmark"}
+
+
+def test_budget_ends_a_search_that_cannot_reach_the_target(tmp_path, store):
+    spec = load_spec(make_spec(tmp_path, "budget", ratio=5.0, budget=4))
+    out = run_study(spec, Options(store["storage"], store["tracking"]), lambda s: FakeEngine())
+    assert not out.target_reached
+    assert out.stop_reason == "budget: max_live_trials (4) used"
+    assert out.counts["live_measured"] == 4
+    parent = Tracking.open(store["tracking"], "budget").get_run(out.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["outcome"] == "target not reached"
+    assert parent.data.params["version.optuna"] == optuna.__version__
+
+
+def test_prune_below_stops_repeating_a_hopeless_config(tmp_path, store):
+    path = make_spec(tmp_path, "prune", ratio=2.0, high=2, budget=6, sampler="grid")
+    path.write_text(path.read_text().replace("seed: 0}", "seed: 0, repeats: 2, prune_below: 0.5}"))
+    engine = FakeEngine()
+    out = run_study(load_spec(path), Options(store["storage"], store["tracking"]), lambda s: engine)
+    runs = Counter(live_fingerprints(engine))
+    assert runs[((1, 5, 9), 1)] == 2  # 139 tok/s: above half the target (100), measured twice
+    assert runs[((5, 9, 11), 1)] == 1  # 91 tok/s: pruned after one measurement
+    tracking = Tracking.open(store["tracking"], "prune")
+    statuses = Counter((r.data.tags["outcome"], r.info.status) for r in tracking.child_runs(out.parent_run_id, "live"))
+    assert statuses == {("ok", "FINISHED"): 2, ("pruned", "KILLED"): 4}
+    study = optuna.load_study(storage=store["storage"], study_name=out.study)
+    assert sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials) >= 4
+
+
+def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store):
+    spec_path = make_spec(tmp_path, "term", ratio=10.0, high=3, budget=6)
+    log = tmp_path / "runs.log"
+    proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path), store["storage"],
+                             store["tracking"], "2.0", str(log)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    _wait_for_lines(log, 2, proc)  # the baseline done, a live trial in progress
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    tracking = Tracking.open(store["tracking"], "term")
+    parent = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'study'")[0]
+    assert parent.info.status == "KILLED"
+    live = tracking.child_runs(parent.info.run_id, "live")
+    assert [(r.info.status, r.data.tags["outcome"]) for r in live] == [("KILLED", "interrupted")]
+    assert Claims(store["storage"]).all(parent.data.tags["study"]) == []  # released: measured again on resume
+
+
+def _wait_for_lines(log: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and len(log.read_text().splitlines()) >= n:
+            return
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    raise AssertionError(f"{log} never reached {n} lines")
+
+
+def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
+    spec_path = make_spec(tmp_path, "killed", ratio=10.0, high=3, budget=6)
+    log = tmp_path / "runs.log"
+    proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path), store["storage"],
+                             store["tracking"], "1.5", str(log)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        _wait_for_lines(log, 4, proc)  # the baseline, two finished live trials, the third in progress
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    tracking = Tracking.open(store["tracking"], "killed")
+    parent = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'study'")[0]
+    before = {r.data.tags["fingerprint"]: r.info.status for r in tracking.child_runs(parent.info.run_id)}
+    assert "RUNNING" in before.values()
+    finished_before = {fp for fp, status in before.items() if status == "FINISHED"}
+
+    spec = load_spec(spec_path)
+    engine = FakeEngine()
+    out = run_study(spec, Options(store["storage"], store["tracking"], resume=True), lambda s: engine)
+    assert out.parent_run_id == parent.info.run_id
+    assert out.stop_reason == "budget: max_live_trials (6) used"
+    from bisect_eagle.trials import identity
+
+    rerun = {identity(s)[2] for s in engine.runs}
+    assert not rerun & finished_before
+    children = tracking.child_runs(parent.info.run_id)
+    killed = [r for r in children if r.data.tags.get("outcome") == "interrupted"]
+    assert len(killed) == 1 and killed[0].info.status == "FAILED"
+    study = optuna.load_study(storage=store["storage"], study_name=out.study)
+    by_trial = [t.user_attrs["mlflow_run_id"] for t in study.trials if "mlflow_run_id" in t.user_attrs]
+    assert len(by_trial) == len(set(by_trial)) == len([r for r in children if r.data.tags["stage"] == "live"])
+    assert {r.info.status for r in children if r.data.tags.get("outcome") != "interrupted"} == {"FINISHED"}
+    assert tracking.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+def test_two_workers_never_run_the_same_fingerprint(tmp_path, store):
+    spec_path = make_spec(tmp_path, "workers", ratio=10.0, high=4, budget=10, seed=3)
+    log = tmp_path / "runs.log"
+    args = [str(spec_path), store["storage"], store["tracking"], "0.4", str(log)]
+    first = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    _wait_for_lines(log, 1, first)
+    second = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "worker", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out1, _ = first.communicate(timeout=240)
+    out2, _ = second.communicate(timeout=240)
+    assert first.returncode == 0, out1
+    assert second.returncode == 0, out2
+    lines = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    live = [cfg for _, cfg in lines if not cfg.startswith("None 0")]
+    assert len(live) == len(set(live)) == 10, live
+    assert len({pid for pid, _ in lines}) == 2  # both processes measured trials
+    claims = Claims(store["storage"]).all(out1.strip() and _study_of(store, "workers"))
+    assert len(claims) == 10 and all(c.state == "ok" for c in claims)
+
+
+def _study_of(store: dict[str, str], spec_name: str) -> str:
+    return next(s.study_name for s in optuna.get_all_study_summaries(store["storage"])
+                if s.user_attrs.get("spec_name") == spec_name)

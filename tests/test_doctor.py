@@ -1,0 +1,134 @@
+"""`doctor` flags each planted error of the broken specs, and nothing in the good ones."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from safetensors.torch import load_file, save_file
+
+from bisect_eagle.doctor import diagnose
+from bisect_eagle.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+BROKEN = sorted((ROOT / "experiments" / "broken").glob("*.yaml"))
+CLI = ("import sys; from bisect_eagle import cli; from bisect_eagle.cli import doctor as m; "
+       "'doctor' in {c.name for c in cli.app.registered_commands} or m.register(cli.app); cli.main()")
+
+
+def planted(path: Path) -> str:
+    """The code named on a broken spec's first line: '# planted: CODE (severity) ...'."""
+    m = re.match(r"# planted: ([a-z0-9-]+) ", path.read_text().splitlines()[0])
+    assert m, f"{path} does not start with '# planted: CODE'"
+    return m.group(1)
+
+
+def test_the_broken_set_covers_every_spec_level_check():
+    assert {planted(p) for p in BROKEN} >= {"fc-width", "ids-range", "final-layer-id", "minus-one", "ndt-override",
+                                            "eagle-vs-eagle3", "dump-wiring", "dump-layers"}
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=lambda p: p.stem)
+def test_each_broken_spec_gets_exactly_its_planted_finding(tiny, path):
+    findings = diagnose(load_spec(path), sglang_version="0.5.5")
+    assert {f.code for f in findings} == {planted(path)}, [f.message for f in findings]
+    assert all(f.fix and f.where.startswith(str(path)) or "config.json" in f.where for f in findings)
+
+
+@pytest.mark.parametrize("name", ["tiny.yaml", "tiny-sglang.yaml"])
+def test_good_specs_have_no_findings(tiny, name):
+    assert diagnose(load_spec(ROOT / "experiments" / name), sglang_version="0.5.23") == []
+
+
+def test_minus_one_depends_on_the_sglang_version(tiny):
+    spec = load_spec(ROOT / "experiments" / "broken" / "minus-one.yaml")
+    assert [f.severity for f in diagnose(spec, sglang_version="0.5.5.post3")] == ["error"]
+    assert diagnose(spec, sglang_version="0.5.23") == []
+    unknown = diagnose(spec, sglang_version="0.5.14")
+    assert [f.severity for f in unknown] == ["warning"] and "0.5.14" in unknown[0].message
+
+
+def test_the_broken_deployment_shows_the_seeds_mistakes(tiny):
+    findings = diagnose(load_spec(ROOT / "experiments" / "tiny-broken.yaml"))
+    by_code = {f.code: f.severity for f in findings}
+    assert by_code == {"dump-wiring": "error", "ndt-override": "warning"}
+
+
+def _spec_with_draft(tmp_path: Path, tiny, edit_config=None, drop: tuple[str, ...] = (), settings=None,
+                     kind: str = "sglang") -> Path:
+    """A copy of the tiny draft with its config edited and/or tensors dropped, and a spec that uses it."""
+    draft = tmp_path / "draft"
+    shutil.copytree(tiny.draft, draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    if edit_config:
+        edit_config(cfg)
+    (draft / "config.json").write_text(json.dumps(cfg))
+    if drop:
+        weights = load_file(str(draft / "model.safetensors"))
+        save_file({k: v for k, v in weights.items() if k not in drop}, str(draft / "model.safetensors"))
+    spec = {"name": "doctor-test", "target": str(tiny.target), "draft": str(draft), "dump": str(tiny.dump),
+            "prompts": str(tiny.prompts), "dump_layer_ids": [1, 5, 9],
+            "engine": {"kind": kind, "settings": settings or {}}}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _top_level_ids(cfg: dict) -> None:
+    cfg["eagle_aux_hidden_state_layer_ids"] = cfg.pop("eagle_config")["eagle_aux_hidden_state_layer_ids"]
+
+
+def _misspelt(cfg: dict) -> None:
+    cfg["eagle_config"]["eagle_aux_hidden_states_layer_ids"] = cfg["eagle_config"].pop(
+        "eagle_aux_hidden_state_layer_ids")
+
+
+def _not_eagle3(cfg: dict) -> None:
+    cfg["architectures"] = ["LlamaForCausalLMEagle"]
+
+
+@pytest.mark.parametrize("edit, drop, code, text", [
+    (_top_level_ids, (), "ids-location", "is at the top level; SGLang reads only eagle_config"),
+    (_misspelt, (), "ids-location", "eagle_config has 'eagle_aux_hidden_states_layer_ids'"),
+    (None, ("d2t",), "vocab-map", "no d2t map"),
+    (_not_eagle3, (), "eagle-vs-eagle3", "not EAGLE-3"),
+])
+def test_planted_draft_errors(tmp_path, tiny, edit, drop, code, text):
+    findings = diagnose(load_spec(_spec_with_draft(tmp_path, tiny, edit, drop)), sglang_version="0.5.23")
+    assert [(f.code, f.severity) for f in findings] == [(code, "error")]
+    assert text in findings[0].message and findings[0].fix
+
+
+def test_vllm_needs_top_level_ids(tmp_path, tiny):
+    path = _spec_with_draft(tmp_path, tiny)
+    raw = yaml.safe_load(path.read_text())
+    raw["engine"]["sglang"] = {"launch_command": ["vllm", "serve"]}
+    path.write_text(yaml.safe_dump(raw))
+    findings = diagnose(load_spec(path))
+    assert [f.code for f in findings] == ["ids-location"] and "vLLM" in findings[0].message
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CLI, "doctor", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_exit_codes_and_json(tiny, tmp_path):
+    assert _cli(str(ROOT / "experiments" / "broken" / "fc-width.yaml")).returncode == 1
+    warn = _cli(str(ROOT / "experiments" / "broken" / "ndt-override.yaml"), "--json")
+    assert warn.returncode == 0
+    obj = json.loads(warn.stdout)
+    assert obj["ok"] and obj["counts"] == {"error": 0, "warning": 1, "info": 0}
+    assert obj["findings"][0]["code"] == "ndt-override"
+    absent = tmp_path / "absent.yaml"
+    missing = _cli(str(absent))
+    assert missing.returncode == 2 and missing.stderr.strip() == f"error: {absent}: spec file not found"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nengine: {kind: local, settings: {num_steps: many}}\nscenario: tiny\n")
+    out = _cli(str(bad))
+    assert out.returncode == 2 and "num_steps" in out.stderr and len(out.stderr.strip().splitlines()) == 1

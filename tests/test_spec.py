@@ -1,0 +1,103 @@
+"""Experiment spec validation: every error names the file, the key and what was expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bisect_eagle.errors import BadInput
+from bisect_eagle.spec import DEFAULT_SPEC, load_spec, settings_from
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = """\
+name: t
+target: target
+draft: draft
+dump: dump
+prompts: prompts.jsonl
+dump_layer_ids: [1, 5, 9]
+"""
+
+
+def write(tmp_path: Path, extra: str) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(BASE + extra)
+    return path
+
+
+def test_valid_spec_resolves_paths_and_settings(tmp_path):
+    spec = load_spec(write(tmp_path, """
+engine: {kind: local, settings: {num_prompts: 4, env.NCCL_ALGO: Ring}}
+space:
+  num_steps: {type: int, low: 1, high: 4}
+  env.NCCL_PROTO: {type: categorical, choices: [LL, Simple, null]}
+  num_draft_tokens: {type: categorical, choices: [4, 8], when: {topk: [2, 4]}}
+  topk: {type: categorical, choices: [1, 2]}
+standalone:
+  wirings: [{rule: "[:-1]"}, {layer_ids: [0, 4, 8]}]
+"""))
+    assert spec.target == (tmp_path / "target").resolve()
+    fixed = spec.fixed_settings()
+    assert fixed.num_prompts == 4 and fixed.env == {"NCCL_ALGO": "Ring"}
+    assert spec.standalone.wirings[1].label == "[0, 4, 8]"
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("bogus: 1\n", ["'bogus'", "Extra inputs"]),
+    ("search: {sampler: annealing}\n", ["search.sampler", "'tpe'", "annealing"]),
+    ("space: {num_stepz: {type: int, low: 1, high: 3}}\n", ["num_stepz", "expected one of"]),
+    ("space: {num_steps: {type: int, low: 5, high: 3}}\n", ["space.num_steps", "'low' <= 'high'"]),
+    ("space: {num_steps: {type: categorical, choices: [1, x]}}\n", ["space.num_steps.choices[1]", "'x'"]),
+    ("engine: {settings: {num_steps: 3}}\nspace: {num_steps: {type: int, low: 1, high: 3}}\n",
+     ["num_steps", "also fixed"]),
+    ("standalone: {wirings: [{rule: '[:-1]'}]}\nspace: {eagle_aux_hidden_state_layer_ids: "
+     "{type: categorical, choices: [[1, 5, 9]]}}\n", ["standalone.wirings", "eagle_aux_hidden_state_layer_ids"]),
+    ("space: {topk: {type: categorical, choices: [1], when: {env.NOPE: [1]}}}\n", ["space.topk.when", "env.NOPE"]),
+    ("search: {prune_below: 0.5}\n", ["prune_below", "repeats"]),
+    ("standalone: {reference: training, wirings: [{rule: '[:-1]'}]}\n", ["training_accuracy"]),
+    ("criterion: {metric: latency}\n", ["criterion.metric", "latency"]),
+    ("baseline: fast\n", ["baseline", "fast"]),
+    ("standalone: {wirings: [{rule: '[:-1]', layer_ids: [1, 2, 3]}]}\n", ["standalone.wirings.0", "exactly one"]),
+])
+def test_bad_specs_name_file_key_and_expectation(tmp_path, extra, words):
+    path = write(tmp_path, extra)
+    with pytest.raises(BadInput) as e:
+        load_spec(path)
+    msg = str(e.value)
+    assert str(path) in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(BadInput, match="not valid YAML"):
+        load_spec(bad)
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(BadInput, match="expected a mapping at the top level, found list"):
+        load_spec(bad)
+    with pytest.raises(BadInput, match="spec file not found"):
+        load_spec(tmp_path / "missing.yaml")
+
+
+def test_settings_from_dotted_and_nested_names():
+    s = settings_from({"env.NCCL_MIN_NCHANNELS": 4, "env.UNSET": None, "server_args.disable_cuda_graph": True,
+                       "env": {"A": "1"}, "num_steps": 2}, "here")
+    assert s.env == {"NCCL_MIN_NCHANNELS": "4", "A": "1"}
+    assert s.server_args == {"disable_cuda_graph": True}
+    assert s.num_steps == 2
+    with pytest.raises(BadInput, match="here: key 'env.X': expected a string"):
+        settings_from({"env.X": [1]}, "here")
+
+
+def test_default_spec_is_the_shipped_tiny_experiment():
+    assert DEFAULT_SPEC.read_text() == (ROOT / "experiments" / "tiny.yaml").read_text()
+    spec = load_spec(DEFAULT_SPEC)
+    labels = [w.rule or w.layer_ids for w in spec.standalone.wirings]
+    for wiring in ("[:-1]", "[1:]", "[emb,0,1]", [0, 4, 8], [2, 6, 10]):
+        assert wiring in labels
+    wrong = load_spec(ROOT / "experiments" / "tiny-wrong-only.yaml")
+    assert [w.rule for w in wrong.standalone.wirings] == ["[1:]", "[emb,0,1]"]

@@ -1,0 +1,118 @@
+"""MLflow tracking: store location, experiment kind, parent/child runs, secrets, cache lookups, staleness."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bisect_eagle.engines.base import Engine, TrialResult
+from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.spec import Spec
+from bisect_eagle.tracking import (
+    PARENT_TAG,
+    Tracking,
+    artifact_root,
+    default_tracking_uri,
+    flat_params,
+    owner_alive,
+    owner_id,
+    redact,
+    resolve_tracking_uri,
+)
+from bisect_eagle.trials import TrialContext, find_cached, identity, run_live_trial
+
+SECRET = "s3cr3t-value-123"
+
+
+class EchoEngine(Engine):
+    """Returns a fixed good result whose launch log echoes the whole environment (secrets included)."""
+
+    name = "echo"
+
+    def run(self, settings: LiveSettings) -> TrialResult:
+        eff, _ = apply_speculative_rules(settings)
+        return TrialResult(self.name, "ok", settings.model_dump(), eff.model_dump(), output_tok_s=50.0,
+                           accept_length=2.0, accept_rate_per_position=[0.5], wall_s=0.1,
+                           artifacts={"launch_command.txt": f"env {settings.env}\n"})
+
+
+@pytest.fixture(scope="module")
+def tracking(tmp_path_factory) -> Tracking:
+    root = tmp_path_factory.mktemp("mlruns")
+    return Tracking.open(f"sqlite:///{root}/mlflow.db", "unit")
+
+
+def test_uri_precedence_and_artifact_root(monkeypatch, tmp_path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert default_tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlruns/mlflow.db"
+    assert resolve_tracking_uri(None, "sqlite:///spec.db") == "sqlite:///spec.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert resolve_tracking_uri(None, "sqlite:///spec.db") == "http://127.0.0.1:5000"
+    assert resolve_tracking_uri("sqlite:///flag.db", "sqlite:///spec.db") == "sqlite:///flag.db"
+    assert artifact_root(f"sqlite:///{tmp_path}/mlruns/mlflow.db") == str(tmp_path.resolve() / "mlruns/artifacts")
+    assert artifact_root("http://127.0.0.1:5000") is None
+    assert redact("postgresql://bob:hunter2@db:5432/optuna") == "postgresql://bob:***@db:5432/optuna"
+
+
+def test_experiment_is_shown_as_runs_and_children_nest(tracking):
+    exp = tracking.client.get_experiment(tracking.experiment_id)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert exp.artifact_location.endswith("/artifacts")
+    parent = tracking.start_run("study", {"role": "study"})
+    child = tracking.start_run("child", {"stage": "live"}, {"num_steps": "3"}, parent_run_id=parent)
+    assert tracking.get_run(child).data.tags[PARENT_TAG] == parent
+    assert [r.info.run_id for r in tracking.child_runs(parent, "live")] == [child]
+    assert flat_params({"env": {"A": "1"}, "ids": [1, 5], "x": None}) == {"env.A": "1", "ids": "[1, 5]", "x": "None"}
+
+
+def test_live_trial_logs_effective_settings_and_never_a_secret(tracking):
+    parent = tracking.start_run("study-secrets", {"role": "study"})
+    spec = Spec(name="unit")
+    ctx = TrialContext(spec, tracking, "s", parent, engine=EchoEngine(), baseline=25.0, target=30.0)
+    settings = LiveSettings(num_steps=3, num_draft_tokens=9,
+                            env={"HF_TOKEN": SECRET, "MY_API_KEY": SECRET, "NCCL_ALGO": "Ring"})
+    record = run_live_trial(ctx, settings, "live", parent, number=7)
+    run = tracking.get_run(record.run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "live 007 ids=draft-ids steps=3 topk=1"
+    assert run.data.params["num_draft_tokens"] == "4" and run.data.params["requested.num_draft_tokens"] == "9"
+    assert run.data.params["env.NCCL_ALGO"] == "Ring"
+    assert run.data.metrics["ratio_to_baseline"] == 2.0
+    assert "topk == 1 forces num_draft_tokens" in run.data.tags["warnings"]
+    texts = [tracking.read_text(record.run_id, name) for name in ("trial.json", "launch_command.txt")]
+    everything = json.dumps([run.data.params, run.data.tags, texts])
+    assert SECRET not in everything and "HF_TOKEN" not in json.dumps(run.data.params)
+    assert "***" in texts[1]
+    cached = find_cached(tracking, identity(settings)[2], parent)
+    assert cached is not None and cached.run_id == record.run_id and cached.value == 50.0 and cached.cached
+
+
+def test_interrupted_runs_are_not_reused_as_cache(tracking):
+    parent = tracking.start_run("study-interrupted", {"role": "study"})
+    fp = identity(LiveSettings(num_steps=5))[2]
+    run = tracking.start_run("x", {"stage": "live", "fingerprint": fp, "outcome": "interrupted"},
+                             parent_run_id=parent)
+    tracking.finish(run, "FAILED")
+    assert find_cached(tracking, fp, parent) is None
+
+
+def test_owner_liveness():
+    assert owner_alive(owner_id()) is True
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert owner_alive(f"{socket.gethostname()}:{dead.stdout.strip()}:0") is False
+    assert owner_alive(f"elsewhere-{socket.gethostname()}:{os.getpid()}:0") is None
+
+
+def test_environment_info_names_versions(tracking):
+    from bisect_eagle.tracking import environment_info
+
+    info = environment_info()
+    for key in ("version.torch", "version.transformers", "version.optuna", "version.mlflow", "git_sha", "host",
+                "gpus"):
+        assert info[key]
+    assert Path(tracking.uri[len("sqlite:///"):]).exists()
