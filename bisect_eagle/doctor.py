@@ -11,7 +11,6 @@ layers of the dump it was trained on.
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from safetensors import safe_open
 
 from bisect_eagle import layers
+from bisect_eagle.configs import read_config_json
 from bisect_eagle.dumps import DumpReader
 from bisect_eagle.errors import BadInput
 from bisect_eagle.settings import LiveSettings
@@ -74,13 +74,7 @@ class DraftInfo:
 
 def read_draft(path: Path) -> DraftInfo:
     """A draft's config and tensor shapes (headers only)."""
-    cfg_path = path / "config.json"
-    if not cfg_path.is_file():
-        raise BadInput(f"{cfg_path}: not found (an EAGLE-3 draft directory needs config.json)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise BadInput(f"{cfg_path}: not valid JSON ({e})") from None
+    cfg = read_config_json(path, "an EAGLE-3 draft")
     shapes: dict[str, list[int]] = {}
     for f in sorted(path.glob("*.safetensors")):
         try:

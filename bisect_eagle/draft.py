@@ -29,6 +29,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bisect_eagle import layers
+from bisect_eagle.configs import read_config_json
 from bisect_eagle.errors import BadInput
 
 
@@ -229,16 +230,6 @@ class Eagle3Draft(nn.Module):
 _SUPPORTED_ARCHS = {"LlamaForCausalLMEagle3": "specforge", "Eagle3Speculator": "speculators"}
 
 
-def _read_config(path: Path) -> dict:
-    cfg_path = path / "config.json"
-    if not cfg_path.is_file():
-        raise DraftLoadError(f"{cfg_path}: not found (an EAGLE-3 draft directory needs config.json)")
-    try:
-        return json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise DraftLoadError(f"{cfg_path}: not valid JSON ({e})") from None
-
-
 def _need(cfg: dict, key: str, where: Path) -> object:
     if key not in cfg:
         raise DraftLoadError(f"{where}: key {key!r} is missing")
@@ -318,7 +309,7 @@ def target_embedding(target_dir: Path) -> torch.Tensor:
 def load_draft(path: str | Path, target: str | Path | None = None, device: str = "cpu") -> LoadedDraft:
     """Load an EAGLE-3 draft of either layout; ``embed_tokens`` comes from ``target`` when the draft lacks it."""
     path = Path(path)
-    cfg = _read_config(path)
+    cfg = read_config_json(path, "an EAGLE-3 draft")
     cfg_path = path / "config.json"
     layout = _layout_of(cfg, cfg_path)
     c, ids, conv = _parse_config(cfg, layout, cfg_path)

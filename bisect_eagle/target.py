@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from bisect_eagle.configs import read_config_json
 from bisect_eagle.errors import BadInput
 
 
@@ -51,10 +52,8 @@ def read_target_tensors(target_dir: str | Path, names: Sequence[str]) -> dict[st
 
 
 def read_target_config(target_dir: str | Path) -> dict:
-    path = Path(target_dir) / "config.json"
-    if not path.is_file():
-        raise TargetError(f"{path}: not found (the target must be a Hugging Face model directory)")
-    return json.loads(path.read_text())
+    """The target's config.json (a Hugging Face model directory)."""
+    return read_config_json(target_dir, "the target (a Hugging Face model directory)")
 
 
 @dataclass

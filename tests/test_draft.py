@@ -101,7 +101,7 @@ def test_unsupported_variants_are_refused(tmp_path, key):
 
 
 def test_unknown_architecture_and_missing_config(tmp_path):
-    with pytest.raises(DraftLoadError, match="config.json: not found"):
+    with pytest.raises(BadInput, match="config.json: not found"):
         load_draft(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     with pytest.raises(DraftLoadError, match="expected one of"):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bisect_eagle.configs import read_config_json
 from bisect_eagle.errors import BadInput
 from bisect_eagle.settings import SECRET_MARKERS, LiveSettings, apply_speculative_rules, is_secret
 from bisect_eagle.spec import SglangServer
@@ -359,12 +360,7 @@ def prepare_draft_dir(draft: Path, layer_ids: list[int] | None, out_dir: Path) -
     """
     draft = Path(draft).resolve()
     cfg_path = draft / "config.json"
-    if not cfg_path.is_file():
-        raise BadInput(f"{cfg_path}: not found (the draft must be a directory with config.json)")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise BadInput(f"{cfg_path}: not valid JSON ({e})") from None
+    config = read_config_json(draft, "the draft")
     if layer_ids is not None:
         count, source = trained_aux_count(config)
         if len(layer_ids) != count:
