@@ -100,10 +100,8 @@ def detect(path: Path) -> tuple[str, list[Path]]:
 
 def _load(f: Path) -> dict:
     try:
-        raw = f.read_bytes()
-        if f.suffix == ".gz":
-            raw = gzip.decompress(raw)
-        obj = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+        source = io.BytesIO(gzip.decompress(f.read_bytes())) if f.suffix == ".gz" else f
+        obj = torch.load(source, weights_only=True, map_location="cpu")
     except Exception as e:  # torch/zip/gzip raise many types for damaged files
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DumpError(f"{f}: cannot read ({reason})") from None

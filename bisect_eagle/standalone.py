@@ -15,6 +15,7 @@ tokens outside the draft vocabulary always miss). The simulated accept length is
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -73,21 +74,17 @@ class Batch:
     valid: torch.Tensor  # [B, T + steps - 1] bool
 
 
-def _rows(sample: Sample, rule: Rule, head: TargetHead, draft_vocab: torch.Tensor, steps: int) -> tuple:
-    """aux [S-1, kH], tokens/labels/valid [S-1+steps-1] of one sample (see the module docstring)."""
+def _rows(sample: Sample, rule: Rule, head: TargetHead, steps: int) -> tuple:
+    """aux [S-1, kH]; tokens, normed final states and valid flags of label positions 1..S-1, padded by steps-1."""
     s = sample.input_ids.shape[0]
     aux = rule.apply(sample.states, sample.input_ids, head.embed)[: s - 1]
-    final = sample.states[-1].float()
+    final = sample.states[-1][1:].float()
     normed = final if sample.final_normed else head.norm(final)
-    logits = normed @ head.lm_head.T  # [S, V]
-    full = logits.argmax(-1)
-    in_draft = logits[:, draft_vocab].argmax(-1)
     mask = sample.loss_mask[1:] if sample.mask_offset == 1 else sample.loss_mask[:-1]
     pad = steps - 1
-    z = torch.zeros(pad, dtype=torch.long)
-    tokens = torch.cat([sample.input_ids[1:], z])
+    tokens = torch.cat([sample.input_ids[1:], torch.zeros(pad, dtype=torch.long)])
     valid = torch.cat([mask, torch.zeros(pad, dtype=torch.bool)])
-    return aux, tokens, torch.cat([full[1:], z]), torch.cat([in_draft[1:], z]), valid
+    return aux, tokens, normed, valid
 
 
 def batches(
@@ -102,16 +99,16 @@ def batches(
         b = len(pending)
         aux = torch.zeros(b, width, pending[0][0].shape[1])
         cols = width + steps - 1
-        tok, full, drf = (torch.zeros(b, cols, dtype=torch.long) for _ in range(3))
+        tok = torch.zeros(b, cols, dtype=torch.long)
+        normed = torch.zeros(b, cols, pending[0][2].shape[1])
         valid = torch.zeros(b, cols, dtype=torch.bool)
-        for i, (a, t, f, d, v) in enumerate(pending):
-            n = a.shape[0]
-            aux[i, :n], tok[i, : t.shape[0]], full[i, : f.shape[0]] = a, t, f
-            drf[i, : d.shape[0]], valid[i, : v.shape[0]] = d, v
-        return Batch(aux, tok, full, drf, valid)
+        for i, (a, t, f, v) in enumerate(pending):
+            aux[i, : a.shape[0]], tok[i, : t.shape[0]], normed[i, : f.shape[0]], valid[i, : v.shape[0]] = a, t, f, v
+        logits = normed @ head.lm_head.T  # target logits at label positions, one matmul per batch
+        return Batch(aux, tok, logits.argmax(-1), logits[..., draft_vocab].argmax(-1), valid)
 
     for sample in samples:
-        r = _rows(sample, rule, head, draft_vocab, steps)
+        r = _rows(sample, rule, head, steps)
         if pending and rows + r[0].shape[0] > max_rows:
             yield flush()
             pending, rows = [], 0
@@ -172,7 +169,8 @@ def evaluate(
     """Standalone accuracy of ``loaded`` on ``reader``'s samples wired by ``rule``."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    first = next(iter(reader.head(1)), None)
+    stream = iter(reader.head(samples) if samples else reader)
+    first = next(stream, None)
     if first is None:
         raise ValueError(f"{reader.path}: no readable samples")
     hidden = first.states[0].shape[-1]
@@ -183,7 +181,7 @@ def evaluate(
 
     def counted() -> Iterator[Sample]:
         nonlocal seen
-        for s in reader.head(samples) if samples else reader:
+        for s in itertools.chain([first], stream):
             seen += 1
             yield s
 

@@ -31,7 +31,8 @@ def _median_mad(xs: list[float]) -> tuple[float, float]:
     return med, statistics.median(abs(x - med) for x in xs)
 
 
-def main(scenario: str = "tiny", rule: str = "[:-1]", steps: int = 3, repeats: int = 5, threads: int = 2) -> None:
+def main(scenario: str = "tiny", rule: str = "[:-1]", steps: int = 3, repeats: int = 5, threads: int = 2,
+         max_rows: int = 4096) -> None:
     torch.set_num_threads(threads)
     sc = scenarios.get(scenario)
     loaded = load_draft(sc.draft, target=sc.target)
@@ -39,10 +40,10 @@ def main(scenario: str = "tiny", rule: str = "[:-1]", steps: int = 3, repeats: i
     parsed = parse_rule(rule)
     model = loaded.model
     draft_vocab = model.to_target_ids(torch.arange(loaded.config.draft_vocab_size))
-    prepared = list(batches(DumpReader(sc.dump), parsed, head, draft_vocab, steps, max_rows=4096))
+    prepared = list(batches(DumpReader(sc.dump), parsed, head, draft_vocab, steps, max_rows=max_rows))
 
     def whole() -> None:
-        evaluate(loaded, DumpReader(sc.dump), head, parsed, steps=steps)
+        evaluate(loaded, DumpReader(sc.dump), head, parsed, steps=steps, max_rows=max_rows)
 
     @torch.inference_mode()
     def bare() -> None:

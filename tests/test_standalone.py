@@ -6,7 +6,7 @@ from torch import nn
 
 from bisect_eagle.draft import DraftConfig, Eagle3Draft, LoadedDraft
 from bisect_eagle.dumps import DumpReader, Sample, write_sample
-from bisect_eagle.standalone import _rows, evaluate
+from bisect_eagle.standalone import batches, evaluate
 from bisect_eagle.target import TargetHead
 from bisect_eagle.wiring import parse_rule
 
@@ -57,13 +57,23 @@ def _sample(offset: int) -> Sample:
 
 
 def test_rows_alignment_by_hand():
-    aux, tokens, full, in_draft, valid = _rows(_sample(1), parse_rule("[:-1]"), _head(), torch.arange(V), steps=2)
-    assert aux.shape == (5, 3 * H)
-    assert tokens.tolist() == [1, 4, 1, 5, 2, 0]  # row t reads x[t+1]; step 1 reads x[t+2]; padded
-    assert full.tolist() == [4, 1, 5, 2, 6, 0]  # row t is scored against T[t+1]
-    assert valid.tolist() == [True, True, True, False, True, False]  # loss_mask[t+1] (speculators)
-    *_, valid_sf = _rows(_sample(0), parse_rule("[:-1]"), _head(), torch.arange(V), steps=2)
-    assert valid_sf.tolist() == [True, True, True, True, False, False]  # loss_mask[t] (SpecForge)
+    (b,) = batches([_sample(1)], parse_rule("[:-1]"), _head(), torch.arange(V), steps=2, max_rows=100)
+    assert b.aux.shape == (1, 5, 3 * H)
+    assert b.tokens[0].tolist() == [1, 4, 1, 5, 2, 0]  # row t reads x[t+1]; step 1 reads x[t+2]; padded
+    assert b.full_labels[0].tolist() == [4, 1, 5, 2, 6, 0]  # row t is scored against T[t+1]
+    assert b.valid[0].tolist() == [True, True, True, False, True, False]  # loss_mask[t+1] (speculators)
+    (sf,) = batches([_sample(0)], parse_rule("[:-1]"), _head(), torch.arange(V), steps=2, max_rows=100)
+    assert sf.valid[0].tolist() == [True, True, True, True, False, False]  # loss_mask[t] (SpecForge)
+
+
+def test_batches_pad_and_split_by_rows():
+    short = _sample(1)
+    short.input_ids, short.loss_mask = short.input_ids[:4], short.loss_mask[:4]
+    short.states = [x[:4] for x in short.states]
+    two = list(batches([_sample(1), short], parse_rule("[:-1]"), _head(), torch.arange(V), steps=1, max_rows=7))
+    assert [b.aux.shape[:2] for b in two] == [(1, 5), (1, 3)]  # 5 + 3 rows > 7: two batches
+    (one,) = batches([_sample(1), short], parse_rule("[:-1]"), _head(), torch.arange(V), steps=1, max_rows=8)
+    assert one.aux.shape[:2] == (2, 5) and one.valid[1].tolist() == [True, True, True, False, False]
 
 
 def test_accuracy_by_hand(tmp_path):
