@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -230,6 +231,18 @@ class Tracking:
     def finish(self, run_id: str, status: str) -> None:
         """FINISHED, FAILED or KILLED."""
         self.client.set_terminated(run_id, status)
+
+    @contextlib.contextmanager
+    def ended_on_error(self, run_id: str, reason_tag: str) -> Iterator[None]:
+        """If the block raises, end ``run_id`` KILLED (interrupt) or FAILED (error), the reason in ``reason_tag``."""
+        try:
+            yield
+        except BaseException as e:
+            interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
+            self.log(run_id, tags={"outcome": "interrupted" if interrupted else "error",
+                                   reason_tag: f"{type(e).__name__}: {e}"[:7900]})
+            self.finish(run_id, "KILLED" if interrupted else "FAILED")
+            raise
 
     def reopen(self, run_id: str) -> None:
         self.client.update_run(run_id, status="RUNNING")

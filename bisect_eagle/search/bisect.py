@@ -843,18 +843,12 @@ def run_bisect(opts: BisectOptions, engine_factory: Callable[[Spec], Engine] = m
         {"good": good.label, "bad": bad.label, **{f"judge.{k}": str(v) for k, v in judge.settings().items()},
          "changes": json.dumps([c.name for c in changes])[:6000], "set": json.dumps(opts.overrides)[:6000],
          **({"replay": str(opts.replay)} if opts.replay else {})})
-    try:
-        with engine_factory(spec) if judge.metric != STANDALONE_METRIC else nullcontext() as engine:
-            ctx = TrialContext(spec=_probe_spec(spec, judge), tracking=tracking, study=f"bisect-{parent[:8]}",
-                               parent_run_id=parent, engine=engine)
-            prober = Prober(ctx, base, {c.name: c for c in changes}, judge, log, log_path, replayed, progress)
-            result = find_culprits([c.name for c in changes], prober, progress)
-    except BaseException as e:
-        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
-        tracking.log(parent, tags={"outcome": "interrupted" if interrupted else "error",
-                                   "error": f"{type(e).__name__}: {e}"[:7900]})
-        tracking.finish(parent, "KILLED" if interrupted else "FAILED")
-        raise
+    with tracking.ended_on_error(parent, "error"), (
+            engine_factory(spec) if judge.metric != STANDALONE_METRIC else nullcontext()) as engine:
+        ctx = TrialContext(spec=_probe_spec(spec, judge), tracking=tracking, study=f"bisect-{parent[:8]}",
+                           parent_run_id=parent, engine=engine)
+        prober = Prober(ctx, base, {c.name: c for c in changes}, judge, log, log_path, replayed, progress)
+        result = find_culprits([c.name for c in changes], prober, progress)
     report = _report(result, prober, changes, judge, good, bad, parent, log_path)
     tracking.log_texts(parent, {"bisect.log": log.text(), "result.json": json.dumps(report.to_json(), indent=2,
                                                                                    default=str)})

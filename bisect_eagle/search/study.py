@@ -679,14 +679,8 @@ def run_study(spec: Spec, opts: Options, engine_factory: Callable[[Spec], Engine
     if opts.resume:
         for note in _reap(study, claims, tracking, parent):
             s.emit("resume", note)
-    try:
+    with tracking.ended_on_error(parent, "stop_reason"):
         out = _run(s, engine_factory, opts, stage1=True)
-    except BaseException as e:
-        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
-        tracking.log(parent, tags={"outcome": "interrupted" if interrupted else "error",
-                                   "stop_reason": f"{type(e).__name__}: {e}"[:7900]})
-        tracking.finish(parent, "KILLED" if interrupted else "FAILED")
-        raise
     _finish_parent(s, out)
     study.set_user_attr("outcome", {"target_reached": out.target_reached, "stop_reason": out.stop_reason})
     return out
