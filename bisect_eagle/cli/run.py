@@ -146,6 +146,11 @@ def run(
                        study_name=study_name, resume=resume, max_live_trials=max_live_trials,
                        max_wall_s=max_wall_s, progress=display)
         out = run_study(s, opts, make_engine)
+    finish(out, as_json)
+
+
+def finish(out: Any, as_json: bool) -> None:
+    """Print a study's outcome (one JSON object, or the summary); exit 3 when the target was not reached."""
     if as_json:
         print_json(out.to_json())
     else:

@@ -5,17 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from bisect_eagle.cli.common import print_json
-from bisect_eagle.cli.run import (
-    EXIT_NOT_REACHED,
-    Display,
-    load_spec_or_default,
-    print_outcome,
-    quiet_libraries,
-    sigterm_as_exit,
-)
+from bisect_eagle.cli.run import Display, finish, load_spec_or_default, quiet_libraries, sigterm_as_exit
 
 
 def worker(
@@ -40,12 +31,7 @@ def worker(
         opts = Options(resolve_storage(storage, s), tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
                        study_name=study_name, progress=display)
         out = join_study(s, opts, make_engine, wait_s=wait_s)
-    if as_json:
-        print_json(out.to_json())
-    else:
-        print_outcome(out, Console())
-    if not out.target_reached:
-        raise typer.Exit(EXIT_NOT_REACHED)
+    finish(out, as_json)
 
 
 def register(app: typer.Typer) -> None:
