@@ -24,14 +24,20 @@ class FakeEngine(Engine):
 
     name = "fake"
 
-    def __init__(self, crash_steps: tuple[int, ...] = (), sleep_s: float = 0.0, log: Path | None = None):
+    def __init__(self, crash_steps: tuple[int, ...] = (), sleep_s: float = 0.0, log: Path | None = None,
+                 live_after: Path | None = None):
         self.crash_steps = crash_steps
         self.sleep_s = sleep_s
         self.log = log
+        self.live_after = live_after  # live trials wait (up to 120 s) until this file exists
         self.runs: list[LiveSettings] = []
 
     def run(self, settings: LiveSettings) -> TrialResult:
         self.runs.append(settings)
+        deadline = time.monotonic() + 120
+        while (self.live_after is not None and not settings.is_baseline and not self.live_after.exists()
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
         eff, warnings = apply_speculative_rules(settings)
         requested, effective = settings.model_dump(), eff.model_dump()
         if self.log is not None:

@@ -1,6 +1,6 @@
 """A study process for the kill/resume and two-worker tests: the real search code with the fake engine.
 
-usage: study_proc.py run|resume|worker SPEC STORAGE TRACKING_URI SLEEP_S LOG [STUDY]
+usage: study_proc.py run|run-with-worker|resume|worker SPEC STORAGE TRACKING_URI SLEEP_S LOG [STUDY]
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ def main() -> None:
     sigterm_as_exit()
     spec = load_spec(spec_path)
     opts = Options(storage, tracking, study_name=study, resume=mode == "resume")
-    engine = FakeEngine(sleep_s=float(sleep_s), log=Path(log))
+    ready = Path(log + ".worker-ready")  # run-with-worker: live trials wait for the worker, so both measure some
+    engine = FakeEngine(sleep_s=float(sleep_s), log=Path(log), live_after=ready if mode == "run-with-worker" else None)
     if mode == "worker":
-        out = join_study(spec, opts, lambda s: engine, wait_s=120)
+        out = join_study(spec, opts, lambda s: ready.touch() or engine, wait_s=120)  # ready once joined
     else:
         out = run_study(spec, opts, lambda s: engine)
     print(out.stop_reason, flush=True)

@@ -191,7 +191,8 @@ def test_two_workers_never_run_the_same_fingerprint(tmp_path, store):
     spec_path = make_spec(tmp_path, "workers", ratio=10.0, high=4, budget=10, seed=3)
     log = tmp_path / "runs.log"
     args = [str(spec_path), store["storage"], store["tracking"], "0.4", str(log)]
-    first = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", *args], stdout=subprocess.PIPE,
+    first = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run-with-worker", *args],
+                             stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     _wait_for_lines(log, 1, first)
     second = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "worker", *args],
