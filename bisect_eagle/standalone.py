@@ -74,46 +74,37 @@ class Batch:
     valid: torch.Tensor  # [B, T + steps - 1] bool
 
 
-def _rows(sample: Sample, rule: Rule, head: TargetHead, steps: int) -> tuple:
-    """aux [S-1, kH]; tokens, normed final states and valid flags of label positions 1..S-1, padded by steps-1."""
-    s = sample.input_ids.shape[0]
-    aux = rule.apply(sample.states, sample.input_ids, head.embed)[: s - 1]
-    final = sample.states[-1][1:].float()
-    normed = final if sample.final_normed else head.norm(final)
-    mask = sample.loss_mask[1:] if sample.mask_offset == 1 else sample.loss_mask[:-1]
-    pad = steps - 1
-    tokens = torch.cat([sample.input_ids[1:], torch.zeros(pad, dtype=torch.long)])
-    valid = torch.cat([mask, torch.zeros(pad, dtype=torch.bool)])
-    return aux, tokens, normed, valid
-
-
 def batches(
     samples: Iterable[Sample], rule: Rule, head: TargetHead, draft_vocab: torch.Tensor, steps: int, max_rows: int
 ) -> Iterator[Batch]:
-    """Group samples into padded batches of at most ``max_rows`` rows (memory-bounded)."""
-    pending: list[tuple] = []
+    """Group samples into padded batches of at most ``max_rows`` rows (memory-bounded); see the module doc."""
+    pending: list[Sample] = []
     rows = 0
 
     def flush() -> Batch:
-        width = max(p[0].shape[0] for p in pending)
-        b = len(pending)
-        aux = torch.zeros(b, width, pending[0][0].shape[1])
-        cols = width + steps - 1
+        width = max(s.input_ids.shape[0] for s in pending) - 1
+        b, cols, hidden = len(pending), width + steps - 1, pending[0].states[-1].shape[-1]
+        aux = torch.zeros(b, width, len(rule.select(len(pending[0].states))) * hidden)
+        final = torch.zeros(b, cols, hidden)
         tok = torch.zeros(b, cols, dtype=torch.long)
-        normed = torch.zeros(b, cols, pending[0][2].shape[1])
         valid = torch.zeros(b, cols, dtype=torch.bool)
-        for i, (a, t, f, v) in enumerate(pending):
-            aux[i, : a.shape[0]], tok[i, : t.shape[0]], normed[i, : f.shape[0]], valid[i, : v.shape[0]] = a, t, f, v
+        for i, s in enumerate(pending):
+            n = s.input_ids.shape[0] - 1  # rows t = 0 .. S-2; labels at positions 1 .. S-1
+            rule.apply(s.states, s.input_ids, head.embed, out=aux[i, :n])
+            final[i, :n] = s.states[-1][1:]
+            tok[i, :n] = s.input_ids[1:]
+            valid[i, :n] = s.loss_mask[1:] if s.mask_offset == 1 else s.loss_mask[:-1]
+        normed = final if pending[0].final_normed else head.norm(final)
         logits = normed @ head.lm_head.T  # target logits at label positions, one matmul per batch
         return Batch(aux, tok, logits.argmax(-1), logits[..., draft_vocab].argmax(-1), valid)
 
     for sample in samples:
-        r = _rows(sample, rule, head, steps)
-        if pending and rows + r[0].shape[0] > max_rows:
+        n = sample.input_ids.shape[0] - 1
+        if pending and rows + n > max_rows:
             yield flush()
             pending, rows = [], 0
-        pending.append(r)
-        rows += r[0].shape[0]
+        pending.append(sample)
+        rows += n
     if pending:
         yield flush()
 

@@ -51,17 +51,29 @@ class Rule:
     def uses_embedding(self) -> bool:
         return bool(self.items) and EMB in self.items
 
-    def apply(self, states: list[torch.Tensor], input_ids: torch.Tensor, embed: torch.Tensor | None) -> torch.Tensor:
-        """Concatenate the selected states of one sample into the fc input [S, k·H]."""
-        parts = []
-        for item in self.select(len(states)):
+    def apply(
+        self, states: list[torch.Tensor], input_ids: torch.Tensor, embed: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The selected states of one sample side by side: the fc input [S, k·H] (float32).
+
+        With ``out`` (``[rows, k·H]``), its rows are filled from the first ``rows`` positions, with no copies
+        in between.
+        """
+        chosen = self.select(len(states))
+        hidden = states[0].shape[-1]
+        if out is None:
+            out = torch.empty(input_ids.shape[0], len(chosen) * hidden)
+        rows = out.shape[0]
+        for j, item in enumerate(chosen):
             if item == EMB:
                 if embed is None:
                     raise WiringError(f"rule {self.text} uses emb but no target embedding table was given")
-                parts.append(embed[input_ids])
+                part = embed[input_ids[:rows]]
             else:
-                parts.append(states[int(item)].float())
-        return torch.cat(parts, dim=-1)
+                part = states[int(item)][:rows]
+            out[:, j * hidden : (j + 1) * hidden] = part
+        return out
 
 
 def parse_rule(text: str) -> Rule:
