@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -20,8 +21,10 @@ EXIT_NOT_REACHED = 3
 
 
 def quiet_libraries() -> None:
-    """Keep Optuna's per-trial lines and MLflow's store messages off the terminal."""
+    """Keep Optuna's per-trial lines, MLflow's store messages and artifact progress bars off the terminal."""
     import optuna
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for name in ("mlflow", "alembic", "httpx"):
