@@ -47,3 +47,14 @@ def write_fake_target(
     (path / "config.json").write_text(json.dumps({"num_hidden_layers": num_layers, "rms_norm_eps": 1e-6,
                                                   "hidden_size": h, "vocab_size": v}))
     return path
+
+
+def load_fake_engine():
+    """The deterministic ``FakeEngine`` class of the search tests (``tests/search/fake_engine.py``)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "search" / "fake_engine.py"
+    spec = importlib.util.spec_from_file_location("fake_engine", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FakeEngine

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import optuna
 import pytest
 
@@ -13,7 +10,8 @@ from bisect_eagle.search.study import Options, run_study
 from bisect_eagle.spec import load_spec
 from bisect_eagle.tracking import Tracking
 
-HERE = Path(__file__).resolve().parent
+from helpers import load_fake_engine
+
 SPEC = """\
 name: report
 target: t
@@ -28,19 +26,13 @@ search: {sampler: grid, max_live_trials: 6}
 """
 
 
-def fake_engine_class():
-    spec = importlib.util.spec_from_file_location("fake_engine", HERE / "search" / "fake_engine.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FakeEngine
-
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     (root / "spec.yaml").write_text(SPEC)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    engine = fake_engine_class()(crash_steps=(2,))
+    engine = load_fake_engine()(crash_steps=(2,))
     out = run_study(load_spec(root / "spec.yaml"), Options(f"sqlite:///{root}/optuna.db",
                                                             f"sqlite:///{root}/mlflow.db"), lambda s: engine)
     return root, out

@@ -4,7 +4,6 @@ parent run and its nested trial runs (standalone, baseline and live)."""
 from __future__ import annotations
 
 import html
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -17,17 +16,12 @@ from bisect_eagle.search.study import Options, run_study
 from bisect_eagle.spec import DEFAULT_SPEC, load_spec
 from bisect_eagle.tracking import Tracking
 
+from helpers import load_fake_engine
+
 CHROMIUM = Path("/usr/bin/chromium")
-HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
                                 reason="/usr/bin/chromium is absent (Debian: apt-get install -y chromium)")
 
-
-def fake_engine_class():
-    spec = importlib.util.spec_from_file_location("fake_engine", HERE / "search" / "fake_engine.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FakeEngine
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +32,7 @@ def served(tmp_path_factory):
     spec = load_spec(DEFAULT_SPEC)
     spec.standalone.samples = 4
     uri = f"sqlite:///{root}/mlruns/mlflow.db"
-    out = run_study(spec, Options(f"sqlite:///{root}/mlruns/optuna.db", uri), lambda s: fake_engine_class()())
+    out = run_study(spec, Options(f"sqlite:///{root}/mlruns/optuna.db", uri), lambda s: load_fake_engine()())
     port = free_port()
     proc = start_server(uri, port, log=root / "server.log")
     try:

@@ -103,10 +103,10 @@ def live(
         if dry_run:
             raise BadInput("--dry-run shows the server launches of a spec with engine.kind sglang; give --spec FILE")
         from bisect_eagle.engines.local import LocalEngine
-        from bisect_eagle.settings import parse_settings
+        from bisect_eagle.spec import settings_from
 
         p = resolve_paths(scenario, target=target, draft=draft, prompts=prompts)
-        settings = parse_settings(values, where="--set")
+        settings = settings_from(values, "--set")
         with LocalEngine(p["target"], p["draft"], p["prompts"], device=settings.device) as engine:
             result = engine.run(settings)
     if as_json:
