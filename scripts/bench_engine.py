@@ -28,14 +28,8 @@ from bisect_eagle.engines.local import LocalEngine
 from bisect_eagle.settings import LiveSettings
 
 TRUE = "true [1,5,9]"
-WIRINGS = {
-    TRUE: [1, 5, 9],
-    "[1:] -> [5,9,11]": [5, 9, 11],
-    "embedding first [-1,1,5]": [-1, 1, 5],
-    "shift -1 [0,4,8]": [0, 4, 8],
-    "shift +1 [2,6,10]": [2, 6, 10],
-}
-SEEDS_WRONG = ("[1:] -> [5,9,11]", "embedding first [-1,1,5]")
+SEEDS_WRONG = {"[1:] -> [5,9,11]": [5, 9, 11], "embedding first [-1,1,5]": [-1, 1, 5]}
+WIRINGS = {TRUE: [1, 5, 9], **SEEDS_WRONG, "shift -1 [0,4,8]": [0, 4, 8], "shift +1 [2,6,10]": [2, 6, 10]}
 
 
 def median_mad(xs: list[float]) -> tuple[float, float]:
@@ -85,8 +79,10 @@ def main(
         speedup, speedup_mad = median_mad([res.output_tok_s / b for res, b in zip(results, base_tps, strict=True)])
         accept = statistics.median(res.accept_length for res in results)
         overhead = statistics.median(1 - res.model_s / res.wall_s for res in results)
+        rates = [round(r, 3) for r in results[-1].accept_rate_per_position]
         summary[(name, steps)] = {"tok_s": tps, "tok_s_mad": tps_mad, "speedup": speedup,
-                                  "speedup_mad": speedup_mad, "accept_length": accept, "overhead_share": overhead}
+                                  "speedup_mad": speedup_mad, "accept_length": accept, "overhead_share": overhead,
+                                  "accept_rate_per_position": rates}
         print(f"{name:28s} {steps or '-':>5} {tps:8.1f} ±{tps_mad:5.1f} {statistics.median(base_tps):10.1f} "
               f"{speedup:7.2f} ±{speedup_mad:5.2f} {accept:10.2f} {overhead:8.2f}")
     by_depth = {}
@@ -102,7 +98,8 @@ def main(
     print(json.dumps({"speedup_true": round(first["speedup"], 3), "speedup_true_mad": round(first["speedup_mad"], 3),
                       "overhead_share": round(first["overhead_share"], 3), "by_num_steps": by_depth,
                       "repeats": repeats, "threads": threads,
-                      "settings": {f"{name}@{steps}": {m: round(v, 3) for m, v in d.items()}
+                      "settings": {f"{name}@{steps}": {m: v if isinstance(v, list) else round(v, 3)
+                                                        for m, v in d.items()}
                                    for (name, steps), d in summary.items()}}))
 
 
