@@ -1,11 +1,24 @@
-"""Reading a model directory's ``config.json``: one place for the error a user sees when it is missing or broken."""
+"""Reading a model directory's ``config.json``: one place for the error a user sees when it is missing or broken.
+
+:func:`read_config_json` gives the raw object; :func:`validate_keys` checks it against a pydantic model and
+turns the first validation error into one :class:`BadInput` line naming the file and the key, e.g.
+``…/config.json: key 'hidden_size': expected a valid integer, found 'big'``.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from bisect_eagle.errors import BadInput
+
+M = TypeVar("M", bound=BaseModel)
+_PLAIN = {"a valid integer": "an integer", "a valid number": "a number", "a valid list": "a list",
+          "a valid dictionary": "an object", "a valid boolean": "true or false", "a valid string": "a string",
+          "greater than 0": "a number > 0"}
 
 
 def read_config_json(directory: str | Path, what: str) -> dict:
@@ -15,8 +28,32 @@ def read_config_json(directory: str | Path, what: str) -> dict:
         raise BadInput(f"{path}: not found ({what} must be a directory with config.json)")
     try:
         cfg = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"{path}: not valid JSON ({e})") from None
     if not isinstance(cfg, dict):
         raise BadInput(f"{path}: expected a JSON object, found {type(cfg).__name__}")
     return cfg
+
+
+def key_name(loc: tuple[str | int, ...], prefix: str = "") -> str:
+    """A pydantic error location as the dotted key a user finds in the file: ``eagle_config.ids[1]``."""
+    out = prefix
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def validate_keys(model: type[M], data: dict, *, path: Path, prefix: str = "") -> M:
+    """``data`` as ``model``; the first error becomes one line naming ``path`` and the key (under ``prefix``)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = key_name(tuple(err["loc"]), prefix)
+        if err["type"] == "missing":
+            raise BadInput(f"{path}: key {key!r} is missing") from None
+        expected = str(err["msg"]).removeprefix("Input should be ").removeprefix("Value error, ")
+        expected = "an object" if expected.startswith("a valid dictionary") else _PLAIN.get(expected, expected)
+        found = repr(err.get("input"))
+        found = found if len(found) <= 60 else found[:57] + "..."
+        raise BadInput(f"{path}: key {key!r}: expected {expected}, found {found}") from None

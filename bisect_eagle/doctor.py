@@ -16,10 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from safetensors import safe_open
-
 from bisect_eagle import layers
-from bisect_eagle.configs import read_config_json
+from bisect_eagle.draft import DraftConfigFile, read_draft_config, read_headers
 from bisect_eagle.dumps import DumpReader
 from bisect_eagle.errors import BadInput
 from bisect_eagle.settings import LiveSettings
@@ -51,46 +49,43 @@ class Finding:
 
 @dataclass
 class DraftInfo:
-    """What a draft directory declares, read from config.json and the safetensors headers."""
+    """What a draft directory declares: its config.json (the one draft-config reader) and tensor shapes."""
 
-    path: Path
-    config: dict
-    layout: str  # specforge | speculators | unknown
-    nested_ids: list[int] | None
-    top_ids: list[int] | None
-    shapes: dict[str, list[int]]
+    file: DraftConfigFile
+    shapes: dict[str, list[int]]  # canonical (``midlayer.*``) tensor name -> shape, from the headers
+
+    @property
+    def path(self) -> Path:
+        return self.file.path.parent
+
+    @property
+    def config(self) -> dict:
+        return self.file.raw
+
+    @property
+    def layout(self) -> str:
+        return self.file.layout
+
+    @property
+    def nested_ids(self) -> list[int] | None:
+        return self.file.nested_ids
+
+    @property
+    def top_ids(self) -> list[int] | None:
+        return self.file.top_level_ids
 
     @property
     def is_eagle3(self) -> bool:
-        archs = self.config.get("architectures") or []
-        return any("Eagle3" in a for a in archs) or self.config.get("speculators_model_type") == "eagle3"
+        return self.file.is_eagle3
 
     def declared(self, engine: str) -> tuple[list[int] | None, str]:
         """The ids this engine reads from the draft, and their convention."""
-        if engine == "vllm" or (engine == "local" and self.layout == "speculators"):
-            return self.top_ids, "vllm"
-        return self.nested_ids, "sglang"
+        return self.file.declared_ids(engine)  # type: ignore[arg-type]
 
 
 def read_draft(path: Path) -> DraftInfo:
     """A draft's config and tensor shapes (headers only)."""
-    cfg = read_config_json(path, "an EAGLE-3 draft")
-    shapes: dict[str, list[int]] = {}
-    for f in sorted(path.glob("*.safetensors")):
-        try:
-            with safe_open(str(f), "pt") as st:
-                for name in st.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                    shapes[name] = list(st.get_slice(name).get_shape())
-        except Exception as e:  # safetensors raises several types for a damaged header
-            raise BadInput(f"{f}: cannot read the safetensors header ({e})") from None
-    archs = cfg.get("architectures") or []
-    layout = ("speculators" if "Eagle3Speculator" in archs or cfg.get("speculators_model_type")
-              else "specforge" if any(a.endswith("Eagle3") for a in archs) else "unknown")
-    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    nested = eagle.get(IDS_KEY)
-    top = cfg.get(IDS_KEY)
-    return DraftInfo(path, cfg, layout, list(nested) if isinstance(nested, list) else None,
-                     list(top) if isinstance(top, list) else None, shapes)
+    return DraftInfo(read_draft_config(path), {n: list(h.shape) for n, h in read_headers(Path(path)).items()})
 
 
 def engine_family(spec: Spec) -> str:

@@ -1,9 +1,9 @@
-"""One trial as one path: settings -> identity -> cache lookup -> engine -> result -> one MLflow child run.
+"""One trial as one path: settings -> the engine's plan -> cache lookup -> engine -> result -> one MLflow child run.
 
-Identity is the fingerprint of the *effective* settings (SGLang's rules applied, layer ids in the ascending
-order every engine concatenates them, secret environment variables left out), so two requests an engine
-runs identically are one trial. The child run is created before the engine starts, so a killed trial
-leaves a RUNNING run that resuming marks FAILED; an interrupted trial (Ctrl-C, SIGTERM) ends KILLED.
+Identity is the plan's fingerprint (:mod:`bisect_eagle.engines.plan`): the engine's effective settings, so
+two requests an engine runs identically are one trial. The child run is created before the engine starts, so
+a killed trial leaves a RUNNING run that resuming marks FAILED; an interrupted trial (Ctrl-C, SIGTERM) ends
+KILLED. A plan the engine refuses is recorded as a ``bad_arguments`` trial without running anything.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bisect_eagle.engines.base import Engine, TrialResult
+from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings, apply_speculative_rules, is_secret, public_env, trial_fingerprint
+from bisect_eagle.secrets import Scrubber, redact_mapping
+from bisect_eagle.settings import LiveSettings, trial_fingerprint
 from bisect_eagle.spec import WIRING_SETTING, Spec
 from bisect_eagle.tracking import Tracking, flat_params, owner_id
 
@@ -45,6 +47,12 @@ class TrialContext:
     def metric(self) -> str:
         return self.spec.criterion.metric
 
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        """The engine's plan for ``settings`` (its fingerprint is the trial's identity)."""
+        if self.engine is None:
+            raise RuntimeError("planning a live trial needs an engine in the trial context")
+        return self.engine.plan(settings)
+
 
 @dataclass
 class TrialRecord:
@@ -66,16 +74,6 @@ class TrialRecord:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def identity(settings: LiveSettings) -> tuple[dict[str, Any], list[str], str]:
-    """(effective settings as logged, warnings about overrides, fingerprint)."""
-    eff, warnings = apply_speculative_rules(settings)
-    d = eff.model_dump(mode="json")
-    d["env"] = public_env(d["env"])
-    if d[WIRING_SETTING] is not None:
-        d[WIRING_SETTING] = sorted(d[WIRING_SETTING])
-    return d, warnings, trial_fingerprint(d)
 
 
 def _effective_tag(effective: dict[str, Any]) -> dict[str, str]:
@@ -111,17 +109,14 @@ def run_name(stage: str, effective: dict[str, Any], number: int | None = None) -
     if effective.get("speculative_algorithm") == "none":
         return "baseline (no speculation)"
     ids = effective.get(WIRING_SETTING)
-    wiring = "draft-ids" if ids is None else ",".join(str(i) for i in ids)
+    wiring = "server-default" if ids is None else ",".join(str(i) for i in ids)
     head = f"{stage} {number:03d}" if number is not None else stage
     return f"{head} ids={wiring} steps={effective.get('num_steps')} topk={effective.get('topk')}"
 
 
-def _scrub(text: str, settings: LiveSettings) -> str:
-    """Artifact text with secret environment values replaced by ***."""
-    for name, value in settings.env.items():
-        if is_secret(name) and value:
-            text = text.replace(value, "***")
-    return text
+def scrubber_for(plan: TrialPlan) -> Scrubber:
+    """Scrubs the controller's and this trial's secret values (env, server args) from free text."""
+    return Scrubber(plan.settings.env, plan.settings.server_args)
 
 
 def _requests_csv(results: list[TrialResult]) -> str:
@@ -132,10 +127,6 @@ def _requests_csv(results: list[TrialResult]) -> str:
         for q in r.requests:
             w.writerow([i, q.id, q.prompt_tokens, q.completion_tokens, q.verify_steps, q.accept_length, q.latency_s])
     return buf.getvalue()
-
-
-def _sanitized(d: dict[str, Any]) -> dict[str, Any]:
-    return {**d, "env": public_env(d["env"])} if isinstance(d.get("env"), dict) else d
 
 
 def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float], TrialResult]:
@@ -153,16 +144,17 @@ def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float]
     return metrics, rep
 
 
-def _measure(ctx: TrialContext, settings: LiveSettings) -> tuple[list[TrialResult], float, bool]:
+def _measure(ctx: TrialContext, plan: TrialPlan) -> tuple[list[TrialResult], float, bool]:
     """Run the engine ``repeats`` times (fewer when the first one fails or is pruned); (results, s, pruned)."""
     search = ctx.spec.search
+    settings = plan.settings
     if ctx.engine is None:
         raise RuntimeError("live trials need an engine in the trial context")
     results: list[TrialResult] = []
     engine_s = 0.0
     for i in range(search.repeats):
         t0 = time.perf_counter()
-        result = ctx.engine.run(settings)
+        result = ctx.engine.run(plan)
         engine_s += time.perf_counter() - t0
         results.append(result)
         if not result.ok:
@@ -175,28 +167,38 @@ def _measure(ctx: TrialContext, settings: LiveSettings) -> tuple[list[TrialResul
 
 def run_live_trial(
     ctx: TrialContext,
-    settings: LiveSettings,
+    plan: TrialPlan,
+    *,
     stage: str,
     parent_run_id: str,
     number: int | None = None,
     tags: dict[str, str] | None = None,
     on_start: Callable[[str], None] | None = None,
 ) -> TrialRecord:
-    """Measure ``settings`` (``repeats`` times) as one child run of ``parent_run_id``; never uses the cache."""
+    """Measure ``plan`` (``repeats`` times) as one child run of ``parent_run_id``; never uses the cache.
+
+    A refused plan becomes a FAILED ``bad_arguments`` run at once (nothing runs) and a failed record.
+    """
     start = time.perf_counter()
-    effective, warnings, fp = identity(settings)
-    requested = _sanitized(settings.model_dump(mode="json"))
+    effective, fp = plan.effective, plan.fingerprint
     params = flat_params(effective)
-    params.update({f"requested.{k}": v for k, v in flat_params(requested).items() if params.get(k) != v})
+    params.update({f"requested.{k}": v for k, v in flat_params(plan.requested).items() if params.get(k) != v})
     run_id = ctx.tracking.start_run(
         run_name(stage, effective, number),
         {"stage": stage, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner,
-         "engine": ctx.spec.engine.kind, **_effective_tag(effective), **(tags or {})},
+         "engine": plan.engine, "checked": plan.checked or "the engine's own rules",
+         **_effective_tag(effective), **(tags or {})},
         params, parent_run_id)
     if on_start is not None:
         on_start(run_id)
+    if plan.refusal is not None:
+        record = TrialRecord(fp, stage, "failed", None, {}, effective, run_id, failure_class="bad_arguments",
+                             failure_detail=plan.refusal, warnings=list(plan.warnings))
+        _log_result(ctx, plan, record, [])
+        record.wall_s = time.perf_counter() - start
+        return record
     try:
-        results, engine_s, pruned = _measure(ctx, settings)
+        results, engine_s, pruned = _measure(ctx, plan)
     except BadInput as e:
         ctx.tracking.log(run_id, tags={"outcome": "error", "failure_class": "bad_arguments",
                                        "failure_detail": str(e)[:7900]})
@@ -208,17 +210,18 @@ def run_live_trial(
                                        "failure_detail": f"{type(e).__name__}: {e}"[:7900]})
         ctx.tracking.finish(run_id, "KILLED" if interrupted else "FAILED")
         raise
-    record = _record(ctx, settings, stage, fp, effective, warnings, results, pruned, run_id)
+    record = _record(ctx, plan, stage, results, pruned, run_id)
     record.engine_s = engine_s
-    _log_result(ctx, settings, record, results)
+    _log_result(ctx, plan, record, results)
     record.wall_s = time.perf_counter() - start
     return record
 
 
-def _record(ctx: TrialContext, settings: LiveSettings, stage: str, fp: str, effective: dict, warnings: list[str],
-            results: list[TrialResult], pruned: bool, run_id: str) -> TrialRecord:
+def _record(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialResult], pruned: bool,
+            run_id: str) -> TrialRecord:
+    fp, effective = plan.fingerprint, plan.effective
     last = results[-1]
-    all_warnings = list(dict.fromkeys([*warnings, *(w for r in results for w in r.warnings)]))
+    all_warnings = list(dict.fromkeys([*plan.warnings, *(w for r in results for w in r.warnings)]))
     if not last.ok:
         return TrialRecord(fp, stage, "failed", None, {}, effective, run_id, failure_class=last.failure_class,
                            failure_detail=last.failure_detail, warnings=all_warnings)
@@ -234,13 +237,15 @@ def _record(ctx: TrialContext, settings: LiveSettings, stage: str, fp: str, effe
                        warnings=all_warnings)
 
 
-def _log_result(ctx: TrialContext, settings: LiveSettings, record: TrialRecord, results: list[TrialResult]) -> None:
-    """Metrics, outcome tags, artifacts and the final status of a measured trial."""
+def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results: list[TrialResult]) -> None:
+    """Metrics, outcome tags, artifacts and the final status of a measured (or refused) trial."""
+    scrub = scrubber_for(plan)
     files = {
         "trial.json": json.dumps({
             "fingerprint": record.fingerprint,
-            "requested": _sanitized(settings.model_dump(mode="json")),
-            "requested_explicit": _sanitized(settings.model_dump(mode="json", exclude_unset=True)),
+            "requested": redact_mapping(plan.settings.model_dump(mode="json")),
+            "requested_explicit": plan.requested,
+            "plan": plan.to_json(),
             "effective": record.effective,
             "warnings": record.warnings,
             "repeats": [{**_sanitized_result(r)} for r in results],
@@ -248,15 +253,15 @@ def _log_result(ctx: TrialContext, settings: LiveSettings, record: TrialRecord, 
     }
     if any(r.requests for r in results):
         files["requests.csv"] = _requests_csv(results)
-    for name, text in results[-1].artifacts.items():
+    for name, text in (results[-1].artifacts.items() if results else ()):
         files[name] = text
-    ctx.tracking.log_texts(record.run_id, {k: _scrub(v, settings) for k, v in files.items()})
+    ctx.tracking.log_texts(record.run_id, {k: scrub(v) for k, v in files.items()})
     tags = {"outcome": record.status, "value": str(record.value)}
     if record.failure_class:
         tags["failure_class"] = record.failure_class
-        tags["failure_detail"] = _scrub(record.failure_detail or "", settings)[:7900]
+        tags["failure_detail"] = scrub(record.failure_detail or "")[:7900]
     if record.warnings:
-        tags["warnings"] = _scrub(" | ".join(record.warnings), settings)[:7900]
+        tags["warnings"] = scrub(" | ".join(record.warnings))[:7900]
     ctx.tracking.log(record.run_id, metrics=record.metrics, tags=tags)
     ctx.tracking.finish(record.run_id, STATUS[record.status])
 
@@ -265,8 +270,8 @@ def _sanitized_result(r: TrialResult) -> dict[str, Any]:
     d = r.to_json()
     d.pop("requests")
     d.pop("artifacts")
-    d["requested"] = _sanitized(d["requested"])
-    d["effective"] = _sanitized(d["effective"])
+    d["requested"] = redact_mapping(d["requested"])
+    d["effective"] = redact_mapping(d["effective"])
     return d
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bisect_eagle.engines.base import Engine, TrialResult
-from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.settings import LiveSettings
 from bisect_eagle.spec import Spec
 from bisect_eagle.tracking import (
     PARENT_TAG,
@@ -25,7 +26,7 @@ from bisect_eagle.tracking import (
     redact,
     resolve_tracking_uri,
 )
-from bisect_eagle.trials import TrialContext, find_cached, identity, run_live_trial
+from bisect_eagle.trials import TrialContext, find_cached, run_live_trial
 
 SECRET = "s3cr3t-value-123"
 
@@ -35,9 +36,15 @@ class EchoEngine(Engine):
 
     name = "echo"
 
-    def run(self, settings: LiveSettings) -> TrialResult:
-        eff, _ = apply_speculative_rules(settings)
-        return TrialResult(self.name, "ok", settings.model_dump(), eff.model_dump(), output_tok_s=50.0,
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        effective, warnings, refusal = speculative_effective(settings)
+        if not settings.is_baseline and effective["eagle_aux_hidden_state_layer_ids"] is None:
+            effective["eagle_aux_hidden_state_layer_ids"] = [1, 5, 9]
+        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        settings = plan.settings
+        return TrialResult(self.name, "ok", plan.requested, plan.effective, output_tok_s=50.0,
                            accept_length=2.0, accept_rate_per_position=[0.5], wall_s=0.1,
                            artifacts={"launch_command.txt": f"env {settings.env}\n"})
 
@@ -77,24 +84,26 @@ def test_live_trial_logs_effective_settings_and_never_a_secret(tracking):
     ctx = TrialContext(spec, tracking, "s", parent, engine=EchoEngine(), baseline=25.0, target=30.0)
     settings = LiveSettings(num_steps=3, num_draft_tokens=9,
                             env={"HF_TOKEN": SECRET, "MY_API_KEY": SECRET, "NCCL_ALGO": "Ring"})
-    record = run_live_trial(ctx, settings, "live", parent, number=7)
+    plan = ctx.plan(settings)
+    record = run_live_trial(ctx, plan, stage="live", parent_run_id=parent, number=7)
     run = tracking.get_run(record.run_id)
-    assert run.info.status == "FINISHED" and run.info.run_name == "live 007 ids=draft-ids steps=3 topk=1"
+    assert run.info.status == "FINISHED" and run.info.run_name == "live 007 ids=1,5,9 steps=3 topk=1"
+    assert run.data.params["eagle_aux_hidden_state_layer_ids"] == "[1, 5, 9]"
     assert run.data.params["num_draft_tokens"] == "4" and run.data.params["requested.num_draft_tokens"] == "9"
     assert run.data.params["env.NCCL_ALGO"] == "Ring"
     assert run.data.metrics["ratio_to_baseline"] == 2.0
     assert "topk == 1 forces num_draft_tokens" in run.data.tags["warnings"]
     texts = [tracking.read_text(record.run_id, name) for name in ("trial.json", "launch_command.txt")]
     everything = json.dumps([run.data.params, run.data.tags, texts])
-    assert SECRET not in everything and "HF_TOKEN" not in json.dumps(run.data.params)
-    assert "***" in texts[1]
-    cached = find_cached(tracking, identity(settings)[2], parent)
+    assert SECRET not in everything and run.data.params["env.HF_TOKEN"] == "<redacted>"
+    assert "<redacted>" in texts[1]
+    cached = find_cached(tracking, plan.fingerprint, parent)
     assert cached is not None and cached.run_id == record.run_id and cached.value == 50.0 and cached.cached
 
 
 def test_interrupted_runs_are_not_reused_as_cache(tracking):
     parent = tracking.start_run("study-interrupted", {"role": "study"})
-    fp = identity(LiveSettings(num_steps=5))[2]
+    fp = EchoEngine().plan(LiveSettings(num_steps=5)).fingerprint
     run = tracking.start_run("x", {"stage": "live", "fingerprint": fp, "outcome": "interrupted"},
                              parent_run_id=parent)
     tracking.finish(run, "FAILED")

@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bisect_eagle.cli.common import print_json, resolve_paths
-from bisect_eagle.engines.base import TrialResult
+from bisect_eagle.engines.base import Engine, TrialResult
 from bisect_eagle.errors import BadInput
+from bisect_eagle.settings import LiveSettings
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -53,6 +54,14 @@ def _print_result(result: TrialResult) -> None:
     console.print(f"wall {result.wall_s:.2f} s, of which {result.model_s:.2f} s inside model forwards")
 
 
+def _run_planned(engine: Engine, settings: LiveSettings) -> TrialResult:
+    """Plan, refuse with the engine's reason (exit 2), or run."""
+    plan = engine.plan(settings)
+    if plan.refusal is not None:
+        raise BadInput(plan.refusal)
+    return engine.run(plan)
+
+
 def _run_spec(spec_path: Path, values: dict[str, Any], dry_run: bool, as_json: bool) -> TrialResult | None:
     """One trial of a spec's engine with its fixed settings and the ``--set`` overrides (None after a dry run)."""
     from bisect_eagle.engines import default_log_dir, make_engine
@@ -72,7 +81,7 @@ def _run_spec(spec_path: Path, values: dict[str, Any], dry_run: bool, as_json: b
             typer.echo(plan.text(), nl=False)
         return None
     with make_engine(s) as engine:
-        return engine.run(settings)
+        return _run_planned(engine, settings)
 
 
 def live(
@@ -107,8 +116,8 @@ def live(
 
         p = resolve_paths(scenario, target=target, draft=draft, prompts=prompts)
         settings = settings_from(values, "--set")
-        with LocalEngine(p["target"], p["draft"], p["prompts"], device=settings.device) as engine:
-            result = engine.run(settings)
+        with LocalEngine(p["target"], p["draft"], p["prompts"]) as engine:
+            result = _run_planned(engine, settings)
     if as_json:
         print_json(result.to_json())
     else:

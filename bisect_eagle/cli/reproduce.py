@@ -43,7 +43,8 @@ def reproduce(
         ctx = TrialContext(spec, tracking, parent.data.tags.get("study", ""), parent_id, engine=engine,
                            baseline=parent.data.metrics.get("baseline"), target=parent.data.metrics.get("target"),
                            baseline_tok_s=parent.data.metrics.get("baseline_output_tok_s"))
-        record = run_live_trial(ctx, settings, "reproduce", parent_id, tags={"reproduces": run_id})
+        record = run_live_trial(ctx, engine.plan(settings), stage="reproduce", parent_run_id=parent_id,
+                                tags={"reproduces": run_id})
     rows = compare(dict(run.data.metrics), record.metrics)
     if as_json:
         print_json({"run_id": run_id, "new_run_id": record.run_id, "status": record.status,

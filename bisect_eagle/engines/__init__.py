@@ -19,7 +19,7 @@ def make_engine(spec: Spec, log_dir: Path | None = None) -> Engine:
         from bisect_eagle.engines.local import LocalEngine
 
         p = spec.paths()
-        return LocalEngine(p["target"], p["draft"], p["prompts"], device=spec.fixed_settings().device)
+        return LocalEngine(p["target"], p["draft"], p["prompts"])
     from bisect_eagle.engines.sglang import SglangEngine
 
     return SglangEngine.from_spec(spec, log_dir or default_log_dir(spec))

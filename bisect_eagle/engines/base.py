@@ -1,4 +1,8 @@
-"""The engine interface: one live trial is ``LiveSettings`` in, a :class:`TrialResult` out.
+"""The engine interface: ``LiveSettings`` → :meth:`Engine.plan` → :class:`TrialPlan` → :meth:`Engine.run` →
+:class:`TrialResult`.
+
+The plan is the engine's own statement of what it will run (effective settings, identity, warnings, the
+launch where there is one); planning is cheap and never loads a model, starts a server or writes a file.
 
 Every engine (``local``: in-process PyTorch; ``sglang``: one server per trial) measures the same way:
 warm-up requests excluded, wall-clock output tokens per second over the measured requests, accept length
@@ -14,6 +18,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.settings import LiveSettings
 
 FAILURE_CLASSES = (
@@ -94,13 +99,24 @@ def failed(engine: str, requested: dict, effective: dict, cls: str, detail: str,
 
 
 class Engine(abc.ABC):
-    """Runs live trials. Engines may keep models loaded between trials; ``close`` releases everything."""
+    """Plans and runs live trials. Engines may keep models loaded between trials; ``close`` releases everything.
+
+    Construction and :meth:`plan` are cheap (no model load, no server, no file written); models load on the
+    first :meth:`run`.
+    """
 
     name: str
 
     @abc.abstractmethod
-    def run(self, settings: LiveSettings) -> TrialResult:
-        """Run one live trial (a no-speculation baseline when ``settings.is_baseline``)."""
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        """What this engine will run for ``settings``: effective settings, fingerprint, warnings or a refusal."""
+
+    @abc.abstractmethod
+    def run(self, plan: TrialPlan) -> TrialResult:
+        """Run one planned live trial (a no-speculation baseline when ``plan.is_baseline``).
+
+        A refused plan (``plan.refusal``) raises :class:`~bisect_eagle.errors.BadInput`; callers check first.
+        """
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release models, servers and ports."""

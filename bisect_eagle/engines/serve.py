@@ -323,18 +323,13 @@ def serve_until_signal(httpd: ServeHTTPServer) -> None:
 def draft_layer_ids(draft_dir: Path, num_layers: int) -> tuple[list[int], str | None]:
     """Capture ids as SGLang reads them (nested ``eagle_config`` only); (ids, a warning when defaulted)."""
     from bisect_eagle import layers
+    from bisect_eagle.draft import read_draft_config
 
-    cfg_path = draft_dir / "config.json"
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise BadInput(f"{cfg_path}: cannot read the draft config ({e})") from None
-    eagle = cfg.get("eagle_config")
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
-    if isinstance(ids, list) and ids:
-        return [int(i) for i in ids], None
+    cf = read_draft_config(draft_dir)
+    if cf.nested_ids:
+        return list(cf.nested_ids), None
     default = layers.CONVENTIONS["sglang"].defaults(num_layers)
-    return default, (f"{cfg_path}: no eagle_config.eagle_aux_hidden_state_layer_ids; capturing SGLang's default "
+    return default, (f"{cf.path}: no eagle_config.eagle_aux_hidden_state_layer_ids; capturing SGLang's default "
                      f"layers {default} (SGLang does this without a warning)")
 
 

@@ -47,7 +47,7 @@ from bisect_eagle.settings import LiveSettings, parse_settings, trial_fingerprin
 from bisect_eagle.spec import WIRING_SETTING as WIRING
 from bisect_eagle.spec import Spec, check_setting_name, load_spec, settings_from
 from bisect_eagle.tracking import Tracking, resolve_tracking_uri
-from bisect_eagle.trials import TrialContext, TrialRecord, find_cached, identity, run_live_trial
+from bisect_eagle.trials import TrialContext, TrialRecord, find_cached, run_live_trial
 
 Config = frozenset[str]
 
@@ -633,7 +633,8 @@ class Prober:
         settings = self.settings(config)
         if self.judge.metric == STANDALONE_METRIC:
             return self._standalone(settings, config)
-        effective, _, fp = identity(settings)
+        plan = self.ctx.plan(settings)
+        effective, fp = plan.effective, plan.fingerprint
         if fp in self.seen:
             return self._reuse(self.seen[fp], "memory", config)
         found = self._cached(fp)
@@ -642,7 +643,7 @@ class Prober:
             self.seen[fp] = rec
             return self._reuse(rec, "cache", config)
         self.measured += 1
-        trial = run_live_trial(self.ctx, settings, "live", self.ctx.parent_run_id,
+        trial = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
                                tags={"bisect_applied": self.applied(config)}, on_start=self._on_start)
         rec = self._from_trial(trial, "measured", effective)
         rec.child_run_id = trial.run_id

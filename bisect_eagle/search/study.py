@@ -41,7 +41,6 @@ from bisect_eagle.trials import (
     TrialRecord,
     effective_of,
     find_cached,
-    identity,
     run_live_trial,
     run_standalone_trial,
 )
@@ -282,26 +281,18 @@ def latest_study(storage: optuna.storages.RDBStorage, spec: Spec) -> str | None:
 
 
 def _spec_text(spec: Spec) -> str:
-    from bisect_eagle.settings import is_secret
+    from bisect_eagle.secrets import Scrubber
 
-    text = Path(spec.source).read_text()
-    env = spec.fixed_settings().env
-    for name, value in env.items():
-        if is_secret(name) and value:
-            text = text.replace(value, "***")
-    return text
+    fixed = spec.fixed_settings()
+    return Scrubber(fixed.env, fixed.server_args)(Path(spec.source).read_text())
 
 
 def _resolved_spec(spec: Spec) -> dict[str, Any]:
-    from bisect_eagle.settings import is_secret
+    from bisect_eagle.secrets import redact_mapping
 
     d = spec.model_dump(mode="json")
     d["source"] = str(Path(spec.source).resolve())
-    settings = d["engine"]["settings"]
-    for key in [k for k in settings if k.startswith("env.") and is_secret(k[4:])]:
-        del settings[key]
-    if isinstance(settings.get("env"), dict):
-        settings["env"] = {k: v for k, v in settings["env"].items() if not is_secret(k)}
+    d["engine"]["settings"] = redact_mapping(d["engine"]["settings"])
     return d
 
 
@@ -427,11 +418,11 @@ class StudyRun:
         spec = self.spec
         if spec.baseline == "measure":
             settings = spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"})
-            _, _, fp = identity(settings)
-            record = find_cached(self.ctx.tracking, fp, self.ctx.parent_run_id)
+            plan = self.ctx.plan(settings)
+            record = find_cached(self.ctx.tracking, plan.fingerprint, self.ctx.parent_run_id)
             if record is None:
                 self.emit("baseline", "baseline trial (no speculation)")
-                record = run_live_trial(self.ctx, settings, "baseline", self.ctx.parent_run_id)
+                record = run_live_trial(self.ctx, plan, stage="baseline", parent_run_id=self.ctx.parent_run_id)
             if record.status != "ok":
                 raise RuntimeError(f"the baseline trial failed ({record.failure_class}): {record.failure_detail}; "
                                    f"see run {record.run_id}")
@@ -463,9 +454,11 @@ class StudyRun:
         out = set()
         for sampled in combos:
             try:
-                out.add(identity(space.settings(sampled))[2])
+                plan = self.ctx.plan(space.settings(sampled))
             except BadInput:
                 continue
+            if plan.refusal is None:
+                out.add(plan.fingerprint)
         return out
 
     def stop_reason(self, all_fps: set[str] | None, duplicates_in_row: int) -> str | None:
@@ -517,13 +510,16 @@ class StudyRun:
         trial.set_user_attr("owner", self.ctx.owner)
         sampled = space.suggest(trial)
         try:
-            settings = space.settings(sampled)
-            _, _, fp = identity(settings)
-        except BadInput as e:  # a combination the engine's rules refuse (e.g. topk > 1 without num_draft_tokens)
+            plan = self.ctx.plan(space.settings(sampled))
+            if plan.refusal is not None:
+                raise BadInput(plan.refusal)
+        except BadInput as e:  # a combination the engine refuses (e.g. topk > 1 without num_draft_tokens)
+            fp = None
             trial.set_user_attr("invalid", str(e))
             trial.set_constraint("invalid", 1.0)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "invalid", None
+        fp = plan.fingerprint
         trial.set_user_attr("fingerprint", fp)
         won, other = self.claims.claim(self.name, fp, trial.number, self.ctx.owner)
         if not won:
@@ -544,7 +540,8 @@ class StudyRun:
             self._tell_known(trial, cached.status, cached.value, cached.run_id, duplicate=True)
             return "duplicate", None
         try:
-            record = run_live_trial(self.ctx, settings, "live", self.ctx.parent_run_id, number=trial.number,
+            record = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
+                                    number=trial.number,
                                     tags={"trial_number": str(trial.number)},
                                     on_start=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id))
         except BaseException:

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
+from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.errors import BadInput
 from bisect_eagle.settings import LiveSettings, apply_speculative_rules
 
 TRUE_IDS = [1, 5, 9]
@@ -32,7 +34,20 @@ class FakeEngine(Engine):
         self.live_after = live_after  # live trials wait (up to 120 s) until this file exists
         self.runs: list[LiveSettings] = []
 
-    def run(self, settings: LiveSettings) -> TrialResult:
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        """Like the local engine: the draft's own ids resolved, server-only fields ignored."""
+        effective, warnings, refusal = speculative_effective(settings)
+        for key in ("concurrency", "env", "server_args"):
+            effective.pop(key)
+        if not settings.is_baseline:
+            ids = settings.eagle_aux_hidden_state_layer_ids
+            effective["eagle_aux_hidden_state_layer_ids"] = sorted(TRUE_IDS if ids is None else ids)
+        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        if plan.refusal is not None:
+            raise BadInput(plan.refusal)
+        settings = plan.settings
         self.runs.append(settings)
         deadline = time.monotonic() + 120
         while (self.live_after is not None and not settings.is_baseline and not self.live_after.exists()

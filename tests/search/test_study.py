@@ -173,9 +173,7 @@ def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
     out = run_study(spec, Options(store["storage"], store["tracking"], resume=True), lambda s: engine)
     assert out.parent_run_id == parent.info.run_id
     assert out.stop_reason == "budget: max_live_trials (6) used"
-    from bisect_eagle.trials import identity
-
-    rerun = {identity(s)[2] for s in engine.runs}
+    rerun = {engine.plan(s).fingerprint for s in engine.runs}
     assert not rerun & finished_before
     children = tracking.child_runs(parent.info.run_id)
     killed = [r for r in children if r.data.tags.get("outcome") == "interrupted"]

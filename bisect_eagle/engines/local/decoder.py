@@ -24,24 +24,17 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import torch
 
 from bisect_eagle import layers
-from bisect_eagle.draft import LoadedDraft, load_draft
-from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
+from bisect_eagle.draft import LoadedDraft
 from bisect_eagle.errors import BadInput
-from bisect_eagle.prompts import Prompt, load_prompts
-from bisect_eagle.settings import LiveSettings, apply_speculative_rules
-from bisect_eagle.target import capture_hidden, decoder_layers, load_target
+from bisect_eagle.target import capture_hidden, decoder_layers
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ALGORITHMS = ("EAGLE3", "EAGLE")
 
 
@@ -306,117 +299,3 @@ def accept_rates(gens: list[Generation], num_steps: int) -> list[float]:
                 reached[k] += 1
                 passed[k] += k < emitted - 1
     return [p / r if r else float("nan") for p, r in zip(passed, reached, strict=True)]
-
-
-class LocalEngine(Engine):
-    """Live trials in this process; the target and the draft are loaded once per (device, dtype) and reused.
-
-    A trial runs on ``settings.device`` in ``settings.dtype``; ``device`` here is where the models are loaded
-    up front. Requests run one at a time (effective concurrency 1) and decode greedily.
-    """
-
-    name = "local"
-
-    def __init__(self, target: Path, draft: Path, prompts: Path, device: str = "cpu"):
-        self.target_path, self.draft_path = Path(target), Path(draft)
-        self._models: dict[tuple[str, str], tuple[Any, LoadedDraft]] = {}
-        tokenizer = self._load(device, "float32")
-        self.prompts = load_prompts(prompts, tokenizer)
-        self.eos_token_id = tokenizer.eos_token_id
-
-    def _load(self, device: str, dtype: str):
-        """Load target and draft for (device, dtype); returns the tokenizer."""
-        model, tokenizer = load_target(self.target_path, device=device, dtype=DTYPES[dtype])
-        draft = load_draft(self.draft_path, target=self.target_path, device=device)
-        draft.model.to(DTYPES[dtype])
-        self._models[(device, dtype)] = (model, draft)
-        return tokenizer
-
-    def _models_for(self, device: str, dtype: str) -> tuple[Any, LoadedDraft]:
-        if (device, dtype) not in self._models:
-            self._load(device, dtype)
-        return self._models[(device, dtype)]
-
-    def close(self) -> None:
-        self._models.clear()
-
-    def run(self, settings: LiveSettings) -> TrialResult:
-        """One live trial: warm-up requests, then the measured ones, each decoded to completion."""
-        requested = settings.model_dump()
-        _refuse_unsupported(settings)
-        eff, warnings = apply_speculative_rules(settings)
-        warnings += _local_notes(eff)
-        model, draft = self._models_for(eff.device, eff.dtype)
-        algorithm = "EAGLE3" if eff.is_baseline else eff.speculative_algorithm
-        decoder = SpeculativeDecoder(model, None if eff.is_baseline else draft,
-                                     eff.eagle_aux_hidden_state_layer_ids, eff.num_steps, eff.device, algorithm)
-        effective = _effective(eff, decoder)
-        warm, measured = self._split_prompts(eff)
-        try:
-            for p in warm:
-                decoder.generate(p.input_ids, eff.max_new_tokens, self.eos_token_id)
-            start = time.perf_counter()
-            records, gens = [], []
-            for p in measured:
-                t0 = time.perf_counter()
-                g = decoder.generate(p.input_ids, eff.max_new_tokens, self.eos_token_id)
-                records.append(RequestRecord(p.id, len(p.input_ids), len(g.tokens), g.verify_steps,
-                                             time.perf_counter() - t0))
-                gens.append(g)
-            wall = time.perf_counter() - start
-        except torch.cuda.OutOfMemoryError as e:
-            return failed(self.name, requested, effective, "out_of_memory", str(e), warnings=warnings)
-        except RuntimeError as e:
-            return failed(self.name, requested, effective, "crash_during_benchmark", f"{type(e).__name__}: {e}",
-                          warnings=warnings)
-        tokens = sum(r.completion_tokens for r in records)
-        verify = sum(r.verify_steps for r in records)
-        return TrialResult(
-            self.name, "ok", requested, effective,
-            output_tok_s=tokens / wall,
-            accept_length=tokens / verify if verify else float("nan"),
-            accept_length_hist=dict(sorted(Counter(a for g in gens for a in g.accepted_per_step).items())),
-            accept_rate_per_position=accept_rates(gens, decoder.num_steps),
-            requests=records, wall_s=wall, model_s=sum(g.model_s for g in gens), warnings=warnings,
-        )
-
-    def _split_prompts(self, s: LiveSettings) -> tuple[list[Prompt], list[Prompt]]:
-        """(warm-up, measured) prompts: distinct, so no request reuses another's cache."""
-        need = s.warmup_prompts + s.num_prompts
-        if need > len(self.prompts):
-            raise BadInput(f"warmup_prompts + num_prompts = {need}, but the prompts file has only "
-                           f"{len(self.prompts)} prompts")
-        return self.prompts[: s.warmup_prompts], self.prompts[s.warmup_prompts : need]
-
-
-def _refuse_unsupported(s: LiveSettings) -> None:
-    """Settings the local engine cannot honour are bad input, never silently changed."""
-    if not s.is_baseline and s.topk > 1:
-        raise BadInput(f"topk = {s.topk} (tree drafting) is not supported by the local engine; it drafts a chain, "
-                       "set topk = 1")
-    if s.temperature != 0.0:
-        raise BadInput(f"temperature = {s.temperature}: the local engine decodes greedily; set temperature = 0")
-
-
-def _local_notes(s: LiveSettings) -> list[str]:
-    """Warnings about settings the local engine runs differently from what was requested."""
-    notes = []
-    if s.concurrency != 1:
-        notes.append(f"concurrency {s.concurrency} requested; the local engine runs requests one at a time (1)")
-    if s.env or s.server_args:
-        notes.append("env and server_args apply to server engines; the local engine ignores them")
-    if s.speculative_algorithm == "EAGLE":
-        notes.append("speculative_algorithm EAGLE with an EAGLE-3 draft: the draft gets the target's final hidden "
-                     "state and fc is skipped, as SGLang does silently; expect accept length ~1.0 (use EAGLE3)")
-        if s.eagle_aux_hidden_state_layer_ids is not None:
-            notes.append("eagle_aux_hidden_state_layer_ids are not used by speculative_algorithm EAGLE")
-    return notes
-
-
-def _effective(s: LiveSettings, decoder: SpeculativeDecoder) -> dict[str, Any]:
-    """The settings the trial actually ran with (its identity for deduplication)."""
-    out = s.model_dump(exclude={"env", "server_args"})
-    out["concurrency"] = 1
-    out["eagle_aux_hidden_state_layer_ids"] = None if s.is_baseline else decoder.layer_ids
-    out["aux_hidden_state_indices"] = None if s.is_baseline else decoder.indices
-    return out

@@ -1,0 +1,210 @@
+"""The ``local`` engine's plan and measurement: one trial = warm-up, then measured requests decoded greedily.
+
+Plan (cheap: reads the target's and the draft's ``config.json``, loads no weights): SGLang's speculative
+rules applied; the layer ids resolved to SGLang ids in capture (ascending) order, the draft's own ids when
+none are given; fields the local engine ignores (``concurrency``, ``env``, ``server_args``) left out of the
+effective settings, so trials differing only in them are one trial. Refused: tree drafting (``topk > 1``),
+sampling (``temperature != 0``), ids out of range, repeated or of the wrong count for the draft's ``fc``, a
+device this machine does not have.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bisect_eagle import layers
+from bisect_eagle.draft import LoadedDraft, load_draft
+from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
+from bisect_eagle.engines.local.decoder import SpeculativeDecoder, accept_rates
+from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.errors import BadInput
+from bisect_eagle.prompts import Prompt, load_prompts
+from bisect_eagle.settings import LiveSettings
+from bisect_eagle.target import load_target, read_target_config
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+IGNORED = ("concurrency", "env", "server_args")  # settings only server engines use
+
+
+class LocalEngine(Engine):
+    """Live trials in this process; the target and the draft are loaded once per (device, dtype) and reused.
+
+    A trial runs on ``settings.device`` in ``settings.dtype``. Requests run one at a time and decode greedily.
+    Nothing is loaded until the first :meth:`run`.
+    """
+
+    name = "local"
+
+    def __init__(self, target: Path, draft: Path, prompts: Path):
+        self.target_path, self.draft_path, self.prompts_path = Path(target), Path(draft), Path(prompts)
+        self._models: dict[tuple[str, str], tuple[Any, LoadedDraft]] = {}
+        self._prompts: list[Prompt] | None = None
+        self.eos_token_id: int | None = None
+
+    # -- plan -------------------------------------------------------------------------------------------
+
+    @cached_property
+    def num_layers(self) -> int:
+        """The target's decoder layer count (from its config.json)."""
+        cfg = read_target_config(self.target_path)
+        n = cfg.get("num_hidden_layers")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise BadInput(f"{self.target_path}/config.json: key 'num_hidden_layers': expected a positive integer, "
+                           f"found {n!r}")
+        return n
+
+    @cached_property
+    def draft_ids(self) -> list[int]:
+        """The draft's own aux layers as SGLang ids, ascending (what it was trained on)."""
+        ids, convention = draft_declared_ids(self.draft_path)
+        canonical = layers.ids_to_canonical(ids, convention, self.num_layers)
+        return sorted(layers.canonical_to_ids(canonical, "sglang", self.num_layers))
+
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        """The trial as this engine runs it (module docstring); never loads a model."""
+        effective, warnings, refusal = speculative_effective(settings)
+        for key in IGNORED:
+            effective.pop(key, None)
+        warnings += _local_notes(settings)
+        refusal = refusal or _unsupported(settings)
+        if refusal is None and not settings.is_baseline:
+            ids, refusal = self._resolve_ids(settings)
+            effective["eagle_aux_hidden_state_layer_ids"] = ids
+        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+
+    def _resolve_ids(self, s: LiveSettings) -> tuple[list[int], str | None]:
+        """(SGLang ids in capture order, refusal or None)."""
+        if s.speculative_algorithm == "EAGLE":
+            return [], None  # the final state feeds the draft; fc is skipped
+        requested = s.eagle_aux_hidden_state_layer_ids
+        if requested is None:
+            return self.draft_ids, None
+        ids = sorted(requested)
+        if len(set(ids)) != len(ids):
+            return ids, f"eagle_aux_hidden_state_layer_ids {requested} repeats an id; each layer is captured once"
+        try:
+            layers.ids_to_canonical(ids, "sglang", self.num_layers)
+        except layers.LayerIdError as e:
+            return ids, f"eagle_aux_hidden_state_layer_ids {requested}: {e}"
+        if len(ids) != len(self.draft_ids):
+            return ids, (f"eagle_aux_hidden_state_layer_ids {requested} has {len(ids)} ids, but the draft's fc was "
+                         f"trained on {len(self.draft_ids)} aux layers ({self.draft_path}/config.json)")
+        return ids, None
+
+    # -- run --------------------------------------------------------------------------------------------
+
+    def _load(self, device: str, dtype: str) -> tuple[Any, LoadedDraft]:
+        """Target and draft for (device, dtype), loaded once; the tokenizer and prompts on the first call."""
+        if (device, dtype) not in self._models:
+            model, tokenizer = load_target(self.target_path, device=device, dtype=DTYPES[dtype])
+            draft = load_draft(self.draft_path, target=self.target_path, device=device)
+            draft.model.to(DTYPES[dtype])
+            self._models[(device, dtype)] = (model, draft)
+            if self._prompts is None:
+                self._prompts = load_prompts(self.prompts_path, tokenizer)
+                self.eos_token_id = tokenizer.eos_token_id
+        return self._models[(device, dtype)]
+
+    def close(self) -> None:
+        self._models.clear()
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        """One live trial: warm-up requests, then the measured ones, each decoded to completion."""
+        if plan.refusal is not None:
+            raise BadInput(plan.refusal)
+        s = plan.settings
+        requested, effective = plan.requested, dict(plan.effective)
+        warnings = list(plan.warnings)
+        model, draft = self._load(s.device, s.dtype)
+        baseline = s.is_baseline
+        algorithm = "EAGLE3" if baseline else s.speculative_algorithm
+        ids = None if baseline or algorithm == "EAGLE" else effective["eagle_aux_hidden_state_layer_ids"]
+        decoder = SpeculativeDecoder(model, None if baseline else draft, ids, effective["num_steps"], s.device,
+                                     algorithm)
+        effective["aux_hidden_state_indices"] = None if baseline else decoder.indices
+        warm, measured = self._split_prompts(s)
+        try:
+            for p in warm:
+                decoder.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
+            start = time.perf_counter()
+            records, gens = [], []
+            for p in measured:
+                t0 = time.perf_counter()
+                g = decoder.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
+                records.append(RequestRecord(p.id, len(p.input_ids), len(g.tokens), g.verify_steps,
+                                             time.perf_counter() - t0))
+                gens.append(g)
+            wall = time.perf_counter() - start
+        except torch.cuda.OutOfMemoryError as e:
+            return failed(self.name, requested, effective, "out_of_memory", str(e), warnings=warnings)
+        except RuntimeError as e:
+            return failed(self.name, requested, effective, "crash_during_benchmark", f"{type(e).__name__}: {e}",
+                          warnings=warnings)
+        tokens = sum(r.completion_tokens for r in records)
+        verify = sum(r.verify_steps for r in records)
+        return TrialResult(
+            self.name, "ok", requested, effective,
+            output_tok_s=tokens / wall,
+            accept_length=tokens / verify if verify else float("nan"),
+            accept_length_hist=dict(sorted(Counter(a for g in gens for a in g.accepted_per_step).items())),
+            accept_rate_per_position=accept_rates(gens, decoder.num_steps),
+            requests=records, wall_s=wall, model_s=sum(g.model_s for g in gens), warnings=warnings,
+        )
+
+    def _split_prompts(self, s: LiveSettings) -> tuple[list[Prompt], list[Prompt]]:
+        """(warm-up, measured) prompts: distinct, so no request reuses another's cache."""
+        prompts = self._prompts or []
+        need = s.warmup_prompts + s.num_prompts
+        if need > len(prompts):
+            raise BadInput(f"{self.prompts_path}: warmup_prompts + num_prompts = {need}, but the file has only "
+                           f"{len(prompts)} prompts")
+        return prompts[: s.warmup_prompts], prompts[s.warmup_prompts : need]
+
+
+def draft_declared_ids(draft: Path) -> tuple[list[int], str]:
+    """(the draft's declared aux ids, their convention). Interim: replaced by the draft config reader."""
+    from bisect_eagle.configs import read_config_json
+
+    cfg = read_config_json(draft, "an EAGLE-3 draft")
+    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    if "LlamaForCausalLMEagle3" in (cfg.get("architectures") or []):
+        return list(eagle.get("eagle_aux_hidden_state_layer_ids") or []), "sglang"
+    return list(cfg.get("eagle_aux_hidden_state_layer_ids") or []), "vllm"
+
+
+def _unsupported(s: LiveSettings) -> str | None:
+    """Why the local engine cannot honour ``s`` (never silently changed), or None."""
+    if not s.is_baseline and s.topk > 1:
+        return (f"topk = {s.topk} (tree drafting) is not supported by the local engine; it drafts a chain, "
+                "set topk = 1")
+    if s.temperature != 0.0:
+        return f"temperature = {s.temperature}: the local engine decodes greedily; set temperature = 0"
+    device = s.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return f"device {device!r}: CUDA is not available on this machine"
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        return f"device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"
+    return None
+
+
+def _local_notes(s: LiveSettings) -> list[str]:
+    """Warnings about settings the local engine runs differently from what was requested."""
+    notes = []
+    if s.concurrency != 1:
+        notes.append(f"concurrency {s.concurrency} requested; the local engine runs requests one at a time (1)")
+    if s.env or s.server_args:
+        notes.append("env and server_args apply to server engines; the local engine ignores them")
+    if s.speculative_algorithm == "EAGLE":
+        notes.append("speculative_algorithm EAGLE with an EAGLE-3 draft: the draft gets the target's final hidden "
+                     "state and fc is skipped, as SGLang does silently; expect accept length ~1.0 (use EAGLE3)")
+        if s.eagle_aux_hidden_state_layer_ids is not None:
+            notes.append("eagle_aux_hidden_state_layer_ids are not used by speculative_algorithm EAGLE")
+    return notes

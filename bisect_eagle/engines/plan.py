@@ -1,0 +1,116 @@
+"""A trial's plan: what one engine will run for a request, decided by that engine before anything starts.
+
+The plan is the single source of a trial's identity and of what is logged about it. Every consumer (the
+search's dedupe and claims, bisect's differences and probes, ``live --dry-run``, ``export``, ``reproduce``,
+``doctor`` and MLflow params and run names) reads the plan and nothing else:
+
+- ``effective``: the settings the engine will run, with every default made explicit (the draft's own layer
+  ids resolved, the engine's defaults filled in) and every field the engine ignores removed. Secret values
+  are shown as ``<redacted>``.
+- ``fingerprint``: a hash of the engine name and ``effective``, with secret values entering as hashes, so
+  two configs differing only in a secret are two trials, and the secret is never written.
+- ``warnings``: settings the engine runs differently from the request; ``refusal``: why the engine cannot
+  run it (a ``bad_arguments`` trial, never a launch).
+- ``argv``/``env``/``config_patch`` where the engine launches a server; ``checked``: what validated the plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from bisect_eagle.secrets import digest_mapping, redact_argv, redact_mapping
+from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+
+SPECULATIVE_FIELDS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One trial as an engine will run it (see the module docstring for each field's contract)."""
+
+    engine: str
+    settings: LiveSettings  # the request, as validated (secrets in clear: never log this object directly)
+    effective: dict[str, Any]  # redacted, engine-relevant, defaults explicit
+    fingerprint: str
+    warnings: tuple[str, ...] = ()
+    refusal: str | None = None
+    argv: tuple[str, ...] | None = None  # redacted
+    env: dict[str, str] | None = None  # variables set for the trial, redacted
+    config_patch: dict[str, Any] | None = None  # the draft config.json change
+    checked: str = ""  # what validated this plan ("" = the engine's own rules only)
+    private: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # engine-only, unlogged
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.settings.is_baseline
+
+    @property
+    def requested(self) -> dict[str, Any]:
+        """The explicitly requested settings, redacted (what a user typed)."""
+        return redact_mapping(self.settings.model_dump(mode="json", exclude_unset=True))
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as printed by ``live --dry-run --json`` and stored with each trial: nothing secret."""
+        out: dict[str, Any] = {
+            "engine": self.engine,
+            "fingerprint": self.fingerprint,
+            "requested": self.requested,
+            "effective": self.effective,
+            "warnings": list(self.warnings),
+            "refusal": self.refusal,
+            "checked": self.checked or "the engine's own rules",
+        }
+        if self.argv is not None:
+            out["argv"] = list(self.argv)
+        if self.env is not None:
+            out["env"] = dict(self.env)
+        if self.config_patch is not None:
+            out["config_patch"] = self.config_patch
+        return out
+
+
+def fingerprint(engine: str, effective_in_clear: dict[str, Any]) -> str:
+    """Stable short hash of an engine's effective settings; secret values enter only as hashes."""
+    body = {"engine": engine, **digest_mapping(effective_in_clear)}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def make_plan(
+    engine: str,
+    settings: LiveSettings,
+    effective: dict[str, Any],
+    *,
+    warnings: list[str] | tuple[str, ...] = (),
+    refusal: str | None = None,
+    argv: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    config_patch: dict[str, Any] | None = None,
+    checked: str = "",
+    private: dict[str, Any] | None = None,
+) -> TrialPlan:
+    """A plan from an engine's effective settings in clear: fingerprinted, then redacted for logging."""
+    return TrialPlan(
+        engine=engine, settings=settings, effective=redact_mapping(effective),
+        fingerprint=fingerprint(engine, effective), warnings=tuple(dict.fromkeys(warnings)), refusal=refusal,
+        argv=None if argv is None else tuple(redact_argv(argv)),
+        env=None if env is None else redact_mapping(env), config_patch=config_patch, checked=checked,
+        private=private or {})
+
+
+def speculative_effective(settings: LiveSettings) -> tuple[dict[str, Any], list[str], str | None]:
+    """SGLang's speculative rules applied: (effective fields in clear, warnings, refusal or None).
+
+    The baseline drops every speculative field to its neutral value; a request the rules refuse keeps its
+    requested values and carries the reason.
+    """
+    from bisect_eagle.errors import BadInput
+
+    try:
+        eff, warnings = apply_speculative_rules(settings)
+    except BadInput as e:
+        return settings.model_dump(mode="json"), [], str(e)
+    return eff.model_dump(mode="json"), warnings, None
