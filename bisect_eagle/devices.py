@@ -15,6 +15,8 @@ def check_device(device: str, where: str) -> None:
     Accepted: ``cpu``; ``cuda`` or ``cuda:N`` when CUDA is available with more than N devices; ``mps`` when
     available. Anything else is one :class:`BadInput` line naming ``where``.
     """
+    if not isinstance(device, str):
+        raise BadInput(f"{where}: device {device!r} is not a device name (expected one of cpu, cuda, cuda:N, mps)")
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError):

@@ -1,6 +1,6 @@
 """Hidden-state dump readers (and writers, for the generator and tests), one sample at a time.
 
-Formats (see the facts sheet, sections 9 and 10):
+Formats (upstream: speculators' legacy ``data_{i}.pt`` writer and SpecForge's ``prepare_hidden_states.py``):
 
 * ``speculators-legacy``: ``data_{i}.pt`` with ``input_ids`` [S], ``loss_mask`` [S] and ``hidden_states``,
   a list of [S, H] tensors whose last one is the target's final *pre-norm* state. Row t of training pairs
@@ -10,14 +10,17 @@ Formats (see the facts sheet, sections 9 and 10):
   masked by ``loss_mask[t]``.
 
 Both read into :class:`Sample`, whose ``states`` list ends with the final state, so a wiring rule means
-the same thing on either. Loading is pickle-free (``torch.load(weights_only=True)``); a damaged file raises
-:class:`DumpError` naming it, or is counted and skipped when asked.
+the same thing on either. Loading is pickle-free (``torch.load(weights_only=True)``). Each sample is checked as
+it is read -- keys, tensor types and dtypes, shapes, lengths, finite states (no accuracy is ever computed on
+NaN or inf), token ids inside the target vocabulary -- and a bad one raises :class:`DumpError` naming the
+file and the key or tensor, or is skipped and recorded when asked.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ import torch
 from bisect_eagle.errors import BadInput
 
 FORMATS = ("speculators-legacy", "specforge")
+STATES_KEY = {"speculators-legacy": "hidden_states", "specforge": "aux_hidden_state"}
 
 
 class DumpError(BadInput):
@@ -44,14 +48,30 @@ class Sample:
     final_normed: bool  # True when the final state is after the target's final norm (SpecForge)
     mask_offset: int  # row t is masked by loss_mask[t + mask_offset]
     source: Path
+    state_names: list[str] = field(default_factory=list)  # the tensor each state came from, for messages
+
+    @property
+    def width(self) -> int:
+        """The hidden size H of the states."""
+        return self.states[0].shape[-1]
+
+    def state_name(self, i: int) -> str:
+        """The file's name for state ``i`` (``hidden_states[i]``, ``aux_hidden_state``, ...)."""
+        return self.state_names[i] if i < len(self.state_names) else f"states[{i}]"
 
 
 @dataclass
 class DumpReader:
-    """Streams the samples of a dump directory; counts files skipped with ``skip_bad``."""
+    """Streams the checked samples of a dump directory; with ``skip_bad``, bad files are skipped and recorded.
+
+    Every sample is checked as it is read (:func:`read_sample`); token ids also against ``vocab_size`` when
+    given, and each sample's state count and width against the first good sample's. ``skipped`` holds one
+    line per file skipped by the latest pass.
+    """
 
     path: Path
     skip_bad: bool = False
+    vocab_size: int | None = None
     fmt: str = ""
     files: list[Path] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -63,21 +83,31 @@ class DumpReader:
         self.fmt, self.files = detect(self.path)
 
     def __iter__(self) -> Iterator[Sample]:
-        read = _read_legacy if self.fmt == "speculators-legacy" else _read_specforge
+        self.skipped = []
+        layout: tuple[int, int] | None = None
         for f in self.files:
             try:
-                yield read(f)
+                sample = self._checked(f, layout)
             except DumpError as e:
                 if not self.skip_bad:
                     raise
                 self.skipped.append(str(e))
+                continue
+            layout = layout or (len(sample.states), sample.width)
+            yield sample
+
+    def _checked(self, f: Path, layout: tuple[int, int] | None) -> Sample:
+        """One file read and checked, also against the (state count, width) of the first good sample."""
+        sample = read_sample(f, self.fmt)
+        check_token_ids(sample, self.vocab_size)
+        if layout is not None and (len(sample.states), sample.width) != layout:
+            raise DumpError(f"{f}: key {STATES_KEY[self.fmt]!r} gives {len(sample.states)} states {sample.width} "
+                            f"wide; the first sample's gives {layout[0]} states {layout[1]} wide")
+        return sample
 
     def head(self, n: int) -> Iterator[Sample]:
-        """The first ``n`` readable samples."""
-        for i, s in enumerate(self):
-            if i >= n:
-                return
-            yield s
+        """The first ``n`` good samples."""
+        return itertools.islice(iter(self), n)
 
 
 def _index(p: Path) -> int:
@@ -110,46 +140,109 @@ def _load(f: Path) -> dict:
     return obj
 
 
-def _key(obj: dict, key: str, f: Path):
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    if isinstance(value, (list, tuple)):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"a {type(value).__name__} of {len(value)} ({', '.join(kinds) or 'nothing'})"
+    return f"{type(value).__name__} {value!r:.40}"
+
+
+def _tensor(obj: dict, key: str, f: Path) -> torch.Tensor:
     if key not in obj:
-        raise DumpError(f"{f}: key {key!r} is missing (found {sorted(obj)})")
-    return obj[key]
+        raise DumpError(f"{f}: key {key!r} is missing (found {sorted(map(str, obj))})")
+    value = obj[key]
+    if not isinstance(value, torch.Tensor):
+        raise DumpError(f"{f}: key {key!r}: expected a tensor, found {_describe(value)}")
+    return value
+
+
+def _ids(obj: dict, key: str, f: Path) -> torch.Tensor:
+    """A tensor [S] or [1, S] as [S]; ``input_ids`` must be integers, ``loss_mask`` 0/1 values of any dtype."""
+    t = _tensor(obj, key, f)
+    if key == "input_ids" and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
+        raise DumpError(f"{f}: tensor {key!r}: expected an integer tensor [seq], found {_describe(t)}")
+    if t.dim() == 2 and t.shape[0] == 1:
+        t = t[0]
+    if t.dim() != 1:
+        raise DumpError(f"{f}: tensor {key!r}: expected shape [seq] (or [1, seq]), found {list(t.shape)}")
+    if key == "loss_mask" and t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
+        raise DumpError(f"{f}: tensor {key!r}: expected 0/1 values, found {_describe(t)}")
+    return t
+
+
+def _states(t: torch.Tensor, name: str, f: Path) -> torch.Tensor:
+    """A floating, finite [S, H] (or [1, S, H]) state tensor as [S, H]."""
+    if not t.is_floating_point():
+        raise DumpError(f"{f}: tensor {name!r}: expected a floating-point tensor, found {_describe(t)}")
+    if t.dim() == 3 and t.shape[0] == 1:
+        t = t[0]
+    if t.dim() != 2 or t.shape[-1] == 0:
+        raise DumpError(f"{f}: tensor {name!r}: expected shape [seq, H] (or [1, seq, H]), found {list(t.shape)}")
+    if not bool(torch.isfinite(t.sum(dtype=torch.float64))):  # NaN and inf propagate; no float64 overflow
+        raise DumpError(f"{f}: tensor {name!r} holds {int((~torch.isfinite(t)).sum())} NaN or inf values")
+    return t
 
 
 def _read_legacy(f: Path) -> Sample:
     obj = _load(f)
-    ids = _key(obj, "input_ids", f).reshape(-1).long()
-    mask = _key(obj, "loss_mask", f).reshape(-1).bool()
-    hs = _key(obj, "hidden_states", f)
-    if not isinstance(hs, (list, tuple)) or len(hs) < 2:
-        raise DumpError(f"{f}: key 'hidden_states' must be a list of >= 2 [seq, H] tensors")
-    states = [h.reshape(h.shape[-2], h.shape[-1]) for h in hs]
-    _check_lengths(f, ids, mask, states)
-    return Sample(ids, mask, states, final_normed=False, mask_offset=1, source=f)
+    ids, mask = _ids(obj, "input_ids", f), _ids(obj, "loss_mask", f)
+    if "hidden_states" not in obj:
+        raise DumpError(f"{f}: key 'hidden_states' is missing (found {sorted(map(str, obj))})")
+    hs = obj["hidden_states"]
+    if not isinstance(hs, (list, tuple)) or len(hs) < 2 or not all(isinstance(h, torch.Tensor) for h in hs):
+        raise DumpError(f"{f}: key 'hidden_states': expected a list of >= 2 [seq, H] tensors, found {_describe(hs)}")
+    states = [_states(h, f"hidden_states[{i}]", f) for i, h in enumerate(hs)]
+    names = [f"hidden_states[{i}]" for i in range(len(states))]
+    _check_lengths(f, ids, mask, states, names)
+    return Sample(ids.long(), mask.bool(), states, final_normed=False, mask_offset=1, source=f, state_names=names)
 
 
 def _read_specforge(f: Path) -> Sample:
     obj = _load(f)
-    ids = _key(obj, "input_ids", f).reshape(-1).long()
-    mask = _key(obj, "loss_mask", f).reshape(-1).bool()
-    aux = _key(obj, "aux_hidden_state", f)
-    final = _key(obj, "hidden_state", f)
+    ids, mask = _ids(obj, "input_ids", f), _ids(obj, "loss_mask", f)
+    aux = _states(_tensor(obj, "aux_hidden_state", f), "aux_hidden_state", f)
+    final = _states(_tensor(obj, "hidden_state", f), "hidden_state", f)
     h = final.shape[-1]
-    aux = aux.reshape(-1, aux.shape[-1])
     if aux.shape[-1] % h:
-        raise DumpError(f"{f}: aux_hidden_state width {aux.shape[-1]} is not a multiple of hidden_state's {h}")
-    states = [*aux.split(h, dim=-1), final.reshape(-1, h)]
-    _check_lengths(f, ids, mask, states)
-    return Sample(ids, mask, states, final_normed=True, mask_offset=0, source=f)
+        raise DumpError(f"{f}: tensor 'aux_hidden_state' is {aux.shape[-1]} wide, not a multiple of "
+                        f"hidden_state's {h}")
+    states = [*aux.split(h, dim=-1), final]
+    names = ["aux_hidden_state"] * (len(states) - 1) + ["hidden_state"]
+    _check_lengths(f, ids, mask, states, names)
+    return Sample(ids.long(), mask.bool(), states, final_normed=True, mask_offset=0, source=f, state_names=names)
 
 
-def _check_lengths(f: Path, ids: torch.Tensor, mask: torch.Tensor, states: list[torch.Tensor]) -> None:
+def read_sample(f: Path, fmt: str) -> Sample:
+    """One sample file of dump format ``fmt``, checked: keys, types, dtypes, shapes and finite states."""
+    return _read_legacy(f) if fmt == "speculators-legacy" else _read_specforge(f)
+
+
+def _check_lengths(
+    f: Path, ids: torch.Tensor, mask: torch.Tensor, states: list[torch.Tensor], names: list[str]
+) -> None:
     n = ids.shape[0]
+    if n < 2:
+        raise DumpError(f"{f}: tensor 'input_ids' has {n} tokens; a sample needs at least 2")
     if mask.shape[0] != n:
-        raise DumpError(f"{f}: loss_mask has {mask.shape[0]} tokens, input_ids {n}")
-    for i, s in enumerate(states):
+        raise DumpError(f"{f}: tensor 'loss_mask' has {mask.shape[0]} tokens, input_ids {n}")
+    for s, name in zip(states, names, strict=True):
         if s.shape[0] != n:
-            raise DumpError(f"{f}: hidden state {i} has {s.shape[0]} rows, input_ids {n}")
+            raise DumpError(f"{f}: tensor {name!r} has {s.shape[0]} rows, input_ids {n}")
+        if s.shape[-1] != states[0].shape[-1]:
+            raise DumpError(f"{f}: tensor {name!r} is {s.shape[-1]} wide, {names[0]!r} {states[0].shape[-1]}")
+
+
+def check_token_ids(sample: Sample, vocab_size: int | None) -> None:
+    """Token ids are >= 0 and, when ``vocab_size`` is given, inside the target vocabulary."""
+    ids = sample.input_ids
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or (vocab_size is not None and high >= vocab_size):
+        bad = low if low < 0 else high
+        limit = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
+        raise DumpError(f"{sample.source}: tensor 'input_ids' holds token id {bad}, outside the target "
+                        f"vocabulary {limit}")
 
 
 def write_sample(

@@ -82,8 +82,25 @@ CONVENTIONS: dict[str, Convention] = {
     ]
 }
 
-# SGLang model families whose offset depends on the whole id list (facts sheet, section 1).
+# SGLang model families whose offset depends on the whole id list (docs/sglang-facts.md#layer-ids).
 LIST_RULES = ("sglang-deepseek", "sglang-gptoss")
+
+# How SGLang's ``set_eagle3_layers_to_capture`` reads ids, by the target's ``model_type`` (checked in CI
+# against SGLang 0.5.23's model classes themselves: tests/test_layers_sglang.py). Anything else: +1 per id.
+SGLANG_FAMILIES: dict[str, str] = {
+    "deepseek_v2": "sglang-deepseek",  # +1 only when the first id is 1, else the ids as given (layer inputs)
+    "deepseek_v3": "sglang-deepseek",
+    "deepseek_v32": "sglang-deepseek",
+    "kimi_k2": "sglang-deepseek",
+    "glm_moe_dsa": "sglang-deepseek",  # GLM-5: GlmMoeDsaForCausalLM(DeepseekV2ForCausalLM)
+    "glm4_moe_lite": "sglang-deepseek",
+    "gpt_oss": "sglang-gptoss",  # unshifted when the max id is N, else +1
+}
+
+
+def sglang_convention(model_type: str | None) -> str:
+    """The convention SGLang applies to ``eagle_aux_hidden_state_layer_ids`` on a target of ``model_type``."""
+    return SGLANG_FAMILIES.get(model_type or "", "sglang")
 
 
 def convention(name: str) -> Convention:

@@ -120,6 +120,7 @@ class SglangServer(_Strict):
     """How the sglang engine launches, waits for and stops one server per trial."""
 
     launch_command: list[str] = Field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
+    python: str | None = None  # the interpreter that has SGLang (its own environment); replaces a leading python
     model_path: str | None = None  # default: the spec's target
     tp: int = Field(1, ge=1)
     host: str = "127.0.0.1"

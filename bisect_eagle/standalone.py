@@ -6,11 +6,12 @@ Alignment (speculators' ``shift_batch``; SpecForge pairs the same rows): row ``t
 Step ``k`` of the teacher-forced multi-step run reads token ``x_{t+1+k}`` and is scored against the
 target's greedy token at ``t + 1 + k``.
 
-Two accuracies, because frameworks disagree (facts sheet, pitfall 9): ``draft_vocab`` compares with the
-target's argmax *within the draft vocabulary* (speculators, optimistic); ``full_vocab`` maps the draft's
-pick to a target id and compares with the target's argmax over its whole vocabulary (SpecForge; target
-tokens outside the draft vocabulary always miss). The simulated accept length is SpecForge's
-``a0 + a0·a1 + …`` over per-step full-vocabulary accuracies (drafted tokens only; add 1 for SGLang's AL).
+Two accuracies, because frameworks disagree (speculators' and SpecForge's training metrics):
+``draft_vocab`` compares with the target's argmax *within the draft vocabulary* (speculators, optimistic);
+``full_vocab`` maps the draft's pick to a target id and compares with the target's argmax over its whole
+vocabulary (SpecForge; target tokens outside the draft vocabulary always miss). The simulated accept
+length is SpecForge's ``a0 + a0·a1 + …`` over per-step full-vocabulary accuracies (drafted tokens only;
+add 1 for SGLang's AL).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from bisect_eagle.draft import LoadedDraft
-from bisect_eagle.dumps import DumpReader, Sample
+from bisect_eagle.dumps import DumpError, DumpReader, Sample, check_token_ids
+from bisect_eagle.errors import BadInput
 from bisect_eagle.target import TargetHead
 from bisect_eagle.wiring import Rule, check_width
 
@@ -110,7 +112,7 @@ def batches(
 
 
 @torch.inference_mode()
-def score_batch(loaded: LoadedDraft, batch: Batch, steps: int, counts: list[Counts]) -> None:
+def score_batch(loaded: LoadedDraft, batch: Batch, *, steps: int, counts: list[Counts]) -> None:
     """Run the teacher-forced steps on one batch and add hits to ``counts`` (one per step)."""
     model = loaded.model
     device = next(model.parameters()).device
@@ -126,7 +128,9 @@ def score_batch(loaded: LoadedDraft, batch: Batch, steps: int, counts: list[Coun
         counts[k].draft_hits += int(draft_hit.sum())
 
 
-def summarize(rule: Rule, selection: list, samples: int, counts: list[Counts], skipped: list[str]) -> StandaloneResult:
+def summarize(
+    rule: Rule, *, selection: list, samples: int, counts: list[Counts], skipped: list[str]
+) -> StandaloneResult:
     """Turn per-step counts into a :class:`StandaloneResult`."""
     per_position = [
         {"draft_vocab": c.rate(c.draft_hits), "full_vocab": c.rate(c.full_hits), "tokens": c.tokens} for c in counts
@@ -148,23 +152,40 @@ def summarize(rule: Rule, selection: list, samples: int, counts: list[Counts], s
     )
 
 
+def _first(reader: DumpReader, stream: Iterator[Sample]) -> Sample:
+    first = next(stream, None)
+    if first is None:
+        bad = reader.skipped
+        skipped = f" ({len(bad)} bad files skipped, the first: {bad[0]})" if bad else ""
+        raise DumpError(f"{reader.path}: no usable samples{skipped}")
+    return first
+
+
 def evaluate(
     loaded: LoadedDraft,
     reader: DumpReader,
     head: TargetHead,
     rule: Rule,
+    *,
     samples: int | None = None,
     steps: int = 1,
     max_rows: int = 4096,
 ) -> StandaloneResult:
-    """Standalone accuracy of ``loaded`` on ``reader``'s samples wired by ``rule``."""
+    """Standalone accuracy of ``loaded`` on ``reader``'s samples wired by ``rule``.
+
+    Every sample's token ids are checked against the target vocabulary and its width against the target's
+    hidden size before it is scored; no accuracy is reported when no token is scored (all masked).
+    """
     if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+        raise BadInput(f"steps must be >= 1, got {steps}")
+    if samples is not None and samples < 1:
+        raise BadInput(f"samples must be >= 1 (or unset for all), got {samples}")
     stream = iter(reader.head(samples) if samples else reader)
-    first = next(stream, None)
-    if first is None:
-        raise ValueError(f"{reader.path}: no readable samples")
-    hidden = first.states[0].shape[-1]
+    first = _first(reader, stream)
+    hidden = first.width
+    if hidden != head.hidden_size:
+        raise DumpError(f"{first.source}: tensor {first.state_name(0)!r} is {hidden} wide; the target's hidden_size "
+                        f"is {head.hidden_size}")
     selection = check_width(rule, len(first.states), hidden, loaded.model.fc_in_features)
     draft_vocab = loaded.model.to_target_ids(torch.arange(loaded.config.draft_vocab_size)).cpu()
     counts = [Counts() for _ in range(steps)]
@@ -173,9 +194,13 @@ def evaluate(
     def counted() -> Iterator[Sample]:
         nonlocal seen
         for s in itertools.chain([first], stream):
+            check_token_ids(s, head.vocab_size)
             seen += 1
             yield s
 
     for batch in batches(counted(), rule, head, draft_vocab, steps, max_rows):
-        score_batch(loaded, batch, steps, counts)
-    return summarize(rule, selection, seen, counts, list(reader.skipped))
+        score_batch(loaded, batch, steps=steps, counts=counts)
+    if counts[0].tokens == 0:
+        raise DumpError(f"{reader.path}: no token is scored in the {seen} samples read (tensor 'loss_mask' is 0 "
+                        "everywhere)")
+    return summarize(rule, selection=selection, samples=seen, counts=counts, skipped=list(reader.skipped))

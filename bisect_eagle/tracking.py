@@ -5,12 +5,14 @@ refuses a plain ``./mlruns`` file store); ``--tracking-uri`` or ``MLFLOW_TRACKIN
 runs carry the tag ``mlflow.parentRunId``; ``stage`` (standalone | baseline | live | reproduce),
 ``fingerprint``, ``outcome`` (ok | failed | pruned | interrupted | error) and ``owner`` (host:pid:start)
 tag them for caching and resuming. One client per process; every log call is one ``log_batch``.
+:meth:`Tracking.run_guard` is the one place that ends a run KILLED or FAILED when the code inside it raises.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import platform
@@ -19,19 +21,23 @@ import sqlite3
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bisect_eagle.errors import BadInput
+from bisect_eagle.secrets import Scrubber
+
+log = logging.getLogger(__name__)
 
 PARENT_TAG = "mlflow.parentRunId"
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 LIVE_STAGES = ("baseline", "live")
 CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
 PACKAGES = ("bisect-eagle", "torch", "transformers", "optuna", "mlflow", "sglang")
+TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to spare)
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
@@ -201,7 +207,7 @@ class Tracking:
             self.log(run.info.run_id, params=params)
         return run.info.run_id
 
-    def log(self, run_id: str, metrics: dict[str, float] | None = None, params: dict[str, str] | None = None,
+    def log(self, run_id: str, *, metrics: dict[str, float] | None = None, params: dict[str, str] | None = None,
             tags: dict[str, str] | None = None) -> None:
         """One batch of metrics (non-finite values left out), params and tags."""
         from mlflow.entities import Metric, Param, RunTag
@@ -233,16 +239,48 @@ class Tracking:
         self.client.set_terminated(run_id, status)
 
     @contextlib.contextmanager
-    def ended_on_error(self, run_id: str, reason_tag: str) -> Iterator[None]:
-        """If the block raises, end ``run_id`` KILLED (interrupt) or FAILED (error), the reason in ``reason_tag``."""
+    def run_guard(
+        self,
+        run_id: str,
+        *,
+        detail_tag: str = "failure_detail",
+        failure_classes: Mapping[type[BaseException], str] | None = None,
+        scrub: Callable[[str], str] | None = None,
+    ) -> Iterator[None]:
+        """If the block raises, end ``run_id`` and re-raise: KILLED on Ctrl-C or SIGTERM, FAILED on an error.
+
+        The run is tagged ``outcome`` (``interrupted`` or ``error``) and ``detail_tag`` (``Type: message``).
+        An exception of a type in ``failure_classes`` (e.g. ``{BadInput: "bad_arguments"}``) also gets the tag
+        ``failure_class`` and its bare message as the detail. The detail is scrubbed of secret values by
+        ``scrub`` (default: the secrets of this process's environment, :class:`bisect_eagle.secrets.Scrubber`).
+        SIGTERM counts as an interrupt once the CLI turned it into ``SystemExit`` (``sigterm_as_exit``).
+        """
         try:
             yield
         except BaseException as e:
-            interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
-            self.log(run_id, tags={"outcome": "interrupted" if interrupted else "error",
-                                   reason_tag: f"{type(e).__name__}: {e}"[:7900]})
-            self.finish(run_id, "KILLED" if interrupted else "FAILED")
+            try:
+                self._end_on_exception(run_id, e, detail_tag, failure_classes or {}, scrub or Scrubber())
+            except Exception as store_error:  # the store failed too: the original exception matters more
+                log.warning("could not end run %s after %s: %s", run_id, type(e).__name__, store_error)
             raise
+
+    def _end_on_exception(self, run_id: str, e: BaseException, detail_tag: str,
+                          failure_classes: Mapping[type[BaseException], str], scrub: Callable[[str], str]) -> None:
+        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
+        tags = {"outcome": "interrupted" if interrupted else "error"}
+        failure_class = next((name for cls, name in failure_classes.items() if isinstance(e, cls)), None)
+        if failure_class is not None:
+            tags["failure_class"] = failure_class
+            detail = str(e)
+        else:
+            detail = f"{type(e).__name__}: {e}"
+        tags[detail_tag] = scrub(detail)[:TAG_LIMIT]
+        self.log(run_id, tags=tags)
+        self.finish(run_id, "KILLED" if interrupted else "FAILED")
+
+    def ended_on_error(self, run_id: str, reason_tag: str) -> contextlib.AbstractContextManager[None]:
+        """Deprecated name of :meth:`run_guard` (``run_guard(run_id, detail_tag=reason_tag)``)."""
+        return self.run_guard(run_id, detail_tag=reason_tag)
 
     def reopen(self, run_id: str) -> None:
         self.client.update_run(run_id, status="RUNNING")
@@ -267,7 +305,7 @@ class Tracking:
             if not token:
                 return out
 
-    def find_fingerprint(self, fingerprint: str, stages: tuple[str, ...] = LIVE_STAGES,
+    def find_fingerprint(self, fingerprint: str, *, stages: tuple[str, ...] = LIVE_STAGES,
                          parent_run_id: str | None = None):
         """The newest finished run of ``fingerprint`` whose outcome can be reused, else None."""
         flt = f"tags.fingerprint = '{fingerprint}'"

@@ -197,19 +197,9 @@ def run_live_trial(
         _log_result(ctx, plan, record, [])
         record.wall_s = time.perf_counter() - start
         return record
-    try:
+    # Ctrl-C or SIGTERM ends the run KILLED, an engine bug FAILED, a BadInput FAILED as bad_arguments; re-raised
+    with ctx.tracking.run_guard(run_id, failure_classes={BadInput: "bad_arguments"}, scrub=scrubber_for(plan)):
         results, engine_s, pruned = _measure(ctx, plan)
-    except BadInput as e:
-        ctx.tracking.log(run_id, tags={"outcome": "error", "failure_class": "bad_arguments",
-                                       "failure_detail": str(e)[:7900]})
-        ctx.tracking.finish(run_id, "FAILED")
-        raise
-    except BaseException as e:  # Ctrl-C, SIGTERM (SystemExit) or an engine bug: never leave the run RUNNING
-        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
-        ctx.tracking.log(run_id, tags={"outcome": "interrupted" if interrupted else "error",
-                                       "failure_detail": f"{type(e).__name__}: {e}"[:7900]})
-        ctx.tracking.finish(run_id, "KILLED" if interrupted else "FAILED")
-        raise
     record = _record(ctx, plan, stage, results, pruned, run_id)
     record.engine_s = engine_s
     _log_result(ctx, plan, record, results)
@@ -299,14 +289,8 @@ def run_standalone_trial(ctx: TrialContext, scorer, candidate) -> Any:
         {"rule": candidate.rule, "layer_ids": json.dumps(candidate.layer_ids), "source": candidate.source,
          "samples": str(st.samples), "steps": str(st.steps), "metric": st.metric},
         ctx.parent_run_id)
-    try:
+    with ctx.tracking.run_guard(run_id):
         verdict = scorer.score(candidate)
-    except BaseException as e:
-        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
-        ctx.tracking.log(run_id, tags={"outcome": "interrupted" if interrupted else "error",
-                                       "failure_detail": f"{type(e).__name__}: {e}"[:7900]})
-        ctx.tracking.finish(run_id, "KILLED" if interrupted else "FAILED")
-        raise
     verdict.run_id = run_id
     metrics = {"standalone_accuracy": verdict.accuracy, "simulated_accept_length": verdict.simulated_accept_length,
                "tokens": float(verdict.tokens)}

@@ -6,6 +6,7 @@ from torch import nn
 
 from bisect_eagle.draft import DraftConfig, Eagle3Draft, LoadedDraft
 from bisect_eagle.dumps import DumpReader, Sample, write_sample
+from bisect_eagle.errors import BadInput
 from bisect_eagle.standalone import batches, evaluate
 from bisect_eagle.target import TargetHead
 from bisect_eagle.wiring import parse_rule
@@ -122,3 +123,39 @@ def test_tiny_scenario_true_wiring_wins(tiny):
     assert abs(acc["[:-1]"] - training) <= 0.02
     assert acc["[:-1]"] - acc["[1:]"] >= 0.05
     assert acc["[:-1]"] - acc["[emb,0,1]"] >= 0.05
+
+
+def _write(tmp_path, s: Sample) -> None:
+    write_sample(tmp_path, 0, "speculators-legacy", s.input_ids, s.loss_mask.long(), s.states[:-1], s.states[-1],
+                 dtype=torch.float32)
+
+
+def test_nothing_scored_is_an_error_not_an_accuracy(tmp_path):
+    s = _sample(1)
+    s.loss_mask = torch.zeros_like(s.loss_mask)
+    _write(tmp_path, s)
+    with pytest.raises(BadInput, match="no token is scored in the 1 samples read"):
+        evaluate(_echo_draft(), DumpReader(tmp_path), _head(), parse_rule("[:-1]"), steps=1)
+
+
+def test_token_ids_and_width_are_checked_against_the_target(tmp_path):
+    """Even through a reader made without the vocabulary (the search gate's), as the samples are scored."""
+    s = _sample(1)
+    s.input_ids = s.input_ids.clone()
+    s.input_ids[2] = V + 3
+    _write(tmp_path, s)
+    with pytest.raises(BadInput, match=rf"data_0.pt: tensor 'input_ids' holds token id {V + 3}, outside the target "
+                                       rf"vocabulary \[0, {V}\)"):
+        evaluate(_echo_draft(), DumpReader(tmp_path), _head(), parse_rule("[:-1]"), steps=1)
+    wide = TargetHead(embed=torch.eye(V, 2 * H), norm_weight=torch.ones(2 * H), lm_head=torch.eye(V, 2 * H),
+                      eps=1e-6, num_layers=4)
+    _write(tmp_path, _sample(1))
+    with pytest.raises(BadInput, match=r"tensor 'hidden_states\[0\]' is 8 wide; the target's hidden_size is 16"):
+        evaluate(_echo_draft(), DumpReader(tmp_path), wide, parse_rule("[:-1]"), steps=1)
+
+
+def test_bad_counts_are_refused(tmp_path):
+    _write(tmp_path, _sample(1))
+    for kw, text in [({"steps": 0}, "steps must be >= 1"), ({"samples": -2}, "samples must be >= 1")]:
+        with pytest.raises(BadInput, match=text):
+            evaluate(_echo_draft(), DumpReader(tmp_path), _head(), parse_rule("[:-1]"), **kw)

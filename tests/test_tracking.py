@@ -13,6 +13,7 @@ import pytest
 
 from bisect_eagle.engines.base import Engine, TrialResult
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.errors import BadInput
 from bisect_eagle.settings import LiveSettings
 from bisect_eagle.spec import Spec
 from bisect_eagle.tracking import (
@@ -71,15 +72,15 @@ def test_experiment_is_shown_as_runs_and_children_nest(tracking):
     exp = tracking.client.get_experiment(tracking.experiment_id)
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     assert exp.artifact_location.endswith("/artifacts")
-    parent = tracking.start_run("study", {"role": "study"})
-    child = tracking.start_run("child", {"stage": "live"}, {"num_steps": "3"}, parent_run_id=parent)
+    parent = tracking.start_run("study", tags={"role": "study"})
+    child = tracking.start_run("child", tags={"stage": "live"}, params={"num_steps": "3"}, parent_run_id=parent)
     assert tracking.get_run(child).data.tags[PARENT_TAG] == parent
     assert [r.info.run_id for r in tracking.child_runs(parent, "live")] == [child]
     assert flat_params({"env": {"A": "1"}, "ids": [1, 5], "x": None}) == {"env.A": "1", "ids": "[1, 5]", "x": "None"}
 
 
 def test_live_trial_logs_effective_settings_and_never_a_secret(tracking):
-    parent = tracking.start_run("study-secrets", {"role": "study"})
+    parent = tracking.start_run("study-secrets", tags={"role": "study"})
     spec = Spec(name="unit")
     ctx = TrialContext(spec, tracking, "s", parent, engine=EchoEngine(), baseline=25.0, target=30.0)
     settings = LiveSettings(num_steps=3, num_draft_tokens=9,
@@ -102,12 +103,53 @@ def test_live_trial_logs_effective_settings_and_never_a_secret(tracking):
 
 
 def test_interrupted_runs_are_not_reused_as_cache(tracking):
-    parent = tracking.start_run("study-interrupted", {"role": "study"})
+    parent = tracking.start_run("study-interrupted", tags={"role": "study"})
     fp = EchoEngine().plan(LiveSettings(num_steps=5)).fingerprint
-    run = tracking.start_run("x", {"stage": "live", "fingerprint": fp, "outcome": "interrupted"},
+    run = tracking.start_run("x", tags={"stage": "live", "fingerprint": fp, "outcome": "interrupted"},
                              parent_run_id=parent)
     tracking.finish(run, "FAILED")
     assert find_cached(tracking, fp, parent) is None
+
+
+def test_run_guard_leaves_a_run_alone_when_nothing_goes_wrong(tracking):
+    run_id = tracking.start_run("fine", tags={})
+    with tracking.run_guard(run_id):
+        pass
+    assert tracking.get_run(run_id).info.status == "RUNNING"
+
+
+@pytest.mark.parametrize(("exc", "status", "outcome"), [
+    (KeyboardInterrupt(), "KILLED", "interrupted"),
+    (SystemExit(143), "KILLED", "interrupted"),  # SIGTERM, once sigterm_as_exit turned it into SystemExit
+    (RuntimeError("engine bug"), "FAILED", "error"),
+])
+def test_run_guard_ends_the_run_and_reraises(tracking, exc, status, outcome):
+    run_id = tracking.start_run("guarded", tags={})
+    with pytest.raises(type(exc)), tracking.run_guard(run_id, detail_tag="stop_reason"):
+        raise exc
+    run = tracking.get_run(run_id)
+    assert run.info.status == status and run.data.tags["outcome"] == outcome
+    assert run.data.tags["stop_reason"].startswith(type(exc).__name__)
+    assert "failure_class" not in run.data.tags
+
+
+def test_run_guard_classifies_known_failures_and_scrubs_secrets(tracking, monkeypatch):
+    monkeypatch.setenv("MY_API_KEY", SECRET)
+    run_id = tracking.start_run("bad-args", tags={})
+    with pytest.raises(BadInput), tracking.run_guard(run_id, failure_classes={BadInput: "bad_arguments"}):
+        raise BadInput(f"--api-key {SECRET} is not a flag of this SGLang")
+    tags = tracking.get_run(run_id).data.tags
+    assert tags["failure_class"] == "bad_arguments" and tags["outcome"] == "error"
+    assert tags["failure_detail"] == "--api-key <redacted> is not a flag of this SGLang"
+    run_id = tracking.start_run("custom-scrub", tags={})
+    with pytest.raises(ValueError), tracking.run_guard(run_id, scrub=lambda text: text.replace("x7q", "***")):
+        raise ValueError("token x7q")
+    assert tracking.get_run(run_id).data.tags["failure_detail"] == "ValueError: token ***"
+
+
+def test_run_guard_reraises_the_original_error_when_the_store_fails_too(tracking):
+    with pytest.raises(RuntimeError, match="original"), tracking.run_guard("no-such-run-id"):
+        raise RuntimeError("original")
 
 
 def test_owner_liveness():

@@ -1,4 +1,8 @@
-"""``bisect-eagle bisect``: which settings, changed from a good to a bad configuration, make it fail."""
+"""``bisect-eagle bisect``: which settings, changed from a good to a bad configuration, make it fail.
+
+Two answers, printed separately: the *breaking sets* (changes that, applied to the good configuration,
+break it) and the *repair set* (changes that, reverted from the bad configuration, repair it).
+"""
 
 from __future__ import annotations
 
@@ -25,10 +29,11 @@ def bisect(
                                           "(wiring only); default: the spec's criterion metric."),
     ratio: float = typer.Option(0.9, help="A probe is good when metric >= ratio × the good configuration's."),
     threshold: float = typer.Option(None, help="An absolute limit instead of --ratio."),
-    noise_band: float = typer.Option(2.0, help="Probes within this many scaled MADs of the limit are "
-                                               "unresolved (noise from --repeats)."),
-    repeats: int = typer.Option(None, help="Measurements per probe (median, MAD); default: the spec's "
-                                           "search.repeats."),
+    confidence: float = typer.Option(0.95, help="One-sided confidence of each verdict; probes are sampled until "
+                                                "their bound clears the limit or --max-samples is spent."),
+    repeats: int = typer.Option(None, help="First samples of each endpoint (they estimate the noise; 1 turns "
+                                           "noise handling off); default: max(3, the spec's search.repeats)."),
+    max_samples: int = typer.Option(12, help="Sample budget of a probe (an endpoint's is twice this)."),
     set_: list[str] = typer.Option([], "--set", help="A setting forced in every probe, key=value (YAML value), "
                                                      "repeatable: --set num_prompts=2."),
     log: Path = typer.Option(None, help="Write the bisect log here (default: mlruns/bisect/bisect-<time>.log)."),
@@ -36,10 +41,10 @@ def bisect(
                                            "configurations not in it are probed."),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or "
                                                 "sqlite:///mlruns/mlflow.db)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (culprits, probes, differences, "
-                                                        "unresolved, ...)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (breaking_sets, repair_set, "
+                                                        "changes, probes, unresolved, ...)."),
 ) -> None:
-    """Isolate the settings whose change from good to bad causes the failure (isolating delta debugging)."""
+    """Isolate the changes that break the good configuration and those whose reversal repairs the bad one."""
     from bisect_eagle.cli.live import parse_set
     from bisect_eagle.cli.run import quiet_libraries, sigterm_as_exit
     from bisect_eagle.search.bisect import BisectOptions, run_bisect
@@ -47,41 +52,48 @@ def bisect(
     quiet_libraries()
     sigterm_as_exit()
     opts = BisectOptions(good=good, bad=bad, spec=spec, metric=metric, ratio=ratio, threshold=threshold,
-                         band=noise_band, repeats=repeats, overrides=parse_set(set_), tracking_uri=tracking_uri,
-                         log_path=log, replay=replay)
+                         confidence=confidence, repeats=repeats, max_samples=max_samples, overrides=parse_set(set_),
+                         tracking_uri=tracking_uri, log_path=log, replay=replay)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     report = run_bisect(opts, progress=lambda m: err.print(escape(m), style="dim"))  # stdout stays one object
     if as_json:
         print_json(report.to_json())
     else:
         _print(report)
-    if report.status != "isolated":
+    if report.status.value != "isolated":
         raise typer.Exit(1)
 
 
 def _print(report) -> None:
     console = Console(highlight=False, soft_wrap=True)
-    table = Table(title=f"{len(report.differences)} settings differ: {report.good} (good) vs {report.bad} (bad)")
-    for col in ("setting", "good", "bad", "culprit"):
+    table = Table(title=f"{len(report.changes)} settings differ as the engine runs them: {report.good} (good) vs "
+                        f"{report.bad} (bad)")
+    for col in ("setting", "good", "bad", "breaks good", "in repair set"):
         table.add_column(col)
     culprits = {c.name for c in report.culprits}
-    for c in report.differences:
+    repair = set(report.repair or [])
+    for c in report.changes:
         table.add_row(escape(c.name), _value(c.values("good")), _value(c.values("bad")),
-                      "[red]yes[/red]" if c.name in culprits else "")
+                      "[red]yes[/red]" if c.name in culprits else "", "[red]yes[/red]" if c.name in repair else "")
     console.print(table)
     j = report.judge
     limit = "-" if j["limit"] is None else f"{j['limit']:.4g}"
-    console.print(f"judged by {j['metric']} (limit {limit}, {j['repeats']} repeats, noise band {j['band']} "
-                  f"MADs): {len(report.probes)} probes, {report.live_trials} measured, bound {report.probe_bound}")
+    noise = j["noise"]
+    console.print(f"judged by {j['metric']} (limit {limit}, confidence {j['confidence']:g}, noise "
+                  f"{100 * noise['sd_log']:.2f}% over {noise['dof']} dof): {len(report.probes)} probes, "
+                  f"{report.live_trials} plans measured in {report.samples} samples, bound {report.probe_bound}")
     if report.unresolved:
         console.print(f"unresolved probes (skipped): {escape(str(report.unresolved))}")
     for note in report.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
-    if report.status == "isolated":
-        for cause in report.causes:
-            console.print(f"[bold red]culprit:[/bold red] {escape(' + '.join(cause))}")
-    else:
-        console.print(f"[yellow]{report.status}[/yellow]")
+    for cause in report.breaking:
+        console.print(f"[bold red]breaks the good configuration when applied to it:[/bold red] "
+                      f"{escape(' + '.join(cause))}")
+    if report.repair is not None:
+        console.print(f"[bold red]repairs the bad configuration when reverted from it:[/bold red] "
+                      f"{escape(' + '.join(report.repair))}")
+    if report.status.value != "isolated":
+        console.print(f"[yellow]{report.status.value}[/yellow]")
     console.print(f"log: {report.log} (replay with --replay); MLflow parent run {report.parent_run_id}")
 
 

@@ -1,15 +1,47 @@
-"""Small helpers shared by the command modules: scenario path defaults and JSON output."""
+"""Small helpers shared by the command modules: quiet libraries, SIGTERM as an exit, the default spec, scenario
+path defaults and JSON output."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import signal
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from bisect_eagle import scenarios
 from bisect_eagle.errors import BadInput
+
+if TYPE_CHECKING:
+    from bisect_eagle.spec import Spec
+
+
+def quiet_libraries() -> None:
+    """Keep Optuna's per-trial lines, MLflow's store messages and artifact progress bars off the terminal."""
+    import optuna
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for name in ("mlflow", "alembic", "httpx"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def sigterm_as_exit() -> None:
+    """SIGTERM unwinds like Ctrl-C (runs end KILLED, servers are torn down) instead of killing outright."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+def load_spec_or_default(spec: Path | None) -> Spec:
+    """The given spec, or the embedded default (the tiny scenario) when none is given."""
+    from bisect_eagle.spec import DEFAULT_SPEC, load_spec
+
+    return load_spec(spec or DEFAULT_SPEC)
 
 
 def resolve_paths(scenario: str | None, **paths: Path | None) -> dict[str, Path]:

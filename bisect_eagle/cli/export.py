@@ -15,22 +15,35 @@ from bisect_eagle.cli.common import print_json
 from bisect_eagle.cli.run import quiet_libraries
 
 
-def export_plan(tracking, run, port: int) -> dict[str, Any]:
-    """argv, environment and draft patch of a logged trial with its effective settings (what was measured)."""
-    from bisect_eagle.engines.sglang_launch import draft_config_patch, launch_command
-    from bisect_eagle.settings import apply_speculative_rules
+def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -> dict[str, Any]:
+    """The sglang plan of a logged trial (what was measured), for serving it with SGLang: argv, env, draft patch.
+
+    The argv is the one the installed SGLang accepts (flags adapted and checked by its own parser when it can
+    run here), with the layer ids in their meaningful order; secret values are never printed (``$NAME``).
+    """
+    from bisect_eagle.engines.sglang import SglangEngine
     from bisect_eagle.trials import settings_of_run, spec_of_study
 
     settings, parent_id = settings_of_run(tracking, run)
     spec = spec_of_study(tracking, parent_id)
-    effective, warnings = apply_speculative_rules(settings)
-    draft = None if settings.is_baseline else Path(spec.draft)
-    argv, env = launch_command(effective, spec.engine.sglang, Path(spec.target), draft, port)
-    ids = effective.eagle_aux_hidden_state_layer_ids
+    server = spec.engine.sglang
+    if sglang_python:
+        server = server.model_copy(update={"python": sglang_python})
+    if spec.engine.kind == "local" and "dtype" not in settings.model_fields_set:
+        # the local trial ran in its dtype; say so rather than let the server pick another
+        settings = settings.model_validate({**settings.model_dump(exclude_unset=True), "dtype": settings.dtype})
+    engine = SglangEngine(server, target=Path(spec.target), draft=Path(spec.draft), prompts=None,
+                          log_dir=Path(spec.draft).parent)
+    with engine:
+        plan = engine.planner.plan(settings, port=port, trial_dir=Path(spec.draft).parent / "trial")
+    argv = list(plan.argv or [])
+    if "--speculative-draft-model-path" in argv:
+        argv[argv.index("--speculative-draft-model-path") + 1] = str(spec.draft)
+    env = {k: (f"${k}" if v == "<redacted>" else v) for k, v in (plan.env or {}).items()}
     return {"run_id": run.info.run_id, "argv": argv, "command": shlex.join(argv), "env": env,
-            "draft_config": None if draft is None else str(draft / "config.json"),
-            "draft_config_patch": None if draft is None or ids is None else draft_config_patch(sorted(ids)),
-            "warnings": warnings}
+            "draft_config": None if settings.is_baseline else str(Path(spec.draft) / "config.json"),
+            "draft_config_patch": plan.config_patch, "checked": plan.checked, "refusal": plan.refusal,
+            "fingerprint": plan.fingerprint, "warnings": list(plan.warnings)}
 
 
 def export(
@@ -41,6 +54,8 @@ def export(
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
                                      "sqlite:///mlruns/mlflow.db)."),
     port: int = typer.Option(30000, min=1, max=65535, help="Port for the exported server."),
+    sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang; its parser "
+                                      "checks the exported command."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Print what to run to serve a trial's config with SGLang: command, environment and draft config patch."""
@@ -62,14 +77,16 @@ def export(
         run_id = str(best["run_id"])
         uri = tracking.uri
     tracking, run = Tracking.of_run(uri, run_id)
-    plan = export_plan(tracking, run, port)
+    plan = export_plan(tracking, run, port=port, sglang_python=sglang_python)
     if as_json:
         print_json(plan)
         return
     console = Console()
     console.print(f"# SGLang launch for trial {run_id}", markup=False)
+    console.print(f"# checked by: {plan['checked']}", markup=False)
     for key, value in sorted(plan["env"].items()):
-        console.print(f"export {key}={shlex.quote(value)}", markup=False)
+        shown = value if value.startswith("$") else shlex.quote(value)
+        console.print(f"export {key}={shown}", markup=False)
     console.print(plan["command"], markup=False, soft_wrap=True)
     if plan["draft_config_patch"] is not None:
         console.print(f"\n# merge into {plan['draft_config']} (or a copy of the draft directory; SGLang reads the "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bisect_eagle.cli.common import print_json, resolve_paths
-from bisect_eagle.engines.base import Engine, TrialResult
+from bisect_eagle.engines.base import TrialResult
+from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -54,34 +56,34 @@ def _print_result(result: TrialResult) -> None:
     console.print(f"wall {result.wall_s:.2f} s, of which {result.model_s:.2f} s inside model forwards")
 
 
-def _run_planned(engine: Engine, settings: LiveSettings) -> TrialResult:
-    """Plan, refuse with the engine's reason (exit 2), or run."""
-    plan = engine.plan(settings)
-    if plan.refusal is not None:
-        raise BadInput(plan.refusal)
-    return engine.run(plan)
+def _print_plan(plan: TrialPlan) -> None:
+    """A plan for a terminal: the command to paste, its environment, what was checked, warnings."""
+    out = [f"# engine {plan.engine}, fingerprint {plan.fingerprint}; checked by {plan.checked or 'its own rules'}"]
+    if plan.refusal:
+        out.append(f"# REFUSED: {plan.refusal}")
+    out += [f"export {k}={shlex.quote(v)}" for k, v in sorted((plan.env or {}).items())]
+    if plan.argv is not None:
+        out.append(shlex.join(plan.argv))
+    if plan.config_patch is not None:
+        out.append(f"# the trial's draft copy gets config.json {json.dumps(plan.config_patch)}")
+    out += [f"# effective {k} = {json.dumps(v)}" for k, v in plan.effective.items()]
+    out += [f"# warning: {w}" for w in plan.warnings]
+    typer.echo("\n".join(out))
 
 
-def _run_spec(spec_path: Path, values: dict[str, Any], dry_run: bool, as_json: bool) -> TrialResult | None:
-    """One trial of a spec's engine with its fixed settings and the ``--set`` overrides (None after a dry run)."""
-    from bisect_eagle.engines import default_log_dir, make_engine
-    from bisect_eagle.spec import load_spec, settings_from
+def _engine_for(spec_path: Path | None, paths: dict[str, Path] | None, sglang_python: str | None) -> tuple:
+    """(engine, fixed settings of the spec) for a spec file, or the local engine for plain paths."""
+    if spec_path is None:
+        from bisect_eagle.engines.local import LocalEngine
+
+        return LocalEngine(paths["target"], paths["draft"], paths["prompts"]), {}
+    from bisect_eagle.engines import make_engine
+    from bisect_eagle.spec import load_spec
 
     s = load_spec(spec_path)
-    settings = settings_from({**s.engine.settings, **values}, "--set")
-    if dry_run:
-        if s.engine.kind != "sglang":
-            raise BadInput(f"{spec_path}: --dry-run shows server launches; key 'engine.kind' is {s.engine.kind!r}")
-        from bisect_eagle.engines.sglang import dry_run as plan_launches
-
-        plan = plan_launches(s, [settings], default_log_dir(s))
-        if as_json:
-            print_json(plan.to_json())
-        else:
-            typer.echo(plan.text(), nl=False)
-        return None
-    with make_engine(s) as engine:
-        return _run_planned(engine, settings)
+    if sglang_python:
+        s.engine.sglang.python = sglang_python
+    return make_engine(s), dict(s.engine.settings)
 
 
 def live(
@@ -94,8 +96,11 @@ def live(
         "--set eagle_aux_hidden_state_layer_ids=[5,9,11]."),
     baseline: bool = typer.Option(False, "--baseline", help="Run the target alone (no speculative decoding)."),
     spec: Path = typer.Option(None, "--spec", help="Experiment spec: its engine (local or sglang) and fixed settings."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="sglang engine: print the exact server command and "
-                                 "environment; launch nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the trial's plan (effective settings, "
+                                 "fingerprint; for sglang the exact command and environment); run nothing, write "
+                                 "nothing."),
+    sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
+                                      "environment); overrides engine.sglang.python."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run one live trial (in-process, or a spec's engine) and report tok/s, accept length and effective settings."""
@@ -104,20 +109,23 @@ def live(
         if values.get("speculative_algorithm", "none") != "none":
             raise BadInput(f"--baseline conflicts with --set speculative_algorithm={values['speculative_algorithm']}")
         values["speculative_algorithm"] = "none"
-    if spec is not None:
-        result = _run_spec(spec, values, dry_run, as_json)
-        if result is None:
-            return
-    else:
-        if dry_run:
-            raise BadInput("--dry-run shows the server launches of a spec with engine.kind sglang; give --spec FILE")
-        from bisect_eagle.engines.local import LocalEngine
-        from bisect_eagle.spec import settings_from
+    from bisect_eagle.spec import settings_from
 
-        p = resolve_paths(scenario, target=target, draft=draft, prompts=prompts)
-        settings = settings_from(values, "--set")
-        with LocalEngine(p["target"], p["draft"], p["prompts"]) as engine:
-            result = _run_planned(engine, settings)
+    paths = None if spec is not None else resolve_paths(scenario, target=target, draft=draft, prompts=prompts)
+    engine, fixed = _engine_for(spec, paths, sglang_python)
+    with engine:
+        plan = engine.plan(settings_from({**fixed, **values}, "--set"))
+        if dry_run:
+            if as_json:
+                print_json({"plan": plan.to_json()})
+            else:
+                _print_plan(plan)
+            if plan.refusal is not None:
+                raise BadInput(plan.refusal)
+            return
+        if plan.refusal is not None:
+            raise BadInput(plan.refusal)
+        result = engine.run(plan)
     if as_json:
         print_json(result.to_json())
     else:

@@ -2,38 +2,26 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
-import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as ProgressBar
 from rich.table import Table
 
-from bisect_eagle.cli.common import print_json
+# quiet_libraries, sigterm_as_exit and load_spec_or_default live in cli.common; imported from here by older code
+from bisect_eagle.cli.common import load_spec_or_default, print_json, quiet_libraries, sigterm_as_exit
+
+if TYPE_CHECKING:
+    from bisect_eagle.search.study import StudyOutcome, StudyProgress
 
 EXIT_NOT_REACHED = 3
 
-
-def quiet_libraries() -> None:
-    """Keep Optuna's per-trial lines, MLflow's store messages and artifact progress bars off the terminal."""
-    import optuna
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    for name in ("mlflow", "alembic", "httpx"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def sigterm_as_exit() -> None:
-    """SIGTERM unwinds like Ctrl-C (runs end KILLED, servers are torn down) instead of killing outright."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+__all__ = ["EXIT_NOT_REACHED", "Display", "finish", "load_spec_or_default", "print_outcome", "quiet_libraries",
+           "register", "run", "sigterm_as_exit"]
 
 
 class Display:
@@ -42,7 +30,7 @@ class Display:
     def __init__(self, enabled: bool):
         self.console = Console(stderr=True)
         self.enabled = enabled
-        self.bar = Progress(
+        self.bar = ProgressBar(
             SpinnerColumn(), TextColumn("[bold]{task.fields[stage]:<10}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("live trials  best {task.fields[best]} / target {task.fields[target]}"),
             TimeElapsedColumn(), TextColumn("left {task.fields[left]}"), console=self.console,
@@ -58,7 +46,7 @@ class Display:
         if self.enabled:
             self.bar.stop()
 
-    def __call__(self, p: Any) -> None:
+    def __call__(self, p: StudyProgress) -> None:
         if not self.enabled:
             return
         self.bar.console.print(f"[dim]{p.stage:<10}[/dim] {escape(p.message)}")
@@ -68,7 +56,7 @@ class Display:
                         target="-" if p.target is None else f"{p.target:.2f}", left=f"{left:.0f}s")
 
 
-def print_outcome(out: Any, console: Console) -> None:
+def print_outcome(out: StudyOutcome, console: Console) -> None:
     """Gate table, live trials, verdict, best config and where the runs are."""
     if out.gate:
         table = Table(title="stage 1: standalone accuracy per wiring")
@@ -116,13 +104,6 @@ def _short(params: dict[str, Any]) -> str:
     return " ".join(f"{k.replace('eagle_aux_hidden_state_layer_ids', 'ids')}={v}" for k, v in params.items())
 
 
-def load_spec_or_default(spec: Path | None):
-    """The given spec, or the embedded default (the tiny scenario) when none is given."""
-    from bisect_eagle.spec import DEFAULT_SPEC, load_spec
-
-    return load_spec(spec or DEFAULT_SPEC)
-
-
 def run(
     spec: Path = typer.Argument(None, help="Experiment spec YAML (default: the embedded tiny scenario spec)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the spec's latest study (or --study-name) "
@@ -145,14 +126,15 @@ def run(
     sigterm_as_exit()
     s = load_spec_or_default(spec)
     with Display(enabled=not as_json) as display:
-        opts = Options(resolve_storage(storage, s), resolve_tracking_uri(tracking_uri, s.storage.tracking_uri),
+        opts = Options(storage=resolve_storage(storage, s),
+                       tracking_uri=resolve_tracking_uri(tracking_uri, s.storage.tracking_uri),
                        study_name=study_name, resume=resume, max_live_trials=max_live_trials,
                        max_wall_s=max_wall_s, progress=display)
-        out = run_study(s, opts, make_engine)
+        out = run_study(s, options=opts, engine_factory=make_engine)
     finish(out, as_json)
 
 
-def finish(out: Any, as_json: bool) -> None:
+def finish(out: StudyOutcome, as_json: bool) -> None:
     """Print a study's outcome (one JSON object, or the summary); exit 3 when the target was not reached."""
     if as_json:
         print_json(out.to_json())

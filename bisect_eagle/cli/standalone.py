@@ -19,21 +19,33 @@ def standalone(
     rule: str = typer.Option("[:-1]", help="Which dump tensors feed fc: [:-1], [1:], [0,1,2], [emb,0,1] ..."),
     samples: int = typer.Option(0, help="Evaluate only the first N samples (0 = all)."),
     steps: int = typer.Option(3, help="Teacher-forced draft steps for per-position accuracy."),
-    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip unreadable dump files and count them."),
+    device: str = typer.Option("cpu", help="Torch device for the draft: cpu, cuda, cuda:N, mps."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad dump samples (unreadable, malformed, NaN/inf, "
+                                  "token ids outside the vocabulary) and count them."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Standalone accuracy of a draft on its training dump under a wiring rule (no server)."""
+    from bisect_eagle.devices import check_device
     from bisect_eagle.draft import load_draft
     from bisect_eagle.dumps import DumpReader
+    from bisect_eagle.errors import BadInput
+    from bisect_eagle.preflight import validate_data
     from bisect_eagle.standalone import evaluate
     from bisect_eagle.target import TargetHead
     from bisect_eagle.wiring import parse_rule
 
+    if samples < 0:
+        raise BadInput(f"--samples: expected a count >= 0 (0 = all), found {samples}")
+    if steps < 1:
+        raise BadInput(f"--steps: expected a number of draft steps >= 1, found {steps}")
+    check_device(device, "--device")
     p = resolve_paths(scenario, draft=draft, dump=dump, target=target)
     parsed = parse_rule(rule)
-    loaded = load_draft(p["draft"], target=p["target"])
-    result = evaluate(loaded, DumpReader(p["dump"], skip_bad=skip_bad), TargetHead.load(p["target"]), parsed,
-                      samples=samples or None, steps=steps)
+    validate_data(target=p["target"], draft=p["draft"], dump=p["dump"], skip_bad=skip_bad)
+    loaded = load_draft(p["draft"], target=p["target"], device=device)
+    head = TargetHead.load(p["target"])
+    reader = DumpReader(p["dump"], skip_bad=skip_bad, vocab_size=head.vocab_size)
+    result = evaluate(loaded, reader, head, parsed, samples=samples or None, steps=steps)
     if as_json:
         print_json(result.to_json())
         return
@@ -47,7 +59,7 @@ def standalone(
     console.print(f"samples {result.samples}, tokens {result.tokens}, simulated accept length "
                   f"{result.simulated_accept_length:.2f} (+1 bonus token for SGLang's AL)")
     if result.skipped_files:
-        console.print(f"[yellow]skipped {len(result.skipped_files)} unreadable files[/yellow]")
+        console.print(f"[yellow]skipped {len(result.skipped_files)} bad dump files[/yellow]")
     console.print(f"alignment: {result.alignment}", style="dim")
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from bisect_eagle.cli.run import Display, finish, load_spec_or_default, quiet_libraries, sigterm_as_exit
+from bisect_eagle.cli.common import load_spec_or_default, quiet_libraries, sigterm_as_exit
+from bisect_eagle.cli.run import Display, finish
 
 
 def worker(
@@ -28,9 +29,10 @@ def worker(
     sigterm_as_exit()
     s = load_spec_or_default(spec)
     with Display(enabled=not as_json) as display:
-        opts = Options(resolve_storage(storage, s), tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
+        opts = Options(storage=resolve_storage(storage, s),
+                       tracking_uri=tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
                        study_name=study_name, progress=display)
-        out = join_study(s, opts, make_engine, wait_s=wait_s)
+        out = join_study(s, options=opts, engine_factory=make_engine, wait_s=wait_s)
     finish(out, as_json)
 
 

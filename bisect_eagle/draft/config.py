@@ -138,11 +138,6 @@ class DraftConfigFile(_Strict):
         """The declared ids at :attr:`ids_found` (None when the config declares none)."""
         return {"nested": self.nested_ids, "top-level": self.top_level_ids, "none": None}[self.ids_found]
 
-    @property
-    def ids_key(self) -> str:
-        """The dotted key of :attr:`layer_ids` (for messages)."""
-        return IDS_KEY if self.ids_found == "top-level" else f"eagle_config.{IDS_KEY}"
-
     def declared_ids(self, engine: Engine) -> tuple[list[int] | None, Convention]:
         """The ids ``engine`` reads from this draft and their convention.
 

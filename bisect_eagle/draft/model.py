@@ -37,7 +37,7 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+def rope(x: torch.Tensor, *, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotate ``x`` [B, heads, T, d] by Llama's rotary embedding at ``positions`` [B, T]."""
     d = x.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
@@ -66,7 +66,7 @@ class DraftAttention(nn.Module):
         q = self.q_proj(a).view(b, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
         k = self.k_proj(a).view(b, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(a).view(b, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
+        return rope(q, positions=positions, theta=c.rope_theta), rope(k, positions=positions, theta=c.rope_theta), v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Attention of q over all keys k/v with boolean ``mask`` [T, S] (True = visible); returns [B, T, H]."""

@@ -14,7 +14,10 @@ def default_log_dir(spec: Spec) -> Path:
 
 
 def make_engine(spec: Spec, log_dir: Path | None = None) -> Engine:
-    """The spec's engine: ``local`` (in-process PyTorch) or ``sglang`` (one server per trial)."""
+    """The spec's engine: ``local`` (in-process PyTorch) or ``sglang`` (one server per trial).
+
+    Building an engine is cheap and writes nothing; models load and servers start on the first run.
+    """
     if spec.engine.kind == "local":
         from bisect_eagle.engines.local import LocalEngine
 

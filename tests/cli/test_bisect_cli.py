@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from bisect_eagle.engines.base import Engine, TrialResult, failed
+from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
-from bisect_eagle.search.bisect import BisectOptions, Outcome, parse_log, run_bisect
-from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.search.bisect import BisectOptions, ProbeOutcome, parse_log, run_bisect
+from bisect_eagle.settings import LiveSettings
 from bisect_eagle.tracking import Tracking
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,26 +45,29 @@ def first(tiny, tmp_path_factory) -> tuple[Path, dict]:
 
 def test_names_exactly_the_planted_culprits_within_the_bound(first):
     _, report = first
-    n, c = len(report["differences"]), len(report["culprits"])
-    assert n >= 6
+    n, c = len(report["changes"]), len(report["culprits"])
+    # the local engine ignores env.* and server_args.*, and num_draft_tokens 16 runs as num_steps + 1: the
+    # plans tell the two configurations apart only by the two planted mistakes
+    assert [x["name"] for x in report["changes"]] == ["eagle_aux_hidden_state_layer_ids", "num_steps"]
+    assert set(report["not_changes"]) == {"num_draft_tokens", "env.NCCL_ALGO", "env.NCCL_PROTO",
+                                          "server_args.disable_custom_all_reduce", "server_args.cuda_graph_max_bs"}
     assert report["status"] == "isolated"
     assert {x["name"] for x in report["culprits"]} == PLANTED
-    assert sorted(map(sorted, report["causes"])) == [["eagle_aux_hidden_state_layer_ids"], ["num_steps"]]
+    assert sorted(map(sorted, report["breaking_sets"])) == [["eagle_aux_hidden_state_layer_ids"], ["num_steps"]]
+    assert sorted(report["repair_set"]) == sorted(PLANTED)  # independent mistakes: both must be reverted
     wiring = next(x for x in report["culprits"] if x["name"] == "eagle_aux_hidden_state_layer_ids")
     assert (wiring["good"], wiring["bad"]) == ([1, 5, 9], [-1, 1, 5])
-    assert report["probes_used"] == len(report["probes"]) <= report["probe_bound"] == 2 * c * (n - 1).bit_length() + 2
+    bound = 2 * c * (n - 1).bit_length() + 2 + c
+    assert report["probes_used"] == len(report["probes"]) <= report["probe_bound"] == bound
     assert report["unresolved"] == []
     first_probe, second = report["probes"][:2]
     assert first_probe["applied"] == [] and first_probe["outcome"] == "GOOD"
     assert len(second["applied"]) == n and second["outcome"] == "BAD"
-    # num_draft_tokens 16 with topk 1 runs as num_steps + 1: a probe that differs from an earlier one only by
-    # it has the same effective settings, hence the same fingerprint, and is not measured again
-    reused = [p for p in report["probes"] if p["source"] == "memory"]
-    assert reused, "no probe was answered by an earlier one with the same effective settings"
-    measured = {q["fingerprint"]: q for q in report["probes"] if q["source"] == "measured"}
-    for p in reused:
-        earlier = measured[p["fingerprint"]]
-        assert set(earlier["applied"]) ^ set(p["applied"]) == {"num_draft_tokens"}
+    # accept length is deterministic: each endpoint's repeats agree, and no probe needs a second sample
+    assert len(first_probe["samples"]) == len(second["samples"]) == 3 and len(set(first_probe["samples"])) == 1
+    measured = [p["fingerprint"] for p in report["probes"] if p["source"] == "measured"]
+    assert len(measured) == len(set(measured)) == report["live_trials"]  # one measurement per plan
+    assert report["samples"] == report["live_trials"] + 4
 
 
 def test_one_child_run_per_probe_under_the_parent(first):
@@ -82,7 +86,7 @@ def test_rerun_costs_nothing_and_replay_follows_edited_marks(first):
     again = _bisect(tmp, "--good", str(GOOD), "--bad", str(BAD), "--log", str(tmp / "again.log"))
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)
-    assert second["live_trials"] == 0 and {x["name"] for x in second["culprits"]} == PLANTED
+    assert second["live_trials"] == second["samples"] == 0 and {x["name"] for x in second["culprits"]} == PLANTED
     good_run, bad_run = report["probes"][0]["run_id"], report["probes"][1]["run_id"]
     by_runs = _bisect(tmp, "--good", good_run, "--bad", bad_run, "--spec", str(GOOD), "--log", str(tmp / "runs.log"))
     assert by_runs.returncode == 0, by_runs.stderr
@@ -104,12 +108,44 @@ def test_rerun_costs_nothing_and_replay_follows_edited_marks(first):
     assert all(p["source"] == "replay" for p in replayed["probes"] if tuple(p["applied"]) in logged)
     (alone,) = [p for p in replayed["probes"] if p["applied"] == ["num_steps"]]
     assert alone["outcome"] == "GOOD" and alone["source"] == "replay"  # the edited mark is followed ...
-    assert replayed["causes"] != report["causes"]  # ... and changes the answer
+    assert replayed["breaking_sets"] != report["breaking_sets"]  # ... and changes the answer
     assert parse_log(tmp / "r.log").header["good"] == str(GOOD)
 
 
+def test_a_planted_token_appears_nowhere(first):
+    """The bad spec carries env.HF_TOKEN: the local engine ignores it (not a change), and no output shows it."""
+    import yaml
+
+    tmp, _ = first
+    token = "hf_cli_planted_987"
+    raw = yaml.safe_load(BAD.read_text())
+    raw["engine"]["settings"]["env.HF_TOKEN"] = token
+    bad = tmp / "broken-with-token.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = _bisect(tmp, "--good", str(GOOD), "--bad", str(bad), "--log", str(tmp / "token.log"),
+                  "--set", "env.MY_TOKEN=x7q-cli-typed")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert {x["name"] for x in report["culprits"]} == PLANTED and "env.HF_TOKEN" in report["not_changes"]
+    tracking, _ = Tracking.of_run(f"sqlite:///{tmp / 'mlflow.db'}", report["parent_run_id"])
+    for text in (out.stdout, out.stderr, (tmp / "token.log").read_text(),
+                 tracking.read_text(report["parent_run_id"], "result.json"),
+                 tracking.read_text(report["parent_run_id"], "bisect.log")):
+        assert token not in text and "x7q-cli-typed" not in text
+    only = tmp / "token-only.yaml"
+    raw = yaml.safe_load(GOOD.read_text())
+    raw["engine"]["settings"].update({"env.HF_TOKEN": token, "env.NCCL_ALGO": "Ring", "concurrency": 4})
+    only.write_text(yaml.safe_dump(raw))
+    same = _bisect(tmp, "--good", str(GOOD), "--bad", str(only))
+    assert same.returncode == 2 and "nothing to bisect" in same.stderr and "plan the same trial" in same.stderr
+    assert "env.HF_TOKEN" in same.stderr and token not in same.stderr + same.stdout
+
+
 class ScriptedEngine(Engine):
-    """Accept length 1.0 for the planted mistakes, 3.0 otherwise; crashes or fails where told."""
+    """Accept length 1.0 for the planted mistakes, 3.0 otherwise; crashes or fails where told.
+
+    Like a server engine it runs ``env`` and ``server_args``, so they are changes here.
+    """
 
     name = "scripted"
 
@@ -117,18 +153,23 @@ class ScriptedEngine(Engine):
         self.crash = crash
         self.runs = 0
 
-    def run(self, settings: LiveSettings) -> TrialResult:
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        effective, warnings, refusal = speculative_effective(settings)
+        if effective["eagle_aux_hidden_state_layer_ids"] is None:
+            effective["eagle_aux_hidden_state_layer_ids"] = [1, 5, 9]
+        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+
+    def run(self, plan: TrialPlan) -> TrialResult:
         self.runs += 1
-        eff, _ = apply_speculative_rules(settings)
-        requested, effective = settings.model_dump(), eff.model_dump()
+        settings, effective = plan.settings, plan.effective
         kind = self.crash(settings)
         if kind == "raise":
             raise BadInput("scripted: this combination cannot start")
         if kind == "fail":
-            return failed(self.name, requested, effective, "capture_error", "captured 2 of 3 aux hidden states")
-        broken = -1 in (settings.eagle_aux_hidden_state_layer_ids or []) or eff.num_steps == 1
+            return failed(self.name, plan.requested, effective, "capture_error", "captured 2 of 3 aux hidden states")
+        broken = -1 in effective["eagle_aux_hidden_state_layer_ids"] or effective["num_steps"] == 1
         al = 1.0 if broken else 3.0
-        return TrialResult(self.name, "ok", requested, effective, output_tok_s=10 * al, accept_length=al)
+        return TrialResult(self.name, "ok", plan.requested, effective, output_tok_s=10 * al, accept_length=al)
 
 
 def _crash(settings: LiveSettings) -> str | None:
@@ -148,6 +189,7 @@ def test_crashing_probes_are_unresolved_and_the_bisect_still_ends(tiny, tmp_path
     opts = BisectOptions(good=str(GOOD), bad=str(BAD), metric="accept_length",
                          tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", log_path=tmp_path / "b.log")
     report = run_bisect(opts, engine_factory=lambda spec: engine, progress=seen.append).to_json()
+    assert len(report["changes"]) == 6  # num_draft_tokens runs as num_steps + 1 on every engine: not a change
     assert {x["name"] for x in report["culprits"]} == PLANTED and report["status"] == "isolated"
     assert report["unresolved"], "the scripted crash was never probed"
     skipped = [p for p in report["probes"] if p["outcome"] == "UNRESOLVED"]
@@ -156,8 +198,9 @@ def test_crashing_probes_are_unresolved_and_the_bisect_still_ends(tiny, tmp_path
                for p in skipped)
     assert any("settings left (~" in m for m in seen)
     marks = parse_log(tmp_path / "b.log").marks
-    assert [m[0] for m in marks].count(Outcome.UNRESOLVED) == len(skipped)
-    assert engine.runs == report["live_trials"] == sum(p["source"] == "measured" for p in report["probes"])
+    assert [m[0] for m in marks].count(ProbeOutcome.UNRESOLVED) == len(skipped)
+    assert report["live_trials"] == sum(p["source"] == "measured" for p in report["probes"])
+    assert engine.runs == report["samples"]
     tracking, _ = Tracking.of_run(f"sqlite:///{tmp_path / 'mlflow.db'}", report["parent_run_id"])
     children = tracking.child_runs(report["parent_run_id"])
     assert sorted(r.info.run_id for r in children) == sorted(p["child_run_id"] for p in report["probes"])
@@ -187,7 +230,9 @@ def test_standalone_accuracy_probes_see_only_the_wiring(tiny, tmp_path):
         report = run_bisect(opts, engine_factory=no_engine).to_json()
     finally:
         torch.set_num_threads(threads)
-    assert report["causes"] == [["eagle_aux_hidden_state_layer_ids"]]  # steps do not change offline accuracy
+    # a standalone probe's plan is the wiring alone: steps, NCCL and server flags are not changes
+    assert [c["name"] for c in report["changes"]] == ["eagle_aux_hidden_state_layer_ids"]
+    assert report["breaking_sets"] == [["eagle_aux_hidden_state_layer_ids"]]
     assert report["live_trials"] == 2  # one standalone trial per wiring; every other probe shares a fingerprint
     good_acc, bad_acc = report["probes"][0]["median"], report["probes"][1]["median"]
     assert good_acc == pytest.approx(tiny.meta["training_accuracy"]["full_vocab"], abs=0.05)

@@ -127,14 +127,22 @@ def test_aux_hidden_states_match_hf_hidden_states_in_ascending_order(models):
     torch.testing.assert_close(got, torch.cat([hs[2][0], hs[6][0], hs[10][0]], -1))
 
 
+def run(engine, **settings):
+    """Plan, then run (a refused plan raises BadInput with the engine's reason)."""
+    plan = engine.plan(LiveSettings(**settings))
+    if plan.refusal is not None:
+        raise BadInput(plan.refusal)
+    return engine.run(plan)
+
+
 def test_trial_metrics_and_topk1_rule(engine):
-    result = engine.run(LiveSettings(num_steps=3, num_draft_tokens=8, **FAST))
+    result = run(engine, num_steps=3, num_draft_tokens=8, **FAST)
     assert result.ok
     eff = result.effective
     assert (eff["num_steps"], eff["num_draft_tokens"], eff["topk"]) == (3, 4, 1)
     assert eff["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9] and eff["aux_hidden_state_indices"] == [2, 6, 10]
     assert any("num_draft_tokens = num_steps + 1 = 4" in w and "requested 8" in w for w in result.warnings)
-    measured = [p.id for p in engine.prompts[1:3]]
+    measured = [p.id for p in engine._prompts[1:3]]
     assert [r.id for r in result.requests] == measured  # the warm-up prompt is not counted
     tokens = sum(r.completion_tokens for r in result.requests)
     verify = sum(r.verify_steps for r in result.requests)
@@ -156,13 +164,23 @@ def test_accept_rate_per_position_is_conditional():
 
 
 def test_same_ids_in_another_order_are_the_same_trial(engine):
-    a = engine.run(LiveSettings(eagle_aux_hidden_state_layer_ids=[9, 1, 5], **FAST))
-    b = engine.run(LiveSettings(num_draft_tokens=4, **FAST))
-    assert a.effective == b.effective and b.warnings == []
+    a = engine.plan(LiveSettings(eagle_aux_hidden_state_layer_ids=[9, 1, 5], **FAST))
+    b = engine.plan(LiveSettings(num_draft_tokens=4, **FAST))
+    assert a.fingerprint == b.fingerprint and a.effective == b.effective and b.warnings == ()
+
+
+def test_ignored_and_default_settings_do_not_change_the_plan(engine):
+    base = engine.plan(LiveSettings(**FAST)).fingerprint
+    for extra in ({"concurrency": 4}, {"env": {"NCCL_ALGO": "Ring"}}, {"server_args": {"attention_backend": "fa3"}},
+                  {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, {"num_draft_tokens": 4}):
+        assert engine.plan(LiveSettings(**FAST, **extra)).fingerprint == base, extra
+    assert engine.plan(LiveSettings(**{**FAST, "num_steps": 4})).fingerprint != base
+    fresh = LocalEngine(engine.target_path, engine.draft_path, engine.prompts_path)
+    assert fresh.plan(LiveSettings(**FAST)).fingerprint == base and fresh._models == {}  # planning loads nothing
 
 
 def test_baseline_trial(engine):
-    result = engine.run(LiveSettings(speculative_algorithm="none", **FAST))
+    result = run(engine, speculative_algorithm="none", **FAST)
     eff = result.effective
     assert result.ok and eff["eagle_aux_hidden_state_layer_ids"] is None and eff["num_steps"] == 0
     tokens = sum(r.completion_tokens for r in result.requests)
@@ -171,9 +189,8 @@ def test_baseline_trial(engine):
 
 
 def test_eagle_with_eagle3_draft_runs_like_sglang(engine):
-    result = engine.run(LiveSettings(speculative_algorithm="EAGLE", eagle_aux_hidden_state_layer_ids=[1, 5, 9],
-                                     **FAST))
-    true = engine.run(LiveSettings(**FAST))
+    result = run(engine, speculative_algorithm="EAGLE", eagle_aux_hidden_state_layer_ids=[1, 5, 9], **FAST)
+    true = run(engine, **FAST)
     assert result.ok and result.effective["eagle_aux_hidden_state_layer_ids"] == []
     assert any("fc is skipped" in w for w in result.warnings)
     assert any("not used" in w for w in result.warnings)
@@ -186,16 +203,17 @@ def test_eagle_with_eagle3_draft_runs_like_sglang(engine):
         ({"num_steps": 0}, "num_steps must be >= 1"),
         ({"eagle_aux_hidden_state_layer_ids": [1, 5, 12]}, r"12 is outside \[-1, 11\]"),
         ({"eagle_aux_hidden_state_layer_ids": [-2, 1, 5]}, r"-2 is outside \[-1, 11\]"),
-        ({"eagle_aux_hidden_state_layer_ids": [1, 5]}, r"fc takes 576 inputs but 2 layer ids \[1, 5\]"),
+        ({"eagle_aux_hidden_state_layer_ids": [1, 5]}, r"has 2 ids, but the draft's fc was trained on 3"),
         ({"eagle_aux_hidden_state_layer_ids": [1, 5, 5]}, "repeats an id"),
         ({"topk": 2, "num_draft_tokens": 6}, "tree drafting"),
         ({"temperature": 0.7}, "decodes greedily"),
-        ({"num_prompts": 30}, "prompts file has only"),
+        ({"num_prompts": 30}, "but the file has only"),
+        ({"device": "banana"}, "banana"),
     ],
 )
 def test_clear_errors(engine, settings, message):
     with pytest.raises(BadInput, match=message):
-        engine.run(LiveSettings(**{**FAST, **settings}))
+        run(engine, **{**FAST, **settings})
 
 
 def test_decoder_refuses_zero_steps(models):

@@ -17,7 +17,7 @@ from bisect_eagle.engines import procs
 from bisect_eagle.engines.local import LocalEngine, SpeculativeDecoder
 from bisect_eagle.engines.serve import READY_LINE, Rejected, build_parser, check_args, parse_generate
 from bisect_eagle.engines.sglang import SglangEngine
-from bisect_eagle.engines.sglang_client import SglangClient
+from bisect_eagle.engines.sglang.client import SglangClient
 from bisect_eagle.prompts import load_prompts
 from bisect_eagle.settings import parse_settings
 from bisect_eagle.spec import SglangServer
@@ -42,11 +42,13 @@ def test_serve_gives_the_local_engines_accept_length(tiny, tmp_path):
     settings = parse_settings({**TRIAL, "eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, "test")
     server = SglangServer(launch_command=SERVE, ready_timeout_s=120, request_timeout_s=60, stop_grace_s=10,
                           gpu_release_timeout_s=5)
-    with SglangEngine(server, tiny.target, tiny.draft, tiny.prompts, tmp_path) as engine:
-        remote = engine.run(settings)
+    with SglangEngine(server, target=tiny.target, draft=tiny.draft, prompts=tiny.prompts, log_dir=tmp_path) as engine:
+        plan = engine.plan(settings)
+        assert plan.checked.startswith("`bisect-eagle serve` parser")  # the stand-in's own parser judged it
+        remote = engine.run(plan)
     assert remote.ok, remote.failure_detail
     with LocalEngine(tiny.target, tiny.draft, tiny.prompts) as local_engine:
-        local = local_engine.run(settings)
+        local = local_engine.run(local_engine.plan(settings))
     assert remote.accept_length == local.accept_length
     assert remote.accept_length_hist == local.accept_length_hist
     assert remote.accept_rate_per_position == local.accept_rate_per_position

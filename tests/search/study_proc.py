@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 from fake_engine import FakeEngine
 
-from bisect_eagle.cli.run import sigterm_as_exit
+from bisect_eagle.cli.common import sigterm_as_exit
 from bisect_eagle.search.study import Options, join_study, run_study
 from bisect_eagle.spec import load_spec
 
@@ -22,13 +22,14 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sigterm_as_exit()
     spec = load_spec(spec_path)
-    opts = Options(storage, tracking, study_name=study, resume=mode == "resume")
+    opts = Options(storage=storage, tracking_uri=tracking, study_name=study, resume=mode == "resume")
     ready = Path(log + ".worker-ready")  # run-with-worker: live trials wait for the worker, so both measure some
     engine = FakeEngine(sleep_s=float(sleep_s), log=Path(log), live_after=ready if mode == "run-with-worker" else None)
     if mode == "worker":
-        out = join_study(spec, opts, lambda s: ready.touch() or engine, wait_s=120)  # ready once joined
+        out = join_study(spec, options=opts, engine_factory=lambda s: ready.touch() or engine,  # ready once joined
+                         wait_s=120)
     else:
-        out = run_study(spec, opts, lambda s: engine)
+        out = run_study(spec, options=opts, engine_factory=lambda s: engine)
     print(out.stop_reason, flush=True)
 
 

@@ -1,4 +1,5 @@
-"""Isolating delta debugging against synthetic deterministic oracles: exact culprits, the probe bound, skips."""
+"""Isolating delta debugging (the pure ``ddmin`` module) against synthetic deterministic oracles: exact breaking
+sets and repair sets, the probe bound, skips."""
 
 from __future__ import annotations
 
@@ -7,19 +8,15 @@ import math
 
 import pytest
 
-from bisect_eagle.errors import BadInput
-from bisect_eagle.search.bisect import (
+from bisect_eagle.search.bisect.ddmin import (
     Answer,
-    BisectLog,
-    Judge,
-    Outcome,
+    BisectStatus,
     ProbeMemo,
-    apply_changes,
-    differences,
+    ProbeOutcome,
     find_culprits,
     isolate,
-    parse_log,
     probe_bound,
+    shrink,
 )
 
 
@@ -34,14 +31,25 @@ def oracle(causes: list[set[str]], skip=lambda cfg: False, calls: list | None = 
         if calls is not None:
             calls.append(cfg)
         if skip(cfg):
-            return Answer(Outcome.UNRESOLVED, "crashed")
-        return Answer(Outcome.BAD if any(c <= cfg for c in causes) else Outcome.GOOD)
+            return Answer(ProbeOutcome.UNRESOLVED, "crashed")
+        return Answer(ProbeOutcome.BAD if any(c <= cfg for c in causes) else ProbeOutcome.GOOD)
 
     return answer
 
 
 def bound(c: int, n: int) -> int:
-    return 2 * c * math.ceil(math.log2(n)) + 2
+    return 2 * c * math.ceil(math.log2(n)) + 2 + c
+
+
+def repairs(causes: list[set[str]], n: int, repair: tuple[str, ...]) -> bool:
+    """Whether reverting ``repair`` from the bad configuration (all ``n`` applied) leaves no whole cause."""
+    rest = set(names(n)) - set(repair)
+    return not any(c <= rest for c in causes)
+
+
+def one_minimal_repair(causes: list[set[str]], n: int, repair: tuple[str, ...]) -> bool:
+    return repairs(causes, n, repair) and not any(repairs(causes, n, tuple(r for r in repair if r != x))
+                                                  for x in repair)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13])
@@ -49,7 +57,8 @@ def test_single_culprit_anywhere_is_found_within_the_bound(n):
     for culprit in names(n):
         result = find_culprits(names(n), oracle([{culprit}]))
         assert result.status == "isolated"
-        assert result.causes == [(culprit,)] and result.culprits == [culprit]
+        assert result.breaking == [(culprit,)] and result.culprits == [culprit]
+        assert result.repair == (culprit,)
         assert len(result.probes) <= bound(1, n)
 
 
@@ -64,7 +73,8 @@ def test_two_independent_culprits(n):
     for a, b in itertools.combinations(names(n), 2):
         result = find_culprits(names(n), oracle([{a}, {b}]))
         assert result.status == "isolated"
-        assert sorted(result.causes) == sorted([(a,), (b,)])
+        assert sorted(result.breaking) == sorted([(a,), (b,)])
+        assert sorted(result.repair) == sorted((a, b))
         assert len(result.probes) <= bound(2, n)
 
 
@@ -73,7 +83,8 @@ def test_interacting_culprits_are_reported_as_one_cause(n):
     for a, b in itertools.combinations(names(n), 2):
         result = find_culprits(names(n), oracle([{a, b}]))
         assert result.status == "isolated"
-        assert result.causes == [(a, b)]
+        assert result.breaking == [(a, b)]
+        assert result.repair in ((a,), (b,))  # reverting either one repairs the bad configuration
         assert len(result.probes) <= bound(2, n)
 
 
@@ -81,10 +92,12 @@ def test_three_interacting_and_mixed_causes():
     n = 9
     for combo in itertools.combinations(names(n), 3):
         result = find_culprits(names(n), oracle([set(combo)]))
-        assert result.causes == [combo] and len(result.probes) <= bound(3, n)
+        assert result.breaking == [combo] and len(result.probes) <= bound(3, n)
+        assert one_minimal_repair([set(combo)], n, result.repair) and len(result.repair) == 1
     for a, b, c in itertools.permutations(names(7), 3):
         result = find_culprits(names(7), oracle([{a, b}, {c}]))
-        assert sorted(result.causes) == sorted([tuple(sorted((a, b), key=names(7).index)), (c,)])
+        assert sorted(result.breaking) == sorted([tuple(sorted((a, b), key=names(7).index)), (c,)])
+        assert one_minimal_repair([{a, b}, {c}], 7, result.repair) and c in result.repair
         assert len(result.probes) <= bound(3, 7)
 
 
@@ -92,8 +105,8 @@ def test_probes_are_memoised_per_configuration():
     calls: list = []
     result = find_culprits(names(8), oracle([{"s2"}, {"s6"}], calls=calls))
     assert len(calls) == len(set(calls)) == len(result.probes)
-    assert result.probes[0].applied == () and result.probes[0].outcome is Outcome.GOOD
-    assert result.probes[1].applied == tuple(names(8)) and result.probes[1].outcome is Outcome.BAD
+    assert result.probes[0].applied == () and result.probes[0].outcome is ProbeOutcome.GOOD
+    assert result.probes[1].applied == tuple(names(8)) and result.probes[1].outcome is ProbeOutcome.BAD
 
 
 def test_a_crashing_probe_is_unresolved_and_the_search_still_ends():
@@ -106,7 +119,7 @@ def test_a_crashing_probe_is_unresolved_and_the_search_still_ends():
     result = find_culprits(names(n), oracle([{"s5"}], skip=skip))
     assert result.culprits == ["s5"] and result.status == "isolated"
     assert result.unresolved and all(crash in applied for applied in result.unresolved)
-    assert all(p.detail == "crashed" for p in result.probes if p.outcome is Outcome.UNRESOLVED)
+    assert all(p.detail == "crashed" for p in result.probes if p.outcome is ProbeOutcome.UNRESOLVED)
 
 
 def test_inseparable_crash_is_reported_as_ambiguous():
@@ -132,9 +145,9 @@ def test_isolate_returns_a_one_minimal_difference():
     test = ProbeMemo(names(10), oracle([{"s4"}]))
     test(frozenset())
     test(frozenset(names(10)))
-    passing, failing = isolate(frozenset(), frozenset(names(10)), test)
+    passing, failing = isolate(frozenset(), frozenset(names(10)), test=test)
     assert failing - passing == {"s4"}
-    assert test.peek(passing) is Outcome.GOOD and test.peek(failing) is Outcome.BAD
+    assert test.peek(passing) is ProbeOutcome.GOOD and test.peek(failing) is ProbeOutcome.BAD
 
 
 def test_progress_reports_settings_left_and_probes():
@@ -144,64 +157,58 @@ def test_progress_reports_settings_left_and_probes():
     assert any(m.startswith("2 settings left") for m in seen)
 
 
-# ---------------------------------------------------------------------------------------------------
-# the pieces around dd: differences, the judge, the log
 
 
-def test_differences_one_item_per_setting_or_group():
-    good = {"num_steps": 3, "topk": 1, "env.NCCL_ALGO": None, "server_args.a": 1, "server_args.b": 2}
-    bad = {"num_steps": 1, "topk": 1, "env.NCCL_ALGO": "Tree", "server_args.a": 5, "server_args.b": 6}
-    changes = differences(good, bad, groups=[["server_args.a", "server_args.b"]])
-    assert [c.name for c in changes] == ["num_steps", "env.NCCL_ALGO", "server_args.a+server_args.b"]
-    assert changes[2].to_json() == {"name": "server_args.a+server_args.b", "settings": ["server_args.a",
-                                    "server_args.b"], "good": {"server_args.a": 1, "server_args.b": 2},
-                                    "bad": {"server_args.a": 5, "server_args.b": 6}}
-    assert apply_changes(good, changes[:2]) == {**good, "num_steps": 1, "env.NCCL_ALGO": "Tree"}
+def test_breaking_and_repair_sets_differ_when_changes_interact():
+    """s1+s2 break the good configuration only together; reverting either repairs the bad one."""
+    result = find_culprits(names(5), oracle([{"s1", "s2"}]))
+    assert result.status is BisectStatus.ISOLATED
+    assert result.breaking == [("s1", "s2")]
+    assert len(result.repair) == 1 and result.repair[0] in ("s1", "s2")
 
 
-def test_wiring_differs_only_when_the_resolved_ids_do():
-    good, bad = {"eagle_aux_hidden_state_layer_ids": None}, {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]}
-    assert differences(good, bad, wiring=([1, 5, 9], [1, 5, 9])) == []
-    bad = {"eagle_aux_hidden_state_layer_ids": [-1, 1, 5]}
-    (change,) = differences(good, bad, wiring=([1, 5, 9], [-1, 1, 5]))
-    assert change.values("good") == [1, 5, 9] and change.values("bad") == [-1, 1, 5]
-    assert change.good == {"eagle_aux_hidden_state_layer_ids": None}  # applied as written: the draft's own ids
+def test_a_compensated_cause_is_still_a_breaking_set_when_the_rest_fails():
+    """s0 breaks it alone; s2+s3 break it together; both are reported, and the repair set reverts both."""
+    result = find_culprits(names(6), oracle([{"s0"}, {"s2", "s3"}]))
+    assert sorted(result.breaking) == [("s0",), ("s2", "s3")]
+    assert one_minimal_repair([{"s0"}, {"s2", "s3"}], 6, result.repair) and "s0" in result.repair
 
 
-def test_judge_band_from_repeats():
-    judge = Judge("output_tok_s", ratio=0.9, band=2.0, reference=100.0, reference_mad=1.0)
-    assert judge.limit == 90.0
-    assert judge.classify(93.0, 0.5)[0] is Outcome.GOOD  # 93 >= 90 + 2 * 1.4826 * 1
-    assert judge.classify(86.0, 0.5)[0] is Outcome.BAD
-    outcome, why = judge.classify(91.0, 0.5)
-    assert outcome is Outcome.UNRESOLVED and "within the noise band" in why
-    assert judge.classify(91.0, 3.0)[0] is Outcome.UNRESOLVED  # the probe's own noise widens the band
-    assert judge.classify(float("nan"), 0.0)[0] is Outcome.UNRESOLVED
-    exact = Judge("accept_length", threshold=2.5)
-    assert exact.classify(2.5, 0.0)[0] is Outcome.GOOD and exact.classify(2.49, 0.0)[0] is Outcome.BAD
+def test_shrink_gives_a_one_minimal_subset():
+    calls: list = []
+
+    def holds(cfg):
+        calls.append(cfg)
+        return {"b", "d"} <= cfg
+
+    assert shrink(["a", "b", "c", "d"], holds) == ("b", "d")
+    assert len(calls) <= 4 + 3 + 2
 
 
-def test_log_round_trip_and_edited_marks(tmp_path):
-    changes = differences({"num_steps": 3, "env.X": None}, {"num_steps": 1, "env.X": "1"})
-    log = BisectLog("good.yaml", "bad.yaml", Judge().settings(), {"num_prompts": 2}, changes,
-                    reference={"median": 10.0, "mad": 0.5})
-    log.marks += [(Outcome.GOOD, (), "measured"), (Outcome.BAD, ("num_steps", "env.X"), "")]
-    path = tmp_path / "b.log"
-    log.write(path)
-    text = path.read_text()
-    assert "good -  # measured\nbad num_steps,env.X\n" in text and '#   num_steps: 3 -> 1' in text
-    path.write_text(text.replace("bad num_steps,env.X", "skip num_steps,env.X"))
-    parsed = parse_log(path)
-    assert parsed.header["good"] == "good.yaml" and parsed.header["set"] == {"num_prompts": 2}
-    assert parsed.header["reference"] == {"median": 10.0, "mad": 0.5}
-    assert parsed.marks[1] == (Outcome.UNRESOLVED, ("num_steps", "env.X"), "")
-    path.write_text(text + "maybe num_steps\n")
-    with pytest.raises(BadInput, match=r"b.log:\d+: expected '<good\|bad\|skip>"):
-        parse_log(path)
-    path.write_text("hello\n")
-    with pytest.raises(BadInput, match="b.log:1: expected '# bisect-eagle bisect log v1'"):
-        parse_log(path)
+def test_every_repair_set_is_one_minimal():
+    for n in (3, 6):
+        for causes in ([{"s0"}], [{"s0", "s1"}], [{"s0"}, {"s1", "s2"}], [{"s1", "s2"}, {"s0", "s2"}]):
+            result = find_culprits(names(n), oracle(causes))
+            assert one_minimal_repair(causes, n, result.repair), (n, causes, result.repair)
+            for cause in result.breaking:  # each breaking set breaks, and none of its parts alone does
+                cfg = set(cause)
+                assert any(c <= cfg for c in causes)
+                assert not any(any(c <= cfg - {x} for c in causes) for x in cfg)
 
 
 def test_probe_bound():
-    assert probe_bound(2, 7) == 14 and probe_bound(1, 1) == 2 and probe_bound(3, 16) == 26
+    assert probe_bound(2, 7) == 16 and probe_bound(1, 1) == 3 and probe_bound(3, 16) == 29
+
+
+def test_the_module_imports_only_the_standard_library():
+    import ast
+    import sys
+    from pathlib import Path
+
+    import bisect_eagle.search.bisect.ddmin as ddmin
+
+    tree = ast.parse(Path(ddmin.__file__).read_text())
+    imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
+                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in (n.names if isinstance(n, ast.Import) else [n])}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +13,8 @@ import optuna
 import pytest
 from fake_engine import FakeEngine
 
-from bisect_eagle.search.study import Claims, Options, run_study
+from bisect_eagle.poll import wait_until
+from bisect_eagle.search.study import Claims, Options, StudyOutcome, run_study
 from bisect_eagle.spec import load_spec
 from bisect_eagle.tracking import Tracking
 
@@ -51,6 +51,12 @@ def make_spec(tmp_path: Path, name: str, ratio: float = 2.0, high: int = 6, budg
     return path
 
 
+def search(spec, engine: FakeEngine, store: dict[str, str], **options) -> StudyOutcome:
+    """``run_study`` of ``spec`` with ``engine`` in the module's stores."""
+    opts = Options(storage=store["storage"], tracking_uri=store["tracking"], **options)
+    return run_study(spec, options=opts, engine_factory=lambda s: engine)
+
+
 def live_fingerprints(engine: FakeEngine) -> list[tuple]:
     return [(tuple(s.eagle_aux_hidden_state_layer_ids or ()), s.num_steps) for s in engine.runs
             if not s.is_baseline]
@@ -59,7 +65,7 @@ def live_fingerprints(engine: FakeEngine) -> list[tuple]:
 def test_reaches_target_without_measuring_a_config_twice(tmp_path, store):
     spec = load_spec(make_spec(tmp_path, "reach"))
     engine = FakeEngine()
-    out = run_study(spec, Options(store["storage"], store["tracking"]), lambda s: engine)
+    out = search(spec, engine, store)
     assert out.target_reached and out.stop_reason == "target reached"
     assert out.best["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
     assert out.best["value"] >= out.target == pytest.approx(200.0)
@@ -84,7 +90,7 @@ def test_reaches_target_without_measuring_a_config_twice(tmp_path, store):
 def test_crashed_configs_are_recorded_and_never_measured_again(tmp_path, store):
     spec = load_spec(make_spec(tmp_path, "crash", ratio=10.0, high=3, budget=9, sampler="random"))
     engine = FakeEngine(crash_steps=(2,))
-    out = run_study(spec, Options(store["storage"], store["tracking"]), lambda s: engine)
+    out = search(spec, engine, store)
     runs = live_fingerprints(engine)
     assert len(runs) == len(set(runs)) == 9
     assert not out.target_reached and out.stop_reason.startswith("search space exhausted")
@@ -100,7 +106,7 @@ def test_crashed_configs_are_recorded_and_never_measured_again(tmp_path, store):
 
 def test_budget_ends_a_search_that_cannot_reach_the_target(tmp_path, store):
     spec = load_spec(make_spec(tmp_path, "budget", ratio=5.0, budget=4))
-    out = run_study(spec, Options(store["storage"], store["tracking"]), lambda s: FakeEngine())
+    out = search(spec, FakeEngine(), store)
     assert not out.target_reached
     assert out.stop_reason == "budget: max_live_trials (4) used"
     assert out.counts["live_measured"] == 4
@@ -113,7 +119,7 @@ def test_prune_below_stops_repeating_a_hopeless_config(tmp_path, store):
     path = make_spec(tmp_path, "prune", ratio=2.0, high=2, budget=6, sampler="grid")
     path.write_text(path.read_text().replace("seed: 0}", "seed: 0, repeats: 2, prune_below: 0.5}"))
     engine = FakeEngine()
-    out = run_study(load_spec(path), Options(store["storage"], store["tracking"]), lambda s: engine)
+    out = search(load_spec(path), engine, store)
     runs = Counter(live_fingerprints(engine))
     assert runs[((1, 5, 9), 1)] == 2  # 139 tok/s: above half the target (100), measured twice
     assert runs[((5, 9, 11), 1)] == 1  # 91 tok/s: pruned after one measurement
@@ -138,17 +144,18 @@ def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store):
     assert parent.info.status == "KILLED"
     live = tracking.child_runs(parent.info.run_id, "live")
     assert [(r.info.status, r.data.tags["outcome"]) for r in live] == [("KILLED", "interrupted")]
-    assert Claims(store["storage"]).all(parent.data.tags["study"]) == []  # released: measured again on resume
+    assert Claims(store["storage"], parent.data.tags["study"]).all() == []  # released: measured again on resume
 
 
 def _wait_for_lines(log: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def enough() -> bool:
         if log.exists() and len(log.read_text().splitlines()) >= n:
-            return
+            return True
         assert proc.poll() is None, proc.stdout.read()
-        time.sleep(0.2)
-    raise AssertionError(f"{log} never reached {n} lines")
+        return False
+
+    assert wait_until(enough, timeout_s=timeout, max_interval_s=0.2, what=f"{n} lines in {log}"), \
+        f"{log} never reached {n} lines"
 
 
 def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
@@ -170,7 +177,7 @@ def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
 
     spec = load_spec(spec_path)
     engine = FakeEngine()
-    out = run_study(spec, Options(store["storage"], store["tracking"], resume=True), lambda s: engine)
+    out = search(spec, engine, store, resume=True)
     assert out.parent_run_id == parent.info.run_id
     assert out.stop_reason == "budget: max_live_trials (6) used"
     rerun = {engine.plan(s).fingerprint for s in engine.runs}
@@ -203,7 +210,7 @@ def test_two_workers_never_run_the_same_fingerprint(tmp_path, store):
     live = [cfg for _, cfg in lines if not cfg.startswith("None 0")]
     assert len(live) == len(set(live)) == 10, live
     assert len({pid for pid, _ in lines}) == 2  # both processes measured trials
-    claims = Claims(store["storage"]).all(out1.strip() and _study_of(store, "workers"))
+    claims = Claims(store["storage"], _study_of(store, "workers")).all()
     assert len(claims) == 10 and all(c.state == "ok" for c in claims)
 
 

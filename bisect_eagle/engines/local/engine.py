@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from bisect_eagle import layers
-from bisect_eagle.draft import LoadedDraft, load_draft
+from bisect_eagle.devices import check_device
+from bisect_eagle.draft import LoadedDraft, load_draft, read_draft_config
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.local.decoder import SpeculativeDecoder, accept_rates
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
@@ -62,7 +63,10 @@ class LocalEngine(Engine):
     @cached_property
     def draft_ids(self) -> list[int]:
         """The draft's own aux layers as SGLang ids, ascending (what it was trained on)."""
-        ids, convention = draft_declared_ids(self.draft_path)
+        ids, convention = read_draft_config(self.draft_path).declared_ids("local")
+        if ids is None:
+            raise BadInput(f"{self.draft_path}/config.json declares no aux layer ids; set "
+                           "eagle_aux_hidden_state_layer_ids")
         canonical = layers.ids_to_canonical(ids, convention, self.num_layers)
         return sorted(layers.canonical_to_ids(canonical, "sglang", self.num_layers))
 
@@ -167,17 +171,6 @@ class LocalEngine(Engine):
         return prompts[: s.warmup_prompts], prompts[s.warmup_prompts : need]
 
 
-def draft_declared_ids(draft: Path) -> tuple[list[int], str]:
-    """(the draft's declared aux ids, their convention). Interim: replaced by the draft config reader."""
-    from bisect_eagle.configs import read_config_json
-
-    cfg = read_config_json(draft, "an EAGLE-3 draft")
-    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    if "LlamaForCausalLMEagle3" in (cfg.get("architectures") or []):
-        return list(eagle.get("eagle_aux_hidden_state_layer_ids") or []), "sglang"
-    return list(cfg.get("eagle_aux_hidden_state_layer_ids") or []), "vllm"
-
-
 def _unsupported(s: LiveSettings) -> str | None:
     """Why the local engine cannot honour ``s`` (never silently changed), or None."""
     if not s.is_baseline and s.topk > 1:
@@ -185,13 +178,10 @@ def _unsupported(s: LiveSettings) -> str | None:
                 "set topk = 1")
     if s.temperature != 0.0:
         return f"temperature = {s.temperature}: the local engine decodes greedily; set temperature = 0"
-    device = s.device
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        return f"device {device!r}: CUDA is not available on this machine"
     try:
-        torch.device(device)
-    except (RuntimeError, ValueError):
-        return f"device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"
+        check_device(s.device, "device")
+    except BadInput as e:
+        return str(e)
     return None
 
 

@@ -44,7 +44,7 @@ class Completion:
 
 
 @dataclass
-class Batch:
+class BatchResult:
     """A batch of answered requests and its wall-clock window."""
 
     completions: list[Completion]
@@ -149,7 +149,9 @@ class SglangClient:
             raise RequestError(f"request {rid}: HTTP {r.status_code}: {r.text[:300]}")
         return parse_completion(rid, r.json(), latency)
 
-    def run_batch(self, requests: Sequence[tuple[str, list[int]]], sampling_params: dict, concurrency: int) -> Batch:
+    def run_batch(
+        self, requests: Sequence[tuple[str, list[int]]], sampling_params: dict, concurrency: int
+    ) -> BatchResult:
         """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first failure is raised."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -171,4 +173,4 @@ class SglangClient:
             pool.shutdown(wait=False, cancel_futures=True)
             raise failure
         pool.shutdown(wait=True)
-        return Batch([f.result() for f in futures], wall)
+        return BatchResult([f.result() for f in futures], wall)

@@ -1,0 +1,72 @@
+"""Failure classes of an sglang trial, recognised on SGLang's own messages (fixtures from 0.5.23 in the tests).
+
+- ``bad_arguments``: the parser refused the argv (``sglang serve: error: …``, the prog has a space) or
+  SGLang's settings resolution raised (a ``ValueError``/``AssertionError`` whose traceback passes through
+  ``server_args.py`` or ``arg_groups/``) — normally caught by the plan before any launch;
+- ``out_of_memory``: CUDA or host OOM in any phase;
+- ``capture_error``: aux hidden-state capture or draft ``fc`` width errors (``captured 2 of 3 aux hidden
+  states``, a size mismatch for ``fc.weight``; see ``docs/sglang-facts.md#final-layer-ids``);
+- ``launch_error``: exited before ready for another reason; ``readiness_timeout``; ``hung_request``;
+  ``crash_during_benchmark``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ARGPARSE = re.compile(r"^[\w.\- ]+: error: ", re.M)  # "sglang serve: error: ..."
+_OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|not enough memory", re.I)
+_CAPTURE = re.compile(r"captured \d+ of \d+ aux hidden states?", re.I)
+_CAPTURE_KEYS = re.compile(r"aux[_ ]hidden[_ ]state|eagle_aux_hidden_state_layer_ids|layers_to_capture|"
+                           r"size mismatch for fc\.weight|fc takes \d+ inputs", re.I)
+_ERROR_LINE = re.compile(r"Error|Exception|error:", re.M)
+
+
+def _matching_line(pattern: re.Pattern, text: str, also: re.Pattern | None = None) -> str | None:
+    for line in text.splitlines():
+        if pattern.search(line) and (also is None or also.search(line)):
+            return line.strip()
+    return None
+
+
+def _server_args_error(log: str) -> str | None:
+    """The exception line of a traceback through SGLang's server_args.py (its own argument checks), if any."""
+    in_trace = False
+    for line in log.splitlines():
+        if line.strip().startswith("File ") and ("server_args" in line or "arg_groups" in line):
+            in_trace = True
+        elif in_trace and line.startswith(("AssertionError", "ValueError")):
+            return line.strip()
+    return None
+
+
+def classify_failure(phase: str, log: str, *, timed_out: bool = False) -> tuple[str, str]:
+    """(failure class, the log line or reason behind it) for a trial that failed in ``phase``.
+
+    ``phase``: "start" (exited before ready), "ready_timeout" or "benchmark". Out of memory and capture or
+    draft-config errors are recognised in any phase; argparse errors (and SGLang's own argument checks in
+    server_args.py) only before ready.
+    """
+    if phase == "start":
+        line = _matching_line(_ARGPARSE, log)
+        if line is not None and "usage:" in log:
+            return "bad_arguments", line
+        line = _server_args_error(log)
+        if line is not None:
+            return "bad_arguments", line
+    line = _matching_line(_OOM, log)
+    if line is not None:
+        return "out_of_memory", line
+    line = _matching_line(_CAPTURE, log) or _matching_line(_CAPTURE_KEYS, log, also=_ERROR_LINE)
+    if line is not None:
+        return "capture_error", line
+    if phase == "start":
+        last = _matching_line(_ERROR_LINE, "\n".join(reversed(log.splitlines())))
+        return "launch_error", last or "the server exited before it was ready"
+    if phase == "ready_timeout":
+        return "readiness_timeout", "the server did not answer /health_generate in time"
+    if timed_out:
+        return "hung_request", "a request got no answer within engine.sglang.request_timeout_s"
+    return "crash_during_benchmark", "a request failed during the benchmark"
+
+

@@ -1,0 +1,200 @@
+"""How one trial's SGLang server is launched: argv (a list, never a shell string), environment, draft copy.
+
+The launch command (``engine.sglang.launch_command``, default ``python -m sglang.launch_server``) gets
+``--model-path``, the TP size, ``--host``/``--port``, the speculative flags and ``--speculative-draft-model-path``
+pointing at a per-trial copy of the draft directory (weights symlinked, ``config.json`` with the trial's ids
+in ``eagle_config.eagle_aux_hidden_state_layer_ids``, the only place SGLang reads them), then one flag per
+``settings.server_args`` entry (``disable_custom_all_reduce: true`` → ``--disable-custom-all-reduce``;
+``attention_backend: fa3`` → ``--attention-backend fa3``; false or null → flag left out, the server's
+default) and ``engine.sglang.extra_args`` verbatim. ``settings.env`` is set on top of the inherited environment.
+
+``device`` and ``dtype`` become ``--device``/``--dtype`` only when the trial's settings set them explicitly:
+their defaults (cpu, float32) are the local engine's and would be wrong for a GPU server.
+
+Flags are adapted to the installed server and checked by :mod:`.flags` and :mod:`.oracle`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bisect_eagle.configs import read_config_json
+from bisect_eagle.draft import parse_draft_config
+from bisect_eagle.errors import BadInput
+from bisect_eagle.secrets import is_secret_name, redact_argv
+from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.spec import SglangServer
+
+TP_FLAGS = ("--tp-size", "--tensor-parallel-size")  # preferred first; both mean the same in SGLang
+MANAGED = {  # flags the engine sets itself -> the setting that controls them
+    "--model-path": "engine.sglang.model_path (or the spec's target)",
+    "--host": "engine.sglang.host",
+    "--port": "the engine (a free port per trial)",
+    "--speculative-algorithm": "speculative_algorithm",
+    "--speculative-draft-model-path": "the spec's draft (copied per trial)",
+    "--speculative-num-steps": "num_steps",
+    "--speculative-eagle-topk": "topk",
+    "--speculative-num-draft-tokens": "num_draft_tokens",
+    "--device": "device",
+    "--dtype": "dtype",
+    **{f: "engine.sglang.tp" for f in TP_FLAGS},
+}
+INHERITED_PREFIXES = ("NCCL_", "SGLANG_", "SGL_", "CUDA_", "TORCH_")  # inherited variables worth recording
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One flag of the launch command, its values and the setting it came from."""
+
+    flag: str
+    values: tuple[str, ...]
+    origin: str
+
+
+# ---------------------------------------------------------------------------------------------------
+# argv and environment
+
+
+def flag_name(key: str) -> str:
+    """``server_args`` key → flag: ``disable_custom_all_reduce`` → ``--disable-custom-all-reduce``."""
+    return "--" + key.strip().lstrip("-").replace("_", "-")
+
+
+def server_arg(key: str, value: Any) -> Arg | None:
+    """One ``settings.server_args`` entry as a flag; None for false/null (the server's own default)."""
+    origin = f"settings.server_args.{key}"
+    flag = flag_name(key)
+    if flag in MANAGED:
+        raise BadInput(f"{origin}: {flag} is set by the engine; use {MANAGED[flag]} instead")
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Arg(flag, (), origin)
+    if isinstance(value, dict):
+        return Arg(flag, (json.dumps(value, sort_keys=True),), origin)
+    if isinstance(value, list):
+        if not value or any(isinstance(v, (dict, list)) for v in value):
+            raise BadInput(f"{origin}: expected a scalar or a non-empty list of scalars, found {value!r}")
+        return Arg(flag, tuple(str(v) for v in value), origin)
+    return Arg(flag, (str(value),), origin)
+
+
+def _extra_args(extra: list[str]) -> list[Arg]:
+    """``engine.sglang.extra_args`` grouped into flags with their values (``--a=1`` kept as one token)."""
+    args: list[Arg] = []
+    for token in extra:
+        if token.startswith("--"):
+            args.append(Arg(token, (), "engine.sglang.extra_args"))
+        elif not args:
+            raise BadInput(f"engine.sglang.extra_args: expected a flag (--name) first, found {token!r}")
+        else:
+            args[-1] = Arg(args[-1].flag, (*args[-1].values, token), args[-1].origin)
+    return args
+
+
+def trial_args(
+    settings: LiveSettings, *, server: SglangServer, target: Path, draft_dir: Path | None, port: int
+) -> list[Arg]:
+    """The flags of one trial's server, before adaptation to the installed version."""
+    args = [
+        Arg("--model-path", (str(server.model_path or target),), "engine.sglang.model_path"),
+        Arg("--tp-size", (str(server.tp),), "engine.sglang.tp"),
+        Arg("--host", (server.host,), "engine.sglang.host"),
+        Arg("--port", (str(port),), "engine"),
+    ]
+    if not settings.is_baseline:
+        if draft_dir is None:
+            raise BadInput("a speculative trial needs a draft directory")
+        expected, _ = apply_speculative_rules(settings)
+        ndt = settings.num_draft_tokens if settings.num_draft_tokens is not None else expected.num_draft_tokens
+        args += [
+            Arg("--speculative-algorithm", (settings.speculative_algorithm,), "speculative_algorithm"),
+            Arg("--speculative-draft-model-path", (str(draft_dir),), "draft"),
+            Arg("--speculative-num-steps", (str(settings.num_steps),), "num_steps"),
+            Arg("--speculative-eagle-topk", (str(settings.topk),), "topk"),
+            Arg("--speculative-num-draft-tokens", (str(ndt),), "num_draft_tokens"),
+        ]
+    for key in ("device", "dtype"):
+        if key in settings.model_fields_set:
+            args.append(Arg(f"--{key}", (str(getattr(settings, key)),), key))
+    for key, value in settings.server_args.items():
+        arg = server_arg(key, value)
+        if arg is not None:
+            args.append(arg)
+    return args + _extra_args(list(server.extra_args))
+
+
+def flatten(args: list[Arg]) -> list[str]:
+    return [token for arg in args for token in (arg.flag, *arg.values)]
+
+
+def inherited_env(environ: dict[str, str]) -> dict[str, str]:
+    """Inherited variables that change how a server runs (NCCL_*, SGLANG_*, CUDA_* ...), secrets left out."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(INHERITED_PREFIXES) and not is_secret_name(k)}
+
+
+def describe(argv: list[str], env: dict[str, str], environ: dict[str, str]) -> str:
+    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones."""
+    lines = ["# command", shlex.join(redact_argv(argv)), "", "# environment set for this trial"]
+    lines += [f"{k}={v}" for k, v in sorted(env.items()) if not is_secret_name(k)]
+    hidden = sum(1 for k in env if is_secret_name(k))
+    if hidden:
+        lines.append(f"# ({hidden} secret variable(s) set, not shown)")
+    lines += ["", "# inherited environment that affects the server"]
+    lines += [f"{k}={v}" for k, v in inherited_env(environ).items() if k not in env]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+# per-trial draft directory
+
+
+def draft_config_patch(layer_ids: list[int]) -> dict:
+    """The config.json change that makes SGLang capture ``layer_ids``: nested under ``eagle_config``."""
+    if not layer_ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in layer_ids):
+        raise BadInput(f"eagle_aux_hidden_state_layer_ids: expected a non-empty list of integers, found {layer_ids!r}")
+    if len(set(layer_ids)) != len(layer_ids):
+        raise BadInput(f"eagle_aux_hidden_state_layer_ids: {layer_ids} repeats an id; each layer is captured once")
+    return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}
+
+
+def _merge(base: dict, patch: dict) -> dict:
+    out = dict(base)
+    for key, value in patch.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def prepare_draft_dir(draft: Path, layer_ids: list[int] | None, out_dir: Path) -> Path:
+    """A copy of ``draft`` at ``out_dir``: every file symlinked except config.json, patched for ``layer_ids``.
+
+    ``layer_ids`` None keeps the draft's own config. The id count must equal what the draft was trained on.
+    The directory is built beside ``out_dir`` and renamed into place, so it is never half-written.
+    """
+    draft = Path(draft).resolve()
+    cfg_path = draft / "config.json"
+    config = read_config_json(draft, "the draft")
+    if layer_ids is not None:
+        count, source = parse_draft_config(config, cfg_path).sglang_fc_aux()
+        if len(layer_ids) != count:
+            raise BadInput(f"{cfg_path}: key {source} gives {count} aux layers, the width fc was trained on; "
+                           f"eagle_aux_hidden_state_layer_ids {layer_ids} has {len(layer_ids)}")
+        config = _merge(config, draft_config_patch(layer_ids))
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        raise BadInput(f"{out_dir}: already exists; each trial gets a new draft directory")
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for entry in sorted(draft.iterdir()):
+        if entry.name != "config.json":
+            (tmp / entry.name).symlink_to(entry.resolve())
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tmp.rename(out_dir)
+    return out_dir

@@ -1,0 +1,299 @@
+"""The sglang engine's plan: the exact launch of one trial, judged by the installed SGLang before anything starts.
+
+For a request the planner
+
+1. applies the speculative rules and resolves the layer ids (``null`` → the draft's own nested
+   ``eagle_config`` ids, the only ones SGLang reads; see ``docs/sglang-facts.md#where-sglang-reads-the-ids``),
+   checking them against the target's depth with the target family's capture rule (:mod:`bisect_eagle.layers`);
+2. builds the argv (:mod:`.launch`) and adapts it to the installed server's flags (:mod:`.flags`);
+3. asks SGLang itself (:mod:`.oracle`): its parser (invalid values, ambiguous or unknown flags) and, when the
+   target's ``config.json`` is readable here, ``ServerArgs.resolve_once`` (DSA page size, backend limits, the
+   ``topk == 1`` override, max running requests …). A refusal quotes SGLang and nothing is launched;
+4. refuses trees that ask for more draft tokens than SGLang can select
+   (``docs/sglang-facts.md#tree-candidate-bound``; SGLang itself fails only at CUDA-graph capture);
+5. writes the effective settings: resolved values, the environment SGLang will run with
+   (``docs/sglang-facts.md#environment-sglang-sets``), server args that differ from SGLang's defaults.
+
+Without SGLang the same plan is built with the project's own rules and says ``not checked against SGLang``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bisect_eagle import layers
+from bisect_eagle.draft import read_draft_config
+from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.sglang import flags as flagmod
+from bisect_eagle.engines.sglang.launch import Arg, flag_name, flatten, trial_args
+from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter, parser_spec
+from bisect_eagle.errors import BadInput
+from bisect_eagle.settings import LiveSettings
+from bisect_eagle.spec import SglangServer
+
+ENGINE = "sglang"
+SET_BY_SGLANG = {  # variables SGLang's launcher overwrites whatever the trial sets (0.5.23, entrypoints/engine.py)
+    "CUDA_DEVICE_MAX_CONNECTIONS": "8",
+}
+IGNORED_ENV = ("SGLANG_ENABLE_SPEC_V2",)  # read nowhere in SGLang 0.5.23
+RESOLVED_SERVER = ("attention_backend", "speculative_draft_attention_backend", "page_size", "max_running_requests",
+                   "cuda_graph_max_bs_decode", "disable_custom_all_reduce", "speculative_adaptive",
+                   "mem_fraction_static", "disable_overlap_schedule")
+
+
+@dataclass
+class _Draft:
+    """What SGLang will read from the draft's config.json (None when it cannot be read here)."""
+
+    ids: list[int] | None
+    trained: tuple[int, str] | None
+    note: str = ""
+
+
+@dataclass
+class Planner:
+    """Plans trials for one server spec; holds the oracle and the probed flags (both started on first use)."""
+
+    server: SglangServer
+    target: Path
+    draft: Path
+    log_dir: Path
+    check: bool = True  # False: plan with the project's own rules only (no oracle, no --help probe)
+    _oracle: Oracle | None = field(default=None, init=False)
+    _flags: flagmod.ServerFlags | None = field(default=None, init=False)
+    _flag_note: str | None = field(default=None, init=False)
+    _draft: _Draft | None = field(default=None, init=False)
+
+    # -- what the installed server is ---------------------------------------------------------------------
+
+    @property
+    def command(self) -> list[str]:
+        return flagmod.launch_executable(list(self.server.launch_command), self.server.python)
+
+    def oracle(self) -> Oracle | None:
+        if not self.check:
+            return None
+        if self._oracle is None:
+            spec = parser_spec(list(self.server.launch_command))
+            if spec is None:
+                return None
+            python = interpreter(launch_command=list(self.server.launch_command), python=self.server.python,
+                                 parser=spec)
+            self._oracle = Oracle(python=python, parser=spec)
+        return self._oracle
+
+    def description(self) -> Description | None:
+        oracle = self.oracle()
+        return oracle.describe() if oracle is not None else None
+
+    def flags(self) -> flagmod.ServerFlags | None:
+        """The server's flags: from its own parser, else its ``--help``; None (with a note) when neither runs."""
+        if self._flags is None and self._flag_note is None and self.check:
+            desc = self.description()
+            if desc is not None:
+                self._flags = flagmod.ServerFlags(tuple(self.command), desc.flags, desc.version, "parser")
+            else:
+                try:
+                    self._flags = flagmod.probe_help(self.command, shown=flagmod.shown(self.server.launch_command))
+                except BadInput as e:
+                    self._flag_note = str(e)
+        return self._flags
+
+    def checked_by(self, resolved: bool, resolve_note: str) -> str:
+        desc = self.description()
+        if desc is not None:
+            who = f"SGLang {desc.version}" if desc.version else f"`{desc.prog}`"
+            return f"{who} parser and resolution" if resolved else f"{who} parser ({resolve_note})"
+        why = (self.oracle().failure if self.oracle() is not None else None) or self._flag_note or "no oracle"
+        if self._flags is not None:
+            return f"not checked against SGLang (flags from --help only; {why})"
+        return f"not checked against SGLang ({why})"
+
+    # -- the draft and the target ------------------------------------------------------------------------
+
+    def draft_info(self) -> _Draft:
+        if self._draft is None:
+            path = self.draft / "config.json"
+            if not path.is_file():  # a spec for another machine: the server reads the draft at launch
+                self._draft = _Draft(None, None, f"{path} is not on this machine; the server reads the draft's "
+                                                 "own ids at launch")
+                return self._draft
+            cfg = read_draft_config(self.draft)
+            self._draft = _Draft(cfg.nested_ids, cfg.sglang_fc_aux())
+        return self._draft
+
+    def target_config(self) -> dict | None:
+        path = Path(self.server.model_path or self.target) / "config.json"
+        try:
+            cfg = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        return cfg if isinstance(cfg, dict) else None
+
+    # -- the plan ----------------------------------------------------------------------------------------
+
+    def plan(self, settings: LiveSettings, *, port: int, trial_dir: Path) -> TrialPlan:
+        """The trial's plan; ``port`` and ``trial_dir`` only shape the shown argv, never the identity."""
+        effective, warnings, refusal = speculative_effective(settings)
+        if refusal is not None:
+            return make_plan(ENGINE, settings, effective, refusal=refusal, checked=self.checked_by(False, ""))
+        cfg = self.target_config()
+        ids, id_warnings, refusal = self._ids(settings, cfg)
+        warnings += id_warnings
+        effective["eagle_aux_hidden_state_layer_ids"] = ids
+        draft_dir = None if settings.is_baseline else trial_dir / "draft"
+        try:
+            args = trial_args(settings, server=self.server, target=self.target, draft_dir=draft_dir, port=port)
+            args += self._negated_defaults(settings)
+            shown = flagmod.shown(self.server.launch_command)
+            args, notes = flagmod.adapt_args(args, self.flags(), shown_command=shown)
+        except BadInput as e:
+            return make_plan(ENGINE, settings, effective, warnings=warnings, refusal=str(e),
+                             checked=self.checked_by(False, ""))
+        warnings += notes
+        refusal = refusal or _tree_bound(settings)
+        resolved, resolve_note = None, "resolution skipped"
+        oracle = self.oracle()
+        if refusal is None and oracle is not None and oracle.available:
+            draft_here = settings.is_baseline or (self.draft / "config.json").is_file()
+            can_resolve = cfg is not None and draft_here
+            resolve_note = "resolved" if can_resolve else (
+                f"resolution skipped: {Path(self.server.model_path or self.target)}/config.json or "
+                f"{self.draft}/config.json is not readable here")
+            verdict = oracle.judge(_judged_argv(args, self.draft), resolve=can_resolve)
+            if verdict is not None and not verdict.ok:
+                where = f" ({verdict.where})" if verdict.where else ""
+                refusal = f"SGLang refuses this launch: {verdict.error}{where}"
+            elif verdict is not None:
+                resolved = verdict.resolved
+                if resolved is None and can_resolve:
+                    resolve_note = "this parser has no settings resolution"
+        env, env_warnings = sglang_env(settings)
+        warnings += env_warnings
+        effective.update(self._server_fields(settings, resolved))
+        effective["env"] = env
+        return make_plan(ENGINE, settings, effective, warnings=warnings, refusal=refusal,
+                         argv=[*self.command, *flatten(args)], env=dict(settings.env),
+                         config_patch=None if settings.is_baseline or settings.eagle_aux_hidden_state_layer_ids is None
+                         else {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids or [])}},
+                         checked=self.checked_by(resolved is not None, resolve_note),
+                         private={"args": args, "env": dict(settings.env)})
+
+    def _ids(self, s: LiveSettings, cfg: dict | None) -> tuple[list[int] | None, list[str], str | None]:
+        """(ids SGLang will read, warnings, refusal): the request's, else the draft's own nested ids."""
+        if s.is_baseline:
+            return None, [], None
+        draft = self.draft_info()
+        warnings = [draft.note] if draft.note else []
+        ids = s.eagle_aux_hidden_state_layer_ids
+        if ids is None:
+            if draft.ids is None and not draft.note:
+                warnings.append(f"{self.draft}/config.json has no eagle_config.eagle_aux_hidden_state_layer_ids: "
+                                "SGLang silently captures its default layers; set eagle_aux_hidden_state_layer_ids")
+            return draft.ids, warnings, None
+        if len(set(ids)) != len(ids):
+            return ids, warnings, f"eagle_aux_hidden_state_layer_ids {ids} repeats an id; each layer is captured once"
+        if draft.trained is not None and len(ids) != draft.trained[0]:
+            return ids, warnings, (f"{self.draft}/config.json: key {draft.trained[1]} gives {draft.trained[0]} aux "
+                                   f"layers, the width fc was trained on; eagle_aux_hidden_state_layer_ids {ids} "
+                                   f"has {len(ids)}")
+        n = cfg.get("num_hidden_layers") if cfg else None
+        if isinstance(n, int):
+            conv = layers.sglang_convention(cfg.get("model_type"))
+            try:
+                layers.ids_to_canonical(ids, conv, n)
+            except layers.LayerIdError as e:
+                return ids, warnings, f"eagle_aux_hidden_state_layer_ids {ids}: {e} ({conv} rule)"
+        return ids, warnings, None
+
+    def _negated_defaults(self, s: LiveSettings) -> list[Arg]:
+        """``server_args.x: false`` for a flag that defaults on: ``--no-x`` (a plain omission would keep it on)."""
+        desc = self.description()
+        out = []
+        for key, value in s.server_args.items():
+            opt = desc.by_flag.get(flag_name(key)) if desc is not None else None
+            if value is False and opt is not None and opt.boolean_optional and opt.default is True:
+                out.append(Arg("--no-" + flag_name(key)[2:], (), f"settings.server_args.{key}"))
+        return out
+
+    def _server_fields(self, s: LiveSettings, resolved: dict[str, Any] | None) -> dict[str, Any]:
+        """device, dtype, concurrency, server_args and ``server``: explicit defaults dropped, resolved values in."""
+        desc = self.description()
+        out: dict[str, Any] = {}
+        for key in ("device", "dtype"):
+            explicit = getattr(s, key) if key in s.model_fields_set else None
+            out[key] = (resolved or {}).get(key) or explicit or "auto"
+        server_args = {}
+        for key, value in s.server_args.items():
+            opt = desc.by_flag.get(flag_name(key)) if desc is not None else None
+            if resolved is not None and opt is not None and opt.dest in RESOLVED_SERVER:
+                continue  # its resolved value is in "server", for every trial alike
+            default = opt.default if opt is not None else None
+            if value is None or value == default or (value is False and not default):
+                continue
+            server_args[key] = value
+        out["server_args"] = server_args
+        if resolved is not None:
+            out["num_steps"] = resolved.get("speculative_num_steps") or 0 if not s.is_baseline else 0
+            if not s.is_baseline:
+                out["topk"] = resolved.get("speculative_eagle_topk")
+                out["num_draft_tokens"] = resolved.get("speculative_num_draft_tokens")
+            server = {k: resolved[k] for k in RESOLVED_SERVER if k in resolved}
+            out["server"] = server
+            mrr = server.get("max_running_requests")
+            out["concurrency"] = min(s.concurrency, mrr) if isinstance(mrr, int) else s.concurrency
+        return out
+
+    def close(self) -> None:
+        if self._oracle is not None:
+            self._oracle.close()
+
+
+def _judged_argv(args: list[Arg], draft: Path) -> list[str]:
+    """The argv SGLang judges: the trial's, with the draft read from its source directory (the per-trial copy is
+    made only at launch; resolution reads the draft's config)."""
+    out = flatten(args)
+    if "--speculative-draft-model-path" in out:
+        out[out.index("--speculative-draft-model-path") + 1] = str(draft)
+    return out
+
+
+def _tree_bound(s: LiveSettings) -> str | None:
+    """SGLang selects ``num_draft_tokens - 1`` of ``topk + (num_steps - 1)·topk²`` tree candidates."""
+    if s.is_baseline or s.topk <= 1 or s.num_draft_tokens is None:
+        return None
+    candidates = s.topk + (s.num_steps - 1) * s.topk ** 2
+    if s.num_draft_tokens - 1 > candidates:
+        return (f"num_draft_tokens {s.num_draft_tokens} with topk {s.topk} and num_steps {s.num_steps}: SGLang "
+                f"selects num_draft_tokens - 1 = {s.num_draft_tokens - 1} of topk + (num_steps - 1)·topk² = "
+                f"{candidates} candidates (srt/speculative/eagle_utils.py organize_draft_results) and fails at "
+                "draft CUDA-graph capture; lower num_draft_tokens or raise num_steps")
+    return None
+
+
+def sglang_env(s: LiveSettings) -> tuple[dict[str, str], list[str]]:
+    """The trial's environment as SGLang 0.5.23 will run it, and warnings about what it overrides.
+
+    ``NCCL_NVLS_ENABLE`` and ``NCCL_CUMEM_ENABLE`` unset become ``0`` (``1`` with ``--enable-nccl-nvls`` /
+    ``--enable-symm-mem``); ``CUDA_DEVICE_MAX_CONNECTIONS`` is always 8; ``SGLANG_ENABLE_SPEC_V2`` is read nowhere.
+    """
+    env = dict(s.env)
+    warnings = []
+    on = bool(s.server_args.get("enable_nccl_nvls") or s.server_args.get("enable_symm_mem"))
+    if "NCCL_NVLS_ENABLE" not in env or on:
+        env["NCCL_NVLS_ENABLE"] = str(int(on))
+    symm = bool(s.server_args.get("enable_symm_mem"))
+    if "NCCL_CUMEM_ENABLE" not in env or symm:
+        env["NCCL_CUMEM_ENABLE"] = str(int(symm))
+    for name, value in SET_BY_SGLANG.items():
+        if name in env and env[name] != value:
+            warnings.append(f"env.{name}={env[name]} is overwritten to {value} by SGLang's launcher")
+        env[name] = value
+    for name in IGNORED_ENV:
+        if name in env:
+            warnings.append(f"env.{name} is read nowhere in SGLang 0.5.23; it does not change the trial")
+            del env[name]
+    return env, warnings

@@ -1,0 +1,378 @@
+"""Throughput model: accepted tokens per verify cycle (acceptance) over the seconds of a cycle (cost).
+
+``tok/s = B · tokens per request / seconds for the batch's work``, where the work of a configuration is
+its expected verify cycles, draft forwards and verified tokens (:mod:`~bisect_eagle.perf.horizon`) under
+the acceptance posterior (:mod:`~bisect_eagle.perf.acceptance`), priced by the fitted step costs and
+context factors (:mod:`~bisect_eagle.perf.cost`). In steady state that is ``B · AL / cycle_s``.
+
+Uncertainty: ``draws`` joint draws of the acceptance posterior and the cost parameters, each multiplied by
+log-normal measurement noise with the cost fit's relative residual sd; ``low``/``high`` are the central
+``interval`` quantiles, i.e. a prediction interval for the *measured* tok/s. Both the posterior and the
+residual sd tighten as trials arrive. Draws use a fixed seed, so a prediction is reproducible.
+
+Learning (:meth:`ThroughputModel.update`): a chain trial adds its per-position (reached, accepted) counts
+to its wiring's posterior; a tree trial refits the rank decay ``ρ`` (its per-depth rates mix ranks and are
+not used as chain counts); every trial with a measured tok/s adds one cost observation whose work is
+computed from the trial's *own* acceptance (its per-position rates, rescaled to its measured accept length),
+so the cost fit never inherits the acceptance model's errors. Adaptive trials only add acceptance counts.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from bisect_eagle.perf import acceptance as acc
+from bisect_eagle.perf import horizon
+from bisect_eagle.perf.cost import CostModel, component_work, context_keys, generation_work
+
+
+MICRO = "source=microbenchmark"  # context key of microbenchmarks: isolated forwards vs the same work in a trial
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the model needs from a configuration's effective settings (:meth:`from_effective`)."""
+
+    wiring: tuple
+    num_steps: int  # 0: the target alone
+    topk: int
+    num_draft_tokens: int
+    batch: int
+    context: tuple
+    tokens: int | None = None  # tokens per request (finite generation), None = steady state
+    adaptive: bool = False
+
+    @property
+    def speculative(self) -> bool:
+        return self.num_steps > 0
+
+    @classmethod
+    def from_effective(cls, effective: Mapping[str, Any], *, concurrency: int | None = None,
+                       finite_horizon: bool = False) -> Config:
+        """Read ``effective`` (keys: ``speculative_algorithm``, ``eagle_aux_hidden_state_layer_ids``,
+        ``num_steps``, ``topk``, ``num_draft_tokens``, ``concurrency``, ``env``, ``server_args``,
+        ``max_new_tokens``, ``speculative_adaptive``; missing ones take SGLang's defaults). ``concurrency``
+        overrides the settings' own. ``topk = 1`` forces ``num_draft_tokens = num_steps + 1`` as SGLang does.
+        """
+        algorithm = str(effective.get("speculative_algorithm") or "EAGLE3")
+        steps = int(effective.get("num_steps") or 0) if algorithm != "none" else 0
+        batch = int(concurrency if concurrency is not None else effective.get("concurrency") or 1)
+        if batch < 1:
+            raise ValueError(f"concurrency must be >= 1, got {batch}")
+        topk = max(1, int(effective.get("topk") or 1))
+        ndt = effective.get("num_draft_tokens")
+        if steps == 0:
+            topk, ndt = 1, 1
+        elif topk == 1 or not ndt:
+            ndt = steps + 1 if topk == 1 else None
+        if ndt is None:
+            raise ValueError("num_draft_tokens is required when topk > 1")
+        tokens = effective.get("max_new_tokens") if finite_horizon else None
+        return cls(
+            wiring=acc.wiring_key(effective.get("eagle_aux_hidden_state_layer_ids"), algorithm),
+            num_steps=steps, topk=topk, num_draft_tokens=int(ndt), batch=batch,
+            context=context_keys(effective.get("env"), effective.get("server_args")),
+            tokens=int(tokens) if tokens else None, adaptive=bool(effective.get("speculative_adaptive")),
+        )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted throughput of one configuration at one concurrency."""
+
+    tok_s: float  # output tokens per second, all requests of the batch together
+    accept_length: float  # tokens per verify cycle per request (bonus included)
+    low: float  # prediction interval of the measured tok/s (ThroughputModel.interval)
+    high: float
+    cycle_s: float = math.nan  # seconds per verify cycle of the batch (per-request costs amortised)
+    baseline_tok_s: float = math.nan  # the target alone, same concurrency and context
+    concurrency: int = 1
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        return self.tok_s / self.baseline_tok_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "speedup": self.speedup}
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """A prediction made before a measurement, and the measurement."""
+
+    config: Config
+    predicted: Prediction
+    measured_tok_s: float
+    measured_accept_length: float
+
+    @property
+    def rel_error(self) -> float:
+        return abs(self.predicted.tok_s - self.measured_tok_s) / self.measured_tok_s
+
+    @property
+    def inside(self) -> bool:
+        return self.predicted.low <= self.measured_tok_s <= self.predicted.high
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """Relative error of predictions made *before* each measurement."""
+
+    n: int
+    median_rel_error: float
+    mean_rel_error: float
+    p90_rel_error: float
+    accept_length_median_rel_error: float
+    coverage: float  # share of measurements inside [low, high]
+    records: list[ErrorRecord]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "records"}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Expected work of a configuration: point values and joint draws (internal, also used by adaptive)."""
+
+    tokens: float  # per request
+    cycles: float
+    seconds: float  # for the batch
+    token_draws: np.ndarray
+    cycle_draws: np.ndarray
+    second_draws: np.ndarray
+
+
+def metrics_from_result(result: Any) -> dict[str, Any]:
+    """The metrics :meth:`ThroughputModel.update` reads, from a ``TrialResult`` (or a mapping, unchanged)."""
+    if isinstance(result, Mapping):
+        return dict(result)
+    requests = list(getattr(result, "requests", []) or [])
+    out = {"output_tok_s": result.output_tok_s, "accept_length": result.accept_length,
+           "accept_rate_per_position": list(result.accept_rate_per_position),
+           "accept_length_hist": dict(result.accept_length_hist)}
+    if requests:
+        out["verify_steps"] = sum(r.verify_steps for r in requests)
+        out["completion_tokens"] = sum(r.completion_tokens for r in requests)
+        out["num_requests"] = len(requests)
+    return out
+
+
+class ThroughputModel:
+    """Predicts tok/s (with an interval) for effective settings; learns from trials as they arrive.
+
+    ``finite_horizon``: predict a benchmark of ``max_new_tokens`` tokens per request (prefills included)
+    instead of steady-state decoding; ``truncate_drafts``: the engine drafts only what still fits in the last
+    cycles (the local engine; see :mod:`~bisect_eagle.perf.horizon`). :meth:`for_engine` picks both.
+    """
+
+    def __init__(self, *, acceptance: acc.AcceptanceModel | None = None, cost: CostModel | None = None,
+                 finite_horizon: bool = False, truncate_drafts: bool = False, draws: int = 64,
+                 interval: float = 0.8, rank_decay: float = 0.6, seed: int = 0):
+        if not 0 < interval < 1:
+            raise ValueError(f"interval must be in (0, 1), got {interval}")
+        self.acceptance = acceptance or acc.AcceptanceModel()
+        self.cost = cost or CostModel()
+        self.finite_horizon = finite_horizon
+        self.truncate_drafts = truncate_drafts
+        self.draws = draws
+        self.interval = interval
+        self.rank_decay = rank_decay
+        self.seed = seed
+        self.micro_factor = True
+        self._tree_obs: list[tuple[tuple, int, int, int, float]] = []
+        self._records: list[ErrorRecord] = []
+
+    @classmethod
+    def for_engine(cls, engine: str, **kwargs: Any) -> ThroughputModel:
+        """A model for an engine's benchmark: ``local`` (finite generation, truncated drafts) or ``sglang``."""
+        if engine == "local":
+            return cls(finite_horizon=True, truncate_drafts=True, **kwargs)
+        if engine == "sglang":
+            return cls(**kwargs)
+        raise ValueError(f"unknown engine {engine!r}; expected local or sglang")
+
+    # -- inputs -----------------------------------------------------------------------------------------
+
+    def config(self, effective: Mapping[str, Any], *, concurrency: int | None = None) -> Config:
+        return Config.from_effective(effective, concurrency=concurrency, finite_horizon=self.finite_horizon)
+
+    def set_standalone(self, layer_ids: Sequence[int] | None, per_position: Sequence[Any], *,
+                       algorithm: str = "EAGLE3", metric: str = "full_vocab") -> None:
+        """Stage 1's per-position accuracy of a wiring: floats, or stage 1's dicts (``metric`` is read)."""
+        vals = [p[metric] if isinstance(p, Mapping) else p for p in per_position]
+        self.acceptance.set_prior(acc.wiring_key(layer_ids, algorithm), [float(v) for v in vals])
+
+    def add_timing(self, component: str, seconds: float, *, tokens: int = 1, batch: int = 1,
+                   env: Mapping[str, object] | None = None, server_args: Mapping[str, object] | None = None,
+                   weight: float = 1.0) -> None:
+        """A microbenchmarked forward (``verify``, ``draft_step``, ``draft_extend``, ``prefill``,
+        ``draft_prefill``; see :func:`~bisect_eagle.perf.cost.component_work`)."""
+        work = component_work(component, tokens=tokens, batch=batch, knots=self.cost.knots)
+        context = (*context_keys(env, server_args),) + ((MICRO,) if self.micro_factor else ())
+        self.cost.add(work, seconds, context=context, weight=weight, source="micro")
+
+    # -- prediction -------------------------------------------------------------------------------------
+
+    def _survival(self, cfg: Config, p: np.ndarray) -> np.ndarray:
+        return acc.survival(p, num_steps=cfg.num_steps, topk=cfg.topk, num_draft_tokens=cfg.num_draft_tokens,
+                            rank_decay=self.rank_decay)
+
+    def _generation(self, cfg: Config, surv: np.ndarray) -> horizon.GenerationWork:
+        if cfg.tokens is None:
+            return horizon.steady_state(surv, num_steps=cfg.num_steps, num_draft_tokens=cfg.num_draft_tokens)
+        return horizon.finite_generation(surv, tokens=cfg.tokens, num_steps=cfg.num_steps,
+                                         num_draft_tokens=cfg.num_draft_tokens,
+                                         truncate_drafts=self.truncate_drafts and cfg.topk == 1)
+
+    def estimate(self, cfg: Config, *, rng: np.random.Generator | None = None) -> Estimate:
+        """Expected tokens, cycles and seconds of ``cfg`` (point and ``draws`` joint draws)."""
+        rng = rng or np.random.default_rng(self.seed)
+        d, n = self.draws, max(cfg.num_steps, 1)
+        if cfg.speculative:
+            surv = self._survival(cfg, self.acceptance.mean(cfg.wiring, n))
+            surv_d = self._survival(cfg, self.acceptance.sample(cfg.wiring, n, draws=d, rng=rng))
+        else:
+            surv, surv_d = np.zeros(1), np.zeros((d, 1))
+        gen, gen_d = self._generation(cfg, surv), self._generation(cfg, surv_d)
+        kw = {"batch": cfg.batch, "topk": cfg.topk, "knots": self.cost.knots}
+        seconds = float(self.cost.predict(generation_work(gen, **kw), context=cfg.context))
+        sec_d = self.cost.sample(generation_work(gen_d, **kw), context=cfg.context, draws=d, rng=rng)
+        return Estimate(float(np.mean(gen.tokens)), float(np.mean(gen.cycles)), seconds,
+                        np.broadcast_to(gen_d.tokens, (d,)).astype(float),
+                        np.broadcast_to(gen_d.cycles, (d,)).astype(float), sec_d)
+
+    def interval_of(self, tok_s_draws: np.ndarray, *, rng: np.random.Generator | None = None) -> tuple[float, float]:
+        """Central ``interval`` of measured tok/s: parameter draws × log-normal measurement noise."""
+        rng = rng or np.random.default_rng(self.seed + 1)
+        noisy = tok_s_draws * np.exp(rng.normal(0.0, self.cost.sigma, size=tok_s_draws.shape))
+        lo, hi = np.quantile(noisy, [(1 - self.interval) / 2, (1 + self.interval) / 2])
+        return float(lo), float(hi)
+
+    def predict(self, effective: Mapping[str, Any], *, concurrency: int | None = None) -> Prediction:
+        """Predicted tok/s of ``effective`` at ``concurrency`` (default: the settings' own, else 1).
+
+        Needs at least one cost observation (the baseline or a microbenchmark). ``speculative_adaptive``
+        settings are predicted by :func:`bisect_eagle.perf.adaptive.predict_adaptive`.
+        """
+        cfg = self.config(effective, concurrency=concurrency)
+        if cfg.adaptive:
+            from bisect_eagle.perf.adaptive import predict_adaptive
+
+            return predict_adaptive(self, effective, concurrency=concurrency)
+        est = self.estimate(cfg)
+        base = self.estimate(replace(cfg, num_steps=0, topk=1, num_draft_tokens=1))
+        tok_s = cfg.batch * est.tokens / est.seconds
+        low, high = self.interval_of(cfg.batch * est.token_draws / est.second_draws)
+        return Prediction(tok_s, est.tokens / est.cycles, low, high, cycle_s=est.seconds / est.cycles,
+                          baseline_tok_s=cfg.batch * base.tokens / base.seconds, concurrency=cfg.batch,
+                          details={"sigma_rel": self.cost.sigma})
+
+    # -- learning ---------------------------------------------------------------------------------------
+
+    def update(self, effective: Mapping[str, Any], result_metrics: Any, *, concurrency: int | None = None,
+               record: bool = True, learn_acceptance: bool = True, learn_cost: bool = True) -> Prediction | None:
+        """Learn from one measured trial; returns the prediction made just before (None if none was possible).
+
+        ``result_metrics``: a ``TrialResult`` or a mapping with ``output_tok_s``, ``accept_length``,
+        ``accept_rate_per_position``, and optionally ``accept_length_hist``, ``verify_steps``,
+        ``completion_tokens``, ``num_requests``. ``record=False`` skips the prediction (and its error record);
+        ``learn_acceptance`` / ``learn_cost`` select what the trial teaches (a held-out evaluation may let a
+        trial inform acceptance only).
+        """
+        m = metrics_from_result(result_metrics)
+        cfg = self.config(effective, concurrency=concurrency)
+        tok_s = float(m.get("output_tok_s") or math.nan)
+        al = float(m.get("accept_length") or (1.0 if not cfg.speculative else math.nan))
+        before = None
+        if record and self.cost.n_obs and math.isfinite(tok_s) and tok_s > 0:
+            before = self.predict(effective, concurrency=concurrency)
+            self._records.append(ErrorRecord(cfg, before, tok_s, al))
+        rates = [float(r) if r is not None else math.nan for r in m.get("accept_rate_per_position") or []]
+        if not learn_acceptance or not cfg.speculative:
+            pass
+        elif cfg.topk == 1 and rates:
+            steps = len(rates) if cfg.adaptive else cfg.num_steps
+            reached, accepted = acc.position_counts(num_steps=steps, rates=rates, hist=m.get("accept_length_hist"),
+                                                    verify_steps=_verify_steps(m, al))
+            self.acceptance.observe(cfg.wiring, reached, accepted)
+        elif cfg.topk == 1 and not cfg.adaptive and math.isfinite(al):
+            rates = list(self._rates_matching(cfg, al))  # no per-position rates: match the accept length
+            reached, accepted = acc.position_counts(num_steps=cfg.num_steps, rates=rates,
+                                                    verify_steps=_verify_steps(m, al) or 50.0)
+            self.acceptance.observe(cfg.wiring, reached, accepted)
+        elif math.isfinite(al):
+            self._tree_obs.append((cfg.wiring, cfg.num_steps, cfg.topk, cfg.num_draft_tokens, al))
+            self._refit_rank_decay()
+        if learn_cost and not cfg.adaptive and math.isfinite(tok_s) and tok_s > 0 and math.isfinite(al) and al > 0:
+            self._add_cost_row(cfg, m, rates, tok_s, al)
+        return before
+
+    def _add_cost_row(self, cfg: Config, m: Mapping[str, Any], rates: list[float], tok_s: float, al: float) -> None:
+        """One cost observation, its work computed from the trial's own acceptance (module docstring)."""
+        tokens = cfg.tokens
+        if tokens is not None and m.get("completion_tokens") and m.get("num_requests"):
+            tokens = max(1, round(float(m["completion_tokens"]) / float(m["num_requests"])))
+        own = replace(cfg, tokens=tokens)
+        if not cfg.speculative:
+            surv = np.zeros(1)
+        elif cfg.topk == 1 and rates:
+            surv = acc.chain_survival(np.nan_to_num(np.asarray(rates, dtype=float), nan=0.0), cfg.num_steps)
+        else:
+            surv = self._survival(cfg, self.acceptance.mean(cfg.wiring, cfg.num_steps))
+        gen = self._generation(own, surv)
+        cycles = float(np.mean(gen.tokens)) / al  # the measured accept length fixes the cycle count
+        scale = cycles / float(np.mean(gen.cycles))
+        gen = horizon.GenerationWork(gen.tokens, gen.cycles * scale, gen.spec_cycles * scale,
+                                     gen.draft_steps * scale, gen.verify_tokens * scale, gen.requests,
+                                     gen.rollbacks * scale)
+        work = generation_work(gen, batch=cfg.batch, topk=cfg.topk, knots=self.cost.knots)
+        seconds = cfg.batch * float(np.mean(gen.tokens)) / tok_s
+        self.cost.add(work, seconds, context=cfg.context, source="live" if cfg.speculative else "baseline")
+
+    def _rates_matching(self, cfg: Config, al: float) -> np.ndarray:
+        """Posterior-mean rates shifted by one logit offset so the chain's accept length is ``al`` (bisection)."""
+        p = np.clip(self.acceptance.mean(cfg.wiring, cfg.num_steps), 1e-4, 1 - 1e-4)
+        logit = np.log(p / (1 - p))
+        lo, hi = -20.0, 20.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if acc.chain_accept_length(1 / (1 + np.exp(-(logit + mid))), cfg.num_steps) < al:
+                lo = mid
+            else:
+                hi = mid
+        return 1 / (1 + np.exp(-(logit + (lo + hi) / 2)))
+
+    def _refit_rank_decay(self) -> None:
+        obs = [(self.acceptance.mean(w, s), s, k, n, al) for w, s, k, n, al in self._tree_obs]
+        rho = acc.fit_rank_decay(obs)
+        if rho is not None:
+            self.rank_decay = rho
+
+    def error_report(self) -> ErrorReport:
+        """Median (mean, p90) relative error of the predictions :meth:`update` made before each measurement."""
+        recs = list(self._records)
+        if not recs:
+            return ErrorReport(0, math.nan, math.nan, math.nan, math.nan, math.nan, [])
+        errs = sorted(r.rel_error for r in recs)
+        al_errs = [abs(r.predicted.accept_length - r.measured_accept_length) / r.measured_accept_length
+                   for r in recs if math.isfinite(r.measured_accept_length) and r.measured_accept_length > 0]
+        return ErrorReport(
+            n=len(recs), median_rel_error=statistics.median(errs), mean_rel_error=statistics.fmean(errs),
+            p90_rel_error=float(np.quantile(errs, 0.9)),
+            accept_length_median_rel_error=statistics.median(al_errs) if al_errs else math.nan,
+            coverage=sum(r.inside for r in recs) / len(recs), records=recs)
+
+
+def _verify_steps(m: Mapping[str, Any], al: float) -> float | None:
+    if m.get("verify_steps"):
+        return float(m["verify_steps"])
+    if m.get("completion_tokens") and math.isfinite(al) and al > 0:
+        return float(m["completion_tokens"]) / al
+    return None

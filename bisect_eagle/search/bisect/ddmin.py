@@ -1,0 +1,298 @@
+"""Isolating delta debugging between a good and a bad configuration: three-valued, memoised, self-contained.
+
+A *change* is a name (one setting, or a group of settings applied together); a *configuration* is the set
+of changes applied to the good configuration: the empty set is the good configuration, the set of every
+change the bad one. An oracle judges a configuration GOOD, BAD or UNRESOLVED (it crashed or could not be
+judged: git bisect's ``skip``).
+
+:func:`isolate` is ``dd`` of Zeller & Hildebrandt (TSE 2002, "Simplifying and Isolating Failure-Inducing
+Input"): split the current difference into ``n`` parts; a part added to the passing side that fails, or
+removed from the failing side that passes, becomes the new difference (cases 1, 2); otherwise a part that
+moves one side without flipping it shrinks the difference by that part (cases 3, 4); otherwise the
+granularity doubles, until the difference is 1-minimal. Probes are issued lazily and memoised, so at
+``n = 2`` one probe halves the difference (``c✓ ∪ Δ1`` *is* ``c✗ − Δ2``): a single culprit among ``n``
+changes costs ``⌈log2 n⌉`` probes.
+
+:func:`find_culprits` answers two questions, which can have different answers:
+
+- **breaking sets**: sets of changes that, *applied to the good configuration*, break it. Each is
+  1-minimal (remove any one change and it no longer breaks the good configuration). The first is isolated
+  by ``dd``; when the isolated change is harmless alone, its interacting partners are isolated among the
+  changes that were on the passing side. That cause is then reverted from the bad configuration and the
+  search repeats while the rest still fails, so independent causes are each reported.
+- **the repair set**: a set of changes whose *removal from the bad configuration* repairs it, 1-minimal
+  (put any one back and it fails again), found by shrinking the union of the breaking sets one change at a
+  time. Two changes that fail only together form one breaking set of two, while reverting either one alone
+  repairs the bad configuration, so the repair set holds one of them.
+
+Not every breaking set is enumerated: a breaking set hidden in the bad configuration by a change that
+compensates it is found only if reverting the causes found before leaves the rest failing.
+
+For ``c`` culprit changes among ``n`` it needs at most :func:`probe_bound` probes (the two endpoints
+included) when no probe is UNRESOLVED; UNRESOLVED probes only cost more probes, and a difference that
+cannot be narrowed because of them is reported as ambiguous.
+
+Written here rather than taken from a library: picire (last release 21.8, Aug 2021) implements ddmin and a
+parallel ddmin with a two-valued outcome, not isolating ``dd`` with UNRESOLVED; debuggingbook's
+``DeltaDebugger.min_arg_diff`` is isolating ``dd`` but is teaching code for function arguments, not a
+library to depend on. This module imports only the standard library, so it can be read and tested alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+ChangeSet = frozenset[str]
+
+
+class ProbeOutcome(str, Enum):
+    """A probe's verdict; the values are git bisect's marks, as written in a bisect log."""
+
+    GOOD = "good"
+    BAD = "bad"
+    UNRESOLVED = "skip"
+
+
+class BisectStatus(str, Enum):
+    """How a bisect ended."""
+
+    ISOLATED = "isolated"  # breaking sets (and a repair set) found
+    GOOD_NOT_GOOD = "good-not-good"  # the good configuration is not judged GOOD
+    BAD_NOT_BAD = "bad-not-bad"  # the bad configuration is not judged BAD
+    AMBIGUOUS = "ambiguous"  # UNRESOLVED probes kept a difference from being narrowed
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What an oracle says about one configuration."""
+
+    outcome: ProbeOutcome
+    detail: str = ""
+    cached: bool = False  # answered without a new measurement
+
+
+@dataclass
+class Probe:
+    """One configuration the search asked about, in the order asked."""
+
+    applied: tuple[str, ...]  # change names, in difference order
+    outcome: ProbeOutcome
+    detail: str = ""
+    cached: bool = False
+
+
+Oracle = Callable[[ChangeSet], Answer]
+BisectProgress = Callable[[str], None]
+
+
+class ProbeMemo:
+    """Asks the oracle once per configuration and keeps every probe in order."""
+
+    def __init__(self, order: Sequence[str], oracle: Oracle):
+        self.order = list(order)
+        self.oracle = oracle
+        self.known: dict[ChangeSet, ProbeOutcome] = {}
+        self.probes: list[Probe] = []
+
+    def sorted(self, config: ChangeSet) -> tuple[str, ...]:
+        return tuple(c for c in self.order if c in config)
+
+    def peek(self, config: ChangeSet) -> ProbeOutcome | None:
+        return self.known.get(config)
+
+    def __call__(self, config: ChangeSet) -> ProbeOutcome:
+        config = frozenset(config)
+        if config not in self.known:
+            answer = self.oracle(config)
+            self.known[config] = answer.outcome
+            self.probes.append(Probe(self.sorted(config), answer.outcome, answer.detail, answer.cached))
+        return self.known[config]
+
+
+def _split(items: list[str], n: int) -> list[list[str]]:
+    """``items`` in ``n`` contiguous parts whose sizes differ by at most one."""
+    size, extra = divmod(len(items), n)
+    parts, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        parts.append(items[start:end])
+        start = end
+    return parts
+
+
+def estimate_probes(k: int) -> int:
+    """Rough number of probes left to isolate one culprit among ``k`` changes (binary search + a check)."""
+    return math.ceil(math.log2(k)) + 1 if k > 1 else 1
+
+
+def probe_bound(culprits: int, changes: int) -> int:
+    """``2·c·⌈log2 n⌉ + 2 + c``: most probes for ``c`` culprit changes among ``n`` without UNRESOLVED probes.
+
+    ``2·c·⌈log2 n⌉ + 2`` isolates the causes (endpoints included); ``c`` more check that the repair set is
+    1-minimal.
+    """
+    c = max(culprits, 1)
+    return 2 * c * math.ceil(math.log2(max(changes, 1))) + 2 + c
+
+
+def _reduce(passing: ChangeSet, failing: ChangeSet, parts: list[list[str]], test: ProbeMemo) -> tuple | None:
+    """One step of dd: the next (passing, failing, n), or None when no case applies at this granularity."""
+    n = len(parts)
+
+    def shrink_to_part() -> tuple | None:  # cases 1 and 2, from what is known so far
+        for part in parts:
+            grown, cut = passing | set(part), failing - set(part)
+            if test.peek(grown) is ProbeOutcome.BAD:
+                return passing, grown, 2
+            if test.peek(cut) is ProbeOutcome.GOOD:
+                return cut, failing, 2
+        return None
+
+    for part in parts:
+        for candidate in (passing | set(part), failing - set(part)):
+            found = shrink_to_part()
+            if found:
+                return found
+            test(candidate)
+    found = shrink_to_part()
+    if found:
+        return found
+    for part in parts:  # cases 3 and 4
+        grown, cut = passing | set(part), failing - set(part)
+        if test.peek(grown) is ProbeOutcome.GOOD:
+            return grown, failing, max(n - 1, 2)
+        if test.peek(cut) is ProbeOutcome.BAD:
+            return passing, cut, max(n - 1, 2)
+    return None
+
+
+def isolate(
+    passing: ChangeSet, failing: ChangeSet, *, test: ProbeMemo, progress: BisectProgress | None = None
+) -> tuple[ChangeSet, ChangeSet]:
+    """dd: grow ``passing`` and shrink ``failing`` (known GOOD and BAD) until their difference is 1-minimal."""
+    n = 2
+    while True:
+        delta = list(test.sorted(failing - passing))
+        if len(delta) <= 1:
+            return passing, failing
+        if progress:
+            progress(f"{len(delta)} settings left (~{estimate_probes(len(delta))} probes)")
+        n = min(n, len(delta))
+        step = _reduce(passing, failing, _split(delta, n), test)
+        if step is not None:
+            passing, failing, n = step
+        elif n < len(delta):
+            n = min(2 * n, len(delta))
+        else:
+            return passing, failing
+
+
+def shrink(items: Sequence[str], holds: Callable[[ChangeSet], bool]) -> tuple[str, ...]:
+    """A 1-minimal subset of ``items`` (for which ``holds`` is true) for which ``holds`` stays true.
+
+    Drops one item at a time while the rest still holds; at the end no single item can be dropped.
+    """
+    kept = list(items)
+    dropped = True
+    while dropped:
+        dropped = False
+        for item in kept:
+            rest = [k for k in kept if k != item]
+            if holds(frozenset(rest)):
+                kept, dropped = rest, True
+                break
+    return tuple(kept)
+
+
+@dataclass
+class Culprits:
+    """What :func:`find_culprits` established (see the module docstring for the two kinds of answer)."""
+
+    status: BisectStatus
+    breaking: list[tuple[str, ...]] = field(default_factory=list)  # each breaks the good configuration
+    repair: tuple[str, ...] | None = None  # reverted from the bad configuration, repairs it (None: unknown)
+    probes: list[Probe] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def culprits(self) -> list[str]:
+        """All changes of all breaking sets, each once, in the order found."""
+        out: list[str] = []
+        for cause in self.breaking:
+            out.extend(c for c in cause if c not in out)
+        return out
+
+    @property
+    def unresolved(self) -> list[tuple[str, ...]]:
+        return [p.applied for p in self.probes if p.outcome is ProbeOutcome.UNRESOLVED]
+
+
+def _with_partners(diff: ChangeSet, context: ChangeSet, test: ProbeMemo,
+                   progress: BisectProgress | None) -> tuple[ChangeSet, str]:
+    """Grow an isolated change into a failing cause: the partners it needs from ``context``."""
+    cause = frozenset(diff)
+    while True:
+        alone = test(cause)
+        if alone is ProbeOutcome.BAD:
+            return cause, ""
+        if alone is ProbeOutcome.UNRESOLVED:
+            return cause, f"{'+'.join(test.sorted(cause))} applied alone could not be judged; partners not checked"
+        if progress:
+            progress(f"{'+'.join(test.sorted(cause))} alone is good: looking for the settings it interacts with")
+        passing, failing = isolate(cause, cause | context, test=test, progress=progress)
+        partners = failing - passing
+        cause = cause | partners
+        context = passing - cause
+        if len(partners) > 1:
+            return cause, f"could not separate {', '.join(test.sorted(partners))} (unresolved probes)"
+
+
+def find_culprits(order: Sequence[str], oracle: Oracle, *, progress: BisectProgress | None = None) -> Culprits:
+    """Breaking sets and a repair set among ``order`` (good = none applied, bad = all applied)."""
+    test = ProbeMemo(order, oracle)
+    everything = frozenset(order)
+    result = Culprits(BisectStatus.ISOLATED, probes=test.probes)
+    if test(frozenset()) is not ProbeOutcome.GOOD:
+        result.status = BisectStatus.GOOD_NOT_GOOD
+        result.notes.append("the good configuration is not judged good; nothing to isolate")
+        return result
+    if test(everything) is not ProbeOutcome.BAD:
+        result.status = BisectStatus.BAD_NOT_BAD
+        result.notes.append("the bad configuration is not judged bad; nothing to isolate")
+        return result
+    reverted: ChangeSet = frozenset()
+    while True:
+        rest = everything - reverted
+        if reverted:
+            verdict = test(rest)
+            if verdict is ProbeOutcome.GOOD:
+                break
+            if verdict is ProbeOutcome.UNRESOLVED:
+                result.notes.append("the bad configuration with the culprits reverted could not be judged; "
+                                    "there may be more culprits, and no repair set is established")
+                return result
+        passing, failing = isolate(frozenset(), rest, test=test, progress=progress)
+        diff = failing - passing
+        if len(diff) > 1:
+            result.status = BisectStatus.AMBIGUOUS
+            result.breaking.append(test.sorted(diff))
+            result.notes.append(f"could not narrow {', '.join(test.sorted(diff))} further (unresolved probes)")
+            return result
+        cause, note = _with_partners(diff, passing, test, progress)
+        if note:
+            result.status = BisectStatus.AMBIGUOUS
+            result.breaking.append(test.sorted(cause))
+            result.notes.append(note)
+            return result
+        if len(cause) > 1:
+            cause = frozenset(shrink(test.sorted(cause), lambda c: test(c) is ProbeOutcome.BAD))
+        result.breaking.append(test.sorted(cause))
+        reverted |= cause
+    if progress and len(reverted) > 1:
+        progress(f"checking which of {', '.join(test.sorted(reverted))} must be reverted to repair the bad "
+                 "configuration")
+    result.repair = shrink(test.sorted(reverted), lambda r: test(everything - r) is ProbeOutcome.GOOD)
+    return result

@@ -1,0 +1,150 @@
+"""The two ways into a study: ``run_study`` creates (or resumes) one and runs it all; ``join_study`` adds a worker.
+
+``run_study``: stage 1, the baseline, then the stage-2 loop; the parent run ends FINISHED with the outcome,
+KILLED on Ctrl-C or SIGTERM, FAILED on an error. ``join_study`` waits until the study has its baseline, then
+shares the budget, the claims and the stop condition; the parent run stays with the process that created it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import optuna
+
+from bisect_eagle.engines.base import Engine
+from bisect_eagle.errors import BadInput
+from bisect_eagle.poll import wait_until
+from bisect_eagle.search.study.claims import Claims
+from bisect_eagle.search.study.loop import StudyRun
+from bisect_eagle.search.study.outcome import StudyOutcome, StudyProgress
+from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
+from bisect_eagle.search.study.resume import reap_dead_trials
+from bisect_eagle.search.study.sampler import live_space, make_sampler, space_json
+from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
+from bisect_eagle.spec import Spec
+from bisect_eagle.tracking import Tracking, redact
+from bisect_eagle.trials import TrialContext
+
+WORKER_WAIT_S = 1800.0  # how long a worker waits for the study's stage 1 and baseline
+WORKER_POLL_S = 2.0  # at most this long between two looks at the study while waiting
+
+EngineFactory = Callable[[Spec], Engine]
+
+
+def _no_progress(p: StudyProgress) -> None:
+    return None
+
+
+@dataclass(kw_only=True)
+class Options:
+    """Where a study lives and how much this invocation may spend."""
+
+    storage: str  # the Optuna storage URL (storage.resolve_storage)
+    tracking_uri: str | None  # None for a worker: the study's own
+    study_name: str | None = None
+    resume: bool = False
+    max_live_trials: int | None = None  # overrides the spec's search.max_live_trials
+    max_wall_s: float | None = None  # overrides the spec's search.max_wall_s
+    progress: Callable[[StudyProgress], None] = field(default=_no_progress)
+
+
+def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) -> StudyOutcome:
+    """Create (or with ``resume`` continue) a study: stage 1, baseline, stage 2, then close the parent run."""
+    opts = options
+    if opts.tracking_uri is None:
+        raise ValueError("run_study needs a tracking URI (see tracking.resolve_tracking_uri)")
+    storage = open_storage(opts.storage)
+    tracking = Tracking.open(opts.tracking_uri, spec.name)
+    if opts.resume:
+        name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
+        if name is None:
+            raise BadInput(f"--resume: no study of spec {spec.name!r} in {redact(opts.storage)}")
+        study = load_study(storage, name)
+        parent = study.user_attrs["parent_run_id"]
+        tracking.reopen(parent)
+    else:
+        name = opts.study_name or spec.storage.study_name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if name in optuna.get_all_study_names(storage):
+            raise BadInput(f"study {name!r} already exists in {redact(opts.storage)}; continue it with --resume, "
+                           "or give another --study-name")
+        study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
+        parent = start_parent_run(tracking, spec=spec, study=name, storage=opts.storage)
+        for key, value in {"spec_name": spec.name, "parent_run_id": parent, "tracking_uri": redact(opts.tracking_uri),
+                           "experiment_id": tracking.experiment_id}.items():
+            study.set_user_attr(key, value)
+    claims = Claims(opts.storage, name)
+    ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=parent)
+    s = _study_run(spec, study=study, claims=claims, ctx=ctx, opts=opts)
+    if opts.resume:
+        for note in reap_dead_trials(study, claims=claims, tracking=tracking, parent_run_id=parent):
+            s.emit("resume", note)
+    with tracking.run_guard(parent, detail_tag="stop_reason"):
+        out = _search(s, engine_factory, stage1=True)
+    finish_parent_run(tracking, out)
+    study.set_user_attr("outcome", {"target_reached": out.target_reached, "stop_reason": out.stop_reason})
+    return out
+
+
+def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
+               wait_s: float = WORKER_WAIT_S) -> StudyOutcome:
+    """A worker: join a study another process created, wait for its stage 1 and baseline, then search."""
+    opts = options
+    storage = open_storage(opts.storage)
+    name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
+    if name is None:
+        raise BadInput(f"worker: no study of spec {spec.name!r} in {redact(opts.storage)}; start one with "
+                       "`bisect-eagle run` first")
+    study = load_study(storage, name)
+    attrs = study.user_attrs
+    uri = opts.tracking_uri or attrs["tracking_uri"]
+    if "***" in uri:
+        raise BadInput(f"worker: study {name!r} logs to {uri}; give the full URI with --tracking-uri")
+    tracking = Tracking.open(uri, spec.name)
+    ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=attrs["parent_run_id"])
+    seed_offset = 1 + int(hashlib.sha256(ctx.owner.encode()).hexdigest()[:6], 16)  # workers sample differently
+    s = _study_run(spec, study=study, claims=Claims(opts.storage, name), ctx=ctx, opts=opts, seed_offset=seed_offset)
+    if s.attr("target") is None:
+        s.emit("waiting", "waiting for the study's stage 1 and baseline")
+
+        def has_baseline() -> bool:
+            s.study = load_study(storage, name)
+            return s.attr("target") is not None
+
+        if not wait_until(has_baseline, timeout_s=wait_s, max_interval_s=WORKER_POLL_S,
+                          what=f"the baseline of study {name!r}"):
+            raise BadInput(f"worker: study {name!r} has no baseline after {wait_s:g} s; is its `run` alive?")
+    return _search(s, engine_factory, stage1=False)
+
+
+def _study_run(spec: Spec, *, study: optuna.Study, claims: Claims, ctx: TrialContext, opts: Options,
+               seed_offset: int = 0) -> StudyRun:
+    return StudyRun(spec=spec, study=study, claims=claims, ctx=ctx, storage_url=opts.storage,
+                    max_live_trials=opts.max_live_trials or spec.search.max_live_trials,
+                    max_wall_s=opts.max_wall_s or spec.search.max_wall_s, progress=opts.progress,
+                    seed=spec.search.seed + seed_offset)
+
+
+def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> StudyOutcome:
+    """Stage 1 (or the study's stored gate), the live space and sampler, the baseline, the loop; the outcome."""
+    gate = s.stage1() if stage1 else s.attr("gate")
+    s.ctx.wiring_accuracy = {tuple(sorted(v["layer_ids"])): v["accuracy"] for v in gate}
+    if s.spec.standalone.wirings and not any(v["passed"] for v in gate):
+        return s.outcome("no wiring passed the standalone gate", None)
+    space = live_space(s.spec, gate)
+    s.study.sampler = make_sampler(s.spec, space=space, seed=s.seed)
+    if stage1:
+        s.ctx.tracking.log_texts(s.ctx.parent_run_id, {"search_space.json": space_json(space)})
+    with engine_factory(s.spec) as engine:
+        s.ctx.engine = engine
+        if stage1:
+            s.baseline()
+        else:
+            s.load_baseline()
+        s.emit("live", f"searching {len(space.params)} parameters with {s.spec.search.sampler}")
+        reason = s.loop(space)
+    out = s.outcome(reason, space)
+    s.emit("done", reason)
+    return out

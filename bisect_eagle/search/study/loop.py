@@ -1,0 +1,264 @@
+"""One process's part of a study: stage 1 (gate the wirings), the baseline, and the stage-2 loop with its stops.
+
+The loop asks Optuna for a config, asks the engine for its plan, and measures the plan only when its fingerprint
+was never claimed in this study (:mod:`bisect_eagle.search.study.claims`). Whatever happens is told back to
+Optuna: a measured value; a duplicate's known value without running anything; crashed configs as PRUNED with an
+infeasibility constraint (TPE ignores FAIL trials and would propose them again); interrupted trials as FAIL
+(measured again after ``--resume``). It stops at the first of: target reached, every distinct config of the
+space measured, the live-trial budget, the wall-clock budget, or too many proposals of measured configs in a row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import optuna
+from optuna.trial import TrialState
+
+from bisect_eagle.errors import BadInput
+from bisect_eagle.search.gate import Scorer, Verdict, apply_gate
+from bisect_eagle.search.space import SearchSpace
+from bisect_eagle.search.study.claims import Claims, ClaimState
+from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
+from bisect_eagle.spec import Spec
+from bisect_eagle.trials import TrialContext, TrialRecord, find_cached, run_live_trial, run_standalone_trial
+
+DUPLICATE_LIMIT = 200  # consecutive proposals of measured configs before the search gives up
+
+TrialKind = Literal["measured", "duplicate", "invalid", "budget"]
+"""What one Optuna trial of the loop came to: measured now; a config already claimed (its value reused);
+a combination the engine refuses; or not run because other workers used up the live-trial budget."""
+
+
+@dataclass(kw_only=True)
+class StudyRun:
+    """One process's part of a study: stage 1, the baseline and the stage-2 loop."""
+
+    spec: Spec
+    study: optuna.Study
+    claims: Claims
+    ctx: TrialContext
+    storage_url: str
+    max_live_trials: int
+    max_wall_s: float
+    progress: Callable[[StudyProgress], None]
+    seed: int = 0
+    started: float = field(default_factory=time.monotonic)
+    overhead_s: float = 0.0  # wall time of measured trials outside the engine (the tool's own cost)
+    measured_here: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    def attr(self, key: str) -> Any:
+        """A study user attribute (shared by all workers): gate, baseline, target, baseline_run_id, ..."""
+        return self.study.user_attrs.get(key)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def emit(self, stage: ProgressStage, message: str) -> None:
+        done = self.claims.all()
+        best = max((c.value for c in done if c.state == "ok" and c.value is not None), default=None)
+        self.progress(StudyProgress(stage=stage, message=message, done=len(done), total=self.max_live_trials,
+                                    best=best, target=self.ctx.target, elapsed_s=self.elapsed(),
+                                    max_wall_s=self.max_wall_s))
+
+    def outcome(self, reason: str, space: SearchSpace | None) -> StudyOutcome:
+        return study_outcome(self, reason=reason, space=space)
+
+    # -- stage 1 ---------------------------------------------------------------------------------------
+
+    def stage1(self) -> list[dict[str, Any]]:
+        """Standalone verdicts of every candidate wiring, gated; stored on the study (done once)."""
+        if self.attr("gate") is not None:
+            return self.attr("gate")
+        st = self.spec.standalone
+        if not st.wirings:
+            self.study.set_user_attr("gate", [])
+            return []
+        scorer = Scorer(self.spec)
+        cands = scorer.candidates()
+        verdicts: list[Verdict] = []
+        for i, c in enumerate(cands):
+            self.emit("standalone", f"standalone {i + 1}/{len(cands)}: {c.label}")
+            verdicts.append(run_standalone_trial(self.ctx, scorer=scorer, candidate=c))
+        reference = self.spec.training_accuracy if st.reference == "training" else None
+        ref = apply_gate(verdicts, st.margin, reference)
+        for v in verdicts:
+            self.ctx.tracking.log(v.run_id, metrics={"gate_reference": ref},
+                                  tags={"gate": "pass" if v.passed else "reject"})
+        gate = [v.to_json() for v in verdicts]
+        self.study.set_user_attr("gate_reference", ref)
+        self.study.set_user_attr("gate", gate)
+        passed = [v.label for v in verdicts if v.passed]
+        self.emit("standalone", f"gate (reference {ref:.3f}, margin {st.margin}): {len(passed)} of "
+                                f"{len(verdicts)} wirings go live: {', '.join(passed) or 'none'}")
+        return gate
+
+    # -- baseline --------------------------------------------------------------------------------------
+
+    def baseline(self) -> None:
+        """The criterion's baseline (measured once without speculation, or the spec's number) and target."""
+        if self.attr("target") is not None:
+            self.load_baseline()
+            return
+        spec = self.spec
+        if spec.baseline == "measure":
+            settings = spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"})
+            plan = self.ctx.plan(settings)
+            record = find_cached(self.ctx.tracking, fingerprint=plan.fingerprint,
+                                 parent_run_id=self.ctx.parent_run_id)
+            if record is None:
+                self.emit("baseline", "baseline trial (no speculation)")
+                record = run_live_trial(self.ctx, plan, stage="baseline", parent_run_id=self.ctx.parent_run_id)
+            if record.status != "ok":
+                raise RuntimeError(f"the baseline trial failed ({record.failure_class}): {record.failure_detail}; "
+                                   f"see run {record.run_id}")
+            value, run_id, tok_s = record.value, record.run_id, record.metrics["output_tok_s"]
+        else:
+            value, run_id = float(spec.baseline), None
+            tok_s = value if spec.criterion.metric == "output_tok_s" else None
+        target = spec.criterion.ratio * value
+        self.study.set_user_attr("baseline_run_id", run_id)
+        self.study.set_user_attr("baseline_output_tok_s", tok_s)
+        self.study.set_user_attr("baseline", value)
+        self.study.set_user_attr("target", target)
+        self.load_baseline()
+        self.ctx.tracking.log(self.ctx.parent_run_id, metrics={"baseline": value, "target": target,
+                                                               "baseline_output_tok_s": tok_s})
+
+    def load_baseline(self) -> None:
+        """The study's baseline and target into the trial context."""
+        self.ctx.baseline, self.ctx.target = self.attr("baseline"), self.attr("target")
+        self.ctx.baseline_tok_s = self.attr("baseline_output_tok_s")
+
+    # -- stage 2 ---------------------------------------------------------------------------------------
+
+    def space_fingerprints(self, space: SearchSpace) -> set[str] | None:
+        """Plan fingerprints of every distinct runnable config in the space, or None when it cannot be listed."""
+        combos = space.enumerate()
+        if combos is None:
+            return None
+        out = set()
+        for sampled in combos:
+            try:
+                plan = self.ctx.plan(space.settings(sampled))
+            except BadInput:
+                continue
+            if plan.refusal is None:
+                out.add(plan.fingerprint)
+        return out
+
+    def stop_reason(self, all_fps: set[str] | None, duplicates_in_row: int) -> str | None:
+        """Why the loop stops now, or None to go on."""
+        claims = self.claims.all()
+        target = self.ctx.target
+        best = max((c.value for c in claims if c.state == "ok" and c.value is not None), default=None)
+        if target is not None and best is not None and best >= target:
+            return "target reached"
+        if all_fps is not None and all_fps <= {c.fingerprint for c in claims} | self._cached_outside(all_fps):
+            return f"search space exhausted (all {len(all_fps)} distinct configs measured)"
+        if len(claims) >= self.max_live_trials:
+            return f"budget: max_live_trials ({self.max_live_trials}) used"
+        if self.elapsed() >= self.max_wall_s:
+            return f"budget: max_wall_s ({self.max_wall_s:g} s) used"
+        if duplicates_in_row >= DUPLICATE_LIMIT:
+            return f"the sampler proposed only measured configs {DUPLICATE_LIMIT} times in a row"
+        return None
+
+    def _cached_outside(self, fps: set[str]) -> set[str]:
+        """Space fingerprints measured outside stage 2 (the baseline config, if the space holds it)."""
+        baseline_run = self.attr("baseline_run_id")
+        if not baseline_run:
+            return set()
+        fp = self.ctx.tracking.get_run(baseline_run).data.tags.get("fingerprint")
+        return {fp} & fps
+
+    def loop(self, space: SearchSpace) -> str:
+        """Ask, deduplicate, claim, measure, tell, until a stop reason; returns it."""
+        all_fps = self.space_fingerprints(space)
+        duplicates_in_row = 0
+        while True:
+            reason = self.stop_reason(all_fps, duplicates_in_row)
+            if reason:
+                return reason
+            t0 = time.perf_counter()
+            kind, record = self.one_trial(space)
+            if kind == "budget":
+                continue
+            duplicates_in_row = duplicates_in_row + 1 if kind in ("duplicate", "invalid") else 0
+            if kind == "measured" and record is not None:
+                self.measured_here += 1
+                self.overhead_s += time.perf_counter() - t0 - record.engine_s
+                shown = f"{record.value:.2f}" if record.value is not None else record.failure_class
+                self.emit("live", f"trial {record.run_id[:8]}: {shown} ({record.status})")
+
+    def one_trial(self, space: SearchSpace) -> tuple[TrialKind, TrialRecord | None]:
+        """One Optuna trial: what it came to (:data:`TrialKind`) and the record when measured."""
+        trial = self.study.ask()
+        trial.set_user_attr("owner", self.ctx.owner)
+        sampled = space.suggest(trial)
+        try:
+            plan = self.ctx.plan(space.settings(sampled))
+            if plan.refusal is not None:
+                raise BadInput(plan.refusal)
+        except BadInput as e:  # a combination the engine refuses (e.g. topk > 1 without num_draft_tokens)
+            trial.set_user_attr("invalid", str(e))
+            trial.set_constraint("invalid", 1.0)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            return "invalid", None
+        fp = plan.fingerprint
+        trial.set_user_attr("fingerprint", fp)
+        won, other = self.claims.claim(fp, trial=trial.number, owner=self.ctx.owner)
+        if not won:
+            done = other if other.state != "running" else self.claims.wait_done(fp, timeout_s=self._time_left())
+            if done is None:
+                self.study.tell(trial, state=TrialState.FAIL)
+                return "duplicate", None
+            self._tell_known(trial, state=done.state, value=done.value, run_id=done.run_id, duplicate=True)
+            return "duplicate", None
+        if self.claims.position(fp) > self.max_live_trials:
+            self.claims.release(fp)
+            trial.set_user_attr("not_run", "the live-trial budget was used up by other workers")
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "budget", None
+        cached = find_cached(self.ctx.tracking, fingerprint=fp, parent_run_id=self.ctx.parent_run_id)
+        if cached is not None:  # measured outside stage 2 (the baseline config) or before a lost claim
+            self.claims.finish(fp, state=cached.status, value=cached.value, run_id=cached.run_id)
+            self._tell_known(trial, state=cached.status, value=cached.value, run_id=cached.run_id, duplicate=True)
+            return "duplicate", None
+        try:
+            record = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
+                                    number=trial.number, tags={"trial_number": str(trial.number)},
+                                    on_start=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id))
+        except BaseException:  # interrupted or broken: not a result; the config may be measured again
+            self.claims.release(fp)
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        self.claims.finish(fp, state=record.status, value=record.value, run_id=record.run_id)
+        if record.failure_class:
+            trial.set_user_attr("failure_class", record.failure_class)
+        self._tell_known(trial, state=record.status, value=record.value, run_id=record.run_id, duplicate=False)
+        return "measured", record
+
+    def _tell_known(self, trial: optuna.Trial, *, state: ClaimState, value: float | None, run_id: str | None,
+                    duplicate: bool) -> None:
+        """Tell Optuna a measured outcome: ok -> value; pruned -> PRUNED; failed -> PRUNED and infeasible."""
+        if duplicate:
+            trial.set_user_attr("duplicate_of", run_id)
+        if state == "ok":
+            self.study.tell(trial, value)
+        elif state == "pruned":
+            trial.report(value, 0)
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:  # crashed: infeasible, so TPE steers away, and never measured again (the claim stays)
+            trial.set_constraint("crashed", 1.0)
+            self.study.tell(trial, state=TrialState.PRUNED)
+
+    def _time_left(self) -> float:
+        return max(1.0, self.max_wall_s - self.elapsed())

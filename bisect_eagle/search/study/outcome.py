@@ -1,0 +1,102 @@
+"""What a study reports: progress events while it runs, and its outcome (the best trial, every trial) at the end.
+
+:class:`StudyOutcome` is what ``bisect-eagle run --json`` and ``worker --json`` print (:meth:`to_json`). Not to
+be confused with the bisect's outcome and progress (:mod:`bisect_eagle.search.bisect`), which differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import optuna
+
+from bisect_eagle.search.space import SearchSpace
+from bisect_eagle.tracking import redact
+from bisect_eagle.trials import effective_of
+
+if TYPE_CHECKING:
+    from bisect_eagle.search.study.loop import StudyRun
+
+ProgressStage = Literal["standalone", "baseline", "waiting", "resume", "live", "done"]
+
+
+@dataclass(kw_only=True)
+class StudyProgress:
+    """One progress event for a display."""
+
+    stage: ProgressStage
+    message: str
+    done: int = 0  # live trials measured (all workers)
+    total: int = 0  # max live trials
+    best: float | None = None
+    target: float | None = None
+    elapsed_s: float = 0.0
+    max_wall_s: float = 0.0
+
+
+@dataclass(kw_only=True)
+class StudyOutcome:
+    """What a run (or a worker) ends with; ``to_json`` is what ``--json`` prints."""
+
+    target_reached: bool
+    stop_reason: str
+    study: str
+    storage: str  # the Optuna storage URL, password hidden
+    tracking_uri: str  # password hidden
+    experiment_id: str
+    parent_run_id: str
+    metric: str
+    baseline: float | None
+    target: float | None
+    baseline_output_tok_s: float | None
+    best: dict[str, Any] | None  # run_id, fingerprint, value, params (effective settings), metrics
+    gate: list[dict[str, Any]]  # stage-1 verdicts
+    trials: list[dict[str, Any]]  # every Optuna trial (trial_summary)
+    counts: dict[str, int]
+    elapsed_s: float
+    tool_overhead_s_per_trial: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def trial_summary(t: optuna.trial.FrozenTrial, space: SearchSpace | None) -> dict[str, Any]:
+    """One Optuna trial for the outcome: its decoded params, state, value, fingerprint, run and failure."""
+    params = space.decode(t.params) if space is not None else dict(t.params)
+    return {"number": t.number, "state": t.state.name, "value": t.value, "params": params,
+            "fingerprint": t.user_attrs.get("fingerprint"),
+            "run_id": t.user_attrs.get("mlflow_run_id") or t.user_attrs.get("duplicate_of"),
+            "duplicate": "duplicate_of" in t.user_attrs, "failure_class": t.user_attrs.get("failure_class")}
+
+
+def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> StudyOutcome:
+    """The outcome of ``run``'s study as it stands (all workers' trials), ending for ``reason``."""
+    ctx = run.ctx
+    claims = run.claims.all()
+    ok = [c for c in claims if c.state == "ok" and c.value is not None]
+    best_claim = max(ok, key=lambda c: c.value, default=None)
+    best = None
+    if best_claim is not None:
+        best_run = ctx.tracking.get_run(best_claim.run_id)
+        best = {"run_id": best_claim.run_id, "fingerprint": best_claim.fingerprint, "value": best_claim.value,
+                "params": effective_of(ctx.tracking, best_run), "metrics": dict(best_run.data.metrics)}
+    frozen = run.study.get_trials(deepcopy=False)
+    trials = [trial_summary(t, space) for t in frozen]
+    counts = {
+        "live_measured": len(claims),
+        "failed": sum(c.state == "failed" for c in claims),
+        "duplicates": sum("duplicate_of" in t.user_attrs for t in frozen),
+        "optuna_trials": len(trials),
+        "standalone": len(run.attr("gate") or []),
+    }
+    target = ctx.target
+    return StudyOutcome(
+        target_reached=target is not None and best is not None and best["value"] >= target,
+        stop_reason=reason, study=run.name, storage=redact(run.storage_url),
+        tracking_uri=redact(ctx.tracking.uri), experiment_id=ctx.tracking.experiment_id,
+        parent_run_id=ctx.parent_run_id, metric=run.spec.criterion.metric, baseline=ctx.baseline,
+        target=target, baseline_output_tok_s=ctx.baseline_tok_s, best=best, gate=run.attr("gate") or [],
+        trials=trials, counts=counts, elapsed_s=run.elapsed(),
+        tool_overhead_s_per_trial=run.overhead_s / run.measured_here if run.measured_here else None,
+    )

@@ -1,0 +1,6 @@
+"""The sglang engine tests import ``sglang_helpers.py`` that sits next to them."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

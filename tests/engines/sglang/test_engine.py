@@ -1,0 +1,141 @@
+"""The sglang engine's trials against ``fake_servers/fake_sglang.py``: measurement, read-back, faults, teardown.
+
+The scripted server has serve's flags and HTTP front, canned answers and a child process like SGLang's
+scheduler; its fault is picked per trial through ``settings.env``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import sys
+
+import psutil
+import pytest
+from sglang_helpers import server, settings
+
+from bisect_eagle.engines import procs
+from bisect_eagle.engines.sglang import SglangEngine
+from bisect_eagle.engines.sglang.engine import _Leftover
+from bisect_eagle.errors import BadInput
+
+
+def run(engine: SglangEngine, s):
+    return engine.run(engine.plan(s))
+
+
+# ---------------------------------------------------------------------------------------------------
+# live trials against the scripted server
+
+
+def _gone(result) -> None:
+    """No process of the trial's server is left and its port is free."""
+    teardown = json.loads(result.artifacts["teardown.json"])
+    for pid in teardown["pids"]:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not [p for p in psutil.Process().children(recursive=True) if "fake_sglang" in " ".join(p.cmdline())]
+    port = int(result.artifacts["launch_command.txt"].split("--port ")[1].split()[0])
+    assert procs.port_is_free("127.0.0.1", port)
+    assert {"launch_command.txt", "effective.json", "server.log"} <= set(result.artifacts)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("sglang-logs")
+    with SglangEngine(server(), target=tiny.target, draft=tiny.draft, prompts=tiny.prompts, log_dir=logs) as e:
+        yield e
+
+
+def test_healthy_trial_measures_reads_back_and_records(engine):
+    s = settings(num_steps=3, topk=1, num_draft_tokens=8, eagle_aux_hidden_state_layer_ids=[5, 9, 10],
+                 env={"NCCL_ALGO": "Tree", "HF_TOKEN": "hf_secret"},
+                 server_args={"cuda_graph_max_bs": 4, "disable_custom_all_reduce": True})
+    r = run(engine, s)
+    assert r.ok, r.failure_detail
+    assert r.accept_length == 2.0 and r.server_accept_length == 2.0  # 8 tokens in 4 verify steps
+    assert r.accept_length_hist == {2: 8}
+    assert r.accept_rate_per_position[:2] == [1.0, 0.0] and math.isnan(r.accept_rate_per_position[2])
+    assert [q.completion_tokens for q in r.requests] == [8, 8] and r.output_tok_s > 0
+    assert r.effective["server"]["max_running_requests"] == 8
+    assert r.effective["eagle_aux_hidden_state_layer_ids"] == [5, 9, 10]
+    assert r.effective["server_args"] == {"cuda_graph_max_bs": 4, "disable_custom_all_reduce": True}
+    text = r.artifacts["launch_command.txt"]
+    assert "--cuda-graph-max-bs-decode 4" in text and "NCCL_ALGO=Tree" in text and "hf_secret" not in text
+    assert "api_key" not in json.loads(r.artifacts["server_info.json"])  # only what SERVER_KEYS records
+    assert any("renamed" in w for w in r.warnings) and any("topk == 1 forces" in w for w in r.warnings)
+    draft_cfg = json.loads((engine.log_dir / next(p.name for p in engine.log_dir.iterdir()) / "draft" /
+                            "config.json").read_text())
+    assert draft_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [5, 9, 10]
+    assert json.loads(r.artifacts["teardown.json"])["signal"] == "SIGTERM"
+    _gone(r)
+
+
+@pytest.mark.parametrize("fault,extra,cls", [
+    ("", {"server_args": {"mem_fraction_static": "lots"}}, "bad_arguments"),
+    ("oom", {}, "out_of_memory"),
+    ("capture", {}, "capture_error"),
+    ("never_ready", {}, "readiness_timeout"),
+    ("dies", {}, "crash_during_benchmark"),
+    ("hangs", {}, "hung_request"),
+])
+def test_each_fault_is_one_failed_trial_and_the_study_goes_on(engine, fault, extra, cls):
+    env = {"FAKE_SGLANG_FAULT": fault} if fault else {}
+    r = run(engine, settings(env=env, **extra))
+    assert r.status == "failed" and r.failure_class == cls, r.failure_detail
+    assert "server log tail" in r.failure_detail and r.artifacts["server.log"]
+    _gone(r)
+    after = run(engine, settings())
+    assert after.ok and after.accept_length == 2.0
+    _gone(after)
+
+
+def test_a_server_ignoring_sigterm_is_killed_with_its_group(engine):
+    r = run(engine, settings(env={"FAKE_SGLANG_FAULT": "ignores_sigterm"}))
+    assert r.ok
+    teardown = json.loads(r.artifacts["teardown.json"])
+    assert teardown["signal"] == "SIGKILL" and len(teardown["pids"]) == 2 and not teardown["survivors"]
+    assert any("SIGKILL" in w for w in r.warnings)
+    _gone(r)
+
+
+def test_unknown_flag_is_refused_before_anything_starts(engine):
+    before = set(engine.log_dir.iterdir())
+    plan = engine.plan(settings(server_args={"no_such_flag": 3}))
+    assert "--no-such-flag" in plan.refusal and "fake_sglang.py" in plan.refusal
+    with pytest.raises(BadInput):
+        engine.run(plan)
+    assert set(engine.log_dir.iterdir()) == before and not psutil.Process().children(recursive=True)
+
+
+def test_a_server_that_will_not_go_away_blocks_the_next_launch(engine):
+    old = procs.start_server([sys.executable, "-c", "pass"], {}, engine.log_dir / "old.log")
+    procs.stop_server(old, 1)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    engine._leftover = _Leftover(old, "127.0.0.1", port, f"port {port} still taken")
+    try:
+        r = run(engine, settings())
+        assert r.failure_class == "launch_error" and "refusing to start another" in r.failure_detail
+    finally:
+        holder.close()
+    assert run(engine, settings()).ok and engine._leftover is None
+
+
+def test_gpu_release_waits_for_the_servers_pids(tmp_path, monkeypatch):
+    held = tmp_path / "held"
+    held.write_text("1234, 500\n4321, 0\n")
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\n/bin/cat {held} 2>/dev/null\nexit 0\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(smi.parent))
+    assert procs.gpu_memory_by_pid() == {1234: 500, 4321: 0}
+    gpu = procs.wait_gpu_release([1234, 99], 0.2)
+    assert gpu.status == "held" and gpu.holders == {1234: 500}
+    held.unlink()
+    assert procs.wait_gpu_release([1234], 1).status == "released"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert procs.wait_gpu_release([1234], 1).status == "unchecked"

@@ -1,0 +1,147 @@
+"""Plans judged by SGLang 0.5.23 itself: its parser and settings resolution, run in its own environment.
+
+Skipped where no SGLang environment exists (``scripts/setup_sglang_env.sh``); CI always has one and sets
+``BISECT_EAGLE_REQUIRE_SGLANG=1`` so a missing one fails instead.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from sglang_helpers import EXPERIMENTS
+from sglang_oracle import sglang_python
+
+from bisect_eagle.engines import make_engine
+from bisect_eagle.search.space import SearchSpace
+from bisect_eagle.spec import load_spec
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PARSE_ONLY = ("from sglang.srt.server_args import prepare_server_args; import json, sys; "
+              "prepare_server_args(json.loads(sys.argv[1])); print('accepted')")
+
+
+def sglang_accepts(python: str, argv: list[str]) -> bool:
+    """SGLang's own ``prepare_server_args`` (parser + ServerArgs, as ``sglang serve`` starts) on an argv."""
+    res = subprocess.run([python, "-c", PARSE_ONLY, json.dumps(argv)], capture_output=True, text=True, timeout=300)
+    return res.returncode == 0 and "accepted" in res.stdout
+
+
+def server_argv(argv: list[str]) -> list[str]:
+    """The arguments after ``python -m sglang.launch_server``."""
+    return argv[argv.index("sglang.launch_server") + 1:]
+
+
+def dry_run(*args: str, python: str, cwd: Path) -> tuple[int, dict | None, str]:
+    res = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "live", "--dry-run", "--json", "--sglang-python",
+                          python, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+    body = json.loads(res.stdout) if res.stdout.strip() else None
+    return res.returncode, body, res.stdout + res.stderr
+
+
+def test_glm5_dry_run_argv_is_accepted_by_sglangs_parser(tmp_path):
+    python = sglang_python()
+    code, body, out = dry_run("--spec", str(EXPERIMENTS / "glm5-8gpu.yaml"), python=python, cwd=tmp_path)
+    assert code == 0, out
+    plan = body["plan"]
+    assert plan["checked"].startswith("SGLang 0.5.23 parser") and "resolution skipped" in plan["checked"]
+    assert "--cuda-graph-max-bs-decode" in plan["argv"] and "--cuda-graph-max-bs" not in plan["argv"]
+    assert sglang_accepts(python, server_argv(plan["argv"]))
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("sets,reason", [
+    (["--set", "server_args.attention_backend=cutlass_mla"], "invalid choice: 'cutlass_mla'"),
+    (["--set", "topk=2", "--set", "num_steps=1", "--set", "num_draft_tokens=8"], "organize_draft_results"),
+    (["--set", "server_args.cuda_graph_max_bs_prefill=lots"], "invalid int value: 'lots'"),
+])
+def test_refused_before_launch_with_sglangs_reason(sets, reason, tmp_path):
+    code, body, out = dry_run("--spec", str(EXPERIMENTS / "glm5-8gpu.yaml"), *sets, python=sglang_python(), cwd=tmp_path)
+    assert code == 2 and reason in body["plan"]["refusal"] and "Traceback" not in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_planned_value_of_every_shipped_spec_is_accepted_or_refused_by_sglang(tmp_path):
+    """Each space value once (around the spec's fixed settings): SGLang's parser accepts what the plan lets through.
+
+    The only refusals are SGLang's own parser/resolution errors and the tree-candidate bound.
+    """
+    python = sglang_python()
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text())
+        if raw.get("engine", {}).get("kind") != "sglang" or "sglang" not in " ".join(
+                raw["engine"].get("sglang", {}).get("launch_command", ["python", "-m", "sglang.launch_server"])):
+            continue
+        spec = load_spec(path)
+        spec.engine.sglang.python = python
+        space = SearchSpace(spec.space, spec.engine.settings, str(path))
+        engine = make_engine(spec, tmp_path / "logs")
+        with engine:
+            for name in space.order:
+                for value in space.values(name) or []:
+                    sampled = {name: value, **({"topk": 2} if name == "num_draft_tokens" else {})}
+                    plan = engine.plan(space.settings(sampled))
+                    if plan.refusal is None:
+                        assert sglang_accepts(python, server_argv(list(plan.argv))), (path.name, sampled)
+                    else:
+                        assert any(r in plan.refusal for r in ("SGLang refuses", "organize_draft_results",
+                                                               "num_draft_tokens is required")), plan.refusal
+    assert not (tmp_path / "logs").exists()
+
+
+def tiny_sglang_spec(tmp_path: Path, python: str) -> Path:
+    spec = {"name": "tiny-real-sglang", "scenario": "tiny",
+            "engine": {"kind": "sglang", "settings": {"device": "cpu", "max_new_tokens": 8},
+                       "sglang": {"launch_command": ["python", "-m", "sglang.launch_server"], "python": python}}}
+    path = tmp_path / "tiny-real.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_resolution_on_a_readable_target_fills_sglangs_own_values(tmp_path):
+    python = sglang_python()
+    spec = tiny_sglang_spec(tmp_path, python)
+    code, body, out = dry_run("--spec", str(spec), "--set", "num_draft_tokens=8", python=python, cwd=tmp_path)
+    assert code == 0, out
+    plan = body["plan"]
+    assert plan["checked"] == "SGLang 0.5.23 parser and resolution"
+    eff = plan["effective"]
+    assert eff["num_draft_tokens"] == 4 and eff["server"]["max_running_requests"] == 48  # SGLang's own rules
+    assert eff["server"]["attention_backend"] == "torch_native" and eff["device"] == "cpu"
+    code, body, _ = dry_run("--spec", str(spec), "--set", "topk=2", "--set", "num_draft_tokens=4", "--set",
+                            "server_args.page_size=16", "--set", "server_args.attention_backend=torch_native",
+                            python=python, cwd=tmp_path)
+    assert code == 2 and "ValueError: speculative_eagle_topk > 1 with page_size > 1" in body["plan"]["refusal"]
+    assert "speculative_hook.py" in body["plan"]["refusal"]  # where SGLang refused it
+
+
+def test_explicit_resolved_default_is_the_same_trial_as_unset(tmp_path):
+    python = sglang_python()
+    spec = tiny_sglang_spec(tmp_path, python)
+    fps = {dry_run("--spec", str(spec), *extra, python=python, cwd=tmp_path)[1]["plan"]["fingerprint"]
+           for extra in ([], ["--set", "server_args.attention_backend=torch_native"],
+                         ["--set", "server_args.page_size=1"])}
+    assert len(fps) == 1
+    other = dry_run("--spec", str(spec), "--set", "server_args.attention_backend=triton", python=python,
+                    cwd=tmp_path)[1]
+    assert other["plan"]["fingerprint"] not in fps
+
+
+def test_failure_fixtures_still_match_sglangs_source():
+    python = sglang_python()
+    root = subprocess.run([python, "-c", "import sglang, os; print(os.path.dirname(sglang.__file__))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    src = Path(root) / "srt"
+    assert "captured {self._idx} of {self._num_captures} aux hidden states" in (
+        src / "layers" / "aux_hidden_states.py").read_text()
+    assert "Not enough memory. Please try to increase --mem-fraction-static." in (
+        src / "model_executor" / "pool_configurator.py").read_text()
+    assert 'prog="sglang serve"' in (src / "server_args.py").read_text()
+    engine_py = (src / "entrypoints" / "engine.py").read_text()
+    assert 'os.environ["NCCL_NVLS_ENABLE"]' in engine_py and 'os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"' in \
+        engine_py
+    assert "SGLANG_ENABLE_SPEC_V2" not in (src / "environ.py").read_text()

@@ -1,0 +1,120 @@
+"""ThroughputModel: predictions from a planted synthetic engine, learning as trials arrive, concurrency."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from synthetic_engine import effective, fitted_model, synthetic_trial
+
+from bisect_eagle.engines.base import RequestRecord, TrialResult
+from bisect_eagle.perf.model import Config, ThroughputModel, metrics_from_result
+
+
+def test_config_from_effective_applies_sglang_rules():
+    cfg = Config.from_effective(effective(steps=4, num_draft_tokens=16, concurrency=8, env={"NCCL_ALGO": "Tree"}))
+    assert (cfg.num_steps, cfg.topk, cfg.num_draft_tokens, cfg.batch) == (4, 1, 5, 8)
+    assert cfg.context == ("env:NCCL_ALGO=Tree",)
+    assert Config.from_effective(effective(steps=0)).speculative is False
+    assert Config.from_effective(effective(steps=4), concurrency=2).batch == 2
+    with pytest.raises(ValueError):
+        Config.from_effective({**effective(steps=4), "topk": 4, "num_draft_tokens": None})
+
+
+def test_predicts_a_planted_engine_before_measuring_it():
+    model = fitted_model()
+    for ids, steps in (((1, 5, 9), 3), ((1, 5, 9), 8), ((5, 9, 11), 5)):
+        want = synthetic_trial(ids, steps)
+        pred = model.predict(effective(ids, steps))
+        assert pred.tok_s == pytest.approx(want["output_tok_s"], rel=0.05)
+        assert pred.accept_length == pytest.approx(want["accept_length"], rel=0.05)
+        assert pred.low <= pred.tok_s <= pred.high
+    assert model.predict(effective(steps=0)).tok_s == pytest.approx(synthetic_trial(steps=0)["output_tok_s"],
+                                                                     rel=0.01)
+
+
+def test_update_records_prediction_before_measurement():
+    model = ThroughputModel()
+    assert model.update(effective(steps=0), synthetic_trial(steps=0)) is None  # nothing to predict with yet
+    before = model.update(effective(steps=2), synthetic_trial(steps=2))
+    assert before is not None
+    rng = np.random.default_rng(0)
+    for s in (1, 3, 4, 5, 6, 7, 8):
+        model.update(effective(steps=s), synthetic_trial(steps=s, noise=0.02, rng=rng))
+    report = model.error_report()
+    assert report.n == 8
+    assert report.records[0].predicted is before
+    assert report.median_rel_error < 0.1
+    assert math.isfinite(report.accept_length_median_rel_error)
+    assert set(report.to_json()) >= {"n", "median_rel_error", "coverage"}
+
+
+def test_uncertainty_shrinks_with_data():
+    cfg = effective((1, 5, 9), 5)
+    early = ThroughputModel()
+    early.set_standalone([1, 5, 9], [0.85, 0.85, 0.8, 0.7, 0.65, 0.6])
+    early.update(effective(steps=0), synthetic_trial(steps=0))
+    late = fitted_model(configs=((1, 5, 9),), steps=(1, 2, 3, 4, 6, 7, 8))
+    width = lambda m: (m.predict(cfg).high - m.predict(cfg).low) / m.predict(cfg).tok_s  # noqa: E731
+    assert width(late) < 0.5 * width(early)
+
+
+def test_concurrency_lowers_the_predicted_speedup():
+    model = fitted_model()
+    speedups = [model.predict(effective(steps=4), concurrency=b).speedup for b in (1, 4, 16, 64)]
+    assert speedups[0] > 1.5
+    assert all(a > b for a, b in zip(speedups, speedups[1:], strict=False))
+    assert model.predict(effective(steps=4, concurrency=16)).concurrency == 16
+
+
+def test_learnt_environment_factor():
+    model = fitted_model()
+    env = {"NCCL_ALGO": "Ring"}
+    for s in (0, 1, 3, 5):
+        model.update(effective(steps=s, env=env), synthetic_trial(steps=s, env_factor=1.25))
+    slow, fast = model.predict(effective(steps=4, env=env)).tok_s, model.predict(effective(steps=4)).tok_s
+    assert fast / slow == pytest.approx(synthetic_trial(steps=4)["output_tok_s"] /
+                                        synthetic_trial(steps=4, env_factor=1.25)["output_tok_s"], rel=0.05)
+    assert model.predict(effective(steps=4, env={"NCCL_OTHER": "1"})).tok_s == pytest.approx(fast, rel=1e-6)
+
+
+def test_tree_prediction_and_rank_decay_update():
+    model = fitted_model()
+    tree = effective(steps=4, topk=4, num_draft_tokens=12)
+    before = model.predict(tree)
+    assert before.accept_length > model.predict(effective(steps=4)).accept_length * 0.99
+    model.update(tree, {"output_tok_s": before.tok_s, "accept_length": before.accept_length * 0.9})
+    assert model.rank_decay != 0.6
+    assert model.predict(tree).accept_length < before.accept_length
+
+
+def test_finite_horizon_local_engine_and_trial_result():
+    model = ThroughputModel.for_engine("local")
+    model.set_standalone([1, 5, 9], [0.9, 0.9, 0.8])
+    reqs = [RequestRecord(str(i), 64, 48, 48, 0.5) for i in range(4)]
+    base = TrialResult("local", "ok", {}, {}, output_tok_s=96.0, accept_length=1.0, requests=reqs)
+    model.update(effective(steps=0, max_new_tokens=48), base)
+    m = metrics_from_result(base)
+    assert (m["verify_steps"], m["completion_tokens"], m["num_requests"]) == (192, 192, 4)
+    assert model.predict(effective(steps=0, max_new_tokens=48)).tok_s == pytest.approx(96.0, rel=0.02)
+    pred = model.predict(effective(steps=3, max_new_tokens=48))
+    assert 1 < pred.accept_length < 4 and pred.tok_s > 0
+    with pytest.raises(ValueError):
+        ThroughputModel.for_engine("vllm")
+
+
+def test_adaptive_settings_dispatch():
+    model = fitted_model()
+    pred = model.predict({**effective(steps=3), "speculative_adaptive": True})
+    assert set(pred.details["occupancy"]) == {"1", "3", "5", "7"}
+
+
+def test_chain_trial_without_rates_updates_acceptance_from_accept_length():
+    model = fitted_model(configs=())
+    before = model.predict(effective(steps=5)).accept_length
+    want = synthetic_trial(steps=5)
+    model.update(effective(steps=5), {"output_tok_s": want["output_tok_s"], "accept_length": want["accept_length"],
+                                      "verify_steps": 1000})
+    after = model.predict(effective(steps=5)).accept_length
+    assert abs(after - want["accept_length"]) < 0.5 * abs(before - want["accept_length"])

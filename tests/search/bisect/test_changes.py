@@ -1,0 +1,96 @@
+"""The list of changes comes from the engine's plans: ignored settings, defaults and implied values are not changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fake_engine import FakeEngine
+
+from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.search.bisect import apply_changes, flat_settings, list_changes
+from bisect_eagle.search.bisect.changes import explain_no_changes
+from bisect_eagle.settings import LiveSettings
+from bisect_eagle.spec import settings_from
+
+
+def local_like(flat: dict[str, Any]) -> TrialPlan:
+    """The fake engine's plan: like the local engine it ignores concurrency, env and server_args."""
+    return FakeEngine().plan(settings_from(flat, "test"))
+
+
+def server_like(flat: dict[str, Any]) -> TrialPlan:
+    """A server engine's plan: env and server_args run; topk > 1 without a draft-token count defaults to 8."""
+    settings = settings_from(flat, "test")
+    if settings.topk > 1 and settings.num_draft_tokens is None:
+        settings = settings.model_copy(update={"num_draft_tokens": 8})
+    effective, warnings, refusal = speculative_effective(settings)
+    if effective["eagle_aux_hidden_state_layer_ids"] is None:
+        effective["eagle_aux_hidden_state_layer_ids"] = [1, 5, 9]
+    effective["server_args"] = {"attention_backend": "flashinfer", **effective["server_args"]}
+    return make_plan("server", settings, effective, warnings=warnings, refusal=refusal)
+
+
+def flat(**values: Any) -> dict[str, Any]:
+    return flat_settings(settings_from(values, "test"))
+
+
+def test_settings_the_engine_ignores_are_not_changes():
+    good, bad = flat(), flat(concurrency=4, **{"env.NCCL_ALGO": "Ring", "server_args.attention_backend": "triton"})
+    assert list_changes(good, bad, plan=local_like) == []
+    names = ["concurrency", "env.NCCL_ALGO", "server_args.attention_backend"]
+    assert explain_no_changes(good, bad, changes=[]) == names
+    assert [c.name for c in list_changes(good, bad, plan=server_like)] == names  # a server engine runs them all
+
+
+def test_defaults_written_out_and_the_drafts_own_ids_are_not_changes():
+    good = flat()
+    bad = flat(num_steps=3, eagle_aux_hidden_state_layer_ids=[1, 5, 9],
+               **{"server_args.attention_backend": "flashinfer"})
+    assert list_changes(good, bad, plan=server_like) == []
+    assert list_changes(good, bad, plan=local_like) == []
+
+
+def test_a_value_the_engine_overrides_is_not_a_change():
+    """topk 1 forces num_draft_tokens = num_steps + 1: 16 draft tokens next to num_steps 1 run as 2."""
+    good, bad = flat(), flat(num_steps=1, num_draft_tokens=16)
+    changes = list_changes(good, bad, plan=local_like)
+    assert [c.name for c in changes] == ["num_steps"]
+    assert explain_no_changes(good, bad, changes=changes) == ["num_draft_tokens"]
+    assert local_like(apply_changes(good, changes)).fingerprint == local_like(bad).fingerprint
+
+
+def test_a_setting_needed_to_rebuild_the_bad_plan_stays_a_change():
+    """With topk 2 the draft-token count matters: applying topk alone would plan a different trial."""
+    good, bad = flat(), flat(topk=2, num_draft_tokens=4)
+    changes = list_changes(good, bad, plan=server_like)
+    assert [c.name for c in changes] == ["topk", "num_draft_tokens"]
+    assert server_like(apply_changes(good, changes)).fingerprint == server_like(bad).fingerprint
+
+
+def test_changes_show_effective_values_and_groups_apply_together():
+    good = flat(**{"server_args.a": 1, "server_args.b": 2})
+    bad = flat(num_steps=1, eagle_aux_hidden_state_layer_ids=[-1, 1, 5], **{"env.NCCL_ALGO": "Tree",
+               "server_args.a": 5, "server_args.b": 6})
+    changes = list_changes(good, bad, plan=server_like, groups=[["server_args.a", "server_args.b"]])
+    assert [c.name for c in changes] == ["eagle_aux_hidden_state_layer_ids", "num_steps", "env.NCCL_ALGO",
+                                         "server_args.a+server_args.b"]
+    wiring = changes[0]
+    assert (wiring.values("good"), wiring.values("bad")) == ([1, 5, 9], [-1, 1, 5])  # resolved by the plan
+    assert wiring.good == {"eagle_aux_hidden_state_layer_ids": None}  # applied as written: the draft's own ids
+    assert changes[3].to_json() == {"name": "server_args.a+server_args.b", "settings": ["server_args.a",
+                                    "server_args.b"], "good": {"server_args.a": 1, "server_args.b": 2},
+                                    "bad": {"server_args.a": 5, "server_args.b": 6}}
+    assert apply_changes(good, changes[1:3]) == {**good, "num_steps": 1, "env.NCCL_ALGO": "Tree"}
+
+
+def test_secret_values_are_applied_in_clear_and_shown_redacted():
+    good, bad = flat(), flat(**{"env.HF_TOKEN": "hf_planted_value"})
+    (change,) = list_changes(good, bad, plan=server_like)
+    assert change.bad == {"env.HF_TOKEN": "hf_planted_value"}  # the engine must get the real value
+    assert "hf_planted_value" not in str(change.to_json()) and change.values("bad") == "<redacted>"
+    assert list_changes(good, bad, plan=local_like) == []
+
+
+def test_flat_settings_round_trip():
+    s = LiveSettings(num_steps=2, env={"A": "1"}, server_args={"x": True})
+    assert settings_from(flat_settings(s), "test") == s

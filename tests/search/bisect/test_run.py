@@ -1,0 +1,176 @@
+"""run_bisect with engines that need no model: plan-based changes, one measurement per plan, sequential probes on a
+seeded noisy engine, and no secret in anything bisect writes."""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fake_engine import FakeEngine
+
+from bisect_eagle.engines.base import Engine, TrialResult
+from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.errors import BadInput
+from bisect_eagle.search.bisect import BisectOptions, BisectStatus, run_bisect
+from bisect_eagle.settings import LiveSettings
+from bisect_eagle.tracking import Tracking
+
+HARMLESS = {"max_new_tokens": 32, "server_args.cuda_graph_max_bs": 8, "server_args.disable_custom_all_reduce": True,
+            "env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "Simple"}
+
+
+class NoisyEngine(Engine):
+    """Like a server engine, it runs env and server_args; ``value(effective)`` × (1 + noise × N(0, 1)), seeded.
+
+    ``topk > 1`` without a draft-token count plans the engine's default of 8.
+    """
+
+    name = "noisy"
+
+    def __init__(self, value: Callable[[dict[str, Any]], float], *, noise: float = 0.0, seed: int = 0):
+        self.value, self.noise, self.rng = value, noise, random.Random(seed)
+        self.runs: collections.Counter[str] = collections.Counter()
+
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        if settings.topk > 1 and settings.num_draft_tokens is None:
+            settings = settings.model_copy(update={"num_draft_tokens": 8})
+        effective, warnings, refusal = speculative_effective(settings)
+        if effective["eagle_aux_hidden_state_layer_ids"] is None:
+            effective["eagle_aux_hidden_state_layer_ids"] = [1, 5, 9]
+        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        self.runs[plan.fingerprint] += 1
+        v = self.value(plan.effective) * (1 + self.noise * self.rng.gauss(0, 1))
+        return TrialResult(self.name, "ok", plan.requested, plan.effective, output_tok_s=v, accept_length=v / 30)
+
+
+def write_spec(path: Path, **settings: Any) -> Path:
+    """A spec named after its test's directory: each test its own MLflow experiment (no cache across tests)."""
+    path.write_text(yaml.safe_dump({"name": f"{path.parent.name}-{path.stem}", "scenario": "tiny", "engine": {
+        "kind": "local", "settings": {"num_prompts": 2, **settings}}, "criterion": {"metric": "output_tok_s"}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    """One MLflow store for the module (creating one takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+def bisect(tmp: Path, store: str, engine: Engine, good: dict, bad: dict, **opts: Any):
+    seen: list[str] = []
+    good_spec, bad_spec = write_spec(tmp / "good.yaml", **good), write_spec(tmp / "bad.yaml", **bad)
+    options = BisectOptions(good=str(good_spec), bad=str(bad_spec), metric="output_tok_s", tracking_uri=store,
+                            log_path=tmp / "b.log", **opts)
+    report = run_bisect(options, engine_factory=lambda spec: engine, progress=seen.append)
+    return report, report.to_json(), seen
+
+
+def test_settings_the_engine_ignores_leave_nothing_to_bisect(tmp_path, store):
+    """The local-like fake engine ignores env and concurrency; explicit defaults and the draft's ids are no change."""
+    bad = {"env.NCCL_ALGO": "Ring", "concurrency": 4, "num_steps": 3, "eagle_aux_hidden_state_layer_ids": [1, 5, 9],
+           "env.HF_TOKEN": "hf_only_in_bad_42"}
+    with pytest.raises(BadInput, match="plan the same trial on the fake engine") as err:
+        bisect(tmp_path, store, FakeEngine(), {}, bad)
+    message = str(err.value)
+    assert "nothing to bisect" in message and "hf_only_in_bad_42" not in message
+    for name in ("env.NCCL_ALGO", "concurrency", "eagle_aux_hidden_state_layer_ids", "env.HF_TOKEN"):
+        assert name in message
+
+
+def test_configurations_that_plan_alike_are_measured_once(tmp_path, store):
+    """num_draft_tokens applied alone runs as num_steps + 1 (topk 1): the good plan, answered from memory."""
+    engine = NoisyEngine(lambda eff: 60.0 if eff["topk"] > 1 else 100.0)
+    report, out, _ = bisect(tmp_path, store, engine, {}, {"topk": 2, "num_draft_tokens": 4})
+    assert [c["name"] for c in out["changes"]] == ["topk", "num_draft_tokens"]
+    assert out["breaking_sets"] == [["topk"]] and out["repair_set"] == ["topk"]
+    good = out["probes"][0]
+    (alone,) = [p for p in out["probes"] if p["applied"] == ["num_draft_tokens"]]
+    assert alone["source"] == "memory" and alone["fingerprint"] == good["fingerprint"]
+    assert alone["outcome"] == "GOOD" and alone["samples"] == good["samples"]
+    assert engine.runs[good["fingerprint"]] == len(good["samples"]) == 3  # no second trial of the good plan
+    measured = [p["fingerprint"] for p in out["probes"] if p["source"] == "measured"]
+    assert len(measured) == len(set(measured)) == out["live_trials"]
+    assert sum(engine.runs.values()) == out["samples"]
+    tracking, _ = Tracking.of_run(store, out["parent_run_id"])
+    live = [r for r in tracking.child_runs(out["parent_run_id"]) if r.data.tags["stage"] == "live"]
+    assert collections.Counter(r.data.tags["fingerprint"] for r in live) == collections.Counter(measured)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_good_configuration_4_percent_above_the_limit_resolves_and_the_culprit_is_exact(tmp_path, store, seed):
+    """2 % noise; the good configuration and every harmless probe sit 4 % above the threshold."""
+    threshold = 100.0 / 1.04
+    engine = NoisyEngine(lambda eff: 70.0 if eff["num_steps"] == 1 else 100.0, noise=0.02, seed=seed)
+    report, out, seen = bisect(tmp_path, store, engine, {}, {"num_steps": 1, **HARMLESS}, threshold=threshold)
+    assert out["status"] == "isolated", out["notes"]
+    assert out["breaking_sets"] == [["num_steps"]] and out["repair_set"] == ["num_steps"]
+    assert out["unresolved"] == []
+    assert out["probes"][0]["outcome"] == "GOOD"
+    assert sum(engine.runs.values()) == out["samples"] > out["live_trials"]  # some probes took more samples
+    for p in out["probes"]:
+        assert len(p["samples"]) <= 2 * report.judge["max_samples"]
+        if p["source"] == "measured":
+            assert engine.runs[p["fingerprint"]] == len(p["samples"])  # every sample of a plan on its one trial
+    assert out["judge"]["noise"]["dof"] > 0 and 0.005 < out["judge"]["noise"]["sd_log"] < 0.05
+    assert any("settings left" in m for m in seen)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_interacting_culprits_give_a_breaking_set_of_two_and_a_repair_set_of_one(tmp_path, store, seed, capsys):
+    """Only NCCL_ALGO=Tree with NCCL_PROTO=Simple is slow: both break the good one; reverting either repairs."""
+    def value(eff: dict) -> float:
+        return 80.0 if eff["env"].get("NCCL_ALGO") == "Tree" and eff["env"].get("NCCL_PROTO") == "Simple" else 100.0
+
+    engine = NoisyEngine(value, noise=0.02, seed=seed)
+    report, out, _ = bisect(tmp_path, store, engine, {}, {"num_steps": 2, **HARMLESS}, ratio=0.9)
+    assert out["status"] == "isolated", out["notes"]
+    assert out["breaking_sets"] == [["env.NCCL_ALGO", "env.NCCL_PROTO"]]
+    assert out["repair_set"] in (["env.NCCL_ALGO"], ["env.NCCL_PROTO"])
+    from bisect_eagle.cli.bisect import _print
+
+    _print(report)
+    printed = capsys.readouterr().out
+    assert "breaks the good configuration when applied to it: env.NCCL_ALGO + env.NCCL_PROTO" in printed
+    assert f"repairs the bad configuration when reverted from it: {out['repair_set'][0]}" in printed
+
+
+def test_no_secret_reaches_the_log_the_result_the_report_or_the_runs(tmp_path, store):
+    secret, typed = "hf_PLANTED_secret_123", "x7q-typed-secret"
+    engine = NoisyEngine(lambda eff: 70.0 if eff["num_steps"] == 1 else 100.0)
+    report, out, seen = bisect(tmp_path, store, engine, {}, {"num_steps": 1, "env.HF_TOKEN": secret},
+                               overrides={"env.MY_TOKEN": typed})
+    assert report.status is BisectStatus.ISOLATED and out["culprits"][0]["name"] == "num_steps"
+    hf = next(c for c in out["changes"] if c["name"] == "env.HF_TOKEN")  # a server engine runs it: a change
+    assert hf["bad"] == "<redacted>"
+    tracking, parent = Tracking.of_run(store, out["parent_run_id"])
+    texts = [(tmp_path / "b.log").read_text(), json.dumps(out), "\n".join(seen),
+             tracking.read_text(out["parent_run_id"], "bisect.log"),
+             tracking.read_text(out["parent_run_id"], "result.json")]
+    for run in [parent, *tracking.child_runs(out["parent_run_id"])]:
+        texts.append(json.dumps({"params": run.data.params, "tags": run.data.tags, "metrics": run.data.metrics}))
+        if run.data.tags.get("stage") == "live":
+            texts.append(tracking.read_text(run.info.run_id, "trial.json"))
+    for text in texts:
+        assert secret not in text and typed not in text
+    assert "env.MY_TOKEN" in texts[0]  # the name is kept, its value redacted
+
+
+def test_replay_asks_again_for_a_secret_the_log_hides(tmp_path, store):
+    engine = NoisyEngine(lambda eff: 70.0 if eff["num_steps"] == 1 else 100.0)
+    bisect(tmp_path, store, engine, {}, {"num_steps": 1}, overrides={"env.MY_TOKEN": "x7q-typed-secret"})
+    with pytest.raises(BadInput, match="hides the value of env.MY_TOKEN; give it again with --set"):
+        run_bisect(BisectOptions(replay=tmp_path / "b.log", tracking_uri=store),
+                   engine_factory=lambda spec: engine)
+    again = run_bisect(BisectOptions(replay=tmp_path / "b.log", overrides={"env.MY_TOKEN": "x7q-typed-secret"},
+                                     tracking_uri=store, log_path=tmp_path / "r.log"),
+                       engine_factory=lambda spec: engine).to_json()
+    assert again["breaking_sets"] == [["num_steps"]] and again["live_trials"] == 0
+    assert all(p["source"] == "replay" for p in again["probes"])

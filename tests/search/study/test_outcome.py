@@ -1,0 +1,37 @@
+"""The study outcome's trial summaries: decoded params, duplicates pointing at the run they reuse."""
+
+from __future__ import annotations
+
+import optuna
+
+from bisect_eagle.search.space import SearchSpace
+from bisect_eagle.search.study.outcome import StudyOutcome, trial_summary
+from bisect_eagle.spec import Param
+
+
+def test_trial_summary_decodes_params_and_names_the_run():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = SearchSpace({"eagle_aux_hidden_state_layer_ids": Param(type="categorical", choices=[[1, 5, 9]])}, {},
+                        "test")
+    study = optuna.create_study(direction="maximize")
+    measured = study.ask()
+    space.suggest(measured)
+    measured.set_user_attr("mlflow_run_id", "run-a")
+    measured.set_user_attr("fingerprint", "fp")
+    study.tell(measured, 3.0)
+    dup = study.ask()
+    space.suggest(dup)
+    dup.set_user_attr("duplicate_of", "run-a")
+    study.tell(dup, 3.0)
+    first, second = (trial_summary(t, space) for t in study.get_trials())
+    assert first == {"number": 0, "state": "COMPLETE", "value": 3.0,
+                     "params": {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, "fingerprint": "fp",
+                     "run_id": "run-a", "duplicate": False, "failure_class": None}
+    assert second["duplicate"] and second["run_id"] == "run-a"
+    assert trial_summary(study.get_trials()[0], None)["params"] == {"eagle_aux_hidden_state_layer_ids": "1,5,9"}
+
+
+def test_outcome_json_is_plain_data():
+    fields = StudyOutcome.__dataclass_fields__
+    out = StudyOutcome(**{name: None for name in fields})
+    assert set(out.to_json()) == set(fields)

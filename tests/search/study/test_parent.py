@@ -1,0 +1,68 @@
+"""The study's parent run: the spec as written (secrets scrubbed) and resolved (redacted), params, the finish."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bisect_eagle.search.study.outcome import StudyOutcome
+from bisect_eagle.search.study.parent import finish_parent_run, resolved_spec, spec_text, start_parent_run
+from bisect_eagle.spec import load_spec
+from bisect_eagle.tracking import Tracking
+
+SECRET = "hf_s3cr3t_value"
+
+SPEC = f"""\
+name: parent
+target: t
+draft: d
+dump: u
+prompts: p.jsonl
+engine:
+  settings:
+    env: {{HF_TOKEN: {SECRET}, NCCL_ALGO: Ring}}
+search: {{max_live_trials: 7}}
+"""
+
+
+@pytest.fixture(scope="module")
+def tracking(tmp_path_factory) -> Tracking:
+    return Tracking.open(f"sqlite:///{tmp_path_factory.mktemp('mlruns')}/mlflow.db", "parent")
+
+
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    return load_spec(path)
+
+
+def test_spec_artifacts_keep_settings_but_never_a_secret(spec):
+    text = spec_text(spec)
+    assert SECRET not in text and "NCCL_ALGO: Ring" in text
+    resolved = resolved_spec(spec)
+    assert resolved["engine"]["settings"]["env"] == {"HF_TOKEN": "<redacted>", "NCCL_ALGO": "Ring"}
+    assert resolved["source"] == str(spec.source.resolve())
+
+
+def test_parent_run_carries_budget_and_spec_then_the_outcome(tracking, spec):
+    run_id = start_parent_run(tracking, spec=spec, study="parent-1",
+                              storage="postgresql://bob:hunter2@db/optuna")
+    run = tracking.get_run(run_id)
+    assert run.info.status == "RUNNING" and run.data.tags["role"] == "study"
+    assert run.data.tags["storage"] == "postgresql://bob:***@db/optuna"
+    assert run.data.params["max_live_trials"] == "7" and run.data.params["version.optuna"]
+    assert json.loads(tracking.read_text(run_id, "spec.resolved.json"))["name"] == "parent"
+    assert SECRET not in tracking.read_text(run_id, "spec.yaml")
+    out = StudyOutcome(
+        target_reached=True, stop_reason="target reached", study="parent-1", storage="s", tracking_uri="t",
+        experiment_id=tracking.experiment_id, parent_run_id=run_id, metric="output_tok_s", baseline=50.0,
+        target=100.0, baseline_output_tok_s=50.0, best={"run_id": "r1", "value": 110.0}, gate=[], trials=[],
+        counts={"live_measured": 3, "duplicates": 1, "failed": 1}, elapsed_s=12.0, tool_overhead_s_per_trial=0.2)
+    finish_parent_run(tracking, out)
+    run = tracking.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["outcome"] == "target reached" and run.data.tags["best_run_id"] == "r1"
+    assert run.data.metrics["best_ratio_to_baseline"] == pytest.approx(2.2)
+    assert run.data.metrics["live_trials"] == 3 and run.data.metrics["tool_overhead_s_per_trial"] == 0.2
