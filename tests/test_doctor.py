@@ -132,3 +132,46 @@ def test_exit_codes_and_json(tiny, tmp_path):
     bad.write_text("name: x\nengine: {kind: local, settings: {num_steps: many}}\nscenario: tiny\n")
     out = _cli(str(bad))
     assert out.returncode == 2 and "num_steps" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def _family_spec(tmp_path: Path, tiny, *, model_type: str, num_layers: int, ids: list[int],
+                 dump_layer_ids: list[int]) -> Path:
+    """A tiny-shaped deployment whose target says it is ``model_type`` with ``num_layers`` layers (configs only)."""
+    target = tmp_path / "target"
+    shutil.copytree(tiny.target, target)
+    cfg = json.loads((target / "config.json").read_text())
+    cfg.update(model_type=model_type, num_hidden_layers=num_layers)
+    (target / "config.json").write_text(json.dumps(cfg))
+    spec = {"name": f"{model_type}-doctor", "target": str(target), "draft": str(tiny.draft), "dump": str(tiny.dump),
+            "prompts": str(tiny.prompts), "dump_layer_ids": dump_layer_ids,
+            "engine": {"kind": "sglang", "settings": {"eagle_aux_hidden_state_layer_ids": ids},
+                       "sglang": {"launch_command": ["bisect-eagle", "serve"]}}}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_glm5_ids_are_judged_by_sglangs_deepseek_rule(tiny, tmp_path):
+    """GLM-5 (glm_moe_dsa, 61 layers), dump at the outputs of layers 2, 30, 58: [3, 31, 59] feeds them."""
+    wrong = diagnose(load_spec(_family_spec(tmp_path / "a", tiny, model_type="glm_moe_dsa", num_layers=61,
+                                            ids=[2, 30, 58], dump_layer_ids=[2, 30, 58])), sglang_version="0.5.23")
+    wiring = [f for f in wrong if f.code == "dump-wiring"]
+    assert wiring and wiring[0].severity == "error" and "[3, 31, 59]" in wiring[0].fix
+    assert "glm_moe_dsa" in wiring[0].message
+    right = diagnose(load_spec(_family_spec(tmp_path / "b", tiny, model_type="glm_moe_dsa", num_layers=61,
+                                            ids=[3, 31, 59], dump_layer_ids=[2, 30, 58])), sglang_version="0.5.23")
+    assert not [f for f in right if f.code in ("dump-wiring", "ids-range", "final-layer-id")]
+
+
+def test_minus_one_on_the_deepseek_family_fails_to_capture(tiny, tmp_path):
+    found = diagnose(load_spec(_family_spec(tmp_path, tiny, model_type="deepseek_v32", num_layers=61,
+                                            ids=[-1, 2, 30], dump_layer_ids=[2, 30, 58])), sglang_version="0.5.23")
+    minus = [f for f in found if f.code == "minus-one"]
+    assert minus and minus[0].severity == "error" and "captured 2 of 3" in minus[0].message
+
+
+@pytest.mark.parametrize("model_type,flagged", [("llama", True), ("qwen3_moe", True), ("gpt_oss", False)])
+def test_final_layer_by_family(tiny, tmp_path, model_type, flagged):
+    found = diagnose(load_spec(_family_spec(tmp_path, tiny, model_type=model_type, num_layers=12,
+                                            ids=[1, 5, 11], dump_layer_ids=[1, 5, 11])), sglang_version="0.5.23")
+    assert any(f.code == "final-layer-id" for f in found) is flagged

@@ -135,8 +135,9 @@ class SglangEngine(Engine):
         report = {"signal": stop.signal, "stop_s": round(stop.stop_s, 3), "exit_code": stop.exit_code,
                   "port_free_s": None if port_s is None else round(port_s, 3), "gpu_release": gpu.status,
                   "gpu_release_s": None if gpu.seconds is None else round(gpu.seconds, 3),
-                  "pids": sorted(server.seen), "survivors": stop.survivors}
-        warnings, reasons = [], []
+                  "pids": sorted(server.seen), "survivors": stop.survivors,
+                  "orphans": [o.__dict__ for o in stop.orphans]}
+        warnings, reasons = list(stop.warnings), []
         if stop.signal == "SIGKILL":
             warnings.append(f"the server did not exit within {s.stop_grace_s:g} s of SIGTERM "
                             "(engine.sglang.stop_grace_s) and was killed with SIGKILL")
@@ -183,7 +184,11 @@ class SglangEngine(Engine):
         command_text = describe(argv, dict(settings.env), dict(os.environ)) + f"\n# server version: {version}\n"
         (trial_dir / "launch_command.txt").write_text(command_text)
         try:
-            server = procs.start_server(argv, {**os.environ, **settings.env}, trial_dir / "server.log")
+            server = procs.start_server(argv, {**os.environ, **settings.env}, trial_dir / "server.log",
+                                        log_dir=self.log_dir, host=self.server.host, port=port,
+                                        grace_s=self.server.stop_grace_s,
+                                        meta={"trial": seq, "trial_dir": str(trial_dir),
+                                              "fingerprint": plan.fingerprint})
         except OSError as e:
             return failed(self.name, requested, planned, "launch_error", f"cannot start {argv[0]}: {e}",
                           warnings=warnings, artifacts={"launch_command.txt": command_text,

@@ -71,7 +71,14 @@ class Planner:
 
     @property
     def command(self) -> list[str]:
-        return flagmod.launch_executable(list(self.server.launch_command), self.server.python)
+        """The launch command with its executable resolved here, or as written when it is not on this machine."""
+        try:
+            return flagmod.launch_executable(list(self.server.launch_command), self.server.python)
+        except BadInput as e:
+            self._flag_note = self._flag_note or str(e)
+            head = self.server.launch_command[0]
+            python = self.server.python if self.server.python and Path(head).name.startswith("python") else head
+            return [python, *self.server.launch_command[1:]]
 
     def oracle(self) -> Oracle | None:
         if not self.check:
@@ -80,8 +87,12 @@ class Planner:
             spec = parser_spec(list(self.server.launch_command))
             if spec is None:
                 return None
-            python = interpreter(launch_command=list(self.server.launch_command), python=self.server.python,
-                                 parser=spec)
+            try:
+                python = interpreter(launch_command=list(self.server.launch_command), python=self.server.python,
+                                     parser=spec)
+            except BadInput as e:
+                self._flag_note = self._flag_note or str(e)
+                return None
             self._oracle = Oracle(python=python, parser=spec)
         return self._oracle
 
@@ -96,10 +107,12 @@ class Planner:
             if desc is not None:
                 self._flags = flagmod.ServerFlags(tuple(self.command), desc.flags, desc.version, "parser")
             else:
-                try:
-                    self._flags = flagmod.probe_help(self.command, shown=flagmod.shown(self.server.launch_command))
-                except BadInput as e:
-                    self._flag_note = str(e)
+                command = self.command
+                if self._flag_note is None:
+                    try:
+                        self._flags = flagmod.probe_help(command, shown=flagmod.shown(self.server.launch_command))
+                    except BadInput as e:
+                        self._flag_note = str(e)
         return self._flags
 
     def checked_by(self, resolved: bool, resolve_note: str) -> str:
@@ -107,7 +120,8 @@ class Planner:
         if desc is not None:
             who = f"SGLang {desc.version}" if desc.version else f"`{desc.prog}`"
             return f"{who} parser and resolution" if resolved else f"{who} parser ({resolve_note})"
-        why = (self.oracle().failure if self.oracle() is not None else None) or self._flag_note or "no oracle"
+        oracle = self.oracle()
+        why = (oracle.failure if oracle is not None else None) or self._flag_note or "no oracle for this server"
         if self._flags is not None:
             return f"not checked against SGLang (flags from --help only; {why})"
         return f"not checked against SGLang ({why})"

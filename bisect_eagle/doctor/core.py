@@ -1,0 +1,154 @@
+"""``bisect-eagle doctor``: static checks of a spec before any GPU time is spent; each finding has a severity and a fix.
+
+Reads only configs, safetensors headers and one dump sample (pickle-free); runs no model. The engine's own plan
+(:mod:`bisect_eagle.engines.plan`) is checked first: for an sglang spec that is SGLang's parser and resolution
+when it can run here. Then what the upstream code implies (``docs/sglang-facts.md``): SGLang reads capture ids
+only from nested ``eagle_config`` (vLLM only from the top level) and silently falls back to its defaults;
+each model family reads the ids by its own rule (``layers.sglang_convention``), so the same ids reach
+different layers on llama and on GLM-5; ``-1`` and the final layer break on some families; ``topk == 1``
+overrides ``num_draft_tokens``; ``EAGLE`` with an EAGLE-3 draft runs at accept length 1.0; a draft vocabulary
+needs ``d2t``; and the draft must be fed the layers of the dump it was trained on.
+
+Modules: :mod:`.core` (findings, the spec's facts, the run), :mod:`.ids` (where and which layers),
+:mod:`.model` (draft, dump, algorithm, vocabulary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from bisect_eagle import layers
+from bisect_eagle.doctor.ids import IdChecks
+from bisect_eagle.doctor.model import DraftInfo, ModelChecks, read_draft
+from bisect_eagle.errors import BadInput
+from bisect_eagle.settings import LiveSettings
+from bisect_eagle.spec import WIRING_SETTING, Spec
+from bisect_eagle.target import read_target_config
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+KNOWN_VERSIONS = ((0, 5, 5), (0, 5, 23))
+
+
+@dataclass
+class Finding:
+    """One problem (or note) and how to fix it."""
+
+    code: str
+    severity: Severity
+    where: str  # file and key
+    message: str
+    fix: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def engine_family(spec: Spec) -> str:
+    """sglang, vllm (a server launched with vllm) or local."""
+    if spec.engine.kind == "local":
+        return "local"
+    return "vllm" if any("vllm" in part for part in spec.engine.sglang.launch_command) else "sglang"
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
+def installed_sglang() -> str | None:
+    """The SGLang version installed beside bisect-eagle (None: not here; give --sglang-version)."""
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class Doctor(IdChecks, ModelChecks):
+    """Collects the findings of one spec."""
+
+    def __init__(self, spec: Spec, sglang_version: str | None = None):
+        self.spec = spec
+        self.src = str(spec.source)
+        self.findings: list[Finding] = []
+        self.engine = engine_family(spec)
+        self.version_text = sglang_version or (installed_sglang() if self.engine == "sglang" else None)
+        self.version = _version(self.version_text)
+        paths = spec.paths()
+        self.target_cfg = read_target_config(paths["target"])
+        self.draft: DraftInfo = read_draft(Path(paths["draft"]))
+        self.dump = Path(paths["dump"])
+        try:
+            self.num_layers = int(self.target_cfg["num_hidden_layers"])
+            self.hidden = int(self.target_cfg["hidden_size"])
+        except (KeyError, TypeError, ValueError):
+            raise BadInput(f"{paths['target']}/config.json: keys 'num_hidden_layers' and 'hidden_size' are "
+                           "required") from None
+        self.model_type = str(self.target_cfg.get("model_type") or "")
+        self.family = layers.sglang_convention(self.model_type) if self.engine == "sglang" else "sglang"
+        self.settings: LiveSettings = spec.fixed_settings()
+
+    def add(self, code: str, severity: Severity, where: str, message: str, fix: str) -> None:
+        self.findings.append(Finding(code, severity, where, message, fix))
+
+    def check_plan(self) -> None:
+        """The engine's own plan of the fixed settings: a refusal that no other check explained is an error.
+
+        For an sglang spec this is SGLang's parser and resolution when they run here (invalid values, DSA
+        constraints); its warnings are what the other checks report in detail.
+        """
+        from bisect_eagle.engines import make_engine
+
+        if self.engine == "vllm":
+            return  # the sglang engine's plan does not describe a vLLM server
+        where = f"{self.src}: engine.settings"
+        with make_engine(self.spec) as engine:
+            plan = engine.plan(self.settings)
+        if plan.refusal is not None and not any(f.severity == "error" for f in self.findings):
+            self.add("plan-refused", "error", where, f"the {plan.engine} engine refuses this trial: {plan.refusal}",
+                     "fix the setting it names (checked by " + (plan.checked or "the engine's own rules") + ")")
+
+    def run(self) -> list[Finding]:
+        self.check_algorithm()
+        self.check_location()
+        self.check_vocab()
+        self.check_draft_tokens()
+        ids, conv, where = self.fed_ids()
+        uses_aux = not self.settings.is_baseline and self.settings.speculative_algorithm == "EAGLE3"
+        if ids is not None and uses_aux and self.check_ids(ids, conv, where) and self.check_fc_width(ids, where):
+            self.check_wiring(ids, conv, where)
+        space = self.spec.space.get(WIRING_SETTING)
+        for i, choice in enumerate(space.choices or [] if space else []):
+            if isinstance(choice, list):
+                w = f"{self.src}: space.{WIRING_SETTING}.choices[{i}]"
+                if self.check_ids(choice, self.family, w):
+                    self.check_fc_width(choice, w)
+        for i, wiring in enumerate(self.spec.standalone.wirings):
+            if wiring.layer_ids is not None:
+                w = f"{self.src}: standalone.wirings[{i}].layer_ids"
+                if self.check_ids(wiring.layer_ids, self.family, w):
+                    self.check_fc_width(wiring.layer_ids, w)
+        self.check_dump()
+        self.check_plan()
+        order = {s: i for i, s in enumerate(SEVERITIES)}
+        return sorted(self.findings, key=lambda f: order[f.severity])
+
+
+def diagnose(spec: Spec, sglang_version: str | None = None) -> list[Finding]:
+    """All findings for ``spec`` (errors first)."""
+    return Doctor(spec, sglang_version).run()
+
+
+def summary(findings: list[Finding]) -> dict[str, Any]:
+    counts = {s: sum(f.severity == s for f in findings) for s in SEVERITIES}
+    return {"ok": counts["error"] == 0, "counts": counts, "findings": [f.to_json() for f in findings]}
