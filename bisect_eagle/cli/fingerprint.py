@@ -20,21 +20,30 @@ def fingerprint(
     dump: Path = typer.Option(None, help="Hidden-state dump directory (speculators legacy or SpecForge)."),
     target: Path = typer.Option(None, help="Target model directory (Hugging Face, run with transformers)."),
     draft: Path = typer.Option(None, help="Draft directory: also recommend the rule that feeds it its layers."),
-    server: str = typer.Option(None, help="URL of a running server whose captured aux states to match too "
+    server: str = typer.Option(None, help="URL of a running capture-only server whose aux states to match too "
                                           "(POST /generate with return_hidden_states)."),
+    spec: Path = typer.Option(None, "--spec", help="sglang spec: start its capture-only server (SGLang's "
+                              "--enable-return-aux-hidden-states) and match what the target captures."),
+    capture_ids: str = typer.Option(None, "--capture-ids", help="With --spec: ids for "
+                                    "--return-aux-hidden-state-layer-ids, e.g. 3,31,59 (default: SGLang's own)."),
+    sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (with --spec)."),
     samples: int = typer.Option(4, help="Dump samples to run through the target."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (matches, recommended, notes)."),
 ) -> None:
     """Match each dumped hidden state to the target layer it came from, and recommend ids and wiring."""
     from bisect_eagle import scenarios
-    from bisect_eagle.fingerprint import fingerprint as match
-    from bisect_eagle.fingerprint import load
+    from bisect_eagle.layermatch import load
+    from bisect_eagle.layermatch import match_layers as match
 
     p = resolve_paths(scenario, dump=dump, target=target)
     if draft is None and scenario:
         draft = scenarios.get(scenario).draft
     model, reader, loaded = load(p["target"], p["dump"], draft)
-    result = match(model, reader, samples=samples, draft=loaded, server_url=server)
+    if spec is not None:
+        result = _with_capture_server(spec, capture_ids, sglang_python, model=model, reader=reader, draft=loaded,
+                                      samples=samples)
+    else:
+        result = match(model, reader, samples=samples, draft=loaded, server_url=server)
     if as_json:
         print_json(result.to_json())
         return
@@ -59,6 +68,28 @@ def fingerprint(
     console.print(f"rule for the draft: {rec['rule'] if rec['rule'] is not None else 'none fits (see notes)'}")
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def _with_capture_server(spec_path: Path, capture_ids: str | None, sglang_python: str | None, *, model, reader,
+                         draft, samples: int):
+    """Start the spec's capture-only server, match its captures with the dump's, stop it."""
+    import tempfile
+
+    from bisect_eagle.capture_server import capture_server
+    from bisect_eagle.errors import BadInput
+    from bisect_eagle.layermatch import match_layers
+    from bisect_eagle.spec import load_spec
+
+    s = load_spec(spec_path)
+    if sglang_python:
+        s.engine.sglang.python = sglang_python
+    try:
+        ids = None if capture_ids is None else [int(i) for i in capture_ids.replace(" ", "").split(",")]
+    except ValueError:
+        raise BadInput(f"--capture-ids {capture_ids!r}: expected integers separated by commas, e.g. 3,31,59") from None
+    with tempfile.TemporaryDirectory(prefix="bisect-eagle-capture-") as logs, \
+            capture_server(s, ids=ids, log_dir=Path(logs)) as url:
+        return match_layers(model, reader, samples=samples, draft=draft, server_url=url)
 
 
 def register(app: typer.Typer) -> None:

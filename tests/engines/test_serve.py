@@ -67,8 +67,7 @@ def test_serve_api_overrides_hidden_states_flush_and_sigterm(tiny, tmp_path):
     port = procs.free_port()
     argv = [*SERVE, "--model-path", str(tiny.target), "--speculative-algorithm", "EAGLE3",
             "--speculative-draft-model-path", str(tiny.draft), "--speculative-num-steps", "2",
-            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8", "--port", str(port),
-            "--enable-return-aux-hidden-states"]
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8", "--port", str(port)]
     server = procs.start_server(argv, dict(os.environ), tmp_path / "serve.log")
     try:
         assert SglangClient(f"http://127.0.0.1:{port}", 60).wait_ready(server.exited, 120) == "ready"
@@ -80,12 +79,11 @@ def test_serve_api_overrides_hidden_states_flush_and_sigterm(tiny, tmp_path):
 
         model, tok = load_target(tiny.target)
         prompt = load_prompts(tiny.prompts, tok, n=1)[0]
-        body = {"input_ids": prompt.input_ids, "sampling_params": {"max_new_tokens": 6, "temperature": 0},
-                "return_hidden_states": True}
+        body = {"input_ids": prompt.input_ids, "sampling_params": {"max_new_tokens": 6, "temperature": 0}}
         meta = http.post("/generate", json=body).json()["meta_info"]
+        refused = http.post("/generate", json={**body, "return_hidden_states": True})
+        assert refused.status_code == 400 and "--enable-return-aux-hidden-states" in refused.text
         decoder = SpeculativeDecoder(model, load_draft(tiny.draft, target=tiny.target), None, 2)
-        expected = decoder.aux_hidden_states(prompt.input_ids)
-        assert torch.allclose(torch.tensor(meta["hidden_states"]), expected, atol=1e-5)
         g = decoder.generate(prompt.input_ids, 6, tok.eos_token_id)
         assert (meta["completion_tokens"], meta["spec_verify_ct"]) == (len(g.tokens), g.verify_steps)
         assert meta["prompt_tokens"] == len(prompt.input_ids)
@@ -104,13 +102,44 @@ def test_serve_api_overrides_hidden_states_flush_and_sigterm(tiny, tmp_path):
     assert READY_LINE in log and "shutdown complete" in log
 
 
+def test_capture_only_server_returns_the_aux_states_like_sglang_0_5_23(tiny, tmp_path):
+    """No draft; the (lower-case) algorithm only names the convention; ids >= 0 captured and returned."""
+    port = procs.free_port()
+    argv = [*SERVE, "--model-path", str(tiny.target), "--speculative-algorithm", "eagle3", "--port", str(port),
+            "--enable-return-aux-hidden-states", "--return-aux-hidden-state-layer-ids", "1", "5", "9"]
+    server = procs.start_server(argv, dict(os.environ), tmp_path / "serve.log")
+    try:
+        assert SglangClient(f"http://127.0.0.1:{port}", 60).wait_ready(server.exited, 120) == "ready"
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False)
+        info = http.get("/server_info").json()
+        assert info["speculative_algorithm"] is None and info["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
+        model, tok = load_target(tiny.target)
+        prompt = load_prompts(tiny.prompts, tok, n=1)[0]
+        body = {"input_ids": prompt.input_ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+                "return_hidden_states": True}
+        meta = http.post("/generate", json=body).json()["meta_info"]
+        expected = SpeculativeDecoder(model, load_draft(tiny.draft, target=tiny.target), None, 2) \
+            .aux_hidden_states(prompt.input_ids)
+        assert torch.allclose(torch.tensor(meta["hidden_states"]), expected, atol=1e-5)
+        assert "spec_verify_ct" not in meta
+        http.close()
+    finally:
+        assert procs.stop_server(server, 10).signal == "SIGTERM"
+
+
 @pytest.mark.parametrize("args,message", [
-    (["--tp", "2"], "one device"),
+    (["--tp-size", "2"], "one device"),
     (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-num-steps", "3",
       "--speculative-eagle-topk", "4"], "only 1"),
     (["--speculative-algorithm", "EAGLE3"], "needs --speculative-draft-model-path"),
     (["--speculative-num-steps", "3"], "needs --speculative-algorithm"),
-    (["--enable-return-aux-hidden-states"], "needs a draft"),
+    (["--enable-return-aux-hidden-states"], "needs --speculative-algorithm EAGLE3"),
+    (["--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+      "d"], "captures without a draft"),
+    (["--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3", "--return-aux-hidden-state-layer-ids",
+      "-1", "2"], "non-negative"),
+    (["--return-aux-hidden-state-layer-ids", "1"], "requires --enable-return-aux-hidden-states"),
+    (["--speculative-algorithm", "MEDUSA", "--speculative-draft-model-path", "d"], "not served here"),
 ])
 def test_unsupported_launches_exit_like_argparse(args, message, capsys):
     parser = build_parser()

@@ -16,7 +16,7 @@ from bisect_eagle.draft import load_draft
 from bisect_eagle.dumps import DumpReader
 from bisect_eagle.engines.local import SpeculativeDecoder
 from bisect_eagle.errors import BadInput
-from bisect_eagle.fingerprint import fetch_server_states, fingerprint
+from bisect_eagle.layermatch import fetch_server_states, match_layers
 from bisect_eagle.target import load_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def specforge_dump(tiny, tmp_path_factory) -> Path:
 
 def test_shipped_dump_is_matched_to_its_true_layers(tiny, model):
     loaded = load_draft(tiny.draft, target=tiny.target)
-    fp = fingerprint(model, DumpReader(tiny.dump), samples=4, draft=loaded)
+    fp = match_layers(model, DumpReader(tiny.dump), samples=4, draft=loaded)
     truth = tiny.meta["aux_layer_ids"]["hidden_states"]  # [2, 6, 10]
     assert [m.index for m in fp.matches] == [*truth, 12]
     assert [m.normed for m in fp.matches] == [False] * 4  # legacy dumps keep the final state pre-norm
@@ -62,7 +62,7 @@ def test_shipped_dump_is_matched_to_its_true_layers(tiny, model):
 
 def test_specforge_dump_at_other_layers_with_normed_final_state(tiny, model, specforge_dump):
     loaded = load_draft(tiny.draft, target=tiny.target)
-    fp = fingerprint(model, DumpReader(specforge_dump), samples=4, draft=loaded)
+    fp = match_layers(model, DumpReader(specforge_dump), samples=4, draft=loaded)
     assert [(m.index, m.normed) for m in fp.matches] == [(4, False), (8, False), (12, False), (12, True)]
     assert [m.ids["sglang"] for m in fp.matches[:3]] == [3, 7, 11]
     assert fp.matches[3].ids == {"sglang": None, "vllm": None, "specforge": None}
@@ -71,7 +71,7 @@ def test_specforge_dump_at_other_layers_with_normed_final_state(tiny, model, spe
     assert fp.recommended["rule"] is None  # the shipped draft reads layers 1, 5, 9, which this dump lacks
     assert any("never captured by SGLang" in n for n in fp.notes)
     assert any("does not hold hs[2], hs[6], hs[10]" in n for n in fp.notes)
-    no_draft = fingerprint(model, DumpReader(specforge_dump), samples=2)
+    no_draft = match_layers(model, DumpReader(specforge_dump), samples=2)
     assert no_draft.recommended["rule"] == "[:-1]"
 
 
@@ -89,12 +89,12 @@ def _server(model, ids: list[int]) -> httpx.Client:
 
 
 def test_server_capture_is_matched_and_compared_with_the_dump(tiny, model):
-    right = fingerprint(model, DumpReader(tiny.dump), samples=1, server_url="http://127.0.0.1:1",
+    right = match_layers(model, DumpReader(tiny.dump), samples=1, server_url="http://127.0.0.1:1",
                         client=_server(model, [1, 5, 9]))
     server = [m for m in right.matches if m.source == "server"]
     assert [m.index for m in server] == [2, 6, 10] and all(m.separation > MIN_SEPARATION for m in server)
     assert right.recommended["server_hidden_states"] == [2, 6, 10] and right.notes == []
-    wrong = fingerprint(model, DumpReader(tiny.dump), samples=1, server_url="http://127.0.0.1:1",
+    wrong = match_layers(model, DumpReader(tiny.dump), samples=1, server_url="http://127.0.0.1:1",
                         client=_server(model, [-1, 1, 5]))
     assert [m.index for m in wrong.matches if m.source == "server"] == [0, 2, 6]
     assert any("the server captures hs[0, 2, 6]" in n for n in wrong.notes)

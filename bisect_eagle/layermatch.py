@@ -189,7 +189,8 @@ def _check_width(got: int, hidden: int, where: str) -> None:
 def fetch_server_states(url: str, input_ids: list[int], client: httpx.Client | None = None,
                         timeout_s: float = 120.0) -> torch.Tensor:
     """[T, k·H] aux states a running server captured for ``input_ids`` (``POST /generate``)."""
-    body = {"input_ids": input_ids, "return_hidden_states": True, "sampling_params": {"max_new_tokens": 1}}
+    body = {"input_ids": input_ids, "return_hidden_states": True,
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
     endpoint = url.rstrip("/") + "/generate"
     own = client is None
     client = client or httpx.Client(timeout=timeout_s)
@@ -292,7 +293,7 @@ def recommend(dump: list[Match], num_layers: int, draft: LoadedDraft | None,
     return rec, notes
 
 
-def fingerprint(model, reader: DumpReader, samples: int = 4, draft: LoadedDraft | None = None,
+def match_layers(model, reader: DumpReader, samples: int = 4, draft: LoadedDraft | None = None,
                 server_url: str | None = None, client: httpx.Client | None = None) -> Fingerprint:
     """Match a dump (and optionally a server's captures) to the layers of ``model``."""
     if samples < 1:
