@@ -9,6 +9,7 @@ need a chat template: without one there is no right way to join them, so the lin
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,22 +36,30 @@ def _messages(obj: dict, where: str) -> list[dict]:
     return msgs
 
 
-def _render(obj: dict, tokenizer, has_template: bool, where: str) -> str:
-    """The text to tokenize for one JSONL object."""
+def _shape(obj: dict, where: str) -> list[dict] | str:
+    """The line's ``messages`` (checked) or its ``prompt`` text: what a prompt line must hold."""
     if "messages" in obj:
-        msgs = _messages(obj, where)
-        if not has_template:
-            raise BadInput(f"{where}: key 'messages' needs a tokenizer with a chat_template; this one has none "
-                           "(use 'prompt' with plain text)")
-    elif "prompt" in obj:
+        return _messages(obj, where)
+    if "prompt" in obj:
         text = obj["prompt"]
         if not isinstance(text, str) or not text:
             raise BadInput(f"{where}: key 'prompt' must be a non-empty string (found {text!r:.80})")
+        return text
+    raise BadInput(f"{where}: key 'prompt' (or 'messages') is missing (found keys {sorted(obj)})")
+
+
+def _render(obj: dict, tokenizer, has_template: bool, where: str) -> str:
+    """The text to tokenize for one JSONL object."""
+    shape = _shape(obj, where)
+    if isinstance(shape, list):
         if not has_template:
-            return text
-        msgs = [{"role": "user", "content": text}]
+            raise BadInput(f"{where}: key 'messages' needs a tokenizer with a chat_template; this one has none "
+                           "(use 'prompt' with plain text)")
+        msgs = shape
+    elif not has_template:
+        return shape
     else:
-        raise BadInput(f"{where}: key 'prompt' (or 'messages') is missing (found keys {sorted(obj)})")
+        msgs = [{"role": "user", "content": shape}]
     return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
 
@@ -61,17 +70,16 @@ def _prompt_id(obj: dict, lineno: int, where: str) -> str:
     return str(value)
 
 
-def load_prompts(path: Path, tokenizer, n: int | None = None) -> list[Prompt]:
-    """The first ``n`` prompts of a JSONL file (all when ``n`` is None), tokenized; errors name file:line and key."""
-    path = Path(path)
+def _records(path: Path) -> Iterator[tuple[str, dict, str]]:
+    """(``file:line``, JSON object, prompt id) of each non-blank line, ids unique; errors name file:line and key."""
     if not path.is_file():
         raise BadInput(f"{path}: prompts file not found")
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    prompts: list[Prompt] = []
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path}: prompts file not readable as UTF-8 text ({type(e).__name__})") from None
     seen: set[str] = set()
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if n is not None and len(prompts) == n:
-            break
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -85,6 +93,40 @@ def load_prompts(path: Path, tokenizer, n: int | None = None) -> list[Prompt]:
         if pid in seen:
             raise BadInput(f"{where}: key 'id' repeats {pid!r}; prompt ids must be unique")
         seen.add(pid)
+        yield where, obj, pid
+
+
+def _too_few(path: Path, found: int, n: int, what: str | None) -> BadInput:
+    need = f"{what} = {n}" if what else str(n)
+    return BadInput(f"{path}: {found} prompts, but {need} are needed")
+
+
+def check_prompts(path: Path, n: int, *, what: str = "warmup_prompts + num_prompts") -> int:
+    """Check a prompts file without a tokenizer (lines, keys, ids) and that it holds ``n`` prompts; their count.
+
+    Every line is checked, as :func:`load_prompts` would, except what needs the target's tokenizer (the chat
+    template, the token count). ``what`` says where ``n`` comes from, for the error.
+    """
+    path = Path(path)
+    count = 0
+    for where, obj, _ in _records(path):
+        _shape(obj, where)
+        count += 1
+    if count < n:
+        raise _too_few(path, count, n, what)
+    return count
+
+
+def load_prompts(path: Path, tokenizer, n: int | None = None) -> list[Prompt]:
+    """The first ``n`` prompts of a JSONL file (all when ``n`` is None), tokenized; errors name file:line and key."""
+    path = Path(path)
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    prompts: list[Prompt] = []
+    records = _records(path)
+    while n is None or len(prompts) < n:  # lines after the n-th are never read
+        where, obj, pid = next(records, (None, None, None))
+        if where is None:
+            break
         text = _render(obj, tokenizer, has_template, where)
         # a rendered chat template already holds its special tokens
         ids = list(tokenizer(text, add_special_tokens=not has_template).input_ids)
@@ -92,5 +134,5 @@ def load_prompts(path: Path, tokenizer, n: int | None = None) -> list[Prompt]:
             raise BadInput(f"{where}: the prompt tokenizes to no tokens")
         prompts.append(Prompt(pid, text, ids))
     if n is not None and len(prompts) < n:
-        raise BadInput(f"{path}: {len(prompts)} prompts, but {n} are needed")
+        raise _too_few(path, len(prompts), n, None)
     return prompts

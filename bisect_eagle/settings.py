@@ -11,11 +11,12 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from bisect_eagle.errors import BadInput
 
-SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+NUMERIC = ("num_steps", "topk", "num_draft_tokens", "max_new_tokens", "num_prompts", "warmup_prompts", "concurrency",
+           "temperature")
 
 
 class LiveSettings(BaseModel):
@@ -25,22 +26,48 @@ class LiveSettings(BaseModel):
 
     speculative_algorithm: Literal["EAGLE3", "EAGLE", "none"] = "EAGLE3"
     eagle_aux_hidden_state_layer_ids: list[int] | None = None  # None = the draft's own config
-    num_steps: int = 3
-    topk: int = 1
-    num_draft_tokens: int | None = None
-    max_new_tokens: int = 64
-    num_prompts: int = 8
-    warmup_prompts: int = 2
-    concurrency: int = 1
-    temperature: float = 0.0
+    num_steps: int = Field(3, ge=0)  # 0 only for the baseline (the spec refuses it for a speculative trial)
+    topk: int = Field(1, ge=0)
+    num_draft_tokens: int | None = Field(None, ge=0)
+    max_new_tokens: int = Field(64, ge=1)
+    num_prompts: int = Field(8, ge=1)
+    warmup_prompts: int = Field(2, ge=0)
+    concurrency: int = Field(1, ge=1)
+    temperature: float = Field(0.0, ge=0, allow_inf_nan=False)
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     env: dict[str, str] = Field(default_factory=dict)
     server_args: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator(*NUMERIC, mode="before")
+    @classmethod
+    def _not_bool(cls, value: Any) -> Any:
+        """YAML's ``true`` is not a count (pydantic would read it as 1)."""
+        if isinstance(value, bool):
+            raise ValueError("expected a number, found a boolean")
+        return value
+
+    @field_validator("eagle_aux_hidden_state_layer_ids", mode="before")
+    @classmethod
+    def _id_list(cls, value: Any) -> Any:
+        return check_id_list(value)
+
     @property
     def is_baseline(self) -> bool:
         return self.speculative_algorithm == "none"
+
+
+def check_id_list(value: Any) -> Any:
+    """A layer-id list as written (pydantic validator body): a list, not ``"1,5,9"``, with no repeated id."""
+    if isinstance(value, str):
+        raise ValueError(f"expected a list of layer ids like [1, 5, 9], found the string {value!r}")
+    if isinstance(value, list):
+        if any(isinstance(v, bool) for v in value):
+            raise ValueError("expected integer layer ids, found a boolean")
+        repeated = [v for i, v in enumerate(value) if isinstance(v, (int, float, str)) and v in value[:i]]
+        if repeated:
+            raise ValueError(f"layer id {repeated[0]!r} repeats; each layer is captured once")
+    return value
 
 
 def parse_settings(values: dict[str, Any], where: str) -> LiveSettings:
@@ -74,17 +101,6 @@ def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
     elif ndt is None:
         raise BadInput("num_draft_tokens is required when topk > 1")
     return s.model_copy(update={"num_draft_tokens": ndt}), warnings
-
-
-def is_secret(name: str) -> bool:
-    """Environment variables whose values must never be logged."""
-    upper = name.upper()
-    return any(m in upper for m in SECRET_MARKERS)
-
-
-def public_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` without secrets (by name), safe to log."""
-    return {k: v for k, v in env.items() if not is_secret(k)}
 
 
 def trial_fingerprint(effective: dict[str, Any]) -> str:

@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bisect_eagle import scenarios
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings, parse_settings
+from bisect_eagle.settings import LiveSettings, check_id_list, parse_settings
 
 WIRING_SETTING = "eagle_aux_hidden_state_layer_ids"
 CRITERION_METRICS = ("output_tok_s", "accept_length")
 DEFAULT_SPEC = Path(__file__).resolve().parent / "search" / "default_spec.yaml"
+SPECULATIVE_COUNTS = ("num_steps", "topk")  # >= 1 in every speculative trial (0 is the baseline's)
 
 
 class _Strict(BaseModel):
@@ -38,6 +39,11 @@ class Wiring(_Strict):
     rule: str | None = None
     layer_ids: list[int] | None = None
     name: str | None = None
+
+    @field_validator("layer_ids", mode="before")
+    @classmethod
+    def _ids(cls, value: Any) -> Any:
+        return check_id_list(value)
 
     @model_validator(mode="after")
     def _one_of(self) -> Wiring:
@@ -95,6 +101,17 @@ class Criterion(_Strict):
     ratio: float = Field(1.0, gt=0)
 
 
+class Confirm(_Strict):
+    """Before "target reached": the candidate and the baseline re-measured interleaved (A, B, A, B, ...) until a
+    one-sided lower confidence bound on their ratio clears the criterion ratio, or ``max_pairs`` are spent
+    (:mod:`bisect_eagle.search.study.confirm`). Not counted as live trials."""
+
+    enabled: bool = True
+    confidence: float = Field(0.95, gt=0, lt=1, description="one-sided, over all looks (union bound)")
+    min_pairs: int = Field(3, ge=2, description="pairs before the first look")
+    max_pairs: int = Field(12, ge=2, description="pair budget per candidate (looks at min_pairs, doubling)")
+
+
 class Search(_Strict):
     """Stage 2: the sampler, its seed and the budget (live trials count measured configs, not the baseline)."""
 
@@ -108,6 +125,7 @@ class Search(_Strict):
         None, gt=0, le=1,
         description="with repeats > 1: stop repeating a config whose first measurement is below this "
         "fraction of the target (the trial is pruned)")
+    confirm: Confirm = Field(default_factory=Confirm)
 
 
 class Storage(_Strict):
@@ -158,6 +176,18 @@ class Spec(_Strict):
     search: Search = Field(default_factory=Search)
     storage: Storage = Field(default_factory=Storage)
     source: Path | None = Field(None, exclude=True)
+
+    @field_validator("dump_layer_ids", mode="before")
+    @classmethod
+    def _ids(cls, value: Any) -> Any:
+        return check_id_list(value)
+
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _baseline(cls, value: Any) -> Any:
+        if isinstance(value, bool) or (isinstance(value, (int, float)) and not (math.isfinite(value) and value > 0)):
+            raise ValueError("expected a positive finite number of the criterion's metric, or 'measure'")
+        return value
 
     def fixed_settings(self) -> LiveSettings:
         """The engine's fixed settings as validated :class:`LiveSettings`."""
@@ -238,12 +268,14 @@ def _check_space(spec: Spec, path: Path) -> None:
                            f"accuracy); remove {name!r} from space or empty standalone.wirings")
         if param.type == "categorical":
             for i, choice in enumerate(param.choices or []):
+                _check_count(name, choice, f"{where}.choices[{i}]")
                 settings_from({name: choice}, f"{where}.choices[{i}]")
-        else:
-            if name.startswith("env."):
-                continue
+        elif not name.startswith("env."):
             for bound in ("low", "high"):
                 value = getattr(param, bound)
+                if not math.isfinite(value):
+                    raise BadInput(f"{where}.{bound}: expected a finite number, found {value}")
+                _check_count(name, value, f"{where}.{bound}")
                 settings_from({name: int(value) if param.type == "int" else value}, f"{where}.{bound}")
         for other, values in param.when.items():
             check_setting_name(other, f"{where}.when")
@@ -255,9 +287,36 @@ def _check_space(spec: Spec, path: Path) -> None:
                 raise BadInput(f"{where}.when.{other}: expected a non-empty list of values, found {values!r}")
 
 
+def _check_count(name: str, value: Any, where: str) -> None:
+    """A searched ``num_steps`` or ``topk`` below 1 would be a speculative trial no engine can run."""
+    if name in SPECULATIVE_COUNTS and isinstance(value, (int, float)) and value < 1:
+        raise BadInput(f"{where}: {name} must be >= 1 in a speculative trial, found {value}")
+
+
+def _check_fixed(spec: Spec, path: Path) -> None:
+    """Fixed speculative counts (unless searched), and the rules of the wirings: parse, no repeated state."""
+    from bisect_eagle.wiring import parse_rule
+
+    fixed = spec.fixed_settings()
+    if not fixed.is_baseline:
+        for name in SPECULATIVE_COUNTS:
+            if name not in spec.space:
+                _check_count(name, getattr(fixed, name), f"{path}: engine.settings.{name}")
+    for i, w in enumerate(spec.standalone.wirings):
+        if w.rule is None:
+            continue
+        where = f"{path}: key 'standalone.wirings.{i}.rule'"
+        try:
+            rule = parse_rule(w.rule)
+        except BadInput as e:
+            raise BadInput(f"{where}: {e}") from None
+        items = list(rule.items or ())
+        repeated = [x for j, x in enumerate(items) if x in items[:j]]
+        if repeated:
+            raise BadInput(f"{where}: {w.rule} takes state {repeated[0]} twice; each state feeds fc once")
+
+
 def _check_criterion(spec: Spec, path: Path) -> None:
-    if isinstance(spec.baseline, float) and spec.baseline <= 0:
-        raise BadInput(f"{path}: key 'baseline': expected a positive number or 'measure', found {spec.baseline}")
     if spec.standalone.reference == "training" and spec.standalone.wirings and spec.training_accuracy is None:
         raise BadInput(f"{path}: key 'standalone.reference' is 'training' but 'training_accuracy' is missing; "
                        "give the draft's recorded accuracy or use reference: best")
@@ -268,8 +327,14 @@ def _check_criterion(spec: Spec, path: Path) -> None:
         raise BadInput(f"{path}: key 'search.prune_below' needs search.repeats >= 2 (found {spec.search.repeats})")
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Read and validate a spec file."""
+def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
+    """Read and validate a spec file, and every input it names that exists here; writes nothing.
+
+    The whole spec (keys, types, bounds, repeated ids, rules, setting names) and then, unless ``check_inputs``
+    is False (``doctor`` explains those problems instead), its inputs
+    (:func:`bisect_eagle.preflight.check_spec_inputs`: paths, device, prompts, data, ids against the target's
+    depth) are checked before any command creates a store, a study, a run or a directory.
+    """
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: spec file not found")
@@ -300,5 +365,10 @@ def load_spec(path: str | Path) -> Spec:
     for name in (n for g in spec.groups for n in g):
         check_setting_name(name, f"{path}: groups")
     _check_space(spec, path)
+    _check_fixed(spec, path)
     _check_criterion(spec, path)
+    if check_inputs:
+        from bisect_eagle.preflight import check_spec_inputs  # torch and the data readers: only when needed
+
+        check_spec_inputs(spec)
     return spec

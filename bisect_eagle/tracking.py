@@ -4,13 +4,19 @@ Default store: SQLite in ``./mlruns/mlflow.db`` with artifacts under ``./mlruns/
 refuses a plain ``./mlruns`` file store); ``--tracking-uri`` or ``MLFLOW_TRACKING_URI`` override it. Child
 runs carry the tag ``mlflow.parentRunId``; ``stage`` (standalone | baseline | live | reproduce),
 ``fingerprint``, ``outcome`` (ok | failed | pruned | interrupted | error) and ``owner`` (host:pid:start)
-tag them for caching and resuming. One client per process; every log call is one ``log_batch``.
+tag them for caching and resuming. Every run carries MLflow's own source tags (``mlflow.user``,
+``mlflow.source.git.commit``, ``mlflow.source.name``); a per-position quantity is one metric with ``step`` =
+position (:meth:`Tracking.log_curve`); files a run reads are its dataset inputs (:meth:`Tracking.log_datasets`).
+One client per process; every log call is one ``log_batch``.
 :meth:`Tracking.run_guard` is the one place that ends a run KILLED or FAILED when the code inside it raises.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import getpass
+import hashlib
 import json
 import logging
 import math
@@ -22,7 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,6 +39,7 @@ from bisect_eagle.secrets import Scrubber
 log = logging.getLogger(__name__)
 
 PARENT_TAG = "mlflow.parentRunId"
+NOTE = "mlflow.note.content"  # the markdown description of a run or an experiment in the UI
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 LIVE_STAGES = ("baseline", "live")
 CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
@@ -101,6 +108,7 @@ def owner_alive(owner: str) -> bool | None:
         return False
 
 
+@functools.cache
 def _git_sha() -> str:
     repo = Path(__file__).resolve().parents[1]
     try:
@@ -113,6 +121,28 @@ def _git_sha() -> str:
     if out.returncode != 0:
         return "unknown (no commit)"
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def source_tags() -> dict[str, str]:
+    """MLflow's own source tags for every run: who ran it, from which commit, with which tool."""
+    tags = {"mlflow.source.name": "bisect-eagle", "mlflow.source.type": "LOCAL"}
+    with contextlib.suppress(KeyError, OSError):
+        tags["mlflow.user"] = getpass.getuser()
+    sha = _git_sha()
+    if not sha.startswith("unknown"):
+        tags["mlflow.source.git.commit"] = sha.removesuffix("-dirty")
+    return tags
+
+
+def path_digest(path: Path) -> str:
+    """A short digest of a file or folder's names, sizes and modification times (cheap; not its bytes)."""
+    h = hashlib.sha256()
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    for f in files:
+        with contextlib.suppress(OSError):
+            st = f.stat()
+            h.update(f"{f.relative_to(path) if path.is_dir() else f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
 
 
 def environment_info() -> dict[str, str]:
@@ -157,10 +187,12 @@ class Tracking:
     uri: str
     experiment_id: str
     client: Any  # mlflow.MlflowClient
+    run_tags: dict[str, str] = field(default_factory=source_tags)  # on every run this object starts
 
     @classmethod
-    def open(cls, uri: str, experiment: str) -> Tracking:
-        """Connect (creating a SQLite store and the experiment when absent)."""
+    def open(cls, uri: str, experiment: str, description: str | None = None) -> Tracking:
+        """Connect (creating a SQLite store and the experiment when absent); ``description`` is the experiment's
+        markdown description (``mlflow.note.content``), set when given."""
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
@@ -182,6 +214,8 @@ class Tracking:
                            f"({str(e).splitlines()[0]})") from None
         if db is not None:
             _use_wal(db)
+        if description:
+            client.set_experiment_tag(exp_id, NOTE, description)
         return cls(uri, exp_id, client)
 
     @classmethod
@@ -201,7 +235,7 @@ class Tracking:
     def start_run(self, name: str, tags: dict[str, str], params: dict[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params."""
-        all_tags = {**tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
+        all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
         run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
         if params:
             self.log(run.info.run_id, params=params)
@@ -219,6 +253,28 @@ class Tracking:
         ts = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         if ms or ps or ts:
             self.client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
+
+    def log_curve(self, run_id: str, name: str, values: list[float]) -> None:
+        """One metric as a curve: ``values[k]`` at step ``k`` (non-finite values left out)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        ms = [Metric(name, float(v), now, k) for k, v in enumerate(values) if v is not None and math.isfinite(v)]
+        if ms:
+            self.client.log_batch(run_id, metrics=ms)
+
+    def log_datasets(self, run_id: str, paths: Mapping[str, Path]) -> None:
+        """Files or folders as the run's MLflow dataset inputs (name and context = the key, source = the path)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        inputs = [DatasetInput(Dataset(name=key, digest=path_digest(Path(path)), source_type="local",
+                                       source=json.dumps({"uri": str(Path(path).resolve())})),
+                               tags=[InputTag("mlflow.data.context", key)]) for key, path in paths.items()]
+        if inputs:
+            self.client.log_inputs(run_id, datasets=inputs)
+
+    def rename(self, run_id: str, name: str) -> None:
+        self.client.update_run(run_id, name=name)
 
     def log_texts(self, run_id: str, files: dict[str, str], artifact_path: str | None = None) -> None:
         """Text artifacts (name -> content) in one upload."""

@@ -15,6 +15,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bisect_eagle.engines.base import Engine, TrialResult
@@ -26,6 +27,24 @@ from bisect_eagle.spec import WIRING_SETTING, Spec
 from bisect_eagle.tracking import Tracking, flat_params, owner_id
 
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
+POSITION_METRIC = "accept_rate_pos_"  # the engines' per-position acceptance, logged as one curve below
+ACCEPT_CURVE = "accept_rate_per_position"  # step = draft position
+DEPLOYMENT = ("target", "draft", "dump", "prompts")
+
+
+def ratio_name(metric: str) -> str:
+    """The one name of a metric's ratio to the baseline: ``output_tok_s_ratio_to_baseline``."""
+    return f"{metric}_ratio_to_baseline"
+
+
+def deployment_paths(spec: Spec) -> dict[str, Path]:
+    """The spec's target, draft, dump and prompts (those it names)."""
+    return {k: Path(v) for k in DEPLOYMENT if (v := getattr(spec, k, None)) is not None}
+
+
+def deployment_tags(spec: Spec) -> dict[str, str]:
+    """The spec's target, draft, dump and prompts as run tags (``target``: its absolute path)."""
+    return {k: str(v.resolve()) for k, v in deployment_paths(spec).items()}
 
 
 @dataclass
@@ -104,13 +123,18 @@ def find_cached(tracking: Tracking, fingerprint: str, parent_run_id: str | None 
     )
 
 
-def run_name(stage: str, effective: dict[str, Any], number: int | None = None) -> str:
-    """A readable run name: ``live 003 ids=1,5,9 steps=3`` or ``baseline (no speculation)``."""
-    if effective.get("speculative_algorithm") == "none":
+def run_name(stage: str, effective: dict[str, Any], number: int | None = None, label: str | None = None) -> str:
+    """A readable run name: ``live 003 ids=1,5,9 steps=3 topk=1`` or ``baseline (no speculation)``.
+
+    ``label`` replaces the stage and number (e.g. ``probe 04 +num_steps``).
+    """
+    if effective.get("speculative_algorithm") == "none" and label is None:
         return "baseline (no speculation)"
+    head = label or (f"{stage} {number:03d}" if number is not None else stage)
+    if effective.get("speculative_algorithm") == "none":
+        return f"{head} no speculation"
     ids = effective.get(WIRING_SETTING)
     wiring = "server-default" if ids is None else ",".join(str(i) for i in ids)
-    head = f"{stage} {number:03d}" if number is not None else stage
     return f"{head} ids={wiring} steps={effective.get('num_steps')} topk={effective.get('topk')}"
 
 
@@ -174,18 +198,20 @@ def run_live_trial(
     number: int | None = None,
     tags: dict[str, str] | None = None,
     on_start: Callable[[str], None] | None = None,
+    label: str | None = None,
 ) -> TrialRecord:
     """Measure ``plan`` (``repeats`` times) as one child run of ``parent_run_id``; never uses the cache.
 
-    A refused plan becomes a FAILED ``bad_arguments`` run at once (nothing runs) and a failed record.
+    A refused plan becomes a FAILED ``bad_arguments`` run at once (nothing runs) and a failed record. A failed
+    run's name ends with its failure class (``... [failed: oom]``). ``label`` names the run instead of the stage.
     """
     start = time.perf_counter()
     effective, fp = plan.effective, plan.fingerprint
     params = flat_params(effective)
     params.update({f"requested.{k}": v for k, v in flat_params(plan.requested).items() if params.get(k) != v})
     run_id = ctx.tracking.start_run(
-        run_name(stage, effective, number),
-        {"stage": stage, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner,
+        run_name(stage, effective, number, label),
+        {"stage": stage, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, **deployment_tags(ctx.spec),
          "engine": plan.engine, "checked": plan.checked or "the engine's own rules",
          **_effective_tag(effective), **(tags or {})},
         params, parent_run_id)
@@ -217,9 +243,9 @@ def _record(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialR
                            failure_detail=last.failure_detail, warnings=all_warnings)
     metrics, _ = aggregate(results, ctx.metric)
     if ctx.baseline:
-        metrics["ratio_to_baseline"] = metrics[ctx.metric] / ctx.baseline
+        metrics[ratio_name(ctx.metric)] = metrics[ctx.metric] / ctx.baseline
     if ctx.baseline_tok_s:
-        metrics["output_tok_s_ratio_to_baseline"] = metrics["output_tok_s"] / ctx.baseline_tok_s
+        metrics[ratio_name("output_tok_s")] = metrics["output_tok_s"] / ctx.baseline_tok_s
     ids = effective.get(WIRING_SETTING)
     if ids is not None and tuple(ids) in ctx.wiring_accuracy:
         metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
@@ -252,7 +278,13 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
         tags["failure_detail"] = scrub(record.failure_detail or "")[:7900]
     if record.warnings:
         tags["warnings"] = scrub(" | ".join(record.warnings))[:7900]
-    ctx.tracking.log(record.run_id, metrics=record.metrics, tags=tags)
+    curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
+    ctx.tracking.log(record.run_id, metrics={k: v for k, v in record.metrics.items() if k not in curve}, tags=tags)
+    ctx.tracking.log_curve(record.run_id, ACCEPT_CURVE,
+                           [curve[k] for k in sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))])
+    if record.failure_class:
+        name = ctx.tracking.get_run(record.run_id).info.run_name
+        ctx.tracking.rename(record.run_id, f"{name} [failed: {record.failure_class}]")
     ctx.tracking.finish(record.run_id, STATUS[record.status])
 
 
@@ -285,7 +317,8 @@ def run_standalone_trial(ctx: TrialContext, scorer, candidate) -> Any:
     st = ctx.spec.standalone
     run_id = ctx.tracking.start_run(
         f"standalone {candidate.label}",
-        {"stage": "standalone", "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, "wiring": candidate.label},
+        {"stage": "standalone", "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, "wiring": candidate.label,
+         **deployment_tags(ctx.spec)},
         {"rule": candidate.rule, "layer_ids": json.dumps(candidate.layer_ids), "source": candidate.source,
          "samples": str(st.samples), "steps": str(st.steps), "metric": st.metric},
         ctx.parent_run_id)
@@ -294,12 +327,12 @@ def run_standalone_trial(ctx: TrialContext, scorer, candidate) -> Any:
     verdict.run_id = run_id
     metrics = {"standalone_accuracy": verdict.accuracy, "simulated_accept_length": verdict.simulated_accept_length,
                "tokens": float(verdict.tokens)}
-    for k, pos in enumerate(verdict.per_position):
-        metrics[f"standalone_acc_full_vocab_pos_{k}"] = pos["full_vocab"]
-        metrics[f"standalone_acc_draft_vocab_pos_{k}"] = pos["draft_vocab"]
-    body = verdict.to_json()
-    ctx.tracking.log_texts(run_id, {"standalone.json": json.dumps(body, indent=2)})
-    ctx.tracking.log(run_id, metrics=metrics, tags={"outcome": "ok", "verdict": json.dumps(body)})
+    scores = verdict.scores()  # the gate's decision is written by record_gate once every wiring is scored
+    ctx.tracking.log_texts(run_id, {"standalone.json": json.dumps(scores, indent=2)})
+    ctx.tracking.log(run_id, metrics=metrics, tags={"outcome": "ok", "verdict": json.dumps(scores)})
+    for vocab in ("full_vocab", "draft_vocab"):
+        ctx.tracking.log_curve(run_id, f"standalone_acc_{vocab}_per_position",
+                               [pos[vocab] for pos in verdict.per_position])
     ctx.tracking.finish(run_id, "FINISHED")
     return verdict
 

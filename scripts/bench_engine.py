@@ -1,7 +1,7 @@
-"""Benchmark the local EAGLE-3 engine against the target alone, for the true wiring and the seeds' wrong ones.
+"""Benchmark the local EAGLE-3 engine against the target alone, for the true wiring and the incident's wrong ones (docs/incident.md).
 
 Every setting runs at each requested draft depth: by default SGLang's auto choice for a chain draft (3 steps,
-4 draft tokens) and the seeds' deployment (16 draft tokens: topk = 1 forces 15 steps), where the wrong
+4 draft tokens) and the incident's deployment (16 draft tokens: topk = 1 forces 15 steps), where the wrong
 wiring ran 56.8 tok/s against a 90 tok/s baseline. A wrong wiring loses acceptance at every depth; whether
 that costs more than speculation gains depends on how many drafts each verify step pays for.
 

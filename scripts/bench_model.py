@@ -34,7 +34,6 @@ does not run it) and the model's best config per wiring. The last line is one JS
 from __future__ import annotations
 
 import json
-import os
 import random
 import statistics
 import sys
@@ -179,11 +178,10 @@ def measure(engine: LocalEngine, configs: list[tuple[str, int]], common: dict, r
 
 def new_model(prior: dict[str, list[float]], micro: list[tuple], clock: str) -> ThroughputModel:
     model = ThroughputModel.for_engine("local")
-    model.micro_factor = os.environ.get("MF", "1") == "1"
     for name, acc in prior.items():
         model.set_standalone(WIRINGS[name], acc)
     for component, seconds, tokens in micro:
-        model.add_timing(component, seconds[clock], tokens=tokens, weight=float(os.environ.get("MW", "1")))
+        model.add_timing(component, seconds[clock], tokens=tokens)
     return model
 
 

@@ -1,244 +1,197 @@
-"""Benchmark search strategies on the tiny scenario: measure its landscape once, then replay strategies on it.
+"""Benchmark the search and the bisect on a synthetic 8-GPU landscape (``scripts/landscape.py``) with noise.
 
-1. Landscape: stage-1 standalone accuracy of every candidate wiring, and one live measurement of every
-   distinct effective config (all wirings × the spec's space, deduplicated by fingerprint) plus the
-   no-speculation baseline, with the spec's engine (default: the embedded tiny spec, local engine, CPU).
-2. Replays (>= 20 seeds each), counting live trials until a measured config meets the spec's criterion:
-   * ``grid``       -- SGLang's bench_speculative.py method: the Cartesian grid of *requested* configs in
-                       nested-loop order (no dedupe of effective duplicates), here stopped at the first hit;
-                       the seed shuffles the order of each dimension's choices. ``grid_full`` is the whole
-                       sweep that bench_speculative.py actually runs (it has no stop criterion).
-   * ``random``     -- random search over all wirings × the space (fingerprint dedupe, as the tool does);
-   * ``tpe_nogate`` -- TPE over all wirings × the space (dedupe, no standalone gate);
-   * ``staged``     -- the tool: the standalone gate first (0 live trials), then TPE over the survivors.
-3. Tool overhead: the real ``run_study`` (Optuna SQLite + claims + MLflow SQLite + artifacts) with an engine
-   that replays the landscape instantly, so all its time is orchestration and tracking.
+For each seed (``--seeds``, at least 20), with every live measurement multiplied by ``exp(N(0, noise²))``:
 
-The last line printed is one JSON object: {"live_trials_to_target": {...}, "tool_overhead_s_per_trial": ...}.
+* ``grid``, ``random``, ``tpe``: Optuna's samplers over every wiring × the space, deduplicated by plan
+  fingerprint as the tool does, stopped at the first measurement at or above the target computed from one
+  noisy baseline measurement (the search without confirmation); their false successes are reported too.
+* ``staged``: the tool itself, :func:`~bisect_eagle.search.study.run_study` with the landscape engine, over the
+  wirings the standalone gate passes (``landscape.gate``: stage 1 costs no live trial), with its default TPE
+  and its confirmation (``search.confirm`` defaults). A run that is not confirmed within the budget counts as
+  budget + 1 live trials.
+* ``bisect``: :func:`~bisect_eagle.search.bisect.run_bisect` (ratio 0.9 of the good config) between a good
+  config and a bad one that adds a planted culprit (a wrong wiring; too many draft steps; or two changes
+  harmless alone that break it together) and harmless changes; correct when the culprits it names are exactly
+  the planted ones.
 
-    python scripts/bench_search.py                        # measure (a few minutes on 2 cores) and replay
-    python scripts/bench_search.py --landscape land.json  # reuse a saved landscape (written when absent)
+Reported per sampler: median and p90 live trials to the target; ``false_success_rate`` (runs of the staged
+search that declared success with a winner whose noise-free value misses the noise-free target) and
+``bisect_correct_rate``. The last line printed is one JSON object. Stores (Optuna, MLflow) live in a
+temporary directory.
+
+    python scripts/bench_search.py --noise 0.02              # 20 seeds, a few minutes on 2 cores
+    python scripts/bench_search.py --noise 0.02 --seeds 30
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import random
+import logging
 import statistics
+import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
 import typer
+import yaml
+from optuna.trial import TrialState
 
-from bisect_eagle.engines import make_engine
-from bisect_eagle.engines.base import Engine, TrialResult
-from bisect_eagle.search.gate import Scorer, Verdict, apply_gate
-from bisect_eagle.search.space import SearchSpace
-from bisect_eagle.search.study import Options, live_space, make_sampler, run_study
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.spec import DEFAULT_SPEC, WIRING_SETTING, Param, Spec, load_spec
-from bisect_eagle.trials import identity
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from landscape import BASELINE_TOK_S, SPACE, TRUE_WIRING, WIRINGS, LandscapeEngine, gate, true_value  # noqa: E402
+
+from bisect_eagle.search.bisect import BisectOptions, run_bisect  # noqa: E402
+from bisect_eagle.search.study import Options, live_space, make_sampler, run_study  # noqa: E402
+from bisect_eagle.spec import WIRING_SETTING, Spec, load_spec  # noqa: E402
 
 app = typer.Typer(add_completion=False)
+RATIO = 1.0  # the mission: reach the baseline tok/s
+BUDGET = 60  # live trials of the staged search
+CAP = 400  # live trials before a sampler without confirmation gives up
+GOOD = {WIRING_SETTING: TRUE_WIRING, "num_steps": 2, "topk": 1, "env.NCCL_ALGO": "NVLS", "env.NCCL_PROTO": "LL128",
+        "server_args.attention_backend": "fa3"}
+# planted culprits: a wrong wiring; too many draft steps; two changes harmless alone (-8 %, -7 %) that together
+# cost 14 % (an interaction: one breaking set of two)
+CULPRITS = [{WIRING_SETTING: WIRINGS[2]}, {"num_steps": 6},
+            {"server_args.disable_custom_all_reduce": True, "env.NCCL_ALGO": "Tree"}]
+HARMLESS = [{"env.NCCL_DEBUG": "INFO"}, {"server_args.log_level": "warning"}, {"env.NCCL_IB_HCA": "mlx5"}]
 
 
-# ---------------------------------------------------------------------------------------------------
-# 1. the landscape
+def write_spec(tmp: Path, name: str, *, wirings: list[list[int]] | None = None, settings: dict | None = None,
+               search: dict | None = None) -> Spec:
+    """A spec file for the landscape (sglang kind: its paths are never read) and the spec it loads as."""
+    space = {} if settings else {**({WIRING_SETTING: {"type": "categorical", "choices": wirings}} if wirings else {}),
+                                 **SPACE}
+    body = {"name": name, "target": "t", "draft": "d", "dump": "u", "prompts": "p.jsonl",
+            "engine": {"kind": "sglang", "settings": settings or {}}, "baseline": "measure",
+            "criterion": {"metric": "output_tok_s", "ratio": RATIO}, "space": space, "search": search or {}}
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return load_spec(path)
 
 
-def full_space(spec: Spec, wirings: list[list[int]]) -> SearchSpace:
-    """Every candidate wiring (no gate) × the spec's space."""
-    params = {WIRING_SETTING: Param(type="categorical", choices=wirings), **spec.space}
-    return SearchSpace(params, spec.engine.settings, str(spec.source))
+def true_target() -> float:
+    return RATIO * BASELINE_TOK_S
 
 
-def measure_landscape(spec: Spec) -> dict[str, Any]:
-    """Stage-1 verdicts, the baseline and one measurement per distinct effective config."""
-    scorer = Scorer(spec)
-    verdicts = [scorer.score(c) for c in scorer.candidates()]
-    del scorer
-    space = full_space(spec, [v.layer_ids for v in verdicts])
-    configs: dict[str, dict[str, Any]] = {}
-    for sampled in space.enumerate():
-        effective, _, fp = identity(space.settings(sampled))
-        configs.setdefault(fp, {"sampled": sampled, "effective": effective})
-    baseline = spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"})
-    with make_engine(spec) as engine:
-        base = engine.run(baseline)
-        print(f"baseline: {base.output_tok_s:.1f} tok/s, accept length {base.accept_length:.2f}", flush=True)
-        for i, cfg in enumerate(configs.values()):
-            r = engine.run(space.settings(cfg["sampled"]))
-            cfg.update(status=r.status, output_tok_s=r.output_tok_s, accept_length=r.accept_length,
-                       wall_s=r.wall_s, failure_class=r.failure_class)
-            print(f"[{i + 1}/{len(configs)}] {cfg['sampled']}: {r.status} {r.output_tok_s:.1f} tok/s, "
-                  f"accept length {r.accept_length:.2f}", flush=True)
-    return {"spec": str(spec.source), "verdicts": [v.to_json() for v in verdicts],
-            "baseline": {"output_tok_s": base.output_tok_s, "accept_length": base.accept_length,
-                         "fingerprint": identity(baseline)[2]},
-            "configs": configs}
-
-
-# ---------------------------------------------------------------------------------------------------
-# 2. replays
-
-
-def target_of(spec: Spec, land: dict[str, Any]) -> float:
-    return spec.criterion.ratio * land["baseline"][spec.criterion.metric]
-
-
-def value_of(land: dict[str, Any], fp: str, metric: str) -> float | None:
-    cfg = land["configs"][fp]
-    return cfg[metric] if cfg["status"] == "ok" else None
-
-
-def replay_optuna(spec: Spec, land: dict[str, Any], space: SearchSpace, sampler_name: str, seed: int,
-                  cap: int) -> int:
-    """Distinct live configs an Optuna sampler measures before one meets the target (dedupe as the tool)."""
-    metric, target = spec.criterion.metric, target_of(spec, land)
-    s = spec.model_copy(update={"search": spec.search.model_copy(update={"sampler": sampler_name})})
-    study = optuna.create_study(direction="maximize", sampler=make_sampler(s, space, seed))
+def replay(spec: Spec, *, noise: float, seed: int) -> tuple[int, bool]:
+    """(live trials to the first measurement at or above the noisy target, whether that winner truly misses)."""
+    engine = LandscapeEngine(noise=noise, seed=seed)
+    space = live_space(spec, [])
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(spec, space=space, seed=seed))
+    baseline = engine.run(engine.plan(spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"})))
+    target = RATIO * baseline.output_tok_s
     seen: dict[str, float | None] = {}
-    for _ in range(cap * 50):
+    for _ in range(CAP * 20):
         trial = study.ask()
-        fp = identity(space.settings(space.suggest(trial)))[2]
-        if fp not in seen:
-            seen[fp] = value_of(land, fp, metric)
-            if seen[fp] is not None and seen[fp] >= target:
-                return len(seen)
-        if seen[fp] is None:
+        plan = engine.plan(space.settings(space.suggest(trial)))
+        if plan.refusal is not None:
+            trial.set_constraint("invalid", 1.0)
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
+        if plan.fingerprint not in seen:
+            result = engine.run(plan)
+            seen[plan.fingerprint] = result.output_tok_s if result.ok else None
+            if result.ok and result.output_tok_s >= target:
+                return len(seen), true_value(plan.effective)[0] < true_target()
+        value = seen[plan.fingerprint]
+        if value is None:
             trial.set_constraint("crashed", 1.0)
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            study.tell(trial, state=TrialState.PRUNED)
         else:
-            study.tell(trial, seen[fp])
-        if len(seen) >= cap:
+            study.tell(trial, value)
+        if len(seen) >= CAP:
             break
-    return cap + 1  # not reached within every distinct config: counted as one past the cap
+    return CAP + 1, False
 
 
-def grid_orders(space: SearchSpace, rng: random.Random) -> list[dict[str, Any]]:
-    """The requested grid in nested-loop order, each dimension's choices shuffled by ``rng``."""
-    dims = []
-    for name in space.order:
-        vals = list(space.values(name))
-        rng.shuffle(vals)
-        dims.append(vals)
-    out = []
-    for combo in itertools.product(*dims):
-        sampled: dict[str, Any] = {}
-        for name, value in zip(space.order, combo, strict=True):
-            if space.active(name, sampled):
-                sampled[name] = value
-        out.append(sampled)
-    return out
+def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int) -> dict[str, Any]:
+    """The tool's study on the gated space: live trials, success, whether its winner truly misses, samples."""
+    spec = write_spec(tmp, f"staged-{seed}", wirings=gate(), search={"seed": seed, "max_live_trials": BUDGET})
+    engine = LandscapeEngine(noise=noise, seed=seed)
+    out = run_study(spec, options=Options(storage=store["optuna"], tracking_uri=store["mlflow"]),
+                    engine_factory=lambda s: engine)
+    false = False
+    if out.target_reached:
+        effective = engine.plan(spec.fixed_settings().model_copy(update=_settings(out.best["params"]))).effective
+        false = true_value(effective)[0] < true_target()
+    confirm_samples = sum(2 * c["pairs"] for c in (out.confirmations or {}).values())
+    return {"trials": out.counts["live_measured"] if out.target_reached else BUDGET + 1,
+            "reached": out.target_reached, "false": false, "confirm_samples": confirm_samples}
 
 
-def replay_grid(spec: Spec, land: dict[str, Any], space: SearchSpace, seed: int) -> int:
-    """bench_speculative.py's sweep: every requested config in order (effective duplicates run again)."""
-    metric, target = spec.criterion.metric, target_of(spec, land)
-    order = grid_orders(space, random.Random(seed))
-    for i, sampled in enumerate(order, 1):
-        value = value_of(land, identity(space.settings(sampled))[2], metric)
-        if value is not None and value >= target:
-            return i
-    return len(order) + 1
+def _settings(params: dict[str, Any]) -> dict[str, Any]:
+    """Effective params of a logged trial as LiveSettings fields (env and server_args nested)."""
+    from bisect_eagle.spec import settings_from
+
+    return settings_from({k: v for k, v in params.items() if v is not None}, "best").model_dump()
 
 
-def gated_space(spec: Spec, land: dict[str, Any]) -> SearchSpace:
-    verdicts = [Verdict(**v) for v in land["verdicts"]]
-    reference = spec.training_accuracy if spec.standalone.reference == "training" else None
-    apply_gate(verdicts, spec.standalone.margin, reference)
-    return live_space(spec, [v.to_json() for v in verdicts])
+def bisect_case(tmp: Path, store: dict[str, str], *, noise: float, seed: int) -> bool:
+    """One bisect with a planted culprit; True when it names exactly that culprit."""
+    culprit = CULPRITS[seed % len(CULPRITS)]
+    harmless = HARMLESS[: 1 + seed % len(HARMLESS)]
+    bad = {**GOOD, **culprit, **{k: v for h in harmless for k, v in h.items()}}
+    good_spec = write_spec(tmp, f"good-{seed}", settings=GOOD)
+    bad_spec = write_spec(tmp, f"bad-{seed}", settings=bad)
+    report = run_bisect(BisectOptions(good=str(good_spec.source), bad=str(bad_spec.source),
+                                      tracking_uri=store["mlflow"], log_path=tmp / f"bisect-{seed}.log"),
+                        engine_factory=lambda s: LandscapeEngine(noise=noise, seed=seed))
+    return sorted(c.name for c in report.culprits) == sorted(culprit)
 
 
-# ---------------------------------------------------------------------------------------------------
-# 3. tool overhead
-
-
-class ReplayEngine(Engine):
-    """Returns the landscape's measurement of a config instantly (so a study's time is all tool overhead)."""
-
-    name = "replay"
-
-    def __init__(self, land: dict[str, Any]):
-        self.land = land
-
-    def run(self, settings: LiveSettings) -> TrialResult:
-        effective, warnings, fp = identity(settings)
-        cfg = self.land["baseline"] if settings.is_baseline else self.land["configs"][fp]
-        status = cfg.get("status", "ok")
-        return TrialResult(self.name, status, settings.model_dump(), effective,
-                           output_tok_s=cfg["output_tok_s"], accept_length=cfg["accept_length"],
-                           failure_class=cfg.get("failure_class"), warnings=warnings)
-
-
-def tool_overhead(spec: Spec, land: dict[str, Any], trials: int) -> tuple[float, int]:
-    """(seconds of tool time per live trial, trials) of a real study over every wiring (no stage 1) with a
-    target no config meets, so it measures ``trials`` configs."""
-    ids = [v["layer_ids"] for v in land["verdicts"]]
-    never = spec.model_copy(update={
-        "criterion": spec.criterion.model_copy(update={"ratio": 1e9}),
-        "standalone": spec.standalone.model_copy(update={"wirings": []}),
-        "space": {WIRING_SETTING: Param(type="categorical", choices=ids), **spec.space},
-    })
-    with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
-        opts = Options(f"sqlite:///{tmp}/optuna.db", f"sqlite:///{tmp}/mlflow.db", max_live_trials=trials)
-        out = run_study(never, opts, lambda s: ReplayEngine(land))
-    return out.tool_overhead_s_per_trial, out.counts["live_measured"]
-
-
-# ---------------------------------------------------------------------------------------------------
+def _p90(xs: list[int]) -> float:
+    return statistics.quantiles(xs, n=10, method="inclusive")[-1]
 
 
 @app.command()
 def main(
-    spec_path: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Spec to benchmark (default: the tiny spec)."),
-    landscape: Path = typer.Option(None, help="Landscape JSON: loaded when it exists, else measured and saved."),
-    seeds: int = typer.Option(25, min=20, help="Replays per strategy (medians are reported)."),
-    overhead_trials: int = typer.Option(20, min=1, help="Live trials of the overhead study."),
+    noise: float = typer.Option(0.02, min=0.0, help="Relative measurement noise (sd of log samples)."),
+    seeds: int = typer.Option(20, min=1, help="Seeds per sampler and bisects (the issue asks >= 20)."),
 ) -> None:
-    """Measure the landscape once, replay grid, random, TPE without gate and the staged search on it."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-    spec = load_spec(spec_path)
-    if landscape is not None and landscape.exists():
-        land = json.loads(landscape.read_text())
-    else:
-        t0 = time.perf_counter()
-        land = measure_landscape(spec)
-        print(f"landscape measured in {time.perf_counter() - t0:.0f} s", flush=True)
-        if landscape is not None:
-            landscape.write_text(json.dumps(land, indent=1, default=str))
-    metric, target = spec.criterion.metric, target_of(spec, land)
-    all_ids = [v["layer_ids"] for v in land["verdicts"]]
-    space, staged_space = full_space(spec, all_ids), gated_space(spec, land)
-    cap = len(land["configs"])
-    results = {
-        "grid": [replay_grid(spec, land, space, s) for s in range(seeds)],
-        "random": [replay_optuna(spec, land, space, "random", s, cap) for s in range(seeds)],
-        "tpe_nogate": [replay_optuna(spec, land, space, "tpe", s, cap) for s in range(seeds)],
-        "staged": [replay_optuna(spec, land, staged_space, "tpe", s, cap) for s in range(seeds)],
+    """Live trials to the target per sampler, false successes and bisect accuracy on the synthetic landscape."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.simplefilter("ignore")
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as name:
+        tmp = Path(name)
+        store = {"optuna": f"sqlite:///{tmp}/optuna.db", "mlflow": f"sqlite:///{tmp}/mlflow.db"}
+        trials: dict[str, list[int]] = {"grid": [], "random": [], "tpe": [], "staged": []}
+        naive_false: list[bool] = []
+        runs = []
+        for seed in range(seeds):
+            for sampler in ("grid", "random", "tpe"):
+                spec = write_spec(tmp, f"{sampler}-{seed}", wirings=WIRINGS, search={"sampler": sampler, "seed": seed})
+                n, false = replay(spec, noise=noise, seed=seed)
+                trials[sampler].append(n)
+                naive_false.append(false)
+            runs.append(staged(tmp, store, noise=noise, seed=seed))
+            trials["staged"].append(runs[-1]["trials"])
+            print(f"seed {seed}: " + ", ".join(f"{k} {v[-1]}" for k, v in trials.items())
+                  + f" (confirmed: {runs[-1]['reached']}, {runs[-1]['confirm_samples']} confirm samples)", flush=True)
+        correct = [bisect_case(tmp, store, noise=noise, seed=seed) for seed in range(seeds)]
+    reached = [r for r in runs if r["reached"]]
+    summary = {
+        "noise": noise, "seeds": seeds,
+        "live_trials_to_target": {k: {"median": statistics.median(v), "p90": _p90(v)} for k, v in trials.items()},
+        "staged_reached_rate": len(reached) / seeds,
+        "false_success_rate": sum(r["false"] for r in runs) / seeds,
+        "unconfirmed_false_success_rate": sum(naive_false) / len(naive_false),
+        "confirm_samples_median": statistics.median(r["confirm_samples"] for r in runs),
+        "bisect_correct_rate": sum(correct) / seeds,
     }
-    grid_full = len(grid_orders(space, random.Random(0)))
-    print(f"\ncriterion: {metric} >= {spec.criterion.ratio} x baseline {land['baseline'][metric]:.3f} = {target:.3f}")
-    print(f"{'wiring':<32} {'ids':<14} {'standalone':>10} {'best ' + metric:>22}")
-    for v in land["verdicts"]:
-        vals = [c[metric] for c in land["configs"].values()
-                if c["status"] == "ok" and c["effective"][WIRING_SETTING] == sorted(v["layer_ids"])]
-        print(f"{v['label'][:32]:<32} {str(v['layer_ids']):<14} {v['accuracy']:>10.3f} {max(vals, default=0):>22.3f}")
-    print(f"\n{'strategy':<12} {'median':>7} {'mean':>7} {'min':>5} {'max':>5}   (live trials to target, "
-          f"{seeds} seeds; {cap} distinct configs, grid of {grid_full} requested)")
-    for name, xs in results.items():
-        print(f"{name:<12} {statistics.median(xs):>7.1f} {statistics.mean(xs):>7.2f} {min(xs):>5} {max(xs):>5}")
-    overhead, n = tool_overhead(spec, land, min(overhead_trials, cap))
-    print(f"tool overhead: {overhead:.3f} s per live trial over {n} trials (engine time excluded)")
-    summary = {name: statistics.median(xs) for name, xs in results.items()}
-    print(json.dumps({"live_trials_to_target": summary, "grid_full": grid_full,
-                      "tool_overhead_s_per_trial": round(overhead, 4)}))
+    print(f"\nlandscape: {len(WIRINGS)} wirings × {' × '.join(SPACE)}; baseline {BASELINE_TOK_S} tok/s; "
+          f"noise {noise:.1%}; {seeds} seeds")
+    print(f"{'sampler':<8} {'median':>7} {'p90':>7}   live trials to the target")
+    for k, v in summary["live_trials_to_target"].items():
+        print(f"{k:<8} {v['median']:>7.1f} {v['p90']:>7.1f}")
+    print(f"staged: reached and confirmed in {len(reached)}/{seeds}; "
+          f"false successes {summary['false_success_rate']:.2f} "
+          f"(without confirmation: {summary['unconfirmed_false_success_rate']:.2f}); bisect correct "
+          f"{summary['bisect_correct_rate']:.2f}")
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

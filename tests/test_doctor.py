@@ -54,7 +54,7 @@ def test_minus_one_depends_on_the_sglang_version(tiny):
     assert [f.severity for f in unknown] == ["warning"] and "0.5.14" in unknown[0].message
 
 
-def test_the_broken_deployment_shows_the_seeds_mistakes(tiny):
+def test_the_broken_deployment_shows_the_incidents_mistakes(tiny):
     findings = diagnose(load_spec(ROOT / "experiments" / "tiny-broken.yaml"))
     by_code = {f.code: f.severity for f in findings}
     assert by_code == {"dump-wiring": "error", "ndt-override": "warning"}

@@ -40,7 +40,7 @@ def test_defaults(conv, n, expected):
 
 
 def test_seed_wirings_on_61_layers():
-    """The seeds' [2,30,58] (output-of) and the broken [-1,2,30] "fix" are different hidden states."""
+    """The incident's [2,30,58] (output-of) and the broken [-1,2,30] "fix" are different hidden states."""
     assert layers.ids_to_canonical([2, 30, 58], "sglang", 61) == [3, 31, 59]
     assert layers.ids_to_canonical([-1, 2, 30], "sglang", 61) == [0, 3, 31]
     assert layers.canonical_to_ids([3, 31, 59], "vllm", 61) == [3, 31, 59]

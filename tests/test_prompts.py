@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.prompts import load_prompts
+from bisect_eagle.prompts import check_prompts, load_prompts
 
 TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<assistant>{% endif %}")
@@ -77,3 +77,13 @@ def test_bad_messages_shape_and_too_few_prompts(tmp_path, tokenizer, chat_tokeni
     path = _jsonl(tmp_path / "q.jsonl", {"prompt": "one"})
     with pytest.raises(BadInput, match="1 prompts, but 2 are needed"):
         load_prompts(path, tokenizer, n=2)
+
+
+def test_check_prompts_counts_without_a_tokenizer_and_names_the_file(tmp_path):
+    path = _jsonl(tmp_path / "p.jsonl", {"id": "a", "prompt": "one"}, {"messages": [{"role": "user", "content": "2"}]})
+    assert check_prompts(path, 2) == 2
+    with pytest.raises(BadInput, match=r"p.jsonl: 2 prompts, but warmup_prompts \+ num_prompts = 3 are needed"):
+        check_prompts(path, 3)
+    bad = _jsonl(tmp_path / "q.jsonl", {"id": "a", "prompt": "one"}, {"id": "b", "prompt": ""})
+    with pytest.raises(BadInput, match=r"q.jsonl:2: key 'prompt' must be a non-empty string"):
+        check_prompts(bad, 1)  # every line is checked, not only the first n

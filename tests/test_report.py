@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import optuna
+import pandas as pd
 import pytest
 
 from bisect_eagle.report import best_row, find_parent, trials_frame, varying_settings, write_report
@@ -14,10 +15,7 @@ from helpers import load_fake_engine
 
 SPEC = """\
 name: report
-target: t
-draft: d
-dump: u
-prompts: p.jsonl
+scenario: tiny
 criterion: {ratio: 10.0}
 space:
   eagle_aux_hidden_state_layer_ids: {type: categorical, choices: [[1, 5, 9], [5, 9, 11]]}
@@ -33,8 +31,8 @@ def study(tmp_path_factory):
     (root / "spec.yaml").write_text(SPEC)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     engine = load_fake_engine()(crash_steps=(2,))
-    out = run_study(load_spec(root / "spec.yaml"), Options(f"sqlite:///{root}/optuna.db",
-                                                            f"sqlite:///{root}/mlflow.db"), lambda s: engine)
+    opts = Options(storage=f"sqlite:///{root}/optuna.db", tracking_uri=f"sqlite:///{root}/mlflow.db")
+    out = run_study(load_spec(root / "spec.yaml"), options=opts, engine_factory=lambda s: engine)
     return root, out
 
 
@@ -54,6 +52,8 @@ def test_table_best_and_plots(study):
     rep = write_report(tracking, parent, root / "out")
     names = sorted(f.name for f in rep.files)
     assert names == ["accept_length_per_setting.png", "best.json", "output_tok_s_per_setting.png", "trials.csv"]
+    assert "report/output_tok_s_per_setting.png" in {  # the study logged its plots when it finished
+        a.path for a in tracking.client.list_artifacts(out.parent_run_id, "report")}
     for f in rep.files:
         if f.suffix == ".png":
             assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 5000
@@ -66,3 +66,50 @@ def test_failed_trials_are_rows_with_their_class(study):
     frame = trials_frame(Tracking.open(out.tracking_uri, "report"), out.parent_run_id)
     failed = frame[frame["status"] == "FAILED"]
     assert len(failed) == 2 and set(failed["failure_class"]) == {"crash_during_benchmark"}
+
+
+def test_the_parent_run_is_the_answer(study):
+    _, out = study
+    tracking = Tracking.open(out.tracking_uri, "report")
+    parent = tracking.get_run(out.parent_run_id)
+    m = parent.data.metrics
+    assert m["best_output_tok_s"] == out.best["value"] and m["baseline_output_tok_s"] == out.baseline
+    assert m["target_output_tok_s"] == out.target
+    assert m["best_output_tok_s_ratio_to_baseline"] == pytest.approx(out.best["value"] / out.baseline)
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("## Target not reached")
+    assert f"(#/experiments/{out.experiment_id}/runs/{out.best['run_id']})" in note
+    assert f"bisect-eagle export {out.best['run_id']} --tracking-uri" in note
+    assert "| num_steps | `3` |" in note
+    inputs = {i.dataset.name for i in parent.inputs.dataset_inputs}
+    assert inputs == {"target", "draft", "dump", "prompts"}
+    assert parent.data.tags["mlflow.source.name"] == "bisect-eagle" and "mlflow.user" in parent.data.tags
+    experiment = tracking.client.get_experiment(out.experiment_id)
+    assert "bisect-eagle studies of spec `spec.yaml`" in experiment.tags["mlflow.note.content"]
+    for child in tracking.child_runs(out.parent_run_id):
+        assert child.data.tags["target"] == parent.data.tags["target"]
+
+
+def test_num_draft_tokens_is_not_a_panel_when_num_steps_decides_it():
+    frame = pd.DataFrame({"num_steps": ["1", "2", "3", "2"], "num_draft_tokens": ["2", "3", "4", "3"],
+                          "topk": ["1", "1", "1", "1"], "ids": ["[1]", "[1]", "[2]", "[2]"],
+                          "accept_length": [1.0, 2.0, 3.0, 2.5]})
+    assert varying_settings(frame) == ["num_steps", "ids"]
+
+
+def test_report_command_fits_80_columns(study, monkeypatch):
+    from typer.testing import CliRunner
+
+    from bisect_eagle.cli import app
+
+    root, out = study
+    monkeypatch.setenv("COLUMNS", "80")
+    done = CliRunner().invoke(app, ["report", str(root / "spec.yaml"), "--tracking-uri", out.tracking_uri,
+                                    "--out", str(root / "cli")])
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in done.output
+    assert any(line.startswith("target: output_tok_s >= ") for line in lines)
+    assert "verdict: target not reached" in done.output
+    assert f"best: run {out.best['run_id']}" in done.output
+    assert not any(len(x) > 8 for line in lines for x in line.split() if x.replace(".", "").isdigit())

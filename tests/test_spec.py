@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bisect_eagle import scenarios
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec import DEFAULT_SPEC, load_spec, settings_from
 
@@ -22,6 +23,11 @@ dump_layer_ids: [1, 5, 9]
 
 
 def write(tmp_path: Path, extra: str) -> Path:
+    """A spec next to links named as BASE names them, to the tiny scenario's inputs (load_spec reads them)."""
+    tiny = scenarios.get("tiny")
+    for name, key in (("target", "target"), ("draft", "draft"), ("dump", "dump"), ("prompts.jsonl", "prompts")):
+        if not (tmp_path / name).exists():
+            (tmp_path / name).symlink_to(getattr(tiny, key))
     path = tmp_path / "spec.yaml"
     path.write_text(BASE + extra)
     return path
@@ -101,3 +107,31 @@ def test_default_spec_is_the_shipped_tiny_experiment():
         assert wiring in labels
     wrong = load_spec(ROOT / "experiments" / "tiny-wrong-only.yaml")
     assert [w.rule for w in wrong.standalone.wirings] == ["[1:]", "[emb,0,1]"]
+
+
+def test_an_sglang_spec_may_name_paths_of_another_machine_but_a_live_run_needs_the_prompts():
+    from bisect_eagle.preflight import check_live_inputs
+
+    spec = load_spec(ROOT / "experiments" / "glm5-8gpu.yaml")  # /models/... and /data/... are not here
+    assert str(spec.target) == "/models/GLM-5-NVFP4"
+    with pytest.raises(BadInput, match=r"glm5-8gpu.yaml: key 'prompts': /data/glm5-eagle3/bench-prompts.jsonl does"):
+        check_live_inputs(spec)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("engine: {settings: {num_prompts: 0}}\n", ["'num_prompts'", "greater than or equal to 1"]),
+    ("engine: {settings: {eagle_aux_hidden_state_layer_ids: [5, 5, 9]}}\n", ["layer id 5 repeats"]),
+    ("engine: {settings: {eagle_aux_hidden_state_layer_ids: '1,5,9'}}\n", ["found the string '1,5,9'"]),
+    ("baseline: .nan\n", ["'baseline'", "positive finite"]),
+    ("space: {num_steps: {type: int, low: -3, high: -1}}\n", ["space.num_steps.low", ">= 1"]),
+    ("standalone: {wirings: [{rule: '[emb,emb,0]'}]}\n", ["standalone.wirings.0.rule", "twice"]),
+    ("space: {eagle_aux_hidden_state_layer_ids: {type: categorical, choices: [[1, 5, 77]]}}\n",
+     ["space.eagle_aux_hidden_state_layer_ids.choices[0]", "77", "12-layer"]),
+    ("engine: {settings: {num_prompts: 30}}\n", ["key 'prompts'", "prompts.jsonl", "= 32 are needed"]),
+])
+def test_bounds_repeats_ids_and_prompts_are_refused_at_load(tmp_path, extra, words):
+    path = write(tmp_path, extra)
+    with pytest.raises(BadInput) as e:
+        load_spec(path)
+    for w in [str(path), *words]:
+        assert w in str(e.value), str(e.value)

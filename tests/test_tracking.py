@@ -92,7 +92,11 @@ def test_live_trial_logs_effective_settings_and_never_a_secret(tracking):
     assert run.data.params["eagle_aux_hidden_state_layer_ids"] == "[1, 5, 9]"
     assert run.data.params["num_draft_tokens"] == "4" and run.data.params["requested.num_draft_tokens"] == "9"
     assert run.data.params["env.NCCL_ALGO"] == "Ring"
-    assert run.data.metrics["ratio_to_baseline"] == 2.0
+    assert run.data.metrics["output_tok_s_ratio_to_baseline"] == 2.0 and "ratio_to_baseline" not in run.data.metrics
+    curve = tracking.client.get_metric_history(record.run_id, "accept_rate_per_position")
+    assert [(m.step, m.value) for m in curve] == [(0, 0.5)]
+    assert not any(k.startswith("accept_rate_pos_") for k in run.data.metrics)
+    assert run.data.tags["mlflow.source.name"] == "bisect-eagle" and run.data.tags["mlflow.user"]
     assert "topk == 1 forces num_draft_tokens" in run.data.tags["warnings"]
     texts = [tracking.read_text(record.run_id, name) for name in ("trial.json", "launch_command.txt")]
     everything = json.dumps([run.data.params, run.data.tags, texts])
@@ -167,3 +171,52 @@ def test_environment_info_names_versions(tracking):
                 "gpus"):
         assert info[key]
     assert Path(tracking.uri[len("sqlite:///"):]).exists()
+
+
+class FailingEngine(EchoEngine):
+    def run(self, plan: TrialPlan) -> TrialResult:
+        from bisect_eagle.engines.base import failed
+
+        return failed(self.name, plan.requested, plan.effective, "out_of_memory", "CUDA out of memory")
+
+
+def test_a_failed_trial_keeps_its_class_in_its_name_and_tags(tracking):
+    parent = tracking.start_run("study-failed", tags={"role": "study"})
+    ctx = TrialContext(Spec(name="unit"), tracking, "s", parent, engine=FailingEngine())
+    record = run_live_trial(ctx, ctx.plan(LiveSettings(num_steps=2)), stage="live", parent_run_id=parent, number=3)
+    run = tracking.get_run(record.run_id)
+    assert run.info.status == "FAILED" and run.data.tags["failure_class"] == "out_of_memory"
+    assert run.info.run_name == "live 003 ids=1,5,9 steps=2 topk=1 [failed: out_of_memory]"
+
+
+def test_curves_datasets_and_experiment_description(tmp_path):
+    t = Tracking.open(f"sqlite:///{tmp_path}/mlflow.db", "described", description="what these runs are")
+    assert t.client.get_experiment(t.experiment_id).tags["mlflow.note.content"] == "what these runs are"
+    run_id = t.start_run("r", tags={})
+    t.log_curve(run_id, "acc", [0.9, float("nan"), 0.5])
+    assert [(m.step, m.value) for m in t.client.get_metric_history(run_id, "acc")] == [(0, 0.9), (2, 0.5)]
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text("{}")
+    t.log_datasets(run_id, {"draft": tmp_path / "draft", "prompts": tmp_path / "draft" / "config.json"})
+    inputs = t.get_run(run_id).inputs.dataset_inputs
+    assert sorted(i.dataset.name for i in inputs) == ["draft", "prompts"]
+    assert {i.tags[0].value for i in inputs} == {"draft", "prompts"}
+    assert str((tmp_path / "draft").resolve()) in {json.loads(i.dataset.source)["uri"] for i in inputs}
+
+
+def test_stage1_artifacts_carry_the_gate_decision(tracking):
+    from bisect_eagle.search.gate import Verdict, apply_gate, record_gate
+
+    verdicts = []
+    for label, acc in (("right", 0.9), ("close", 0.88), ("wrong", 0.5)):
+        v = Verdict(label, [1], "[0]", "dump", acc, 2.0, [{"full_vocab": acc, "draft_vocab": acc}], 10)
+        v.run_id = tracking.start_run(f"standalone {label}", tags={"stage": "standalone"})
+        verdicts.append(v)
+    ref = apply_gate(verdicts, 0.03, None)
+    record_gate(tracking, verdicts, reference=ref, margin=0.03)
+    for v, passed in zip(verdicts, (True, True, False), strict=True):
+        body = json.loads(tracking.read_text(v.run_id, "standalone.json"))
+        run = tracking.get_run(v.run_id)
+        assert body["passed"] is passed and json.loads(run.data.tags["verdict"])["passed"] is passed
+        assert run.data.tags["gate"] == ("pass" if passed else "reject")
+        assert run.data.metrics["gate_threshold"] == pytest.approx(0.87) and body["gate"]["reference"] == 0.9

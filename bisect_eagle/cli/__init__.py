@@ -10,6 +10,7 @@ import importlib
 import sys
 
 import typer
+from typer._click.exceptions import UsageError  # typer vendors click: its parent of every command-line fault
 
 from bisect_eagle.errors import BadInput
 
@@ -21,17 +22,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: print it and exit 0 before the command is looked for (parsed eagerly)."""
+    if value:
+        from bisect_eagle import __version__
+
+        typer.echo(f"bisect-eagle {__version__}")
+        raise typer.Exit()
+
 
 @app.callback()
 def root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                 callback=_print_version),
 ) -> None:
     """Search and bisect EAGLE-3 speculative-decoding deployments; every trial is logged to MLflow."""
-    if version:
-        from bisect_eagle import __version__
-
-        typer.echo(__version__)
-        raise typer.Exit()
 
 
 COMMAND_MODULES = [
@@ -43,10 +48,24 @@ for _name in COMMAND_MODULES:
     importlib.import_module(f"bisect_eagle.cli.{_name}").register(app)
 
 
+def _usage_line(e: UsageError) -> str:
+    """A command-line error as one line: the message (it names the flag) and where to read the usage."""
+    path = e.ctx.command_path if e.ctx is not None else "bisect-eagle"
+    message = " ".join(e.format_message().split())
+    return f"error: {message} (see `{path} --help`)"
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: exit 2 with one ``error:`` line on any bad input (flags, files, values)."""
     try:
-        app()
-    except BadInput as e:
-        typer.echo(f"error: {e}", err=True)
+        code = app(standalone_mode=False)
+    except UsageError as e:
+        typer.echo(_usage_line(e), err=True)
         sys.exit(2)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except BadInput as e:
+        typer.echo(f"error: {' '.join(str(e).split())}", err=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

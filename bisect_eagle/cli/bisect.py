@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bisect_eagle.cli.common import print_json
+from bisect_eagle.cli.report import URI_HELP
 
 
 def _value(v: object) -> str:
@@ -39,8 +40,7 @@ def bisect(
     log: Path = typer.Option(None, help="Write the bisect log here (default: mlruns/bisect/bisect-<time>.log)."),
     replay: Path = typer.Option(None, help="Replay a bisect log (marks good/bad/skip may be edited); "
                                            "configurations not in it are probed."),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or "
-                                                "sqlite:///mlruns/mlflow.db)."),
+    tracking_uri: str = typer.Option(None, help=URI_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (breaking_sets, repair_set, "
                                                         "changes, probes, unresolved, ...)."),
 ) -> None:
@@ -54,7 +54,7 @@ def bisect(
     opts = BisectOptions(good=good, bad=bad, spec=spec, metric=metric, ratio=ratio, threshold=threshold,
                          confidence=confidence, repeats=repeats, max_samples=max_samples, overrides=parse_set(set_),
                          tracking_uri=tracking_uri, log_path=log, replay=replay)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False)
     report = run_bisect(opts, progress=lambda m: err.print(escape(m), style="dim"))  # stdout stays one object
     if as_json:
         print_json(report.to_json())
@@ -65,11 +65,14 @@ def bisect(
 
 
 def _print(report) -> None:
-    console = Console(highlight=False, soft_wrap=True)
-    table = Table(title=f"{len(report.changes)} settings differ as the engine runs them: {report.good} (good) vs "
-                        f"{report.bad} (bad)")
-    for col in ("setting", "good", "bad", "breaks good", "in repair set"):
-        table.add_column(col)
+    console = Console(highlight=False)
+    n = len(report.changes)
+    console.print(f"{n} setting{'s differ' if n != 1 else ' differs'} as the engine runs them: {escape(report.good)} "
+                  f"(good) vs {escape(report.bad)} (bad)")
+    table = Table(caption="breaks: applied to the good configuration, breaks it; repair: in the repair set")
+    table.add_column("setting", no_wrap=True, min_width=max((len(c.name) for c in report.changes), default=7))
+    for col in ("good", "bad", "breaks", "repair"):
+        table.add_column(col, overflow="fold")
     culprits = {c.name for c in report.culprits}
     repair = set(report.repair or [])
     for c in report.changes:
@@ -80,8 +83,9 @@ def _print(report) -> None:
     limit = "-" if j["limit"] is None else f"{j['limit']:.4g}"
     noise = j["noise"]
     console.print(f"judged by {j['metric']} (limit {limit}, confidence {j['confidence']:g}, noise "
-                  f"{100 * noise['sd_log']:.2f}% over {noise['dof']} dof): {len(report.probes)} probes, "
-                  f"{report.live_trials} plans measured in {report.samples} samples, bound {report.probe_bound}")
+                  f"{100 * noise['sd_log']:.2f}% over {noise['dof']} dof): {_n(len(report.probes), 'probe')}, "
+                  f"{_n(report.live_trials, 'plan')} measured in {_n(report.samples, 'sample')}, bound "
+                  f"{report.probe_bound}")
     if report.unresolved:
         console.print(f"unresolved probes (skipped): {escape(str(report.unresolved))}")
     for note in report.notes:
@@ -94,7 +98,12 @@ def _print(report) -> None:
                       f"{escape(' + '.join(report.repair))}")
     if report.status.value != "isolated":
         console.print(f"[yellow]{report.status.value}[/yellow]")
-    console.print(f"log: {report.log} (replay with --replay); MLflow parent run {report.parent_run_id}")
+    console.print(f"log (replay with --replay): {escape(report.log)}")
+    console.print(f"MLflow: run {report.parent_run_id} in the experiment of the spec's bisects")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def register(app: typer.Typer) -> None:

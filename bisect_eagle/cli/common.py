@@ -37,11 +37,19 @@ def sigterm_as_exit() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
-def load_spec_or_default(spec: Path | None) -> Spec:
-    """The given spec, or the embedded default (the tiny scenario) when none is given."""
+def load_spec_or_default(spec: Path | None, *, live: bool = True) -> Spec:
+    """The given spec, or the embedded default (the tiny scenario) when none is given, with all its inputs checked.
+
+    ``live``: the command runs live trials here, so what the engine reads on this machine (the prompts, for an
+    sglang spec whose other paths live on the server's machine) must be here too.
+    """
+    from bisect_eagle.preflight import check_live_inputs
     from bisect_eagle.spec import DEFAULT_SPEC, load_spec
 
-    return load_spec(spec or DEFAULT_SPEC)
+    s = load_spec(spec or DEFAULT_SPEC)
+    if live:
+        check_live_inputs(s)
+    return s
 
 
 def resolve_paths(scenario: str | None, **paths: Path | None) -> dict[str, Path]:

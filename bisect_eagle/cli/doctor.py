@@ -21,10 +21,14 @@ def doctor(
 ) -> None:
     """Check a spec's draft, ids, wiring and speculative settings; exit 1 on any error, 2 on unreadable input."""
     from bisect_eagle.doctor import diagnose, summary
+    from bisect_eagle.preflight import check_spec_inputs
     from bisect_eagle.spec import load_spec
 
-    findings = diagnose(load_spec(spec), sglang_version=sglang_version)
+    s = load_spec(spec, check_inputs=False)  # what the diagnosis explains is not refused before it
+    findings = diagnose(s, sglang_version=sglang_version)
     report = summary(findings)
+    if report["ok"]:
+        check_spec_inputs(s)  # what no finding explains (a missing path, a bad dump) is still refused: exit 2
     if as_json:
         print_json({"spec": str(spec), **report})
     else:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import shlex
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
-from bisect_eagle.cli.common import print_json
-from bisect_eagle.cli.run import quiet_libraries
+from bisect_eagle.cli.common import print_json, quiet_libraries
+from bisect_eagle.cli.report import URI_HELP
 
 
 def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -> dict[str, Any]:
@@ -51,8 +51,7 @@ def export(
     spec: Path = typer.Option(None, help="Spec whose newest study's best trial to export (default: the embedded "
                               "tiny scenario spec)."),
     study_name: str = typer.Option(None, help="Study whose best trial to export (default: the spec's newest)."),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
-                                     "sqlite:///mlruns/mlflow.db)."),
+    tracking_uri: str = typer.Option(None, help=URI_HELP),
     port: int = typer.Option(30000, min=1, max=65535, help="Port for the exported server."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang; its parser "
                                       "checks the exported command."),
@@ -81,19 +80,27 @@ def export(
     if as_json:
         print_json(plan)
         return
-    console = Console()
-    console.print(f"# SGLang launch for trial {run_id}", markup=False)
-    console.print(f"# checked by: {plan['checked']}", markup=False)
+    comment(f"SGLang launch for trial {run_id}")
+    comment(f"checked by: {plan['checked']}")
+    comment("environment:" if plan["env"] else "environment: nothing beyond your own")
     for key, value in sorted(plan["env"].items()):
         shown = value if value.startswith("$") else shlex.quote(value)
-        console.print(f"export {key}={shown}", markup=False)
-    console.print(plan["command"], markup=False, soft_wrap=True)
+        print(f"export {key}={shown}")
+    comment("command (one line):")
+    print(plan["command"])  # never wrapped: it is copied and pasted
     if plan["draft_config_patch"] is not None:
-        console.print(f"\n# merge into {plan['draft_config']} (or a copy of the draft directory; SGLang reads the "
-                      "ids only from eagle_config):", markup=False)
-        console.print(json.dumps(plan["draft_config_patch"], indent=2), markup=False)
+        print()
+        comment(f"merge into {plan['draft_config']} (or a copy of the draft directory; SGLang reads the ids only "
+                "from eagle_config):")
+        print(json.dumps(plan["draft_config_patch"], indent=2))
     for w in plan["warnings"]:
-        console.print(f"# note: {w}", markup=False)
+        comment(f"note: {w}")
+
+
+def comment(text: str) -> None:
+    """``text`` as shell comment lines of at most 80 characters (every line starts with ``#``)."""
+    for line in textwrap.wrap(text, 78, break_long_words=False, break_on_hyphens=False):
+        print(f"# {line}")
 
 
 def register(app: typer.Typer) -> None:

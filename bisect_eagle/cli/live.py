@@ -71,16 +71,28 @@ def _print_plan(plan: TrialPlan) -> None:
     typer.echo("\n".join(out))
 
 
-def _engine_for(spec_path: Path | None, paths: dict[str, Path] | None, sglang_python: str | None) -> tuple:
-    """(engine, fixed settings of the spec) for a spec file, or the local engine for plain paths."""
+def _engine_for(spec_path: Path | None, paths: dict[str, Path] | None, *, sglang_python: str | None,
+                dry_run: bool) -> tuple:
+    """(engine, fixed settings of the spec) for a spec file, or the local engine for plain paths.
+
+    Every input is checked first (a dry run of an sglang spec may name paths of another machine).
+    """
+    from bisect_eagle.preflight import check_live_inputs
+
     if spec_path is None:
         from bisect_eagle.engines.local import LocalEngine
+        from bisect_eagle.preflight import validate_data
+        from bisect_eagle.prompts import check_prompts
 
+        validate_data(target=paths["target"], draft=paths["draft"])
+        check_prompts(paths["prompts"], 1, what="one live trial")
         return LocalEngine(paths["target"], paths["draft"], paths["prompts"]), {}
     from bisect_eagle.engines import make_engine
     from bisect_eagle.spec import load_spec
 
     s = load_spec(spec_path)
+    if not dry_run:
+        check_live_inputs(s)
     if sglang_python:
         s.engine.sglang.python = sglang_python
     return make_engine(s), dict(s.engine.settings)
@@ -109,10 +121,13 @@ def live(
         if values.get("speculative_algorithm", "none") != "none":
             raise BadInput(f"--baseline conflicts with --set speculative_algorithm={values['speculative_algorithm']}")
         values["speculative_algorithm"] = "none"
+    from bisect_eagle.devices import check_device
     from bisect_eagle.spec import settings_from
 
+    if "device" in values and spec is None:  # the local engine runs here; a spec's engine refuses its own
+        check_device(values["device"], "--set device")
     paths = None if spec is not None else resolve_paths(scenario, target=target, draft=draft, prompts=prompts)
-    engine, fixed = _engine_for(spec, paths, sglang_python)
+    engine, fixed = _engine_for(spec, paths, sglang_python=sglang_python, dry_run=dry_run)
     with engine:
         plan = engine.plan(settings_from({**fixed, **values}, "--set"))
         if dry_run:

@@ -1,16 +1,20 @@
-"""``bisect-eagle report``: a study's trials as a table, its best config, and plots (also logged to MLflow)."""
+"""``bisect-eagle report``: a study's target, verdict and best run, its live trials (fits 80 columns), and plots
+(also logged to MLflow)."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
+import pandas as pd
 import typer
 
-from bisect_eagle.cli.common import print_json
-from bisect_eagle.cli.run import load_spec_or_default, quiet_libraries
+from bisect_eagle.cli.common import load_spec_or_default, print_json, quiet_libraries
 
-SHOWN = ("run_name", "stage", "status", "gate", "standalone_accuracy", "accept_length", "output_tok_s",
-         "ratio_to_baseline", "output_tok_s_ratio_to_baseline", "failure_class")
+URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
+SETTING_COLUMNS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
+SHORT = {"eagle_aux_hidden_state_layer_ids": "ids"}
+WIDTH = 80
 
 
 def open_study_run(spec: Path | None, tracking_uri: str | None, study_name: str | None):
@@ -23,19 +27,92 @@ def open_study_run(spec: Path | None, tracking_uri: str | None, study_name: str 
     return tracking, find_parent(tracking, study_name)
 
 
+def num(value: object) -> str:
+    """A metric for a person: 3 significant digits (one decimal from 100 up), '-' when absent."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    v = float(value)  # type: ignore[arg-type]
+    return f"{v:.1f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def setting_text(row: pd.Series, names: list[str]) -> str:
+    """``ids=[1, 5, 9] steps=3``: the named settings of a trial, short names, nothing cut."""
+    return " ".join(f"{SHORT.get(n, n.removeprefix('num_'))}={row[n]}" for n in names
+                    if n in row and pd.notna(row[n]))
+
+
+def wrapped(text: str, indent: str = "  ") -> list[str]:
+    """``text`` as lines of at most 80 characters (continuations indented; words never cut)."""
+    return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+
+
+def summary_lines(parent, rep) -> list[str]:
+    """Target, verdict, why it stopped, and the best run with its metrics and settings."""
+    from bisect_eagle.report import study_value
+
+    metric, m = rep.metric, parent.data.metrics
+    baseline, target = study_value(parent, "baseline", metric), study_value(parent, "target", metric)
+    tags = parent.data.tags
+    lines = [f"study {tags.get('study', parent.info.run_name)} (run {parent.info.run_id})"]
+    if target is not None:
+        ratio = f" = {target / baseline:.2f}x baseline {num(baseline)}" if baseline else ""
+        lines += wrapped(f"target: {metric} >= {num(target)}{ratio}")
+    verdict = (f"target {tags['verdict']}" if "verdict" in tags else tags.get("outcome")) or (
+        "still running" if parent.info.status == "RUNNING" else "unknown")
+    lines += wrapped(f"verdict: {verdict}", indent="  ")
+    if tags.get("stop_reason") and tags["stop_reason"] not in verdict:
+        lines += wrapped(f"stopped: {tags['stop_reason']}", indent="  ")
+    best = rep.best
+    if best is None:
+        return [*lines, "best: no live trial finished ok"]
+    lines += wrapped(f"best: run {best['run_id']} ({best['run_name']})")
+    shown = []
+    for name in dict.fromkeys([metric, "accept_length", "output_tok_s"]):
+        if name in best and pd.notna(best[name]):
+            ratio = best.get(f"{name}_ratio_to_baseline")
+            shown.append(f"{name} {num(best[name])}" + ("" if ratio is None or pd.isna(ratio) else
+                                                          f" ({ratio:.2f}x baseline)"))
+    lines += wrapped("  " + ", ".join(shown), indent="    ")
+    settings = [c for c in SETTING_COLUMNS if c in best and pd.notna(best[c])]
+    lines += wrapped("  " + setting_text(best, settings), indent="    ")
+    if m.get(f"best_{metric}") is None:
+        lines.append("  (the study has not finished: these are its trials so far)")
+    return lines
+
+
+def trial_lines(frame: pd.DataFrame, metric: str, settings: list[str]) -> list[str]:
+    """Live trials, best first: value, ratio, the other headline metric, settings, and a failure's class
+    (wrapped at 80 columns, never cut)."""
+    if frame.empty or "stage" not in frame:
+        return []
+    live = frame[frame["stage"] == "live"].copy()
+    if live.empty:
+        return []
+    if metric in live:
+        live = live.sort_values(metric, ascending=False, na_position="last")
+    other = "accept_length" if metric == "output_tok_s" else "output_tok_s"
+    lines = [f"live trials ({len(live)}), best first:",
+             f"{'run':<8} {metric[:13]:>13} {'x base':>6} {other[:13]:>13}  settings"]
+    ratio = f"{metric}_ratio_to_baseline"
+    for _, r in live.iterrows():
+        cells = f"{str(r['run_id'])[:8]:<8} {num(r.get(metric)):>13} {num(r.get(ratio)):>6} {num(r.get(other)):>13}  "
+        failure = r.get("failure_class")
+        state = f" FAILED: {failure}" if isinstance(failure, str) else ""
+        state = state or ("" if r.get("outcome") == "ok" else f" ({r.get('outcome')})")
+        lines += wrapped(cells + setting_text(r, settings) + state, indent=" " * 45)
+    return lines
+
+
 def report(
     spec: Path = typer.Argument(None, help="The study's spec YAML (default: the embedded tiny scenario spec)."),
     study_name: str = typer.Option(None, help="Study to report (default: the spec's newest)."),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
-                                     "sqlite:///mlruns/mlflow.db)."),
+    tracking_uri: str = typer.Option(None, help=URI_HELP),
     out: Path = typer.Option(None, help="Folder for trials.csv, best.json and the PNGs "
-                             "(default mlruns/reports/<study>)."),
+                             "(default: mlruns/reports/STUDY)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Tabulate a study's trials, show the best config and plot accept length and tok/s per setting."""
-    import pandas as pd
-
-    from bisect_eagle.report import write_report
+    """State a study's target, verdict and best run; list its live trials; plot them per setting."""
+    from bisect_eagle.report import varying_settings, write_report
 
     quiet_libraries()
     tracking, parent = open_study_run(spec, tracking_uri, study_name)
@@ -45,25 +122,17 @@ def report(
     best = None if rep.best is None else rep.best.dropna().to_dict()
     if as_json:
         print_json({"study": study, "parent_run_id": parent.info.run_id, "metric": rep.metric, "best": best,
-                    "files": [str(f) for f in rep.files], "trials": rep.frame.to_dict(orient="records")})
+                    "verdict": parent.data.tags.get("outcome"), "files": [str(f) for f in rep.files],
+                    "trials": rep.frame.to_dict(orient="records")})
         return
-    cols = [c for c in SHOWN if c in rep.frame.columns]
-    settings = [c for c in ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
-                if c in rep.frame.columns]
-    with pd.option_context("display.width", 400, "display.max_columns", 40, "display.max_rows", 1000,
-                           "display.float_format", "{:.3f}".format):
-        typer.echo(rep.frame[cols[:1] + settings + cols[1:]].fillna("").to_string(index=False))
-    if best is not None:
-        typer.echo(f"\nbest ({rep.metric}): run {best['run_id']}")
-        shown = dict.fromkeys([*settings, rep.metric, "accept_length", "output_tok_s", "ratio_to_baseline",
-                               "output_tok_s_ratio_to_baseline"])
-        for key in shown:
-            if key in best:
-                typer.echo(f"  {key}: {best[key]}")
-    else:
-        typer.echo("\nno live trial finished ok")
-    typer.echo(f"\nwrote {', '.join(str(f) for f in rep.files)} (also logged to run {parent.info.run_id} "
-               "under report/)")
+    frame = rep.frame
+    live_ok = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame
+    settings = varying_settings(live_ok) if len(live_ok) > 1 else [c for c in SETTING_COLUMNS if c in frame]
+    lines = [*summary_lines(parent, rep), "", *trial_lines(frame, rep.metric, settings), "",
+             "wrote (also logged to the study's run, under report/):", f"  {folder}/"]
+    lines += [f"    {f.name}" for f in rep.files]
+    for line in lines:
+        print(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,13 +1,19 @@
-"""``bisect-eagle reproduce RUN_ID``: run a logged trial again from its logged settings and compare metrics."""
+"""``bisect-eagle reproduce RUN_ID``: measure a logged trial again, beside a fresh baseline, and say whether it
+reproduced: its ratio to the new baseline against the ratio it was logged with, within ``--tolerance``.
+
+Its runs go to the experiment ``<spec name> / reproduce`` (apart from the search's trials): a parent run whose
+description holds the verdict, and two children (the fresh baseline, the trial measured again).
+"""
 
 from __future__ import annotations
 
-import typer
-from rich.console import Console
-from rich.table import Table
+import json
+from typing import Any
 
-from bisect_eagle.cli.common import print_json
-from bisect_eagle.cli.run import quiet_libraries, sigterm_as_exit
+import typer
+
+from bisect_eagle.cli.common import print_json, quiet_libraries, sigterm_as_exit
+from bisect_eagle.cli.report import URI_HELP, num
 
 
 def compare(old: dict[str, float], new: dict[str, float]) -> list[dict[str, float | str | None]]:
@@ -19,46 +25,84 @@ def compare(old: dict[str, float], new: dict[str, float]) -> list[dict[str, floa
     return rows
 
 
+def verdict(*, metric: str, old_ratio: float | None, new_ratio: float | None, tolerance: float) -> dict[str, Any]:
+    """Whether the trial's ratio to a fresh baseline matches the ratio it was logged with, within ``tolerance``."""
+    if old_ratio is None or new_ratio is None:
+        return {"reproduced": False, "diff": None,
+                "text": f"not reproduced: no {metric} ratio to compare (a trial or a baseline failed)"}
+    diff = new_ratio / old_ratio - 1
+    within = abs(diff) <= tolerance
+    ratios = f"{metric} {new_ratio:.2f}x baseline now, {old_ratio:.2f}x when logged"
+    text = (f"reproduced within {100 * abs(diff):.1f} % ({ratios})" if within else
+            f"not reproduced: off by {100 * diff:+.1f} %, more than {100 * tolerance:g} % ({ratios})")
+    return {"reproduced": within, "diff": diff, "text": text}
+
+
 def reproduce(
-    run_id: str = typer.Argument(..., help="MLflow run id of a live or baseline trial."),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
-                                     "sqlite:///mlruns/mlflow.db)."),
+    run_id: str = typer.Argument(..., help="MLflow run id of a live trial."),
+    tracking_uri: str = typer.Option(None, help=URI_HELP),
     repeats: int = typer.Option(None, min=1, help="Measurements (median) instead of the study's search.repeats."),
+    tolerance: float = typer.Option(0.1, min=0, help="Largest relative difference of the ratio to the baseline "
+                                    "that counts as reproduced."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Re-run a logged trial from its logged settings and compare old and new metrics (secrets come from $ENV)."""
+    """Measure a logged trial again beside a fresh baseline; say whether its gain over the baseline reproduced."""
     from bisect_eagle.engines import make_engine
-    from bisect_eagle.tracking import Tracking, resolve_tracking_uri
-    from bisect_eagle.trials import TrialContext, run_live_trial, settings_of_run, spec_of_study
+    from bisect_eagle.search.study.parent import resolved_spec
+    from bisect_eagle.tracking import NOTE, Tracking, resolve_tracking_uri
+    from bisect_eagle.trials import (
+        TrialContext,
+        deployment_tags,
+        ratio_name,
+        run_live_trial,
+        settings_of_run,
+        spec_of_study,
+    )
 
     quiet_libraries()
     sigterm_as_exit()
-    tracking, run = Tracking.of_run(resolve_tracking_uri(tracking_uri), run_id)
-    settings, parent_id = settings_of_run(tracking, run)
-    spec = spec_of_study(tracking, parent_id)
+    say = (lambda m: None) if as_json else (lambda m: typer.echo(m, err=True))
+    store, run = Tracking.of_run(resolve_tracking_uri(tracking_uri), run_id)
+    settings, parent_id = settings_of_run(store, run)
+    spec = spec_of_study(store, parent_id)
     if repeats:
         spec.search.repeats = repeats
-    parent = tracking.get_run(parent_id)
-    with make_engine(spec) as engine:
-        ctx = TrialContext(spec, tracking, parent.data.tags.get("study", ""), parent_id, engine=engine,
-                           baseline=parent.data.metrics.get("baseline"), target=parent.data.metrics.get("target"),
-                           baseline_tok_s=parent.data.metrics.get("baseline_output_tok_s"))
-        record = run_live_trial(ctx, engine.plan(settings), stage="reproduce", parent_run_id=parent_id,
+    metric = spec.criterion.metric
+    tracking = Tracking.open(store.uri, f"{spec.name} / reproduce", description=(
+        f"bisect-eagle reproduce: trials of spec {spec.name!r} measured again beside a fresh baseline."))
+    parent = tracking.start_run(f"reproduce {run.info.run_name}", {"role": "reproduce", "reproduces": run_id,
+                                                                   **deployment_tags(spec)})
+    tracking.log_texts(parent, {"spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})
+    with tracking.run_guard(parent), make_engine(spec) as engine:
+        ctx = TrialContext(spec, tracking, f"reproduce-{parent[:8]}", parent, engine=engine)
+        n = spec.search.repeats
+        say(f"1/2 measuring a fresh baseline (no speculation, {n} run{'s' if n != 1 else ''}) ...")
+        base_settings = spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"})
+        base = run_live_trial(ctx, engine.plan(base_settings), stage="baseline", parent_run_id=parent)
+        if base.status == "ok":
+            ctx.baseline, ctx.baseline_tok_s = base.metrics[metric], base.metrics["output_tok_s"]
+        say(f"2/2 measuring run {run_id[:8]} again ({run.info.run_name}) ...")
+        record = run_live_trial(ctx, engine.plan(settings), stage="reproduce", parent_run_id=parent,
                                 tags={"reproduces": run_id})
+    got = verdict(metric=metric, old_ratio=run.data.metrics.get(ratio_name(metric), run.data.metrics.get(
+        "ratio_to_baseline")), new_ratio=record.metrics.get(ratio_name(metric)), tolerance=tolerance)
+    tracking.log(parent, metrics={"ratio_diff": got["diff"]} if got["diff"] is not None else {},
+                 tags={"outcome": "reproduced" if got["reproduced"] else "not reproduced", NOTE: got["text"]})
+    tracking.finish(parent, "FINISHED")
     rows = compare(dict(run.data.metrics), record.metrics)
     if as_json:
-        print_json({"run_id": run_id, "new_run_id": record.run_id, "status": record.status,
-                    "failure_class": record.failure_class, "metrics": rows})
+        print_json({"run_id": run_id, "new_run_id": record.run_id, "baseline_run_id": base.run_id,
+                    "status": record.status, "failure_class": record.failure_class, "verdict": got,
+                    "metrics": rows})
         return
-    table = Table(title=f"reproduce {run_id} -> {record.run_id} ({record.status})")
-    for col in ("metric", "old", "new", "rel. diff"):
-        table.add_column(col, justify="right")
+    print(f"{'metric':<34} {'logged':>10} {'now':>10} {'diff':>8}")
     for r in rows:
         rel = "-" if r["rel_diff"] is None else f"{r['rel_diff']:+.1%}"
-        table.add_row(str(r["metric"]), f"{r['old']:.4g}", f"{r['new']:.4g}", rel)
-    Console().print(table)
+        print(f"{r['metric']!s:<34} {num(r['old']):>10} {num(r['new']):>10} {rel:>8}")
     if record.failure_class:
-        Console().print(f"failed ({record.failure_class}): {record.failure_detail}", markup=False)
+        print(f"failed ({record.failure_class}): {record.failure_detail}")
+    print(got["text"])
+    print(f"runs: {tracking.experiment_name()!r}, run {parent}")
 
 
 def register(app: typer.Typer) -> None:

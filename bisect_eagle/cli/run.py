@@ -1,4 +1,9 @@
-"""``bisect-eagle run``: the staged search of a spec (default: the embedded tiny scenario), logged to MLflow."""
+"""``bisect-eagle run``: the staged search of a spec (default: the embedded tiny scenario), logged to MLflow.
+
+Exit 0 when the target was reached and confirmed, 3 when not (or when the baseline trial failed: one line says
+why, and the study's parent run ends FAILED with the failure class). Every ratio printed names the metric it
+divides (``accept_length ÷ baseline``, ``tok/s ÷ baseline``).
+"""
 
 from __future__ import annotations
 
@@ -69,7 +74,7 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     live = [t for t in out.trials if t["value"] is not None or t["failure_class"]]
     if live:
         table = Table(title=f"stage 2: live trials ({out.metric})")
-        for col in ("trial", "params", out.metric, "x baseline", "state", "run"):
+        for col in ("trial", "params", out.metric, f"{_unit(out.metric)} ÷ baseline", "state", "run"):
             table.add_column(col)
         for t in live:
             ratio = f"{t['value'] / out.baseline:.2f}" if t["value"] is not None and out.baseline else "-"
@@ -78,18 +83,21 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
             table.add_row(str(t["number"]), escape(_short(t["params"])), value, ratio, state, (t["run_id"] or "")[:8])
         console.print(table)
     if out.target_reached:
-        console.print("[green]target reached[/green]")
+        console.print(f"[green]target reached[/green]: {escape(out.verdict)}")
     else:
-        console.print(f"[red]target not reached[/red]: {escape(out.stop_reason)}")
+        console.print(f"[red]target not reached[/red]: {escape(out.stop_reason)}; {escape(out.verdict)}")
     if out.baseline is not None:
         tok_s = f" ({out.baseline_output_tok_s:.1f} tok/s)" if out.baseline_output_tok_s else ""
         console.print(f"baseline {out.metric} {out.baseline:.2f}{tok_s}, target {out.target:.2f}")
     if out.best:
         b = out.best
-        ratio = f" = {b['value'] / out.baseline:.2f}x baseline" if out.baseline else ""
+        unit = _unit(out.metric)
+        ratio = f" ({unit} ÷ baseline = {b['value'] / out.baseline:.2f})" if out.baseline else ""
         tok_s = b["metrics"].get("output_tok_s")
         tok_ratio = b["metrics"].get("output_tok_s_ratio_to_baseline")
-        extra = f", {tok_s:.1f} tok/s" + (f" = {tok_ratio:.2f}x baseline tok/s" if tok_ratio else "") if tok_s else ""
+        extra = ""
+        if tok_s and out.metric != "output_tok_s":
+            extra = f", {tok_s:.1f} tok/s" + (f" (tok/s ÷ baseline = {tok_ratio:.2f})" if tok_ratio else "")
         console.print(f"best: {out.metric} {b['value']:.2f}{ratio}{extra} (run {b['run_id']})")
         for key, value in sorted(b["params"].items()):
             if value not in ({}, None):
@@ -98,6 +106,11 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
                   f"parent run {out.parent_run_id} (study {out.study})")
     console.print(f"see them: bisect-eagle ui --tracking-uri {out.tracking_uri} (runs at "
                   f"#/experiments/{out.experiment_id}/runs); tables and plots: bisect-eagle report", markup=False)
+
+
+def _unit(metric: str) -> str:
+    """The short name of a metric in ratios: ``tok/s`` or ``accept_length``."""
+    return "tok/s" if metric == "output_tok_s" else metric
 
 
 def _short(params: dict[str, Any]) -> str:
@@ -120,6 +133,7 @@ def run(
     """Gate wirings by standalone accuracy, then search live settings to the target (exit 0 reached, 3 not)."""
     from bisect_eagle.engines import make_engine
     from bisect_eagle.search.study import Options, resolve_storage, run_study
+    from bisect_eagle.search.study.loop import BaselineFailed
     from bisect_eagle.tracking import resolve_tracking_uri
 
     quiet_libraries()
@@ -130,7 +144,11 @@ def run(
                        tracking_uri=resolve_tracking_uri(tracking_uri, s.storage.tracking_uri),
                        study_name=study_name, resume=resume, max_live_trials=max_live_trials,
                        max_wall_s=max_wall_s, progress=display)
-        out = run_study(s, options=opts, engine_factory=make_engine)
+        try:
+            out = run_study(s, options=opts, engine_factory=make_engine)
+        except BaselineFailed as e:
+            Console(stderr=True).print(f"[red]error[/red]: {escape(str(e))}")
+            raise typer.Exit(EXIT_NOT_REACHED) from None
     finish(out, as_json)
 
 

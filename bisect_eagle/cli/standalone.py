@@ -40,7 +40,10 @@ def standalone(
         raise BadInput(f"--steps: expected a number of draft steps >= 1, found {steps}")
     check_device(device, "--device")
     p = resolve_paths(scenario, draft=draft, dump=dump, target=target)
-    parsed = parse_rule(rule)
+    try:
+        parsed = parse_rule(rule)
+    except BadInput as e:
+        raise BadInput(f"--rule: {e}") from None
     validate_data(target=p["target"], draft=p["draft"], dump=p["dump"], skip_bad=skip_bad)
     loaded = load_draft(p["draft"], target=p["target"], device=device)
     head = TargetHead.load(p["target"])

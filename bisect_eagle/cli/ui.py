@@ -1,4 +1,8 @@
-"""``bisect-eagle ui``: the MLflow UI for the store (``mlflow server`` on 127.0.0.1), with the runs URL."""
+"""``bisect-eagle ui``: the MLflow UI for the store (``mlflow server`` on 127.0.0.1), with two URLs: the newest
+study's parent run (its description is the answer: verdict, best config, export command) and its live trials, best
+first. The runs URL uses the runs page's own query parameters (``searchFilter``, ``orderByKey``, ``orderByAsc``);
+the experiment's ``mlflow.experimentKind`` tag (set by :mod:`bisect_eagle.tracking`) keeps MLflow 3 from opening
+it in GenAI mode, and ``workflowType=machine_learning`` opens the UI in its "Model training" mode."""
 
 from __future__ import annotations
 
@@ -9,10 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 import typer
 
+from bisect_eagle.cli.report import URI_HELP
 from bisect_eagle.errors import BadInput
+
+MODE = {"workflowType": "machine_learning"}  # the UI's "Model training" mode (its mode switch sets this parameter)
 
 
 def server_argv(tracking_uri: str, port: int) -> list[str]:
@@ -21,10 +29,24 @@ def server_argv(tracking_uri: str, port: int) -> list[str]:
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
 
 
-def runs_url(port: int, experiment_id: str | None) -> str:
-    """The runs table of an experiment (the experiment page opens on GenAI traces otherwise)."""
+def runs_url(port: int, experiment_id: str | None, *, study: str | None = None, metric: str | None = None) -> str:
+    """The runs table of an experiment; with ``study``, its live trials only, best ``metric`` first."""
     base = f"http://127.0.0.1:{port}/"
-    return f"{base}#/experiments/{experiment_id}/runs" if experiment_id else base
+    if not experiment_id:
+        return base
+    url = f"{base}#/experiments/{experiment_id}/runs"
+    query = dict(MODE)
+    if study is None:
+        return f"{url}?{urlencode(query)}"
+    query["searchFilter"] = f"tags.study = '{study}' and tags.stage = 'live'"
+    if metric:
+        query |= {"orderByKey": f"metrics.`{metric}`", "orderByAsc": "false"}
+    return f"{url}?{urlencode(query, quote_via=quote)}"
+
+
+def run_url(port: int, experiment_id: str, run_id: str) -> str:
+    """One run's page (a study's parent run: the verdict, the best config and its link)."""
+    return f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs/{run_id}?{urlencode(MODE)}"
 
 
 def port_free(port: int) -> bool:
@@ -84,8 +106,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 def ui(
     spec: Path = typer.Argument(None, help="Spec whose experiment to open (default: the embedded tiny scenario spec)."),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else "
-                                     "sqlite:///mlruns/mlflow.db)."),
+    tracking_uri: str = typer.Option(None, help=URI_HELP),
     port: int = typer.Option(5000, min=1, max=65535, help="Port on 127.0.0.1."),
 ) -> None:
     """Serve the MLflow UI for the store and print the runs URL; Ctrl-C stops it."""
@@ -101,12 +122,24 @@ def ui(
     db = sqlite_path(uri)
     if db is not None and not db.is_file():
         raise BadInput(f"--tracking-uri {uri}: no MLflow store there yet (run `bisect-eagle run` first)")
-    experiment = MlflowClient(tracking_uri=uri).get_experiment_by_name(s.name)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(s.name)
+    studies = [] if experiment is None else client.search_runs(
+        [experiment.experiment_id], "tags.role = 'study'", order_by=["attributes.start_time DESC"], max_results=1)
     proc = start_server(uri, port)
     try:
         wait_ready(proc, port)
-        url = runs_url(port, experiment.experiment_id if experiment else None)
-        typer.echo(f"MLflow UI for {uri}: {url}  (Ctrl-C stops it)")
+        print(f"MLflow UI for {uri} (Ctrl-C stops it)")
+        if studies:
+            parent = studies[0]
+            print(f"study {parent.data.tags.get('study')}: the answer (verdict, best config):")
+            print(f"  {run_url(port, experiment.experiment_id, parent.info.run_id)}")
+            print("its live trials, best first:")
+            live = runs_url(port, experiment.experiment_id, study=parent.data.tags.get("study"),
+                            metric=parent.data.params.get("criterion.metric"))
+            print(f"  {live}")
+        else:
+            print(f"  {runs_url(port, experiment.experiment_id if experiment else None)}")
         proc.wait()
     except KeyboardInterrupt:
         typer.echo("stopping the MLflow UI")

@@ -16,21 +16,27 @@ def worker(
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the "
                                      "one the study was created with)."),
     study_name: str = typer.Option(None, help="Study to join (default: the spec's latest)."),
-    wait_s: float = typer.Option(1800, min=0, help="How long to wait for the study's stage 1 and baseline."),
+    wait_s: float = typer.Option(1800, min=0, help="How long to wait for the study (its `run` may still be "
+                                 "starting), its stage 1 and baseline."),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
 ) -> None:
     """Join a study's live search: shared budget and stop, never a config another worker ran (exit 0/3)."""
     import os
 
-    from bisect_eagle.engines import make_engine
-    from bisect_eagle.search.study import Options, join_study, resolve_storage
+    from bisect_eagle.stores import check_stores
 
     quiet_libraries()
     sigterm_as_exit()
     s = load_spec_or_default(spec)
+    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    check_stores(storage=storage or s.storage.optuna, tracking_uri=tracking_uri)  # seconds, before the heavy imports
+
+    from bisect_eagle.engines import make_engine
+    from bisect_eagle.search.study import Options, join_study, resolve_storage
+
     with Display(enabled=not as_json) as display:
         opts = Options(storage=resolve_storage(storage, s),
-                       tracking_uri=tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
+                       tracking_uri=tracking_uri,
                        study_name=study_name, progress=display)
         out = join_study(s, options=opts, engine_factory=make_engine, wait_s=wait_s)
     finish(out, as_json)

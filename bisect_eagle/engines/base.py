@@ -9,11 +9,16 @@ warm-up requests excluded, wall-clock output tokens per second over the measured
 per verify step (accepted drafts + the bonus token), and the effective settings next to the requested ones.
 A trial that fails is a result with ``status = "failed"`` and a failure class, never an exception, so a
 study goes on; only bad input raises (:class:`~bisect_eagle.errors.BadInput`).
+
+An engine that can run the baseline and a speculative config on the same prompts, interleaved per prompt,
+implements :meth:`Engine.run_paired` (the local engine does): a :class:`PairedResult` with the geometric mean
+of the per-prompt tok/s ratios and its confidence interval, which a drift of the machine's load cancels from.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -91,6 +96,40 @@ class TrialResult:
         return d
 
 
+@dataclass
+class PairedResult:
+    """A speculative trial and the baseline on the same prompts, interleaved per prompt (:meth:`Engine.run_paired`).
+
+    ``ratios[i]`` is prompt i's speculative tok/s ÷ its baseline tok/s; ``speedup`` their geometric mean;
+    ``lower``/``upper`` its two-sided ``confidence`` interval (Student t on the log ratios; equal to
+    ``speedup`` with fewer than two prompts).
+    """
+
+    candidate: TrialResult
+    baseline: TrialResult
+    ratios: list[float]
+    speedup: float
+    lower: float
+    upper: float
+    confidence: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"speedup": self.speedup, "lower": self.lower, "upper": self.upper, "confidence": self.confidence,
+                "ratios": self.ratios}
+
+
+def paired_speedup(ratios: list[float], *, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(geometric mean, lower, upper) of positive per-prompt ratios: a Student-t interval on their logs."""
+    from scipy.stats import t
+
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), math.exp(mean), math.exp(mean)
+    half = float(t.ppf(0.5 + confidence / 2, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
 def failed(engine: str, requested: dict, effective: dict, cls: str, detail: str, **extra: Any) -> TrialResult:
     """A failed trial of a known class."""
     if cls not in FAILURE_CLASSES:
@@ -117,6 +156,11 @@ class Engine(abc.ABC):
 
         A refused plan (``plan.refusal``) raises :class:`~bisect_eagle.errors.BadInput`; callers check first.
         """
+
+    def run_paired(self, plan: TrialPlan, baseline: TrialPlan, *, confidence: float = 0.95) -> PairedResult | None:
+        """``plan`` and the no-speculation ``baseline`` on the same prompts, interleaved per prompt; None when
+        this engine cannot pair them (each is then measured with :meth:`run`)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release models, servers and ports."""

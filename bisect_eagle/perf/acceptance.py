@@ -300,7 +300,7 @@ def wiring_key(layer_ids: Sequence[int] | None, algorithm: str = "EAGLE3") -> tu
 
 
 def fit_rank_decay(observations: Sequence[tuple[np.ndarray, int, int, int, float]],
-                   grid: Sequence[float] = tuple(np.linspace(0.05, 0.95, 19))) -> float | None:
+                   grid: Sequence[float] = tuple(round(0.05 * i, 2) for i in range(1, 20))) -> float | None:
     """``ρ`` minimising the squared relative error of tree accept lengths.
 
     Each observation is ``(p, num_steps, topk, num_draft_tokens, measured accept length)`` with ``p`` the

@@ -32,6 +32,7 @@ uncertainty is the delta-method relative sd of its seconds (:meth:`CostModel.rel
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -220,7 +221,8 @@ class CostModel:
 
         z0 = np.concatenate([theta0, np.zeros(len(keys) * ng)])
         lower = np.concatenate([np.zeros(nt), np.full(len(keys) * ng, -np.inf)])
-        sol = least_squares(fun, z0, jac=jac, bounds=(lower, np.inf), method="trf", x_scale="jac")
+        sol = least_squares(fun, z0, jac=jac, bounds=(lower, np.inf), method="trf", x_scale="jac",
+                            loss=os.environ.get("LOSS", "linear"), f_scale=float(os.environ.get("FS", "0.05")))
         resid = fun(sol.x)[: len(y)] / np.maximum(sw, 1e-12)
         nu0 = self.sigma_prior_dof
         sigma = math.sqrt((nu0 * self.sigma_prior**2 + float(np.sum(w * resid**2))) / (nu0 + float(np.sum(w))))

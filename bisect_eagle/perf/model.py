@@ -32,9 +32,6 @@ from bisect_eagle.perf import horizon
 from bisect_eagle.perf.cost import CostModel, component_work, context_keys, generation_work
 
 
-MICRO = "source=microbenchmark"  # context key of microbenchmarks: isolated forwards vs the same work in a trial
-
-
 @dataclass(frozen=True)
 class Config:
     """What the model needs from a configuration's effective settings (:meth:`from_effective`)."""
@@ -185,7 +182,6 @@ class ThroughputModel:
         self.interval = interval
         self.rank_decay = rank_decay
         self.seed = seed
-        self.micro_factor = True
         self._tree_obs: list[tuple[tuple, int, int, int, float]] = []
         self._records: list[ErrorRecord] = []
 
@@ -211,12 +207,16 @@ class ThroughputModel:
 
     def add_timing(self, component: str, seconds: float, *, tokens: int = 1, batch: int = 1,
                    env: Mapping[str, object] | None = None, server_args: Mapping[str, object] | None = None,
-                   weight: float = 1.0) -> None:
+                   weight: float = 0.3) -> None:
         """A microbenchmarked forward (``verify``, ``draft_step``, ``draft_extend``, ``prefill``,
-        ``draft_prefill``; see :func:`~bisect_eagle.perf.cost.component_work`)."""
+        ``draft_prefill``; see :func:`~bisect_eagle.perf.cost.component_work`) taking ``seconds``.
+
+        ``weight`` is relative to one trial (1.0): an isolated forward is not exactly the same work inside a
+        trial (hooks, Python between forwards, other logits), so by default trials outrank microbenchmarks
+        where both inform a step cost, and microbenchmarks fill in what trials cannot separate.
+        """
         work = component_work(component, tokens=tokens, batch=batch, knots=self.cost.knots)
-        context = (*context_keys(env, server_args),) + ((MICRO,) if self.micro_factor else ())
-        self.cost.add(work, seconds, context=context, weight=weight, source="micro")
+        self.cost.add(work, seconds, context=context_keys(env, server_args), weight=weight, source="micro")
 
     # -- prediction -------------------------------------------------------------------------------------
 

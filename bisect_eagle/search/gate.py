@@ -10,6 +10,7 @@ the dump's states are ``dump_layer_ids`` plus the final state (id ``N - 1``), an
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from bisect_eagle.dumps import DumpReader, Sample
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec import Spec
 from bisect_eagle.standalone import StandaloneResult, evaluate
+from bisect_eagle.tracking import Tracking
 from bisect_eagle.wiring import EMB, parse_rule
 
 
@@ -53,6 +55,12 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def scores(self) -> dict[str, Any]:
+        """What scoring alone says (no gate decision: that needs every wiring's score)."""
+        d = self.to_json()
+        d.pop("passed")
+        return d
 
 
 def dump_ids(spec: Spec, num_layers: int) -> list[int]:
@@ -179,3 +187,15 @@ def apply_gate(verdicts: list[Verdict], margin: float, reference: float | None) 
     for v in verdicts:
         v.passed = v.accuracy >= ref - margin
     return ref
+
+
+def record_gate(tracking: Tracking, verdicts: list[Verdict], *, reference: float, margin: float) -> None:
+    """Write the gate's decision onto each verdict's run: ``standalone.json`` and the ``verdict`` tag rewritten
+    with ``passed``, the tag ``gate`` (pass | reject), the metrics ``gate_reference`` and ``gate_threshold``."""
+    for v in verdicts:
+        if v.run_id is None:
+            continue
+        body = {**v.to_json(), "gate": {"reference": reference, "margin": margin, "threshold": reference - margin}}
+        tracking.log_texts(v.run_id, {"standalone.json": json.dumps(body, indent=2)})
+        tracking.log(v.run_id, metrics={"gate_reference": reference, "gate_threshold": reference - margin},
+                     tags={"gate": "pass" if v.passed else "reject", "verdict": json.dumps(v.to_json())})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from bisect_eagle.tracking import Tracking
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = ROOT / "experiments" / "tiny.yaml"
 BAD = ROOT / "experiments" / "tiny-broken.yaml"
-PLANTED = {"eagle_aux_hidden_state_layer_ids", "num_steps"}  # the seeds' two mistakes, see tiny-broken.yaml
+PLANTED = {"eagle_aux_hidden_state_layer_ids", "num_steps"}  # the incident's two mistakes, see tiny-broken.yaml
 FAST = ["--set", "num_prompts=2", "--set", "warmup_prompts=0", "--set", "max_new_tokens=16"]  # accept length only
 CLI = ("import sys; from bisect_eagle import cli; from bisect_eagle.cli import bisect as m; "
        "'bisect' in {c.name for c in cli.app.registered_commands} or m.register(cli.app); cli.main()")
@@ -79,6 +80,14 @@ def test_one_child_run_per_probe_under_the_parent(first):
     assert parent.data.tags["outcome"] == "isolated"
     assert set(parent.data.tags["culprits"].split(",")) == PLANTED
     assert {r.data.tags["bisect_outcome"] for r in children} == {"GOOD", "BAD"}
+    assert tracking.experiment_name().endswith(" / bisect")  # apart from the search's trials
+    names = [r.info.run_name for r in children]
+    assert len(set(names)) == len(names)
+    assert all(re.fullmatch(r"probe \d\d (\+\S+|good config): (GOOD|BAD)", n) for n in names), names
+    note = parent.data.tags["mlflow.note.content"]
+    assert "**Breaking sets**" in note and "- `num_steps`" in note and "**Repair set**" in note
+    assert note.count("](#/experiments/") == len(report["probes"])  # the evidence: one linked row per probe
+    assert "probes.png" in {a.path for a in tracking.client.list_artifacts(report["parent_run_id"])}
 
 
 def test_rerun_costs_nothing_and_replay_follows_edited_marks(first):

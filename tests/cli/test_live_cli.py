@@ -49,8 +49,20 @@ def test_dry_run_prints_the_real_deployment_without_launching(tmp_path):
     assert not (tmp_path / "mlruns").exists()  # nothing written
 
 
-def test_dry_run_needs_an_sglang_spec(tmp_path):
-    out = _cli("live", "--scenario", "tiny", "--dry-run", cwd=tmp_path)
-    assert out.returncode == 2 and "give --spec FILE" in out.stderr
-    out = _cli("live", "--spec", str(ROOT / "experiments" / "tiny.yaml"), "--dry-run", cwd=tmp_path)
-    assert out.returncode == 2 and "'engine.kind' is 'local'" in out.stderr
+def test_a_local_dry_run_prints_its_plan_and_writes_nothing(tmp_path):
+    for args in (["--scenario", "tiny"], ["--spec", str(ROOT / "experiments" / "tiny.yaml")]):
+        out = _cli("live", *args, "--dry-run", "--set", "num_steps=2", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("# engine local, fingerprint ") and "# effective num_steps = 2" in out.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_live_run_needs_the_prompts_here_but_a_dry_run_does_not(tmp_path):
+    """glm5-8gpu.yaml names paths of the GPU node: a dry run plans it anywhere, a live run says what is missing."""
+    spec = ROOT / "experiments" / "glm5-8gpu.yaml"
+    out = _cli("live", "--spec", str(spec), "--json", cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    line = out.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line
+    assert str(spec) in line and "'prompts'" in line and "/data/glm5-eagle3/bench-prompts.jsonl" in line
+    assert list(tmp_path.iterdir()) == []

@@ -28,7 +28,10 @@ def tiny_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]
 
 def test_default_run_selects_the_true_wiring_and_reaches_the_target(tiny_run):
     cwd, _, out = tiny_run
-    assert out["target_reached"] and out["stop_reason"] == "target reached"
+    assert out["target_reached"] and out["stop_reason"].startswith("target reached (confirmed, bound 4.")
+    confirmation = out["confirmation"]  # accept length is deterministic: two pairs, the bound is the value
+    assert confirmation["status"] == "confirmed" and confirmation["pairs"] == 2
+    assert confirmation["candidate"] == [out["best"]["value"]] * 2 and confirmation["baseline"] == [1.0, 1.0]
     assert out["best"]["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
     assert out["best"]["metrics"]["accept_length"] >= out["target"] == pytest.approx(4.5)
     gate = {tuple(v["layer_ids"]): v["passed"] for v in out["gate"]}
@@ -47,6 +50,8 @@ def test_resume_of_a_finished_study_measures_nothing_new_and_prints_where_runs_a
     text = done.stdout
     assert "target reached" in text and f"parent run {out['parent_run_id']}" in text
     assert "best: accept_length" in text and "eagle_aux_hidden_state_layer_ids: [1, 5, 9]" in text
+    assert "accept_length ÷ baseline" in text and "x baseline" not in text  # ratios name what they divide
+    assert "reached (confirmed, bound" in text
     assert f"#/experiments/{out['experiment_id']}/runs" in text
 
 
@@ -73,7 +78,7 @@ def test_report_writes_table_best_and_plots(tiny_run):
     assert rep["parent_run_id"] == out["parent_run_id"] and rep["best"]["run_id"] == out["best"]["run_id"]
     assert {Path(f).name for f in rep["files"]} >= {"trials.csv", "accept_length_per_setting.png"}
     assert all(Path(f).is_file() for f in rep["files"])
-    assert {t["stage"] for t in rep["trials"]} == {"standalone", "baseline", "live"}
+    assert {t["stage"] for t in rep["trials"]} <= {"standalone", "baseline", "live", "confirm"}
 
 
 def test_reproduce_reruns_a_trial_and_compares(tiny_run):
@@ -95,3 +100,32 @@ def test_bad_spec_is_one_line_and_exit_2(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "search.max_live_trials" in lines[0]
     assert str(spec) in lines[0]
+
+
+def test_failed_baseline_is_one_line_and_exit_3(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import bisect_eagle.search.study as study
+    from bisect_eagle.cli import app
+    from bisect_eagle.search.study.loop import BaselineFailed
+
+    def fail(spec, *, options, engine_factory):
+        raise BaselineFailed("the baseline trial failed (out_of_memory): CUDA OOM; see run abc", run_id="abc",
+                             failure_class="out_of_memory")
+
+    monkeypatch.setattr(study, "run_study", fail)
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(app, ["run", "--json"])
+    assert done.exit_code == 3
+    assert "the baseline trial failed (out_of_memory)" in done.output and "Traceback" not in done.output
+
+
+def test_two_runs_beside_cpu_burners_agree(tmp_path):
+    """The short version of scripts/check_under_load.py: two runs of the tiny spec (two live trials each)
+    beside two busy loops reach the same verdict and best wiring; the burners are gone afterwards."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "check_under_load.py"
+    done = subprocess.run([sys.executable, str(script), "--runs", "2", "--burners", "2", "--max-live-trials", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0 and summary["same"], done.stdout + done.stderr[-2000:]
+    assert [r["best_wiring"] for r in summary["runs"]] == [[1, 5, 9], [1, 5, 9]]

@@ -84,7 +84,7 @@ def test_lossless_with_random_draft_eos_and_one_token_prompt(tiny, models, basel
     assert SpeculativeDecoder(model, models[1], None, 3).generate(one, 10).tokens == expected
 
 
-@pytest.mark.parametrize("steps", [3, 15])  # SGLang's chain default; the seeds' 16 draft tokens
+@pytest.mark.parametrize("steps", [3, 15])  # SGLang's chain default; the incident's 16 draft tokens
 def test_true_wiring_accepts_more_than_wrong_ones(models, steps):
     model, draft, prompts = models
 
@@ -94,7 +94,7 @@ def test_true_wiring_accepts_more_than_wrong_ones(models, steps):
 
     true = accept_length([1, 5, 9])
     assert true > 1.5
-    for wrong in ([5, 9, 11], [-1, 1, 5]):  # the seeds' [1:] and embedding-first wirings: >= 25% lower
+    for wrong in ([5, 9, 11], [-1, 1, 5]):  # the incident's [1:] and embedding-first wirings: >= 25% lower
         assert accept_length(wrong) < 0.75 * true
     for shifted in ([0, 4, 8], [2, 6, 10]):  # ids off by one: lower, by less
         assert 0.75 * true < accept_length(shifted) < true
@@ -188,6 +188,25 @@ def test_baseline_trial(engine):
     assert result.accept_rate_per_position == []
 
 
+def test_paired_run_interleaves_the_same_prompts_and_reports_the_geometric_mean_speedup(engine):
+    import math
+
+    spec = engine.plan(LiveSettings(num_steps=3, **{**FAST, "num_prompts": 3}))
+    base = engine.plan(LiveSettings(speculative_algorithm="none", **{**FAST, "num_prompts": 3}))
+    paired = engine.run_paired(spec, base)
+    cand, ref = paired.candidate, paired.baseline
+    assert [r.id for r in cand.requests] == [r.id for r in ref.requests] == [p.id for p in engine._prompts[1:4]]
+    # greedy speculative decoding is lossless: the same tokens per prompt, fewer verify steps
+    assert [r.completion_tokens for r in cand.requests] == [r.completion_tokens for r in ref.requests]
+    assert cand.accept_length > 1.0 == ref.accept_length
+    expected = [(a.completion_tokens / a.latency_s) / (b.completion_tokens / b.latency_s)
+                for a, b in zip(cand.requests, ref.requests, strict=True)]
+    assert paired.ratios == pytest.approx(expected)
+    assert paired.speedup == pytest.approx(math.exp(sum(map(math.log, expected)) / 3))
+    assert paired.lower <= paired.speedup <= paired.upper and paired.confidence == 0.95
+    assert cand.effective["aux_hidden_state_indices"] == [2, 6, 10] and ref.effective["num_steps"] == 0
+
+
 def test_eagle_with_eagle3_draft_runs_like_sglang(engine):
     result = run(engine, speculative_algorithm="EAGLE", eagle_aux_hidden_state_layer_ids=[1, 5, 9], **FAST)
     true = run(engine, **FAST)
@@ -204,7 +223,6 @@ def test_eagle_with_eagle3_draft_runs_like_sglang(engine):
         ({"eagle_aux_hidden_state_layer_ids": [1, 5, 12]}, r"12 is outside \[-1, 11\]"),
         ({"eagle_aux_hidden_state_layer_ids": [-2, 1, 5]}, r"-2 is outside \[-1, 11\]"),
         ({"eagle_aux_hidden_state_layer_ids": [1, 5]}, r"has 2 ids, but the draft's fc was trained on 3"),
-        ({"eagle_aux_hidden_state_layer_ids": [1, 5, 5]}, "repeats an id"),
         ({"topk": 2, "num_draft_tokens": 6}, "tree drafting"),
         ({"temperature": 0.7}, "decodes greedily"),
         ({"num_prompts": 30}, "but the file has only"),
@@ -214,6 +232,11 @@ def test_eagle_with_eagle3_draft_runs_like_sglang(engine):
 def test_clear_errors(engine, settings, message):
     with pytest.raises(BadInput, match=message):
         run(engine, **{**FAST, **settings})
+
+
+def test_repeated_ids_are_refused_before_any_plan():
+    with pytest.raises(ValueError, match="layer id 5 repeats"):
+        LiveSettings(eagle_aux_hidden_state_layer_ids=[1, 5, 5])
 
 
 def test_decoder_refuses_zero_steps(models):

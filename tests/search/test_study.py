@@ -26,6 +26,7 @@ target: t
 draft: d
 dump: u
 prompts: p.jsonl
+engine: {{kind: sglang}}  # the paths are not read (the fake engine replaces it); sglang specs may name absent ones
 baseline: measure
 criterion: {{metric: output_tok_s, ratio: {ratio}}}
 space:
@@ -66,16 +67,26 @@ def test_reaches_target_without_measuring_a_config_twice(tmp_path, store):
     spec = load_spec(make_spec(tmp_path, "reach"))
     engine = FakeEngine()
     out = search(spec, engine, store)
-    assert out.target_reached and out.stop_reason == "target reached"
+    assert out.target_reached and out.stop_reason.startswith("target reached (confirmed, bound ")
+    assert out.verdict.startswith("reached (confirmed, bound 2.")
     assert out.best["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
     assert out.best["value"] >= out.target == pytest.approx(200.0)
-    assert out.best["metrics"]["ratio_to_baseline"] >= 2.0
-    runs = live_fingerprints(engine)
-    assert len(runs) == len(set(runs)) == out.counts["live_measured"]
+    assert out.best["metrics"]["output_tok_s_ratio_to_baseline"] >= 2.0
+    pairs = out.confirmation["pairs"]
+    assert pairs == 3 and out.confirmation["lower"] >= 2.0  # no noise: the first look confirms
+    runs = Counter(live_fingerprints(engine))  # every config once; the winner again in each pair
+    best = (tuple(out.best["params"]["eagle_aux_hidden_state_layer_ids"]), out.best["params"]["num_steps"])
+    assert runs.pop(best) == 1 + pairs and set(runs.values()) <= {1}
+    assert len(runs) + 1 == out.counts["live_measured"]
     tracking = Tracking.open(store["tracking"], "reach")
     children = tracking.child_runs(out.parent_run_id)
     stages = Counter(r.data.tags["stage"] for r in children)
-    assert stages == {"baseline": 1, "live": out.counts["live_measured"]}
+    assert stages == {"baseline": 1, "live": out.counts["live_measured"], "confirm": 2 * pairs}
+    roles = Counter(r.data.tags["confirm_role"] for r in children if r.data.tags["stage"] == "confirm")
+    assert roles == {"candidate": pairs, "baseline": pairs}
+    parent = tracking.get_run(out.parent_run_id)
+    assert parent.data.metrics["confirm_bound"] >= 2.0 and parent.data.metrics["baseline_drift"] == pytest.approx(1.0)
+    assert parent.data.tags["confirmation"].startswith("confirmed, bound")
     assert all(r.info.status == "FINISHED" for r in children)
     study = optuna.load_study(storage=store["storage"], study_name=out.study)
     measured = [t for t in study.trials if "mlflow_run_id" in t.user_attrs]

@@ -6,6 +6,10 @@ none are given; fields the local engine ignores (``concurrency``, ``env``, ``ser
 effective settings, so trials differing only in them are one trial. Refused: tree drafting (``topk > 1``),
 sampling (``temperature != 0``), ids out of range, repeated or of the wrong count for the draft's ``fc``, a
 device this machine does not have.
+
+Paired (:meth:`LocalEngine.run_paired`): the baseline and the speculative config decode the same prompts one
+after the other, in alternating order (baseline first on even prompts), so a change of the machine's load
+hits both sides of a prompt alike; the speedup is the geometric mean of the per-prompt tok/s ratios.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import torch
 from bisect_eagle import layers
 from bisect_eagle.devices import check_device
 from bisect_eagle.draft import LoadedDraft, load_draft, read_draft_config
-from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
-from bisect_eagle.engines.local.decoder import SpeculativeDecoder, accept_rates
+from bisect_eagle.engines.base import Engine, PairedResult, RequestRecord, TrialResult, failed, paired_speedup
+from bisect_eagle.engines.local.decoder import Generation, SpeculativeDecoder, accept_rates
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.prompts import Prompt, load_prompts
@@ -118,13 +122,11 @@ class LocalEngine(Engine):
     def close(self) -> None:
         self._models.clear()
 
-    def run(self, plan: TrialPlan) -> TrialResult:
-        """One live trial: warm-up requests, then the measured ones, each decoded to completion."""
+    def _decoder(self, plan: TrialPlan) -> tuple[SpeculativeDecoder, dict[str, Any]]:
+        """The decoder of a (checked) plan and its effective settings with the capture indices."""
         if plan.refusal is not None:
             raise BadInput(plan.refusal)
-        s = plan.settings
-        requested, effective = plan.requested, dict(plan.effective)
-        warnings = list(plan.warnings)
+        s, effective = plan.settings, dict(plan.effective)
         model, draft = self._load(s.device, s.dtype)
         baseline = s.is_baseline
         algorithm = "EAGLE3" if baseline else s.speculative_algorithm
@@ -132,24 +134,67 @@ class LocalEngine(Engine):
         decoder = SpeculativeDecoder(model, None if baseline else draft, ids, effective["num_steps"], s.device,
                                      algorithm)
         effective["aux_hidden_state_indices"] = None if baseline else decoder.indices
+        return decoder, effective
+
+    def _one(self, decoder: SpeculativeDecoder, p: Prompt, max_new_tokens: int) -> tuple[RequestRecord, Generation]:
+        t0 = time.perf_counter()
+        g = decoder.generate(p.input_ids, max_new_tokens, self.eos_token_id)
+        return RequestRecord(p.id, len(p.input_ids), len(g.tokens), g.verify_steps, time.perf_counter() - t0), g
+
+    def _failure(self, plan: TrialPlan, effective: dict[str, Any], e: RuntimeError) -> TrialResult:
+        if isinstance(e, torch.cuda.OutOfMemoryError):
+            return failed(self.name, plan.requested, effective, "out_of_memory", str(e), warnings=list(plan.warnings))
+        return failed(self.name, plan.requested, effective, "crash_during_benchmark", f"{type(e).__name__}: {e}",
+                      warnings=list(plan.warnings))
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        """One live trial: warm-up requests, then the measured ones, each decoded to completion."""
+        decoder, effective = self._decoder(plan)
+        s = plan.settings
         warm, measured = self._split_prompts(s)
         try:
             for p in warm:
                 decoder.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
             start = time.perf_counter()
-            records, gens = [], []
-            for p in measured:
-                t0 = time.perf_counter()
-                g = decoder.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
-                records.append(RequestRecord(p.id, len(p.input_ids), len(g.tokens), g.verify_steps,
-                                             time.perf_counter() - t0))
-                gens.append(g)
+            done = [self._one(decoder, p, s.max_new_tokens) for p in measured]
             wall = time.perf_counter() - start
-        except torch.cuda.OutOfMemoryError as e:
-            return failed(self.name, requested, effective, "out_of_memory", str(e), warnings=warnings)
-        except RuntimeError as e:
-            return failed(self.name, requested, effective, "crash_during_benchmark", f"{type(e).__name__}: {e}",
-                          warnings=warnings)
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
+            return self._failure(plan, effective, e)
+        return self._result(plan, effective, decoder, done, wall)
+
+    def run_paired(self, plan: TrialPlan, baseline: TrialPlan, *, confidence: float = 0.95) -> PairedResult | None:
+        """``plan`` and ``baseline`` on the same prompts, interleaved per prompt (module docstring).
+
+        None when either fails (run them alone to see why). The prompts and their counts are ``plan``'s.
+        """
+        spec_dec, spec_eff = self._decoder(plan)
+        base_dec, base_eff = self._decoder(baseline)
+        s = plan.settings
+        warm, measured = self._split_prompts(s)
+        sides: dict[str, list[tuple[RequestRecord, Generation]]] = {"spec": [], "base": []}
+        try:
+            for p in warm:
+                spec_dec.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
+                base_dec.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
+            for i, p in enumerate(measured):
+                order = (("base", base_dec), ("spec", spec_dec)) if i % 2 == 0 else (("spec", spec_dec),
+                                                                                     ("base", base_dec))
+                for side, decoder in order:
+                    sides[side].append(self._one(decoder, p, s.max_new_tokens))
+        except RuntimeError:
+            return None
+        ratios = [(a.completion_tokens / a.latency_s) / (b.completion_tokens / b.latency_s)
+                  for (a, _), (b, _) in zip(sides["spec"], sides["base"], strict=True)]
+        speedup, lower, upper = paired_speedup(ratios, confidence=confidence)
+        cand = self._result(plan, spec_eff, spec_dec, sides["spec"], sum(r.latency_s for r, _ in sides["spec"]))
+        base = self._result(baseline, base_eff, base_dec, sides["base"], sum(r.latency_s for r, _ in sides["base"]))
+        return PairedResult(cand, base, ratios, speedup, lower, upper, confidence)
+
+    def _result(self, plan: TrialPlan, effective: dict[str, Any], decoder: SpeculativeDecoder,
+                done: list[tuple[RequestRecord, Generation]], wall: float) -> TrialResult:
+        """The trial's metrics from its measured requests."""
+        records, gens = [r for r, _ in done], [g for _, g in done]
+        requested, warnings = plan.requested, list(plan.warnings)
         tokens = sum(r.completion_tokens for r in records)
         verify = sum(r.verify_steps for r in records)
         return TrialResult(

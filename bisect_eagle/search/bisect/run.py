@@ -10,6 +10,10 @@ The report answers two questions separately (see :mod:`~bisect_eagle.search.bise
 They differ when changes interact: two changes that fail only together are one breaking set of two, and
 reverting either one repairs the bad configuration.
 
+Its runs live in their own experiment (``<spec name> / bisect``), apart from the search's trials: a parent run
+whose description states the breaking sets, the repair set and the probe table, with a plot of the probes against
+the limit; a child per probe, named ``probe NN +changes: OUTCOME``.
+
 Nothing secret is written or printed: change values come from the plans (redacted), ``--set`` values are
 redacted, and every text (log, ``result.json``, the report, progress lines) is scrubbed of the secret
 values of both configurations and of this process's environment.
@@ -18,6 +22,7 @@ values of both configurations and of this process's environment.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -28,6 +33,7 @@ from typing import Any
 from bisect_eagle.engines import make_engine
 from bisect_eagle.engines.base import Engine
 from bisect_eagle.errors import BadInput
+from bisect_eagle.report import plot_probes
 from bisect_eagle.search.bisect.changes import Change, explain_no_changes, list_changes
 from bisect_eagle.search.bisect.ddmin import (
     BisectProgress,
@@ -44,8 +50,8 @@ from bisect_eagle.search.bisect.log import BisectLog, ParsedLog, parse_log
 from bisect_eagle.search.bisect.prober import Prober, ProbeRecord, make_planner
 from bisect_eagle.secrets import REDACTED, Scrubber, redact_mapping
 from bisect_eagle.spec import Spec, check_setting_name
-from bisect_eagle.tracking import Tracking, resolve_tracking_uri
-from bisect_eagle.trials import TrialContext
+from bisect_eagle.tracking import NOTE, Tracking, resolve_tracking_uri
+from bisect_eagle.trials import TrialContext, deployment_tags
 
 
 @dataclass
@@ -207,17 +213,22 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
         if parsed is not None:
             replayed = _check_replay(parsed, changes, opts.replay)
             judge.restore(parsed.header.get("reference"), parsed.header.get("noise"))
-        tracking = Tracking.open(uri, spec.name)
+        tracking = Tracking.open(uri, bisect_experiment(spec.name), description=(
+            f"bisect-eagle bisects of spec {spec.name!r}: which settings, changed from a good to a bad "
+            "configuration, break it. The search's trials are in the experiment "
+            f"{spec.name!r}."))
         parent = tracking.start_run(
             f"bisect {Path(good.label).stem} vs {Path(bad.label).stem}",
-            {"role": "bisect", "mlflow.note.content": f"bisect-eagle bisect: {good.label} (good) vs {bad.label} (bad)"},
+            {"role": "bisect", **deployment_tags(spec),
+             NOTE: f"**Bisect running:** {good.label} (good) vs {bad.label} (bad)"},
             {"good": good.label, "bad": bad.label, **{f"judge.{k}": str(v) for k, v in judge.settings().items()},
              "changes": json.dumps([c.name for c in changes])[:6000],
              "set": json.dumps(redact_mapping(opts.overrides))[:6000],
              **({"replay": str(opts.replay)} if opts.replay else {})})
         with tracking.ended_on_error(parent, "error"):
+            announced = None if engine is None else Announced(engine, say)
             ctx = TrialContext(spec=_probe_spec(spec, judge), tracking=tracking, study=f"bisect-{parent[:8]}",
-                               parent_run_id=parent, engine=engine)
+                               parent_run_id=parent, engine=announced)
             prober = Prober(ctx=ctx, base=base, changes=changes, judge=judge, planner=planner, log=log,
                             log_path=log_path, replayed=replayed, scrub=scrub, progress=say)
             result = find_culprits([c.name for c in changes], prober, progress=say)
@@ -228,9 +239,13 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
                                     f"other changes): {', '.join(ignored)}")
             body = report.to_json()
             tracking.log_texts(parent, {"bisect.log": log.text(), "result.json": json.dumps(body, indent=2)})
+            name_probes(tracking, report)
+            with tempfile.TemporaryDirectory(prefix="bisect-eagle-") as tmp:
+                plot_probes(body["probes"], judge=body["judge"], out=Path(tmp) / "probes.png")
+                tracking.log_files(parent, Path(tmp))
             tracking.log(parent, metrics={"probes": float(len(report.probes)), "live_trials": float(report.live_trials),
                                           "samples": float(report.samples), "probe_bound": float(report.probe_bound)},
-                         tags={"outcome": report.status.value,
+                         tags={"outcome": report.status.value, NOTE: bisect_description(body, tracking.experiment_id),
                                "culprits": ",".join(c.name for c in report.culprits)[:7900],
                                "repair_set": ",".join(report.repair or [])[:7900]})
             tracking.finish(parent, "FINISHED")
@@ -273,3 +288,67 @@ def _report(result: Culprits, prober: Prober, *, changes: list[Change], good: En
         unresolved=[list(u) for u in result.unresolved], live_trials=prober.measured, samples=prober.samples,
         probe_bound=probe_bound(len(culprits), len(changes)), notes=[prober.scrub(n) for n in result.notes],
         parent_run_id=parent, log=str(log_path))
+
+
+def bisect_experiment(spec_name: str) -> str:
+    """The experiment of a spec's bisects (apart from its search's trials)."""
+    return f"{spec_name} / bisect"
+
+
+class Announced:
+    """An engine that says when each measurement starts and how long it took (a probe runs for minutes)."""
+
+    def __init__(self, engine: Engine, say: Callable[[str], None] | None):
+        self.engine, self.say, self.name = engine, say, engine.name
+        self.runs = 0
+
+    def plan(self, settings):
+        return self.engine.plan(settings)
+
+    def run(self, plan):
+        self.runs += 1
+        if self.say:
+            self.say(f"  measuring (run {self.runs} of the bisect) ...")
+        t0 = time.monotonic()
+        result = self.engine.run(plan)
+        if self.say:
+            self.say(f"  ... {'done' if result.ok else result.failure_class} in {time.monotonic() - t0:.0f} s")
+        return result
+
+
+def name_probes(tracking: Tracking, report: BisectReport) -> None:
+    """Name each probe's run after its number, the changes it applied and its outcome."""
+    for i, p in enumerate(report.probes, 1):
+        if p.get("child_run_id"):
+            applied = "+" + ",".join(p["applied"]) if p["applied"] else "good config"
+            tracking.rename(p["child_run_id"], f"probe {i:02d} {applied}: {p['outcome']}")
+            tracking.log(p["child_run_id"], tags={"role": "bisect-probe", "probe": str(i)})
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value).replace("|", "/")
+
+
+def bisect_description(body: dict[str, Any], experiment_id: str) -> str:
+    """The bisect parent run's markdown: the culprits, the judge, and the probes as evidence (with run links)."""
+    j = body["judge"]
+    lines = [f"## Bisect: {body['status']}", "", f"Good: `{body['good']}`; bad: `{body['bad']}`.", ""]
+    if body["breaking_sets"]:
+        lines.append("**Breaking sets** (each, applied to the good configuration, breaks it):")
+        lines += [f"- {' + '.join(f'`{n}`' for n in b)}" for b in body["breaking_sets"]]
+    else:
+        lines.append("No breaking set found.")
+    if body["repair_set"] is not None:
+        lines += ["", "**Repair set** (reverted from the bad configuration, repairs it): "
+                  + (" + ".join(f"`{n}`" for n in body["repair_set"]) or "none")]
+    limit = "-" if j.get("limit") is None else f"{j['limit']:.4g}"
+    lines += ["", f"Judged by `{j['metric']}` against the limit {limit} (confidence {j['confidence']:g}).", "",
+              "| probe | changes applied | outcome | median | samples | run |", "|---|---|---|---|---|---|"]
+    for i, p in enumerate(body["probes"], 1):
+        run = p.get("child_run_id") or p.get("run_id")
+        link = f"[{run[:8]}](#/experiments/{experiment_id}/runs/{run})" if run else "-"
+        lines.append(f"| {i} | {', '.join(p['applied']) or '(good config)'} | {p['outcome']} | "
+                     f"{_cell(p.get('median'))} | {len(p.get('samples') or [])} | {link} |")
+    for note in body["notes"]:
+        lines += ["", f"Note: {note}"]
+    return "\n".join(lines)

@@ -11,9 +11,11 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import optuna
 
+from bisect_eagle.engines import default_log_dir
 from bisect_eagle.engines.base import Engine
 from bisect_eagle.errors import BadInput
 from bisect_eagle.poll import wait_until
@@ -21,10 +23,11 @@ from bisect_eagle.search.study.claims import Claims
 from bisect_eagle.search.study.loop import StudyRun
 from bisect_eagle.search.study.outcome import StudyOutcome, StudyProgress
 from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
-from bisect_eagle.search.study.resume import reap_dead_trials
+from bisect_eagle.search.study.resume import Liveness, reap_dead_servers, reap_dead_trials
 from bisect_eagle.search.study.sampler import live_space, make_sampler, space_json
 from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
 from bisect_eagle.spec import Spec
+from bisect_eagle.stores import check_stores, first_open_lock
 from bisect_eagle.tracking import Tracking, redact
 from bisect_eagle.trials import TrialContext
 
@@ -48,29 +51,38 @@ class Options:
     resume: bool = False
     max_live_trials: int | None = None  # overrides the spec's search.max_live_trials
     max_wall_s: float | None = None  # overrides the spec's search.max_wall_s
+    log_dir: Path | None = None  # where the engine records its servers (default engines.default_log_dir(spec))
     progress: Callable[[StudyProgress], None] = field(default=_no_progress)
 
 
 def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) -> StudyOutcome:
-    """Create (or with ``resume`` continue) a study: stage 1, baseline, stage 2, then close the parent run."""
+    """Create (or with ``resume`` continue) a study: stage 1, baseline, stage 2, then close the parent run.
+
+    Unreachable stores fail first, within seconds (:func:`bisect_eagle.stores.check_stores`). ``resume`` first
+    reaps the recorded servers of dead controllers on this host and closes their runs KILLED
+    (:mod:`.resume`), then fails and releases what dead processes of this host left running.
+    """
     opts = options
     if opts.tracking_uri is None:
         raise ValueError("run_study needs a tracking URI (see tracking.resolve_tracking_uri)")
+    check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)
     storage = open_storage(opts.storage)
-    tracking = Tracking.open(opts.tracking_uri, spec.name)
+    with first_open_lock(opts.tracking_uri):
+        tracking = Tracking.open(opts.tracking_uri, spec.name)
+    notes: list[str] = []
     if opts.resume:
         name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
         if name is None:
             raise BadInput(f"--resume: no study of spec {spec.name!r} in {redact(opts.storage)}")
         study = load_study(storage, name)
         parent = study.user_attrs["parent_run_id"]
+        notes += reap_dead_servers(opts.log_dir or default_log_dir(spec), tracking=tracking, parent_run_id=parent)
         tracking.reopen(parent)
     else:
-        name = opts.study_name or spec.storage.study_name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        if name in optuna.get_all_study_names(storage):
-            raise BadInput(f"study {name!r} already exists in {redact(opts.storage)}; continue it with --resume, "
-                           "or give another --study-name")
-        study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
+        name = opts.study_name or spec.storage.study_name
+        study = _create_study(storage, name=name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+                              url=opts.storage, named=name is not None)
+        name = study.study_name
         parent = start_parent_run(tracking, spec=spec, study=name, storage=opts.storage)
         for key, value in {"spec_name": spec.name, "parent_run_id": parent, "tracking_uri": redact(opts.tracking_uri),
                            "experiment_id": tracking.experiment_id}.items():
@@ -79,30 +91,73 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=parent)
     s = _study_run(spec, study=study, claims=claims, ctx=ctx, opts=opts)
     if opts.resume:
-        for note in reap_dead_trials(study, claims=claims, tracking=tracking, parent_run_id=parent):
-            s.emit("resume", note)
-    with tracking.run_guard(parent, detail_tag="stop_reason"):
+        notes += reap_dead_trials(study, claims=claims, tracking=tracking, parent_run_id=parent)
+    for note in notes:
+        s.emit("resume", note)
+    with tracking.run_guard(parent, detail_tag="stop_reason"), _liveness(storage, s) as live:
         out = _search(s, engine_factory, stage1=True)
+    _show_reaped(s, live)
     finish_parent_run(tracking, out)
     study.set_user_attr("outcome", {"target_reached": out.target_reached, "stop_reason": out.stop_reason})
     return out
+
+
+def _create_study(storage: optuna.storages.RDBStorage, *, name: str, url: str, named: bool) -> optuna.Study:
+    """A new study ``name``; a default name taken by a concurrent ``run`` of the same spec gets a suffix."""
+    for n in range(1, 100):
+        candidate = name if n == 1 else f"{name}-{n}"
+        taken = f"study {candidate!r} already exists in {redact(url)}"
+        if candidate in optuna.get_all_study_names(storage):
+            if named:
+                raise BadInput(f"{taken}; continue it with --resume, or give another --study-name")
+            continue
+        try:
+            return optuna.create_study(storage=storage, study_name=candidate, direction="maximize")
+        except optuna.exceptions.DuplicatedStudyError:
+            if named:
+                raise BadInput(f"{taken}: another `run` created it a moment ago; join it with `bisect-eagle worker "
+                               f"--study-name {candidate}`, or give another --study-name") from None
+    raise BadInput(f"study names {name!r} to {name}-99 are all taken in {redact(url)}; give --study-name")
+
+
+def _liveness(storage: optuna.storages.RDBStorage, s: StudyRun) -> Liveness:
+    return Liveness(storage, study_name=s.name, owner=s.ctx.owner, claims=s.claims, tracking=s.ctx.tracking,
+                    parent_run_id=s.ctx.parent_run_id)
+
+
+def _show_reaped(s: StudyRun, live: Liveness) -> None:
+    for note in live.notes:
+        s.emit("resume", note)
 
 
 def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
                wait_s: float = WORKER_WAIT_S) -> StudyOutcome:
     """A worker: join a study another process created, wait for its stage 1 and baseline, then search."""
     opts = options
+    check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)
     storage = open_storage(opts.storage)
     name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
     if name is None:
         raise BadInput(f"worker: no study of spec {spec.name!r} in {redact(opts.storage)}; start one with "
+                       "`bisect-eagle run` first")
+
+    def recorded(study_name: str = name) -> bool:  # its `run` may be starting right now
+        return (study_name in optuna.get_all_study_names(storage)
+                and "parent_run_id" in load_study(storage, study_name).user_attrs)
+
+    if not recorded() and not wait_until(recorded, timeout_s=wait_s, max_interval_s=WORKER_POLL_S,
+                                         what=f"study {name!r}"):
+        raise BadInput(f"worker: no study {name!r} in {redact(opts.storage)} after {wait_s:g} s; start it with "
                        "`bisect-eagle run` first")
     study = load_study(storage, name)
     attrs = study.user_attrs
     uri = opts.tracking_uri or attrs["tracking_uri"]
     if "***" in uri:
         raise BadInput(f"worker: study {name!r} logs to {uri}; give the full URI with --tracking-uri")
-    tracking = Tracking.open(uri, spec.name)
+    if opts.tracking_uri is None:
+        check_stores(storage=None, tracking_uri=uri)
+    with first_open_lock(uri):
+        tracking = Tracking.open(uri, spec.name)
     ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=attrs["parent_run_id"])
     seed_offset = 1 + int(hashlib.sha256(ctx.owner.encode()).hexdigest()[:6], 16)  # workers sample differently
     s = _study_run(spec, study=study, claims=Claims(opts.storage, name), ctx=ctx, opts=opts, seed_offset=seed_offset)
@@ -116,7 +171,10 @@ def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
         if not wait_until(has_baseline, timeout_s=wait_s, max_interval_s=WORKER_POLL_S,
                           what=f"the baseline of study {name!r}"):
             raise BadInput(f"worker: study {name!r} has no baseline after {wait_s:g} s; is its `run` alive?")
-    return _search(s, engine_factory, stage1=False)
+    with _liveness(storage, s) as live:
+        out = _search(s, engine_factory, stage1=False)
+    _show_reaped(s, live)
+    return out
 
 
 def _study_run(spec: Spec, *, study: optuna.Study, claims: Claims, ctx: TrialContext, opts: Options,

@@ -4,7 +4,9 @@ Before a live trial runs, its plan fingerprint is inserted under a unique constr
 so two workers never measure the same effective config: the loser of the race waits for the winner's result
 (:meth:`Claims.wait_done`) and reuses it. A claim is ``running`` until its trial ends ``ok``, ``failed`` or
 ``pruned``; a claim whose trial did not finish (interrupted, or its process died) is released, so the config is
-measured again. A running claim whose owner process died on this host is taken over by the next claimant.
+measured again. A running claim whose owner process died on this host is taken over by the next claimant; one
+whose owner was on another node is released when its Optuna trial stops heart-beating
+(:class:`bisect_eagle.search.study.resume.Liveness`, on whichever node looks next).
 The table lives in the study's own Optuna database (:func:`bisect_eagle.search.study.storage.engine_kwargs`).
 """
 
@@ -57,7 +59,8 @@ class Claims:
             sa.Column("run_id", sa.String(64), nullable=True),
             sa.UniqueConstraint("study", "fingerprint", name="uq_bisect_eagle_claim"),
         )
-        with contextlib.suppress(sa.exc.OperationalError):  # another process created it first
+        # another process created it first: SQLite says OperationalError, PostgreSQL IntegrityError/ProgrammingError
+        with contextlib.suppress(sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
             meta.create_all(self.engine, checkfirst=True)
 
     @staticmethod
@@ -116,11 +119,15 @@ class Claims:
             c.execute(t.update().where(self._mine(), t.c.fingerprint == fingerprint)
                       .values(state=state, value=value, run_id=run_id))
 
-    def release(self, fingerprint: str) -> None:
-        """Forget a running claim whose trial did not finish (it may be measured again)."""
+    def release(self, fingerprint: str, *, trial: int | None = None) -> bool:
+        """Forget a running claim whose trial did not finish (it may be measured again); with ``trial``, only
+        while that Optuna trial still holds it (not once another took it over). True when a claim was dropped."""
         t = self.table
+        cond = [self._mine(), t.c.fingerprint == fingerprint, t.c.state == "running"]
+        if trial is not None:
+            cond.append(t.c.trial == trial)
         with self.engine.begin() as c:
-            c.execute(t.delete().where(self._mine(), t.c.fingerprint == fingerprint, t.c.state == "running"))
+            return c.execute(t.delete().where(*cond)).rowcount > 0
 
     def all(self) -> list[Claim]:
         """Every claim of the study, in claim order."""

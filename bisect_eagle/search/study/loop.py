@@ -4,8 +4,17 @@ The loop asks Optuna for a config, asks the engine for its plan, and measures th
 was never claimed in this study (:mod:`bisect_eagle.search.study.claims`). Whatever happens is told back to
 Optuna: a measured value; a duplicate's known value without running anything; crashed configs as PRUNED with an
 infeasibility constraint (TPE ignores FAIL trials and would propose them again); interrupted trials as FAIL
-(measured again after ``--resume``). It stops at the first of: target reached, every distinct config of the
-space measured, the live-trial budget, the wall-clock budget, or too many proposals of measured configs in a row.
+(measured again after ``--resume``). It stops at the first of: target reached and confirmed, every distinct
+config of the space measured, the live-trial budget, the wall-clock budget, or too many proposals of measured
+configs in a row.
+
+A config measured at or above the target is a candidate: with ``search.confirm.enabled`` it is re-measured
+interleaved with the baseline (:mod:`bisect_eagle.search.study.confirm`) and the study stops only when that
+confirms it; a candidate that is not confirmed stays in the study but never stops it, and the search goes on.
+Verdicts are stored on the study (user attribute ``confirmations``, shared by all workers) and on the parent
+run (tags ``confirmation``, ``confirmed_run_id``; metrics ``confirm_bound``, ``confirm_estimate``, ...).
+
+A baseline trial that fails raises :class:`BaselineFailed` (the parent run ends FAILED with its failure class).
 """
 
 from __future__ import annotations
@@ -21,7 +30,8 @@ from optuna.trial import TrialState
 from bisect_eagle.errors import BadInput
 from bisect_eagle.search.gate import Scorer, Verdict, apply_gate
 from bisect_eagle.search.space import SearchSpace
-from bisect_eagle.search.study.claims import Claims, ClaimState
+from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
+from bisect_eagle.search.study.confirm import Confirmation, confirm
 from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
 from bisect_eagle.spec import Spec
 from bisect_eagle.trials import TrialContext, TrialRecord, find_cached, run_live_trial, run_standalone_trial
@@ -31,6 +41,15 @@ DUPLICATE_LIMIT = 200  # consecutive proposals of measured configs before the se
 TrialKind = Literal["measured", "duplicate", "invalid", "budget"]
 """What one Optuna trial of the loop came to: measured now; a config already claimed (its value reused);
 a combination the engine refuses; or not run because other workers used up the live-trial budget."""
+
+
+class BaselineFailed(RuntimeError):
+    """The baseline trial failed: no target, no study. ``failure_class`` is the trial's; the message one line."""
+
+    def __init__(self, message: str, *, failure_class: str | None, run_id: str):
+        super().__init__(message)
+        self.failure_class = failure_class or "error"
+        self.run_id = run_id
 
 
 @dataclass(kw_only=True)
@@ -117,8 +136,12 @@ class StudyRun:
                 self.emit("baseline", "baseline trial (no speculation)")
                 record = run_live_trial(self.ctx, plan, stage="baseline", parent_run_id=self.ctx.parent_run_id)
             if record.status != "ok":
-                raise RuntimeError(f"the baseline trial failed ({record.failure_class}): {record.failure_detail}; "
-                                   f"see run {record.run_id}")
+                detail = " ".join((record.failure_detail or "").split())[:300]
+                message = (f"the baseline trial failed ({record.failure_class}): {detail}; see run {record.run_id}")
+                self.ctx.tracking.log(self.ctx.parent_run_id,
+                                      tags={"failure_class": record.failure_class or "error",
+                                            "baseline_run_id": record.run_id})
+                raise BaselineFailed(message, failure_class=record.failure_class, run_id=record.run_id)
             value, run_id, tok_s = record.value, record.run_id, record.metrics["output_tok_s"]
         else:
             value, run_id = float(spec.baseline), None
@@ -136,6 +159,61 @@ class StudyRun:
         """The study's baseline and target into the trial context."""
         self.ctx.baseline, self.ctx.target = self.attr("baseline"), self.attr("target")
         self.ctx.baseline_tok_s = self.attr("baseline_output_tok_s")
+
+    # -- confirmation ----------------------------------------------------------------------------------
+
+    def confirmations(self) -> dict[str, dict[str, Any]]:
+        """Every confirmation of this study so far: fingerprint -> :meth:`Confirmation.to_json`."""
+        return self.attr("confirmations") or {}
+
+    def candidates(self) -> list[Claim]:
+        """Measured configs at or above the target that were not refused by a confirmation, best first."""
+        target = self.ctx.target
+        if target is None:
+            return []
+        refused = {fp for fp, c in self.confirmations().items() if c["status"] != "confirmed"}
+        ok = [c for c in self.claims.all() if c.state == "ok" and c.value is not None and c.value >= target
+              and c.fingerprint not in refused]
+        return sorted(ok, key=lambda c: c.value, reverse=True)
+
+    def reached(self) -> str | None:
+        """"target reached (...)" once a candidate is confirmed (or without confirmation, at the first one)."""
+        settings = self.spec.search.confirm
+        for cand in self.candidates():
+            if not settings.enabled:
+                return "target reached (not confirmed: search.confirm.enabled is false)"
+            known = self.confirmations().get(cand.fingerprint)
+            verdict = Confirmation(**known) if known else self.confirm(cand)
+            if verdict.confirmed:
+                return f"target reached ({verdict.summary()})"
+        return None
+
+    def confirm(self, cand: Claim) -> Confirmation:
+        """Re-measure ``cand`` interleaved with the baseline; store and log the verdict."""
+        settings = self.spec.search.confirm
+        plan = self.ctx.plan(self._settings_of(cand))
+        baseline = None
+        if self.spec.baseline == "measure":
+            baseline = self.ctx.plan(self.spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"}))
+        self.emit("confirm", f"confirming {cand.value:.4g} ≥ target {self.ctx.target:.4g}: candidate and baseline "
+                             f"interleaved, {settings.min_pairs}..{settings.max_pairs} pairs")
+        verdict = confirm(self.ctx, candidate=plan, baseline=baseline, settings=settings,
+                          ratio=self.spec.criterion.ratio, first_baseline=self.ctx.baseline)
+        self.study.set_user_attr("confirmations", {**self.confirmations(), cand.fingerprint: verdict.to_json()})
+        named = {"confirm_pairs": float(verdict.pairs), "confirm_bound": verdict.lower,
+                 "confirm_estimate": verdict.estimate, "confirm_upper": verdict.upper,
+                 "baseline_drift": verdict.baseline_drift}
+        metrics = {k: v for k, v in named.items() if v is not None}
+        self.ctx.tracking.log(self.ctx.parent_run_id, metrics=metrics,
+                              tags={"confirmation": verdict.summary()[:7900], "confirm_candidate_run_id": cand.run_id})
+        self.emit("confirm", f"run {cand.run_id[:8]}: {verdict.summary()}")
+        return verdict
+
+    def _settings_of(self, cand: Claim):
+        """The settings a claimed config was measured with (its run's ``trial.json``)."""
+        from bisect_eagle.trials import settings_of_run
+
+        return settings_of_run(self.ctx.tracking, self.ctx.tracking.get_run(cand.run_id))[0]
 
     # -- stage 2 ---------------------------------------------------------------------------------------
 
@@ -157,10 +235,9 @@ class StudyRun:
     def stop_reason(self, all_fps: set[str] | None, duplicates_in_row: int) -> str | None:
         """Why the loop stops now, or None to go on."""
         claims = self.claims.all()
-        target = self.ctx.target
-        best = max((c.value for c in claims if c.state == "ok" and c.value is not None), default=None)
-        if target is not None and best is not None and best >= target:
-            return "target reached"
+        reached = self.reached()
+        if reached:
+            return reached
         if all_fps is not None and all_fps <= {c.fingerprint for c in claims} | self._cached_outside(all_fps):
             return f"search space exhausted (all {len(all_fps)} distinct configs measured)"
         if len(claims) >= self.max_live_trials:

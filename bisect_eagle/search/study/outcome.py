@@ -2,6 +2,11 @@
 
 :class:`StudyOutcome` is what ``bisect-eagle run --json`` and ``worker --json`` print (:meth:`to_json`). Not to
 be confused with the bisect's outcome and progress (:mod:`bisect_eagle.search.bisect`), which differ.
+
+``target_reached`` is true only when a candidate's re-measurement confirmed it
+(:mod:`bisect_eagle.search.study.confirm`), or at the first candidate when ``search.confirm.enabled`` is false;
+``best`` is then that candidate, else the best measured config. ``confirmation`` is the verdict on ``best``
+(None when it was never a candidate); ``confirmations`` every verdict of the study.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from bisect_eagle.trials import effective_of
 if TYPE_CHECKING:
     from bisect_eagle.search.study.loop import StudyRun
 
-ProgressStage = Literal["standalone", "baseline", "waiting", "resume", "live", "done"]
+ProgressStage = Literal["standalone", "baseline", "waiting", "resume", "live", "confirm", "done"]
 
 
 @dataclass(kw_only=True)
@@ -56,9 +61,25 @@ class StudyOutcome:
     counts: dict[str, int]
     elapsed_s: float
     tool_overhead_s_per_trial: float | None
+    confirmation: dict[str, Any] | None = None  # Confirmation.to_json of the best config, when confirmed or tried
+    confirmations: dict[str, dict[str, Any]] | None = None  # every confirmation: fingerprint -> verdict
+
+    @property
+    def verdict(self) -> str:
+        """One line: "reached (confirmed, bound ...)", "not confirmed (...)" or "not reached"."""
+        c = self.confirmation
+        if self.target_reached:
+            return f"reached ({_summary(c)})" if c else "reached (not confirmed: confirmation disabled)"
+        return f"not confirmed ({_summary(c)})" if c else "not reached"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _summary(c: dict[str, Any]) -> str:
+    from bisect_eagle.search.study.confirm import Confirmation
+
+    return Confirmation(**c).summary()
 
 
 def trial_summary(t: optuna.trial.FrozenTrial, space: SearchSpace | None) -> dict[str, Any]:
@@ -75,7 +96,9 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
     ctx = run.ctx
     claims = run.claims.all()
     ok = [c for c in claims if c.state == "ok" and c.value is not None]
-    best_claim = max(ok, key=lambda c: c.value, default=None)
+    confirmations = run.confirmations()
+    confirmed = [c for c in ok if confirmations.get(c.fingerprint, {}).get("status") == "confirmed"]
+    best_claim = max(confirmed or ok, key=lambda c: c.value, default=None)
     best = None
     if best_claim is not None:
         best_run = ctx.tracking.get_run(best_claim.run_id)
@@ -91,12 +114,15 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
         "standalone": len(run.attr("gate") or []),
     }
     target = ctx.target
+    reached = bool(confirmed) if run.spec.search.confirm.enabled else (
+        target is not None and best is not None and best["value"] >= target)
     return StudyOutcome(
-        target_reached=target is not None and best is not None and best["value"] >= target,
+        target_reached=reached,
         stop_reason=reason, study=run.name, storage=redact(run.storage_url),
         tracking_uri=redact(ctx.tracking.uri), experiment_id=ctx.tracking.experiment_id,
         parent_run_id=ctx.parent_run_id, metric=run.spec.criterion.metric, baseline=ctx.baseline,
         target=target, baseline_output_tok_s=ctx.baseline_tok_s, best=best, gate=run.attr("gate") or [],
         trials=trials, counts=counts, elapsed_s=run.elapsed(),
         tool_overhead_s_per_trial=run.overhead_s / run.measured_here if run.measured_here else None,
+        confirmation=confirmations.get(best_claim.fingerprint) if best_claim else None, confirmations=confirmations,
     )

@@ -1,20 +1,28 @@
-"""The study's parent MLflow run: started with the spec, environment and budget; finished with the outcome.
+"""The study's parent MLflow run: started with the spec, environment and budget; finished with the answer.
 
 Every trial of a study is a child of this run. Its artifacts are the spec as written (``spec.yaml``, secret
 values scrubbed) and as resolved (``spec.resolved.json``: absolute paths, secret values redacted), from which
-``reproduce`` and ``export`` rebuild the spec; its params name the versions, the host and the search budget.
+``reproduce`` and ``export`` rebuild the spec; its params name the versions, the host and the search budget;
+its dataset inputs are the target, draft, dump and prompts. When the study ends, its description
+(``mlflow.note.content``) states the verdict, the best config with a link to its run and the ``export``
+command, and its metrics hold the best trial's values beside the baseline and the target.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from bisect_eagle.report import write_report
 from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.secrets import Scrubber, redact_mapping
 from bisect_eagle.spec import Spec
-from bisect_eagle.tracking import Tracking, environment_info, redact
+from bisect_eagle.tracking import NOTE, Tracking, environment_info, redact
+from bisect_eagle.trials import deployment_paths, deployment_tags, ratio_name
+
+HEADLINE = ("output_tok_s", "accept_length")  # shown beside the criterion metric
 
 
 def spec_text(spec: Spec) -> str:
@@ -39,28 +47,94 @@ def start_parent_run(tracking: Tracking, *, spec: Spec, study: str, storage: str
               "max_wall_s": str(s.max_wall_s), "repeats": str(s.repeats), "criterion.metric": spec.criterion.metric,
               "criterion.ratio": str(spec.criterion.ratio), "baseline": str(spec.baseline),
               "gate.margin": str(spec.standalone.margin), "gate.reference": spec.standalone.reference}
-    tags = {"role": "study", "study": study, "storage": redact(storage),
-            "mlflow.note.content": spec.description or f"bisect-eagle study {study}"}
+    tags = {"role": "study", "study": study, "storage": redact(storage), **deployment_tags(spec),
+            NOTE: f"**Study running.** {spec.description}".strip()}
     run_id = tracking.start_run(study, tags=tags, params=params)
+    tracking.client.set_experiment_tag(tracking.experiment_id, NOTE, experiment_description(spec))
+    tracking.log_datasets(run_id, deployment_paths(spec))
     tracking.log_texts(run_id, {"spec.yaml": spec_text(spec),
                                 "spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})
     return run_id
 
 
-def finish_parent_run(tracking: Tracking, outcome: StudyOutcome) -> None:
-    """Summary metrics (trials, duplicates, failures, best and its ratio), the verdict tags, status FINISHED."""
-    out = outcome
+def experiment_description(spec: Spec) -> str:
+    """The experiment's description: what its studies search, for which deployment."""
+    lines = [f"bisect-eagle studies of spec `{Path(spec.source).name}`: EAGLE-3 speculative decoding settings "
+             f"searched to reach {spec.criterion.ratio:g}x the baseline {spec.criterion.metric}.", ""]
+    lines += [f"- {key}: `{value}`" for key, value in deployment_tags(spec).items()]
+    if spec.description:
+        lines += ["", spec.description]
+    return "\n".join(lines)
+
+
+def summary_metrics(out: StudyOutcome) -> dict[str, float]:
+    """Counts, and the best trial's criterion and headline metrics beside the baseline, the target and ratios."""
     metrics = {"live_trials": float(out.counts["live_measured"]), "duplicates": float(out.counts["duplicates"]),
                "failed_trials": float(out.counts["failed"]), "elapsed_s": out.elapsed_s}
     if out.tool_overhead_s_per_trial is not None:
         metrics["tool_overhead_s_per_trial"] = out.tool_overhead_s_per_trial
+    if out.baseline is not None:
+        metrics[f"baseline_{out.metric}"] = out.baseline
+    if out.target is not None:
+        metrics[f"target_{out.metric}"] = out.target
+    if out.baseline_output_tok_s is not None:
+        metrics["baseline_output_tok_s"] = out.baseline_output_tok_s
     if out.best:
-        metrics["best"] = out.best["value"]
-        if out.baseline:
-            metrics["best_ratio_to_baseline"] = out.best["value"] / out.baseline
-    verdict = "target reached" if out.target_reached else "target not reached"
-    tags = {"outcome": verdict, "stop_reason": out.stop_reason}
+        best = out.best["metrics"]
+        metrics[f"best_{out.metric}"] = out.best["value"]
+        for name in HEADLINE:
+            if name in best:
+                metrics[f"best_{name}"] = best[name]
+        for name in {out.metric, *HEADLINE}:
+            if ratio_name(name) in best:
+                metrics[f"best_{ratio_name(name)}"] = best[ratio_name(name)]
+    return metrics
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}" if abs(v) < 100 else f"{v:.1f}"
+
+
+def description(out: StudyOutcome) -> str:
+    """The parent run's markdown: verdict and best run (linked) first (the UI shows only the first lines until
+    "Show more"), then the target, the best config's metrics and settings, and the ``export`` command."""
+    verdict = "Target reached" if out.target_reached else "Target not reached"
+    lines = [f"## {verdict}", ""]
+    b = out.best
+    if b:
+        ratio = b["metrics"].get(ratio_name(out.metric))
+        times = f" = {ratio:.2f}x baseline" if ratio is not None else ""
+        lines += [f"**Best: [run {b['run_id'][:8]}](#/experiments/{out.experiment_id}/runs/{b['run_id']})**, "
+                  f"{out.metric} {_num(b['value'])}{times}.", ""]
+    lines.append(f"Verdict: {out.verdict}.")
+    target = f"Target: {out.metric} >= {_num(out.target)} (baseline {_num(out.baseline)}). " if out.target else ""
+    lines += ["", f"{target}Stopped: {out.stop_reason}."]
+    if not b:
+        lines += ["", "No live trial finished ok; the failed trials' runs say why (tag `failure_class`)."]
+        return "\n".join(lines)
+    lines += ["", "### Best config", "", "| metric | best | baseline | ratio |", "|---|---|---|---|"]
+    baselines = {out.metric: out.baseline, "output_tok_s": out.baseline_output_tok_s}
+    for name in dict.fromkeys([out.metric, *HEADLINE]):
+        value = b["metrics"].get(name)
+        if value is not None:
+            ratio = b["metrics"].get(ratio_name(name))
+            lines.append(f"| {name} | {_num(value)} | {_num(baselines.get(name))} | "
+                         f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+    lines += ["", "| setting | value |", "|---|---|"]
+    lines += [f"| {k} | `{v}` |" for k, v in sorted(b["params"].items()) if v not in ({}, None, [])]
+    lines += ["", "Serve it with SGLang (prints the launch command, its environment and the draft config patch):",
+              "", "```", f"bisect-eagle export {b['run_id']} --tracking-uri {out.tracking_uri}", "```"]
+    return "\n".join(lines)
+
+
+def finish_parent_run(tracking: Tracking, outcome: StudyOutcome) -> None:
+    """Summary and best-trial metrics, the description and verdict tags, then status FINISHED."""
+    out = outcome
+    tags = {"outcome": "target reached" if out.target_reached else "target not reached",
+            "stop_reason": out.stop_reason, "verdict": out.verdict, NOTE: description(out)}
     if out.best:
         tags["best_run_id"] = out.best["run_id"]
-    tracking.log(out.parent_run_id, metrics=metrics, tags=tags)
+    tracking.log(out.parent_run_id, metrics=summary_metrics(out), tags=tags)
+    with tempfile.TemporaryDirectory(prefix="bisect-eagle-report-") as tmp:  # the plots, on the parent run
+        write_report(tracking, tracking.get_run(out.parent_run_id), Path(tmp))
     tracking.finish(out.parent_run_id, "FINISHED")

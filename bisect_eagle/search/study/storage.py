@@ -1,12 +1,20 @@
 """Where a study lives: the Optuna storage URL, the SQLAlchemy engine options for it, and loading a study.
 
-The default is ``sqlite:///<cwd>/mlruns/optuna.db`` (one machine); PostgreSQL serves several nodes. The same
+The default is ``sqlite:///<cwd>/mlruns/optuna.db`` (one machine); PostgreSQL serves several nodes
+(``postgresql://user:password@host/db``, driver psycopg 3: ``pip install 'bisect-eagle[postgres]'``). The same
 database holds the claims table (:mod:`bisect_eagle.search.study.claims`), so both use :func:`engine_kwargs`.
+
+Every storage is opened with Optuna's trial heartbeats (:func:`liveness`): a process beats for the trials it
+runs, and a RUNNING trial whose beats stop for the grace period is failed by whichever process looks next
+(:mod:`bisect_eagle.search.study.resume`), on any node, SQLite included.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +22,14 @@ import optuna
 
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec import Spec
+from bisect_eagle.stores import check_database, connect_args, first_open_lock, is_database_url
 from bisect_eagle.tracking import redact
 
 SQLITE_PREFIX = "sqlite:///"
 SQLITE_LOCK_WAIT_S = 60
+HEARTBEAT_S = 10  # a running trial's heartbeat interval ($BISECT_EAGLE_HEARTBEAT_S)
+GRACE_S = 60  # silence after which a running trial is failed and its config measured again ($BISECT_EAGLE_GRACE_S)
+CREATE_TRIES = 5  # concurrent first opens of one server database race to create Optuna's tables; losers retry
 
 
 def default_storage(cwd: Path | None = None) -> str:
@@ -30,8 +42,23 @@ def resolve_storage(flag: str | None, spec: Spec) -> str:
     return flag or spec.storage.optuna or default_storage()
 
 
+def liveness() -> tuple[int, int]:
+    """(heartbeat interval, grace period) in whole seconds: 10 and 60, or $BISECT_EAGLE_HEARTBEAT_S and
+    $BISECT_EAGLE_GRACE_S (every process of a study should use the same); BadInput when not positive integers."""
+    out = []
+    for name, default in (("BISECT_EAGLE_HEARTBEAT_S", HEARTBEAT_S), ("BISECT_EAGLE_GRACE_S", GRACE_S)):
+        text = os.environ.get(name, str(default))
+        if not text.isdigit() or int(text) < 1:
+            raise BadInput(f"${name}: expected a whole number of seconds >= 1, got {text!r}")
+        out.append(int(text))
+    return out[0], out[1]
+
+
 def engine_kwargs(url: str) -> dict[str, Any]:
-    """SQLAlchemy engine options: a SQLite file gets its folder, WAL journaling and a 60 s lock wait."""
+    """SQLAlchemy engine options: a SQLite file gets its folder, WAL journaling and a 60 s lock wait; a
+    database server a bounded connect timeout and connections checked before use."""
+    if is_database_url(url):
+        return {"connect_args": connect_args(url), "pool_pre_ping": True}
     if not url.startswith(SQLITE_PREFIX):
         return {}
     path = Path(url[len(SQLITE_PREFIX):])
@@ -46,13 +73,37 @@ def engine_kwargs(url: str) -> dict[str, Any]:
     return {"creator": connect}
 
 
+def _creation_race(e: Exception) -> bool:
+    """Whether ``e`` is another process creating the same tables at the same moment (then try again)."""
+    text = str(e).lower()
+    return "already exists" in text or "duplicate key" in text or "database is locked" in text
+
+
 def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage at ``url``; a bad URL or an unreachable server is :class:`BadInput`."""
-    kwargs = engine_kwargs(url)
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except Exception as e:  # SQLAlchemy raises many types for a bad URL or an unreachable server
-        raise BadInput(f"--storage {redact(url)}: cannot open the Optuna storage ({str(e).splitlines()[0]})") from None
+    """Optuna's RDB storage at ``url``, with heartbeats (:func:`liveness`).
+
+    A database server is checked first (:func:`bisect_eagle.stores.check_database`: one line within seconds
+    when unreachable). Concurrent first opens of one database (two ``run`` started together) both succeed.
+    A bad URL or an unreachable server is :class:`BadInput` (password hidden).
+    """
+    if is_database_url(url):
+        check_database(url, what="--storage")
+    interval, grace = liveness()
+    # ask() warns on every trial that heartbeats are meant for optimize(); resume.Liveness beats for ask-and-tell
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+    for attempt in range(CREATE_TRIES):
+        try:
+            with warnings.catch_warnings(), first_open_lock(url):
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url), heartbeat_interval=interval,
+                                                  grace_period=grace)
+        except Exception as e:  # SQLAlchemy raises many types for a bad URL or an unreachable server
+            if attempt + 1 < CREATE_TRIES and _creation_race(e):
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            raise BadInput(f"--storage {redact(url)}: cannot open the Optuna storage "
+                           f"({str(e).splitlines()[0]})") from None
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def load_study(storage: optuna.storages.RDBStorage, name: str) -> optuna.Study:

@@ -1,0 +1,126 @@
+"""Fail fast on an unreachable store: one look at the Optuna database and the MLflow tracking store before use.
+
+Without it, an unreachable ``postgresql://`` store or ``mlflow server`` ends in a traceback after minutes of
+retries (SQLAlchemy's and MLflow's own). :func:`check_stores` tries each once, bounded by
+:data:`CONNECT_TIMEOUT_S`, and raises :class:`StoreUnreachable` (a :class:`BadInput`: one line, exit 2) whose
+message names the store with its password hidden. SQLite files and ``file:`` stores are local: not checked.
+
+:func:`first_open_lock` serialises the first open of a SQLite store by processes of one machine: two ``run``
+started together in a fresh directory would otherwise both create its tables, and one would fail.
+
+``postgresql://`` URLs use SQLAlchemy's default PostgreSQL driver, which is psycopg 3 under SQLAlchemy 2.1
+(``pip install 'bisect-eagle[postgres]'``); ``postgresql+psycopg://`` names it explicitly and is equivalent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from bisect_eagle.errors import BadInput
+
+CONNECT_TIMEOUT_S = 4  # per store: both together, and the start-up, stay within 10 s
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+
+
+class StoreUnreachable(BadInput):
+    """A store that cannot be reached or logged into (the message holds no password)."""
+
+
+def hide_password(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (database URLs and ``http://user:pw@host`` alike)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _one_line(e: BaseException, secret: str | None) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    text = lines[0] if lines else type(e).__name__
+    return text.replace(secret, "***") if secret else text
+
+
+def is_database_url(url: str) -> bool:
+    """Whether ``url`` names a database server (PostgreSQL, MySQL, SQL Server), not a file or HTTP store."""
+    return urlsplit(url).scheme.split("+")[0] in DATABASE_SCHEMES
+
+
+def connect_args(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, int]:
+    """DBAPI connect arguments that bound a connection attempt to ``timeout_s`` (PostgreSQL), else {}."""
+    if urlsplit(url).scheme.split("+")[0] == "postgresql":
+        return {"connect_timeout": max(1, int(timeout_s))}
+    return {}
+
+
+def check_database(url: str, *, what: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Connect once to the database at ``url`` and run ``SELECT 1``; :class:`StoreUnreachable` if that fails.
+
+    ``what`` names the store in the message (e.g. ``--storage``).
+    """
+    import sqlalchemy as sa
+
+    password = urlsplit(url).password
+    try:
+        engine = sa.create_engine(url, connect_args=connect_args(url, timeout_s), poolclass=sa.pool.NullPool)
+    except Exception as e:  # a bad URL or a missing driver
+        raise StoreUnreachable(f"{what} {hide_password(url)}: {_one_line(e, password)}") from None
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as e:  # refused, timed out, unknown host, authentication failed, no such database
+        raise StoreUnreachable(f"{what} {hide_password(url)}: cannot connect within {timeout_s:g} s "
+                               f"({_one_line(e, password)})") from None
+    finally:
+        engine.dispose()
+
+
+def check_tracking_server(uri: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """GET ``<uri>/health`` of an ``mlflow server``; :class:`StoreUnreachable` unless it answers."""
+    import httpx
+
+    password = urlsplit(uri).password
+    try:
+        answer = httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s)
+    except (httpx.HTTPError, OSError, socket.gaierror) as e:
+        raise StoreUnreachable(f"tracking URI {hide_password(uri)}: no MLflow server answers within {timeout_s:g} s "
+                               f"({_one_line(e, password)})") from None
+    if answer.status_code >= 500:
+        raise StoreUnreachable(f"tracking URI {hide_password(uri)}: the MLflow server answers /health with "
+                               f"HTTP {answer.status_code}")
+
+
+def check_stores(*, storage: str | None, tracking_uri: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Check the Optuna storage and the MLflow tracking store that are remote (database or HTTP), each once."""
+    if storage and is_database_url(storage):
+        check_database(storage, what="--storage", timeout_s=timeout_s)
+    if not tracking_uri:
+        return
+    if is_database_url(tracking_uri):
+        check_database(tracking_uri, what="tracking URI", timeout_s=timeout_s)
+    elif urlsplit(tracking_uri).scheme in ("http", "https"):
+        check_tracking_server(tracking_uri, timeout_s=timeout_s)
+
+
+@contextlib.contextmanager
+def first_open_lock(url: str) -> Iterator[None]:
+    """For a ``sqlite:///`` URL, hold an exclusive lock on the database's folder (created if absent) while the
+    block opens the store, so concurrent first opens do not race to create its tables; otherwise do nothing."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        yield
+        return
+    folder = Path(url[len(prefix):]).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -1,0 +1,106 @@
+"""At 80 columns (``COLUMNS=80``) what `run`, `report`, `bisect`, `export`, `reproduce` and every `--help` print
+fits: no line wider than 80 characters, no value cut with "…", no `<bool>` placeholder, numbers rounded."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from bisect_eagle.cli import COMMAND_MODULES, app
+from bisect_eagle.search.bisect import BisectOptions, run_bisect
+from bisect_eagle.search.study import Options, run_study
+from bisect_eagle.spec import DEFAULT_SPEC, load_spec
+
+from helpers import load_fake_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG_FLOAT = re.compile(r"\d+\.\d{5,}")  # an unrounded float (16 digits in the old report)
+
+
+def fits(text: str) -> None:
+    lines = text.splitlines()
+    too_wide = [line for line in lines if len(line) > 80]
+    assert not too_wide, too_wide
+    assert "…" not in text and "<bool>" not in text
+    assert not LONG_FLOAT.search(text), LONG_FLOAT.search(text)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A tiny-scenario study (real stage 1 on 4 samples, fake live engine) and a bisect, in a fresh store."""
+    root = tmp_path_factory.mktemp("columns")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = load_spec(DEFAULT_SPEC)
+    spec.standalone.samples = 4
+    uri = f"sqlite:///{root}/mlruns/mlflow.db"
+    fake = load_fake_engine()
+    out = run_study(spec, options=Options(storage=f"sqlite:///{root}/mlruns/optuna.db", tracking_uri=uri),
+                    engine_factory=lambda s: fake())
+    bisect = run_bisect(BisectOptions(good=str(ROOT / "experiments" / "tiny.yaml"),
+                                      bad=str(ROOT / "experiments" / "tiny-broken.yaml"), metric="accept_length",
+                                      repeats=1, tracking_uri=uri, log_path=root / "bisect.log"),
+                        engine_factory=lambda s: fake())
+    return root, uri, out, bisect
+
+
+@pytest.fixture(autouse=True)
+def columns_80(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def test_run_outcome_fits(store):
+    from bisect_eagle.cli.run import print_outcome
+
+    _, _, out, _ = store
+    buf = io.StringIO()
+    print_outcome(out, Console(file=buf, width=80))
+    text = buf.getvalue()
+    fits(text)
+    assert "[:-1] (standardize_data_v1)" in text.replace("\n", " ") or "standardize_data_v1" in text
+
+
+def test_report_fits_and_states_target_verdict_and_best(store):
+    root, uri, out, _ = store
+    done = CliRunner().invoke(app, ["report", "--tracking-uri", uri, "--out", str(root / "report")])
+    assert done.exit_code == 0, done.output
+    fits(done.output)
+    assert "target: accept_length >= 4.5" in done.output and "verdict: target" in done.output
+    assert f"best: run {out.best['run_id']}" in done.output
+
+
+def test_bisect_fits(store, capsys):
+    from bisect_eagle.cli.bisect import _print
+
+    _, _, _, bisect = store
+    _print(bisect)
+    text = capsys.readouterr().out
+    fits(text)
+    assert "breaks the good configuration when applied to it" in text.replace("\n", " ")
+
+
+def test_export_fits_and_never_wraps_the_command(store):
+    _, uri, out, _ = store
+    done = CliRunner().invoke(app, ["export", out.best["run_id"], "--tracking-uri", uri])
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    command = [line for line in lines if "--speculative-algorithm" in line]
+    assert len(command) == 1 and "--speculative-num-steps" in command[0]  # the whole command: one line to paste
+    rest = [line for line in lines if line not in command]
+    fits("\n".join(rest))
+    prose = [line for line in rest if line and not line.startswith(("export ", " ", "{", "}"))]
+    assert prose and all(line.startswith("# ") for line in prose)  # a wrapped comment is still a comment
+
+
+@pytest.mark.parametrize("command", ["", *COMMAND_MODULES])
+def test_help_fits(command):
+    done = CliRunner().invoke(app, [*([command] if command else []), "--help"], terminal_width=80)
+    assert done.exit_code == 0, done.output
+    fits(done.output)
+    assert "1 parameters" not in done.output and "1 repeats" not in done.output

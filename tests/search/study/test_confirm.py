@@ -1,0 +1,110 @@
+"""Confirmation before "target reached": the paired bound, a lucky first measurement refused, a fixed baseline."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+from fake_engine import FakeEngine
+
+from bisect_eagle.engines.base import TrialResult
+from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.search.study import Options, run_study
+from bisect_eagle.search.study.confirm import Confirmation, ratio_bounds
+from bisect_eagle.spec import Spec, load_spec
+from bisect_eagle.tracking import Tracking
+
+
+def test_ratio_bounds_of_noise_free_pairs_are_the_ratio():
+    assert ratio_bounds([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], confidence=0.95, looks=3) == pytest.approx((2, 2, 2))
+    assert ratio_bounds([3.0, 3.0], 1.5, confidence=0.95, looks=1) == pytest.approx((2, 2, 2))
+
+
+def test_ratio_bounds_are_a_student_t_interval_on_log_ratios():
+    cand, base = [1.10, 1.02, 1.06, 0.98], [1.0, 1.0, 1.0, 1.0]
+    est, lo, hi = ratio_bounds(cand, base, confidence=0.95, looks=2)
+    d = [math.log(c) for c in cand]
+    mean = sum(d) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 3)
+    half = 3.1824463 * sd / 2  # t_{0.975}(3): 0.05 split over two looks
+    assert est == pytest.approx(math.exp(mean))
+    assert lo == pytest.approx(math.exp(mean - half), rel=1e-6) and hi == pytest.approx(math.exp(mean + half))
+    drifted = ratio_bounds([c * 0.5 for c in cand], [0.5] * 4, confidence=0.95, looks=2)
+    assert drifted == pytest.approx((est, lo, hi))  # a slower machine for both sides cancels
+
+
+def test_ratio_bounds_need_two_matching_pairs():
+    with pytest.raises(ValueError, match="two pairs"):
+        ratio_bounds([2.0], [1.0], confidence=0.95, looks=1)
+    with pytest.raises(ValueError, match="baseline samples"):
+        ratio_bounds([2.0, 2.0], [1.0], confidence=0.95, looks=1)
+
+
+class LuckyEngine(FakeEngine):
+    """The fake engine, but every speculative config's first measurement reads ``luck`` × its true value."""
+
+    def __init__(self, luck: float):
+        super().__init__()
+        self.luck = luck
+        self.seen: Counter[str] = Counter()
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        result = super().run(plan)
+        if not plan.settings.is_baseline:
+            self.seen[plan.fingerprint] += 1
+            if self.seen[plan.fingerprint] == 1:
+                result.output_tok_s *= self.luck
+        return result
+
+
+def spec_of(tmp_path: Path, name: str, *, baseline: str | float = "measure", enabled: bool = True) -> Spec:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps({
+        "name": name, "target": "t", "draft": "d", "dump": "u", "prompts": "p.jsonl", "engine": {"kind": "sglang"},
+        "baseline": baseline,
+        "criterion": {"metric": "output_tok_s", "ratio": 2.0},
+        "space": {"eagle_aux_hidden_state_layer_ids": {"type": "categorical", "choices": [[1, 5, 9]]},
+                  "num_steps": {"type": "categorical", "choices": [3]}},  # 193 tok/s: just below 200
+        "search": {"sampler": "grid", "max_live_trials": 4, "confirm": {"enabled": enabled}},
+    }))
+    return load_spec(path)
+
+
+@pytest.fixture()
+def stores(tmp_path) -> Options:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return Options(storage=f"sqlite:///{tmp_path}/optuna.db", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def test_a_lucky_first_measurement_is_not_confirmed(stores, tmp_path):
+    engine = LuckyEngine(luck=1.1)  # 193 measured as 212 once, then 193 again
+    out = run_study(spec_of(tmp_path, "lucky"), options=stores, engine_factory=lambda s: engine)
+    assert not out.target_reached and out.stop_reason.startswith("search space exhausted")
+    c = Confirmation(**out.confirmation)
+    assert c.status == "not confirmed" and c.upper < 2.0 and c.pairs == 3
+    assert c.candidate == pytest.approx([193.1] * 3, rel=1e-3) and c.baseline == [100.0] * 3
+    assert out.verdict.startswith("not confirmed (not confirmed, bound 1.93")
+    tracking = Tracking.open(stores.tracking_uri, "lucky")
+    parent = tracking.get_run(out.parent_run_id)
+    assert parent.data.tags["confirmation"].startswith("not confirmed") and parent.data.metrics["confirm_pairs"] == 3
+    confirm_runs = tracking.child_runs(out.parent_run_id, "confirm")
+    assert Counter(r.data.tags["confirm_role"] for r in confirm_runs) == {"candidate": 3, "baseline": 3}
+
+
+def test_without_confirmation_the_lucky_measurement_is_taken(stores, tmp_path):
+    out = run_study(spec_of(tmp_path, "unconfirmed", enabled=False), options=stores,
+                    engine_factory=lambda s: LuckyEngine(luck=1.1))
+    assert out.target_reached and out.confirmation is None
+    assert out.stop_reason == "target reached (not confirmed: search.confirm.enabled is false)"
+
+
+def test_a_fixed_baseline_confirms_the_candidate_alone(stores, tmp_path):
+    engine = LuckyEngine(luck=1.0)
+    out = run_study(spec_of(tmp_path, "fixed", baseline=90.0), options=stores, engine_factory=lambda s: engine)
+    assert out.target_reached and out.stop_reason.startswith("target reached (confirmed, bound 2.146")
+    assert out.confirmation["baseline"] == [] and out.confirmation["baseline_drift"] is None
+    assert sum(s.is_baseline for s in engine.runs) == 0 and len(engine.runs) == 1 + 3

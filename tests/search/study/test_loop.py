@@ -1,0 +1,44 @@
+"""The study loop's baseline: a failed baseline trial ends the study with a reason, not a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+from fake_engine import FakeEngine
+
+from bisect_eagle.engines.base import TrialResult, failed
+from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.search.study import Options, run_study
+from bisect_eagle.search.study.loop import BaselineFailed
+from bisect_eagle.spec import load_spec
+from bisect_eagle.tracking import Tracking
+
+
+class NoBaseline(FakeEngine):
+    def run(self, plan: TrialPlan) -> TrialResult:
+        if plan.settings.is_baseline:
+            return failed(self.name, {}, {}, "out_of_memory", "CUDA out of memory.\nTried to allocate 2 GiB")
+        return super().run(plan)
+
+
+def test_a_failed_baseline_fails_the_parent_run_with_its_class(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path = tmp_path / "nobase.yaml"
+    path.write_text(json.dumps({"name": "nobase", "target": "t", "draft": "d", "dump": "u", "prompts": "p.jsonl",
+                                "engine": {"kind": "sglang"}, "baseline": "measure",
+                                "space": {"num_steps": {"type": "int", "low": 1, "high": 3}}}))
+    spec = load_spec(path)
+    opts = Options(storage=f"sqlite:///{tmp_path}/optuna.db", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    engine = NoBaseline()
+    with pytest.raises(BaselineFailed) as caught:
+        run_study(spec, options=opts, engine_factory=lambda s: engine)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("the baseline trial failed (out_of_memory): CUDA out of")
+    assert caught.value.failure_class == "out_of_memory"
+    assert engine.runs == []  # no live trial after it
+    tracking = Tracking.open(opts.tracking_uri, "nobase")
+    (parent,) = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'study'")
+    assert parent.info.status == "FAILED" and parent.data.tags["failure_class"] == "out_of_memory"
+    assert parent.data.tags["baseline_run_id"] == caught.value.run_id

@@ -1,0 +1,115 @@
+"""No secret value is written or printed anywhere, end to end: secrets planted in the controller's environment
+(``HF_TOKEN``, ``X_API_KEY``, ``DB_PASSWORD``), in a spec's ``env.HF_TOKEN`` and in its ``server_args.api_key``
+go through ``run`` (local engine, and the sglang engine with a stand-in server that prints its environment),
+``live`` (``--dry-run --json`` too), ``export``, ``reproduce`` and ``bisect``; then every byte under the working
+directory (the MLflow and Optuna SQLite stores, artifacts, logs, bisect logs, trial directories) and every
+stdout and stderr is searched for each value."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_SECRETS = {"HF_TOKEN": "hf-env-Zq81secret", "X_API_KEY": "xk-env-Pw27secret", "DB_PASSWORD": "db-env-Lm55secret"}
+SPEC_TOKEN = "hf-spec-Tx93secret"
+API_KEY = "sk-arg-Vb64secret"
+BISECT_TOKEN = "hf-bisect-Qr17secret"
+VALUES = [*ENV_SECRETS.values(), SPEC_TOKEN, API_KEY, BISECT_TOKEN]
+# the stand-in server, started through a shell that first prints the environment it was given (as some do)
+PRINTS_ENV = ["sh", "-c", 'env; exec "$0" serve "$@"', str(Path(sys.executable).parent / "bisect-eagle")]
+
+
+class Session:
+    """Commands run in one working directory with the planted environment; every output is kept."""
+
+    def __init__(self, cwd: Path):
+        self.cwd = cwd
+        self.outputs: list[tuple[str, str]] = []
+        self.env = {**os.environ, **ENV_SECRETS, "OMP_NUM_THREADS": "1"}
+        self.env.pop("MLFLOW_TRACKING_URI", None)
+
+    def __call__(self, *args: str, codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", *args], cwd=self.cwd, env=self.env,
+                              capture_output=True, text=True, timeout=600)
+        self.outputs.append((" ".join(args[:1]) + " stdout", done.stdout))
+        self.outputs.append((" ".join(args[:1]) + " stderr", done.stderr))
+        assert done.returncode in codes, (args, done.returncode, done.stderr[-3000:])
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        return done
+
+
+def _spec(tmp: Path, name: str, edit) -> Path:
+    raw = yaml.safe_load((ROOT / "experiments" / name).read_text())
+    raw["engine"]["settings"].update({"env.HF_TOKEN": SPEC_TOKEN, "num_prompts": 2, "warmup_prompts": 1,
+                                      "max_new_tokens": 8})
+    raw["search"].update(max_live_trials=1, sampler="grid", max_wall_s=240, confirm={"enabled": False})
+    raw.update(baseline=1.0, criterion={"metric": "accept_length", "ratio": 1.0})  # no baseline trial to wait for
+    raw["space"] = {"num_steps": {"type": "int", "low": 2, "high": 3}}
+    edit(raw)
+    path = tmp / f"secret-{name}"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _local(raw: dict) -> None:
+    raw["engine"]["settings"]["server_args.api_key"] = API_KEY
+    raw["standalone"].update(wirings=raw["standalone"]["wirings"][:2], samples=4)
+
+
+def _sglang(raw: dict) -> None:
+    raw["engine"]["sglang"]["launch_command"] = PRINTS_ENV
+    raw["standalone"].update(wirings=raw["standalone"]["wirings"][:1], samples=2)
+
+
+def _leaks(root: Path, outputs: list[tuple[str, str]]) -> list[str]:
+    """Where each planted value shows up: files under ``root`` (bytes) and the commands' outputs."""
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        found += [f"{path.relative_to(root)}: {v}" for v in VALUES if v.encode() in data]
+    for name, text in outputs:
+        found += [f"<{name}>: {v}" for v in VALUES if v in text]
+    return found
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> tuple[Session, Path]:
+    """Every command once, in one working directory; the specs (which hold the secrets) live outside it."""
+    specs = tmp_path_factory.mktemp("specs")
+    cwd = tmp_path_factory.mktemp("work")
+    run = Session(cwd)
+    local = _spec(specs, "tiny.yaml", _local)
+    sglang = _spec(specs, "tiny-sglang.yaml", _sglang)
+    out = json.loads(run("run", str(local), "--json", codes=(0, 3)).stdout)
+    trial = next(t["run_id"] for t in out["trials"] if t["run_id"] and t["value"] is not None)
+    run("run", str(sglang), "--json", codes=(0, 1, 3))
+    run("live", "--spec", str(local), "--json")
+    run("live", "--spec", str(sglang), "--dry-run", "--json")
+    run("export", trial, "--json")
+    run("export", trial)
+    run("reproduce", trial, "--json")
+    bad = yaml.safe_load((ROOT / "experiments" / "tiny-broken.yaml").read_text())
+    bad["engine"]["settings"]["env.HF_TOKEN"] = BISECT_TOKEN
+    (specs / "broken.yaml").write_text(yaml.safe_dump(bad))
+    run("bisect", "--good", str(ROOT / "experiments" / "tiny.yaml"), "--bad", str(specs / "broken.yaml"),
+        "--metric", "accept_length", "--set", "num_prompts=2", "--set", "warmup_prompts=0",
+        "--set", "max_new_tokens=16", "--json", codes=(0, 1))
+    return run, cwd
+
+
+def test_every_command_ran_and_wrote_its_stores(session):
+    _, cwd = session
+    names = {p.name for p in (cwd / "mlruns").rglob("*")}
+    assert {"mlflow.db", "optuna.db"} <= names and any(n.endswith(".log") for n in names)
+
+
+def test_no_planted_secret_is_written_or_printed(session):
+    run, cwd = session
+    assert _leaks(cwd, run.outputs) == []
