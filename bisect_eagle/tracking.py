@@ -193,6 +193,7 @@ class Tracking:
     def open(cls, uri: str, experiment: str, description: str | None = None) -> Tracking:
         """Connect (creating a SQLite store and the experiment when absent); ``description`` is the experiment's
         markdown description (``mlflow.note.content``), set when given."""
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # keeps --json output one object
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
@@ -224,6 +225,10 @@ class Tracking:
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
+        db = sqlite_path(uri)
+        if db is not None and not db.is_file():  # never create a store just to say the run is not in it
+            raise BadInput(f"run {run_id!r}: the tracking store {db} does not exist (give --tracking-uri or set "
+                           "MLFLOW_TRACKING_URI)")
         client = MlflowClient(tracking_uri=uri)
         try:
             run = client.get_run(run_id)

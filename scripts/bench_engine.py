@@ -1,4 +1,4 @@
-"""Benchmark the local EAGLE-3 engine against the target alone, for the true wiring and the incident's wrong ones (docs/incident.md).
+"""Benchmark the local EAGLE-3 engine against the target alone: the true wiring and the incident's wrong ones.
 
 Every setting runs at each requested draft depth: by default SGLang's auto choice for a chain draft (3 steps,
 4 draft tokens) and the incident's deployment (16 draft tokens: topk = 1 forces 15 steps), where the wrong

@@ -1,8 +1,9 @@
 """Predicted vs measured tok/s of the local engine: every tiny-scenario wiring × num_steps 1..15.
 
 1. Stage 1: each wiring's teacher-forced per-position accuracy on the dump (``standalone``, 15 steps).
-2. Microbenchmarks of the engine's forwards: target prefill, target verify of 1..16 tokens, the draft's
-   extend (the forward that opens a cycle), one chain step, and its prefill extend over a prompt.
+2. Microbenchmarks of the engine's forwards, before every pass (the fastest is kept): target prefill, target
+   verify of 1..16 tokens, the draft's extend (the forward that opens a cycle), one chain step, and its
+   prefill extend over a prompt.
 3. Live grid: the baseline and every (wiring, num_steps), ``--repeats`` interleaved passes in a shuffled
    order; a config's measured tok/s is its fastest pass (timeit's convention: on a shared machine noise only
    slows a run; the median is reported too). Accept length is deterministic (greedy decoding).
@@ -95,9 +96,9 @@ def _minus(a: dict[str, float], b: dict[str, float], div: float = 1.0) -> dict[s
 
 
 @torch.inference_mode()
-def microbenchmarks(paths: dict[str, Path], ids: list[int], reps: int) -> list[tuple[str, dict[str, float], int]]:
-    """(component, seconds per clock, tokens) of the engine's own forwards (a separate copy of the models) on
-    the first prompt."""
+def microbenchmarks(paths: dict[str, Path], ids: list[int]):
+    """A function of ``reps`` timing the engine's own forwards (a separate copy of the models, loaded once) on
+    the first prompt: ``[(component, seconds per clock, tokens), ...]``."""
     import inspect
 
     from transformers import DynamicCache
@@ -115,45 +116,50 @@ def microbenchmarks(paths: dict[str, Path], ids: list[int], reps: int) -> list[t
     prompt = torch.tensor([prompt_ids[:-1]])
     aux = dec.aux_hidden_states(prompt_ids[:-1])[None]  # [1, T-1, k·H]: row t pairs with token t+1
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    out = []
+    chain = DraftChain(draft.model, len(prompt_ids) + 64, torch.device("cpu"), False)
+    tokens = prompt_ids[1:]
 
     def forward(ids_: torch.Tensor, cache) -> None:
         model(input_ids=ids_, use_cache=True, **{cache_kw: cache}).logits[0].argmax(-1).tolist()
-
-    with capture_hidden(model, dec.indices):
-        out.append(("prefill", _timed(lambda: forward(prompt, DynamicCache(config=model.config)), reps), 1))
-        cache = DynamicCache(config=model.config)
-        forward(torch.tensor([prompt_ids]), cache)
-        for t in (1, 2, 4, 8, 16):
-            ids_t = torch.tensor([prompt_ids[-t:]])
-
-            def verify(ids_t=ids_t, t=t) -> None:
-                forward(ids_t, cache)
-                cache.crop(-t)
-
-            out.append(("verify", _timed(verify, reps), t))
-    chain = DraftChain(draft.model, len(prompt_ids) + 64, torch.device("cpu"), False)
-    tokens = prompt_ids[1:]
 
     def propose(rows: int, steps: int) -> None:
         chain.rows = 0 if rows == len(tokens) else len(tokens) - rows
         chain.propose(aux[:, -rows:], tokens[-rows:], steps)
 
-    chain.propose(aux, tokens, 1)
-    extend = _timed(lambda: propose(4, 1), reps)
-    out.append(("draft_extend", extend, 1))
-    out.append(("draft_step", _minus(_timed(lambda: propose(4, 9), reps), extend, 8), 1))
-    out.append(("draft_prefill", _minus(_timed(lambda: propose(len(tokens), 1), reps), extend), 1))
-    return out
+    @torch.inference_mode()
+    def run(reps: int) -> list[tuple[str, dict[str, float], int]]:
+        out = []
+        with capture_hidden(model, dec.indices):
+            out.append(("prefill", _timed(lambda: forward(prompt, DynamicCache(config=model.config)), reps), 1))
+            cache = DynamicCache(config=model.config)
+            forward(torch.tensor([prompt_ids]), cache)
+            for t in (1, 2, 4, 8, 16):
+                ids_t = torch.tensor([prompt_ids[-t:]])
+
+                def verify(ids_t=ids_t, t=t) -> None:
+                    forward(ids_t, cache)
+                    cache.crop(-t)
+
+                out.append(("verify", _timed(verify, reps), t))
+        chain.propose(aux, tokens, 1)
+        extend = _timed(lambda: propose(4, 1), reps)
+        out.append(("draft_extend", extend, 1))
+        out.append(("draft_step", _minus(_timed(lambda: propose(4, 9), reps), extend, 8), 1))
+        out.append(("draft_prefill", _minus(_timed(lambda: propose(len(tokens), 1), reps), extend), 1))
+        return out
+
+    return run
 
 
-def measure(engine: LocalEngine, configs: list[tuple[str, int]], common: dict, repeats: int, seed: int):
-    """Interleaved, shuffled passes: ``{key: [(effective, metrics, cpu share), ...]}``, pass 1's order and the
-    median share."""
+def measure(engine: LocalEngine, configs: list[tuple[str, int]], common: dict, repeats: int, seed: int, micro,
+            micro_reps: int):
+    """Interleaved, shuffled passes, each opened by the microbenchmarks: ``{key: [(effective, metrics, cpu
+    share), ...]}``, pass 1's order, the median share, and the fastest microbenchmark of each component."""
     rng = random.Random(seed)
     results: dict[tuple[str, int], list] = {key: [] for key in configs}
-    shares, order = [], []
+    shares, order, timings = [], [], []
     for r in range(repeats):
+        timings.append(micro(micro_reps))
         keys = list(configs)
         rng.shuffle(keys)
         t0 = time.perf_counter()
@@ -173,7 +179,8 @@ def measure(engine: LocalEngine, configs: list[tuple[str, int]], common: dict, r
                 order.append(key)
         print(f"pass {r + 1}/{repeats}: {len(keys)} trials in {time.perf_counter() - t0:.0f} s, median CPU share "
               f"{statistics.median(shares[-len(keys):]):.2f}", flush=True)
-    return results, order, statistics.median(shares)
+    fastest = [(c, {k: min(t[i][1][k] for t in timings) for k in CLOCKS}, n) for i, (c, _, n) in enumerate(timings[0])]
+    return results, order, statistics.median(shares), fastest
 
 
 def new_model(prior: dict[str, list[float]], micro: list[tuple], clock: str) -> ThroughputModel:
@@ -287,10 +294,10 @@ def main(
         configs = [("baseline", 0)] + [(n, s) for n in wirings for s in depths]
         with LocalEngine(paths["target"], paths["draft"], paths["prompts"]) as engine:
             engine.run(engine.plan(LiveSettings(speculative_algorithm="none", **common)))  # load + warm
-            micro = microbenchmarks(paths, WIRINGS[TRUE], micro_reps)
-            print(f"microbenchmarks ({clock} ms): " + ", ".join(
+            results, order, cpu_share, micro = measure(engine, configs, common, repeats, seed,
+                                                       microbenchmarks(paths, WIRINGS[TRUE]), micro_reps)
+            print(f"microbenchmarks ({clock} ms, fastest of {repeats}): " + ", ".join(
                 f"{c}{'@' + str(t) if c == 'verify' else ''} {s[clock] * 1e3:.2f}" for c, s, t in micro), flush=True)
-            results, order, cpu_share = measure(engine, configs, common, repeats, seed)
         if save is not None:
             save.write_text(json.dumps({"prior": prior, "micro": micro, "cpu_share": cpu_share, "settings": common,
                                         "order": [f"{n}|{s}" for n, s in order],

@@ -138,7 +138,7 @@ space:
   num_steps: {type: int, low: 1, high: 4}
 search: {sampler: grid, seed: 0, max_live_trials: 6, max_wall_s: 240, repeats: 1}
 YAML
-export BISECT_EAGLE_HEARTBEAT_S=1 BISECT_EAGLE_GRACE_S=5 MLFLOW_TRACKING_URI="$TRACKING"
+export BISECT_EAGLE_HEARTBEAT_S=1 BISECT_EAGLE_GRACE_S=10 MLFLOW_TRACKING_URI="$TRACKING"
 ARGS=("$WORK/multinode.yaml" --storage "$DB/optuna" --tracking-uri "$TRACKING" --study-name multinode --json)
 on_node c "$BE" run "${ARGS[@]}"
 CONTROLLER="${PIDS[-1]}"

@@ -57,7 +57,7 @@ def test_specforge_layout_on_disk(tmp_path):
 
 
 def test_double_norm_is_not_applied():
-    """logits() norms once: feeding it an already-normed state gives different logits (docs/sglang-facts.md#final-state-norm)."""
+    """logits() norms once: an already-normed state gives other logits (docs/sglang-facts.md#final-state-norm)."""
     model = random_draft()
     h = torch.randn(1, 3, model.config.hidden_size) * 5
     once = model.logits(h)

@@ -112,7 +112,7 @@ def test_wrong_width_rule_is_refused(tiny):
 
 
 def test_tiny_scenario_true_wiring_wins(tiny):
-    """The incident's shape (docs/incident.md): the trained wiring matches training accuracy; [1:] and [emb,0,1] lose by >= 5 points."""
+    """The incident's shape: the trained wiring matches training accuracy; [1:] and [emb,0,1] lose >= 5 points."""
     from bisect_eagle.draft import load_draft
 
     loaded = load_draft(tiny.draft, target=tiny.target)

@@ -19,6 +19,7 @@ app = typer.Typer(
     no_args_is_help=False,
     help="Search and bisect EAGLE-3 speculative-decoding deployments; every trial is logged to MLflow.",
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: no "<bool>" placeholders, nothing cut at 80 columns
 )
 
 

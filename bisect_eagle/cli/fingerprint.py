@@ -32,10 +32,17 @@ def fingerprint(
 ) -> None:
     """Match each dumped hidden state to the target layer it came from, and recommend ids and wiring."""
     from bisect_eagle import scenarios
+    from bisect_eagle.errors import BadInput
     from bisect_eagle.layermatch import load
     from bisect_eagle.layermatch import match_layers as match
+    from bisect_eagle.preflight import validate_data
 
+    if samples < 1:
+        raise BadInput(f"--samples {samples}: expected at least 1")
+    if server is not None and not server.startswith(("http://", "https://")):
+        raise BadInput(f"--server {server!r}: expected an http:// or https:// URL")
     p = resolve_paths(scenario, dump=dump, target=target)
+    validate_data(target=p["target"], dump=p["dump"], draft=draft)
     if draft is None and scenario:
         draft = scenarios.get(scenario).draft
     model, reader, loaded = load(p["target"], p["dump"], draft)

@@ -22,7 +22,7 @@ def open_study_run(spec: Path | None, tracking_uri: str | None, study_name: str 
     from bisect_eagle.report import find_parent
     from bisect_eagle.tracking import Tracking, resolve_tracking_uri
 
-    s = load_spec_or_default(spec)
+    s = load_spec_or_default(spec, live=False)
     tracking = Tracking.open(resolve_tracking_uri(tracking_uri, s.storage.tracking_uri), s.name)
     return tracking, find_parent(tracking, study_name)
 

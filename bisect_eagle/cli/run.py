@@ -66,7 +66,7 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     if out.gate:
         table = Table(title="stage 1: standalone accuracy per wiring")
         for col in ("wiring", "live layer ids", "scored on", "accuracy", "sim. accept len", "gate"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for v in out.gate:
             table.add_row(escape(v["label"]), escape(str(v["layer_ids"])), v["source"], f"{v['accuracy']:.3f}",
                           f"{v['simulated_accept_length']:.2f}", "pass" if v["passed"] else "reject")
@@ -75,7 +75,7 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     if live:
         table = Table(title=f"stage 2: live trials ({out.metric})")
         for col in ("trial", "params", out.metric, f"{_unit(out.metric)} ÷ baseline", "state", "run"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for t in live:
             ratio = f"{t['value'] / out.baseline:.2f}" if t["value"] is not None and out.baseline else "-"
             value = f"{t['value']:.2f}" if t["value"] is not None else t["failure_class"] or "-"
@@ -104,8 +104,8 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
                 console.print(f"  {key}: {value}", markup=False)
     console.print(f"runs: tracking URI {out.tracking_uri}, experiment {out.experiment_id}, "
                   f"parent run {out.parent_run_id} (study {out.study})")
-    console.print(f"see them: bisect-eagle ui --tracking-uri {out.tracking_uri} (runs at "
-                  f"#/experiments/{out.experiment_id}/runs); tables and plots: bisect-eagle report", markup=False)
+    console.print("see them (the study's run is the answer; tables and plots: bisect-eagle report):", markup=False)
+    console.print(f"  bisect-eagle ui --tracking-uri {out.tracking_uri}", markup=False, soft_wrap=True)
 
 
 def _unit(metric: str) -> str:

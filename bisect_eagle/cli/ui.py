@@ -117,7 +117,7 @@ def ui(
 
     quiet_libraries()
     sigterm_as_exit()
-    s = load_spec_or_default(spec)
+    s = load_spec_or_default(spec, live=False)
     uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)
     db = sqlite_path(uri)
     if db is not None and not db.is_file():

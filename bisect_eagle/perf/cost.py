@@ -21,18 +21,17 @@ terms (verify, draft, overhead); the ``γ`` have a ridge penalty (a normal prior
 a key never seen, or one whose effect the data cannot tell apart from the base costs, has factor 1.0.
 
 Fit: weighted non-linear least squares on *relative* residuals ``pred/measured - 1`` (scipy's
-``least_squares``, step costs bounded ≥ 0), with a weak normal prior on each step cost around a share of
-the typical one-token forward (sd ``prior_rel_sd`` × that value), so the fit is defined from the baseline
-alone and collinear terms split sensibly; data override it. The residual sd is a scaled-inverse-χ²
-posterior (prior ``sigma_prior`` with ``sigma_prior_dof`` pseudo-observations), and the parameter
-covariance is ``σ² (JᵀJ)⁻¹`` at the solution: both shrink as observations arrive. A prediction's own
-uncertainty is the delta-method relative sd of its seconds (:meth:`CostModel.relative_sd`).
+``least_squares``, Huber loss beyond ``robust_scale``, step costs bounded ≥ 0), with a weak normal prior on
+each step cost around a share of the typical one-token forward (sd ``prior_rel_sd`` × that value), so the
+fit is defined from the baseline alone and collinear terms split sensibly; data override it. The residual
+sd is a scaled-inverse-χ² posterior (prior ``sigma_prior`` with ``sigma_prior_dof`` pseudo-observations),
+and the parameter covariance is ``σ² (JᵀJ)⁻¹`` at the solution: both shrink as observations arrive. A
+prediction's own uncertainty is the delta-method relative sd of its seconds (:meth:`CostModel.relative_sd`).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -133,11 +132,13 @@ class CostModel:
     ``knots``: token counts where the verify cost's slope may change; ``factor_prior_sd``: prior sd of each
     log factor (the ridge; 0.3 ≈ a factor within ×/÷1.35 a priori); ``prior_rel_sd``: prior sd of each step
     cost relative to its prior value (:data:`TERMS` shares of the typical one-token forward); ``sigma_prior``
-    (with ``sigma_prior_dof`` pseudo-observations): prior relative sd of one measurement around the model.
+    (with ``sigma_prior_dof`` pseudo-observations): prior relative sd of one measurement around the model;
+    ``robust_scale``: relative residual beyond which an observation's pull grows linearly, not quadratically
+    (Huber loss: a trial slowed by a noisy neighbour bends the fit less; None = plain least squares).
     """
 
     def __init__(self, *, knots: Iterable[float] = (), factor_prior_sd: float = 0.3, prior_rel_sd: float = 3.0,
-                 sigma_prior: float = 0.08, sigma_prior_dof: float = 3.0):
+                 sigma_prior: float = 0.08, sigma_prior_dof: float = 3.0, robust_scale: float | None = 0.05):
         self.knots = tuple(sorted(float(k) for k in knots))
         self.terms = {**TERMS, **{f"hinge_{k:g}": ("verify", HINGE_SHARE) for k in self.knots}}
         self.names = list(self.terms)
@@ -145,6 +146,7 @@ class CostModel:
         self.prior_rel_sd = prior_rel_sd
         self.sigma_prior = sigma_prior
         self.sigma_prior_dof = sigma_prior_dof
+        self.robust_scale = robust_scale
         self._obs: list[_Obs] = []
         self._fit: dict | None = None
 
@@ -221,8 +223,8 @@ class CostModel:
 
         z0 = np.concatenate([theta0, np.zeros(len(keys) * ng)])
         lower = np.concatenate([np.zeros(nt), np.full(len(keys) * ng, -np.inf)])
-        sol = least_squares(fun, z0, jac=jac, bounds=(lower, np.inf), method="trf", x_scale="jac",
-                            loss=os.environ.get("LOSS", "linear"), f_scale=float(os.environ.get("FS", "0.05")))
+        robust = {"loss": "huber", "f_scale": self.robust_scale} if self.robust_scale else {}
+        sol = least_squares(fun, z0, jac=jac, bounds=(lower, np.inf), method="trf", x_scale="jac", **robust)
         resid = fun(sol.x)[: len(y)] / np.maximum(sw, 1e-12)
         nu0 = self.sigma_prior_dof
         sigma = math.sqrt((nu0 * self.sigma_prior**2 + float(np.sum(w * resid**2))) / (nu0 + float(np.sum(w))))

@@ -120,9 +120,11 @@ def test_failed_baseline_is_one_line_and_exit_3(tmp_path, monkeypatch):
     assert "the baseline trial failed (out_of_memory)" in done.output and "Traceback" not in done.output
 
 
+@pytest.mark.skipif(os.environ.get("BISECT_EAGLE_LOAD_CHECK") != "1",
+                    reason="minutes of CPU: CI runs it as its own step with BISECT_EAGLE_LOAD_CHECK=1")
 def test_two_runs_beside_cpu_burners_agree(tmp_path):
     """The short version of scripts/check_under_load.py: two runs of the tiny spec (two live trials each)
-    beside two busy loops reach the same verdict and best wiring; the burners are gone afterwards."""
+    beside two busy loops reach the same verdict and best wiring."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "check_under_load.py"
     done = subprocess.run([sys.executable, str(script), "--runs", "2", "--burners", "2", "--max-live-trials", "2"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=1800)

@@ -195,7 +195,7 @@ def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
     assert not rerun & finished_before
     children = tracking.child_runs(parent.info.run_id)
     killed = [r for r in children if r.data.tags.get("outcome") == "interrupted"]
-    assert len(killed) == 1 and killed[0].info.status == "FAILED"
+    assert len(killed) == 1 and killed[0].info.status == "KILLED"
     study = optuna.load_study(storage=store["storage"], study_name=out.study)
     by_trial = [t.user_attrs["mlflow_run_id"] for t in study.trials if "mlflow_run_id" in t.user_attrs]
     assert len(by_trial) == len(set(by_trial)) == len([r for r in children if r.data.tags["stage"] == "live"])

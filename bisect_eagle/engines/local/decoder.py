@@ -15,7 +15,8 @@ prompt tokens but the last; then each round
 Every generated token comes from a verify step, so ``sum(accepted_per_step) == len(tokens)``. The output is
 the target's own greedy continuation whatever the draft proposes: a wrong wiring only lowers acceptance.
 
-``speculative_algorithm = "EAGLE"`` with an EAGLE-3 draft is run the way SGLang runs it (docs/sglang-facts.md#algorithm-names):
+``speculative_algorithm = "EAGLE"`` with an EAGLE-3 draft is run the way SGLang runs it
+(docs/sglang-facts.md#algorithm-names):
 the draft gets the target's final (post-norm) hidden state, 1 × H wide, and ``fc`` is skipped because the
 width already matches; acceptance collapses to about 1 token per verify step.
 """

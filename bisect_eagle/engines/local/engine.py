@@ -93,9 +93,7 @@ class LocalEngine(Engine):
         requested = s.eagle_aux_hidden_state_layer_ids
         if requested is None:
             return self.draft_ids, None
-        ids = sorted(requested)
-        if len(set(ids)) != len(ids):
-            return ids, f"eagle_aux_hidden_state_layer_ids {requested} repeats an id; each layer is captured once"
+        ids = sorted(requested)  # LiveSettings already refused repeated ids
         try:
             layers.ids_to_canonical(ids, "sglang", self.num_layers)
         except layers.LayerIdError as e:

@@ -29,10 +29,10 @@ def build_parser(prog: str = "bisect-eagle serve") -> argparse.ArgumentParser:
     p.add_argument("--model-path", required=True, help="Target model directory (Hugging Face layout).")
     p.add_argument("--speculative-algorithm", type=str.upper, default=None,
                    help="Speculative decoding algorithm (any case; NEXTN = EAGLE); leave out for plain decoding.")
-    p.add_argument("--speculative-draft-model-path", default=None, help="EAGLE-3 draft directory.")
-    p.add_argument("--speculative-num-steps", type=int, default=None, help="Draft steps per verify.")
-    p.add_argument("--speculative-eagle-topk", type=int, default=None, help="Branching per step (1 only).")
-    p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
+    p.add_argument("--speculative-draft-model-path", default=None, metavar="PATH", help="EAGLE-3 draft directory.")
+    p.add_argument("--speculative-num-steps", type=int, default=None, metavar="N", help="Draft steps per verify.")
+    p.add_argument("--speculative-eagle-topk", type=int, default=None, metavar="K", help="Branching per step (1 only).")
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None, metavar="N",
                    help="Verified tokens per step; topk 1 forces num_steps + 1 (as SGLang).")
     p.add_argument("--host", default="127.0.0.1", help="Address to bind (default 127.0.0.1).")
     p.add_argument("--port", type=int, default=30000, help="Port to bind.")
@@ -42,8 +42,9 @@ def build_parser(prog: str = "bisect-eagle serve") -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="auto", help="Model dtype (auto: float32 here).")
     p.add_argument("--enable-return-aux-hidden-states", action="store_true",
                    help="Allow return_hidden_states in /generate: the prompt's concatenated aux states.")
-    p.add_argument("--return-aux-hidden-state-layer-ids", type=int, nargs="+", default=None,
+    p.add_argument("--return-aux-hidden-state-layer-ids", type=int, nargs="+", default=None, metavar="ID",
                    help="Aux layers (SGLang ids, >= 0) to capture and return; capture-only, no draft.")
+    p.add_argument("--api-key", default=None, help="Require 'Authorization: Bearer KEY' (health checks excepted).")
     p.add_argument("--version", action="version", version=__version__)
     return p
 
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("bisect-eagle serve %s: %s", __version__, " ".join(sys.argv))
     try:
         backend = build_backend(a)
-        httpd = ServeHTTPServer((a.host, a.port), backend)
+        httpd = ServeHTTPServer((a.host, a.port), backend, api_key=a.api_key)
     except (BadInput, OSError) as e:
         log.error("error: %s", e)
         return 1

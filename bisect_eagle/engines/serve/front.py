@@ -50,6 +50,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> None:
         backend = self.server.backend
         path = self.path.split("?", 1)[0]
+        key = self.server.api_key
+        if key and path not in ("/health", "/health_generate") and \
+                self.headers.get("Authorization") != f"Bearer {key}":
+            self._send(401, {"error": {"message": "a valid API key is required (Authorization: Bearer ...)"}})
+            return
         try:
             if path in ("/health", "/health_generate") and method == "GET":
                 ok = not backend.exiting and backend.health()
@@ -80,9 +85,10 @@ class ServeHTTPServer(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
 
-    def __init__(self, address: tuple[str, int], backend: Backend):
+    def __init__(self, address: tuple[str, int], backend: Backend, *, api_key: str | None = None):
         super().__init__(address, _Handler)
         self.backend = backend
+        self.api_key = api_key
 
 
 def serve_until_signal(httpd: ServeHTTPServer) -> None:

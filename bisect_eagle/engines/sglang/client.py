@@ -73,11 +73,12 @@ def parse_completion(rid: str, body: dict, latency_s: float) -> Completion:
 class SglangClient:
     """Talks to one server at ``base_url``; requests give up after ``request_timeout_s``."""
 
-    def __init__(self, base_url: str, request_timeout_s: float):
+    def __init__(self, base_url: str, request_timeout_s: float, *, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self.request_timeout_s = request_timeout_s
         self._http = httpx.Client(
             base_url=self.base_url,
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,  # SGLang's --api-key
             timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
             trust_env=False,  # never route 127.0.0.1 through a proxy from the environment

@@ -193,7 +193,8 @@ class SglangEngine(Engine):
             return failed(self.name, requested, planned, "launch_error", f"cannot start {argv[0]}: {e}",
                           warnings=warnings, artifacts={"launch_command.txt": command_text,
                                                         "effective.json": _dump(planned), "server.log": ""})
-        client = SglangClient(f"http://{self.server.host}:{port}", self.server.request_timeout_s)
+        client = SglangClient(f"http://{self.server.host}:{port}", self.server.request_timeout_s,
+                              api_key=settings.server_args.get("api_key"))
         try:
             result = self._measure(settings, prompts=prompts, server=server, client=client, requested=requested,
                                    planned=planned, warnings=warnings, scrub=scrub)
@@ -201,10 +202,12 @@ class SglangEngine(Engine):
             teardown, teardown_warnings = self._teardown(server, port)
             client.close()
         result.warnings += teardown_warnings
+        log_text = scrub(procs.read_log(server.log_path))
+        server.log_path.write_text(log_text)  # the local copy too: no secret the server printed stays on disk
         result.artifacts.update({
             "launch_command.txt": command_text,
             "effective.json": _dump(result.effective),
-            "server.log": scrub(procs.read_log(server.log_path)),
+            "server.log": log_text,
             "teardown.json": _dump(teardown),
         })
         (trial_dir / "effective.json").write_text(result.artifacts["effective.json"])

@@ -208,8 +208,6 @@ class Planner:
                 warnings.append(f"{self.draft}/config.json has no eagle_config.eagle_aux_hidden_state_layer_ids: "
                                 "SGLang silently captures its default layers; set eagle_aux_hidden_state_layer_ids")
             return draft.ids, warnings, None
-        if len(set(ids)) != len(ids):
-            return ids, warnings, f"eagle_aux_hidden_state_layer_ids {ids} repeats an id; each layer is captured once"
         if draft.trained is not None and len(ids) != draft.trained[0]:
             return ids, warnings, (f"{self.draft}/config.json: key {draft.trained[1]} gives {draft.trained[0]} aux "
                                    f"layers, the width fc was trained on; eagle_aux_hidden_state_layer_ids {ids} "

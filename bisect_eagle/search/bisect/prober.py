@@ -258,7 +258,8 @@ class Prober:
         self.measured += 1
         self.samples += plan.refusal is None  # a refused plan is recorded, never run
         trial = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
-                               tags={"bisect_applied": self.applied(config)}, on_start=self._on_start)
+                               tags={"bisect_applied": self.applied(config)}, on_start=self._on_start,
+                               label=f"probe {self.measured:02d} +{self.applied(config)}")
         m = self._from_trial(trial, plan.effective, "measured")
         m.plan, m.log_run_id = plan, trial.run_id
         self.seen[fp] = m

@@ -12,7 +12,11 @@ Modules, in the order a study meets them:
 - :mod:`.loop`: :class:`StudyRun`, one process's part of a study: stage 1, the baseline, the stage-2 loop and
   its stop reasons. Crashed configs are told as PRUNED with an infeasibility constraint (TPE ignores FAIL
   trials and would propose them again); interrupted trials are told FAIL and measured again after ``--resume``.
-- :mod:`.resume`: what a killed process left running, cleaned up on ``--resume``.
+- :mod:`.confirm`: before "target reached", the candidate and the baseline re-measured interleaved until a
+  one-sided confidence bound on their ratio clears the target (or the pair budget is spent).
+- :mod:`.resume`: what a killed process left running, cleaned up on ``--resume`` (trials, claims and the
+  recorded servers of dead controllers), and trials whose worker stopped heart-beating, reaped by whichever
+  node looks next (Optuna's RDB heartbeats).
 - :mod:`.outcome`: :class:`StudyProgress` events and the :class:`StudyOutcome` that ``run --json`` prints.
 - :mod:`.api`: :func:`run_study`, :func:`join_study` and their :class:`Options`.
 
@@ -20,7 +24,7 @@ Several nodes, one study (PostgreSQL): ``bisect-eagle run spec.yaml --storage po
 --tracking-uri http://mlflow-host:5000`` on one node creates the study, runs stage 1 and the baseline and
 starts searching; ``bisect-eagle worker spec.yaml --storage <same URL>`` on any other node joins it (it
 waits for stage 1, then shares the budget, the claims and the stop condition). Log to one ``mlflow server``
-over HTTP from several nodes: a SQLite MLflow store is for one machine.
+over HTTP from several nodes: a SQLite MLflow store is for one machine (docs/multinode.md).
 """
 
 from bisect_eagle.search.study.api import WORKER_WAIT_S, EngineFactory, Options, join_study, run_study

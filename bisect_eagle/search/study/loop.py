@@ -28,7 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.search.gate import Scorer, Verdict, apply_gate
+from bisect_eagle.search.gate import Scorer, Verdict, apply_gate, record_gate
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
 from bisect_eagle.search.study.confirm import Confirmation, confirm
@@ -108,9 +108,7 @@ class StudyRun:
             verdicts.append(run_standalone_trial(self.ctx, scorer=scorer, candidate=c))
         reference = self.spec.training_accuracy if st.reference == "training" else None
         ref = apply_gate(verdicts, st.margin, reference)
-        for v in verdicts:
-            self.ctx.tracking.log(v.run_id, metrics={"gate_reference": ref},
-                                  tags={"gate": "pass" if v.passed else "reject"})
+        record_gate(self.ctx.tracking, verdicts, reference=ref, margin=st.margin)
         gate = [v.to_json() for v in verdicts]
         self.study.set_user_attr("gate_reference", ref)
         self.study.set_user_attr("gate", gate)
@@ -152,7 +150,8 @@ class StudyRun:
         self.study.set_user_attr("baseline", value)
         self.study.set_user_attr("target", target)
         self.load_baseline()
-        self.ctx.tracking.log(self.ctx.parent_run_id, metrics={"baseline": value, "target": target,
+        metric = spec.criterion.metric
+        self.ctx.tracking.log(self.ctx.parent_run_id, metrics={f"baseline_{metric}": value, f"target_{metric}": target,
                                                                "baseline_output_tok_s": tok_s})
 
     def load_baseline(self) -> None:

@@ -60,7 +60,8 @@ def test_glm5_dry_run_argv_is_accepted_by_sglangs_parser(tmp_path):
     (["--set", "server_args.cuda_graph_max_bs_prefill=lots"], "invalid int value: 'lots'"),
 ])
 def test_refused_before_launch_with_sglangs_reason(sets, reason, tmp_path):
-    code, body, out = dry_run("--spec", str(EXPERIMENTS / "glm5-8gpu.yaml"), *sets, python=sglang_python(), cwd=tmp_path)
+    glm5 = str(EXPERIMENTS / "glm5-8gpu.yaml")
+    code, body, out = dry_run("--spec", glm5, *sets, python=sglang_python(), cwd=tmp_path)
     assert code == 2 and reason in body["plan"]["refusal"] and "Traceback" not in out
     assert list(tmp_path.iterdir()) == []
 

@@ -20,6 +20,7 @@ draft: d
 dump: u
 prompts: p.jsonl
 engine:
+  kind: sglang  # paths on another machine are allowed for sglang specs (none are read here)
   settings:
     env: {{HF_TOKEN: {SECRET}, NCCL_ALGO: Ring}}
 search: {{max_live_trials: 7}}
