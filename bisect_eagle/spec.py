@@ -95,7 +95,7 @@ class Param(_Strict):
 
 
 class Criterion(_Strict):
-    """Success: ``metric >= ratio × baseline`` (the seeds' "reach the baseline tok/s" is ratio 1.0)."""
+    """Success: ``metric >= ratio × baseline`` (the incident's "reach the baseline tok/s" is ratio 1.0)."""
 
     metric: Literal["output_tok_s", "accept_length"] = "output_tok_s"
     ratio: float = Field(1.0, gt=0)
