@@ -58,3 +58,24 @@ def load_fake_engine():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.FakeEngine
+
+
+def file_tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` with its size and mtime: what a refused command must leave as it found it."""
+    return {str(p): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def run_cli(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    """``bisect-eagle ARGS`` in this process through the console entry point: (exit code, stdout, stderr)."""
+    import sys
+
+    from bisect_eagle.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["bisect-eagle", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    out = capsys.readouterr()
+    return code, out.out, out.err

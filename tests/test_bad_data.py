@@ -13,26 +13,9 @@ from pathlib import Path
 import pytest
 from bad_data_cases import CASES, TINY, bad_sample, dump_copy, edit_sample
 
-from bisect_eagle.cli import main
+from helpers import file_tree, run_cli
 
 BASE = ["standalone", "--scenario", "tiny", "--samples", "3", "--steps", "1", "--json"]
-
-
-def _tree(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``root`` with its size and mtime: what a run must leave as it found it."""
-    return {str(p): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))}
-
-
-def _run(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """``bisect-eagle ARGS`` in this process through the console entry point: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["bisect-eagle", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else int(e.code is not None)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture
@@ -53,8 +36,8 @@ def test_bad_input_exits_2_with_one_line(build, tmp_path, cwd, monkeypatch, caps
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     bad = build(inputs)
-    before = _tree(inputs)
-    code, out, err = _run([*BASE, *bad.args], monkeypatch, capsys)
+    before = file_tree(inputs)
+    code, out, err = run_cli([*BASE, *bad.args], monkeypatch, capsys)
     assert code == 2, (out, err)
     assert out == ""
     lines = err.strip().splitlines()
@@ -63,7 +46,7 @@ def test_bad_input_exits_2_with_one_line(build, tmp_path, cwd, monkeypatch, caps
     if bad.key is not None:
         assert f"'{bad.key}'" in lines[0], lines[0]
     assert "Traceback" not in err
-    assert list(cwd.iterdir()) == [] and _tree(inputs) == before
+    assert list(cwd.iterdir()) == [] and file_tree(inputs) == before
 
 
 @pytest.mark.parametrize("name", ["dump-hidden-states-list-of-ints", "draft-hidden-size-big", "target-pickle-only",
@@ -84,12 +67,12 @@ def _nan_states(o: dict) -> None:
 
 def test_skip_bad_skips_and_counts_non_finite_samples(tmp_path, cwd, monkeypatch, capsys):
     bad = bad_sample(tmp_path, _nan_states, "hidden_states[0]", index=1)
-    code, out, err = _run([*BASE, *bad.args, "--skip-bad"], monkeypatch, capsys)
+    code, out, err = run_cli([*BASE, *bad.args, "--skip-bad"], monkeypatch, capsys)
     assert code == 0, err
     result = json.loads(out)
     assert result["samples"] == 2 and len(result["skipped_files"]) == 1
     assert str(bad.culprit) in result["skipped_files"][0] and "NaN or inf" in result["skipped_files"][0]
-    clean_code, clean_out, _ = _run([*BASE, "--dump", str(TINY.dump), "--samples", "3"], monkeypatch, capsys)
+    clean_code, clean_out, _ = run_cli([*BASE, "--dump", str(TINY.dump), "--samples", "3"], monkeypatch, capsys)
     assert clean_code == 0
     assert json.loads(clean_out)["tokens"] > result["tokens"] > 0  # the NaN sample's tokens were not scored
 
@@ -99,7 +82,7 @@ def test_an_all_nan_dump_never_reports_an_accuracy(tmp_path, cwd, monkeypatch, c
     for f in sorted(dump.iterdir()):
         edit_sample(f, _nan_states)
     for extra in ([], ["--skip-bad"]):
-        code, out, err = _run([*BASE, "--dump", str(dump), *extra], monkeypatch, capsys)
+        code, out, err = run_cli([*BASE, "--dump", str(dump), *extra], monkeypatch, capsys)
         assert code == 2 and out == "" and "1.0" not in err
         assert str(dump / "data_0.pt") in err and "NaN or inf" in err
     assert "no usable samples (3 bad files skipped" in err
@@ -107,7 +90,7 @@ def test_an_all_nan_dump_never_reports_an_accuracy(tmp_path, cwd, monkeypatch, c
 
 def test_skip_bad_skips_tokens_outside_the_vocabulary(tmp_path, cwd, monkeypatch, capsys):
     bad = bad_sample(tmp_path, lambda o: o["input_ids"].__setitem__(0, 999), "input_ids", index=0)
-    code, out, err = _run([*BASE, *bad.args, "--skip-bad"], monkeypatch, capsys)
+    code, out, err = run_cli([*BASE, *bad.args, "--skip-bad"], monkeypatch, capsys)
     assert code == 0, err
     skipped = json.loads(out)["skipped_files"]
     assert len(skipped) == 1 and "token id 999, outside the target vocabulary [0, 257)" in skipped[0]

@@ -65,10 +65,10 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     """Gate table, live trials, verdict, best config and where the runs are."""
     if out.gate:
         table = Table(title="stage 1: standalone accuracy per wiring")
-        for col in ("wiring", "live layer ids", "scored on", "accuracy", "sim. accept len", "gate"):
+        for col in ("wiring", "live ids", "accuracy", "sim. AL", "gate"):
             table.add_column(col, overflow="fold")
         for v in out.gate:
-            table.add_row(escape(v["label"]), escape(str(v["layer_ids"])), v["source"], f"{v['accuracy']:.3f}",
+            table.add_row(escape(v["label"]), escape(",".join(str(i) for i in v["layer_ids"])), f"{v['accuracy']:.3f}",
                           f"{v['simulated_accept_length']:.2f}", "pass" if v["passed"] else "reject")
         console.print(table)
     live = [t for t in out.trials if t["value"] is not None or t["failure_class"]]
@@ -105,7 +105,19 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     console.print(f"runs: tracking URI {out.tracking_uri}, experiment {out.experiment_id}, "
                   f"parent run {out.parent_run_id} (study {out.study})")
     console.print("see them (the study's run is the answer; tables and plots: bisect-eagle report):", markup=False)
-    console.print(f"  bisect-eagle ui --tracking-uri {out.tracking_uri}", markup=False, soft_wrap=True)
+    console.print(f"  {ui_command(out.tracking_uri)}", markup=False, soft_wrap=True)
+
+
+def ui_command(uri: str) -> str:
+    """The shortest ``bisect-eagle ui`` command that opens ``uri`` from here (a default store needs no flag)."""
+    from bisect_eagle.tracking import default_tracking_uri, sqlite_path
+
+    if uri == default_tracking_uri():
+        return "bisect-eagle ui"
+    db = sqlite_path(uri)
+    if db is not None and db.is_relative_to(Path.cwd()):
+        uri = f"sqlite:///{db.relative_to(Path.cwd())}"
+    return f"bisect-eagle ui --tracking-uri {uri}"
 
 
 def _unit(metric: str) -> str:

@@ -13,23 +13,7 @@ import pytest
 from bad_data_cases import CASES as DATA_CASES
 from badinput.cases import CASES, ROOT
 
-from bisect_eagle.cli import main
-
-
-def _tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))}
-
-
-def _run(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """``bisect-eagle ARGS`` in this process through the console entry point: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["bisect-eagle", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else int(e.code is not None)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from helpers import file_tree, run_cli
 
 
 @pytest.fixture
@@ -52,8 +36,8 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(build, tmp_path, cwd
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     bad = build(inputs)
-    before = _tree(inputs)
-    code, out, err = _run(bad.args, monkeypatch, capsys)
+    before = file_tree(inputs)
+    code, out, err = run_cli(bad.args, monkeypatch, capsys)
     assert code == 2, (out, err)
     assert out == ""
     lines = err.strip().splitlines()
@@ -62,7 +46,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(build, tmp_path, cwd
     if bad.key is not None:
         assert bad.key in lines[0], lines[0]
     assert "Traceback" not in err
-    assert list(cwd.iterdir()) == [] and _tree(inputs) == before
+    assert list(cwd.iterdir()) == [] and file_tree(inputs) == before
 
 
 @pytest.mark.parametrize("args", [["run", "{spec}"], ["live", "--spec", "{spec}", "--json"], ["doctor", "{spec}"]])
@@ -81,7 +65,7 @@ def test_as_a_separate_process(args, tmp_path, cwd):
 def test_version_exits_0_and_prints_it(monkeypatch, capsys):
     from bisect_eagle import __version__
 
-    code, out, err = _run(["--version"], monkeypatch, capsys)
+    code, out, err = run_cli(["--version"], monkeypatch, capsys)
     assert code == 0 and out.strip() == f"bisect-eagle {__version__}" and err == ""
     proc = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "--version"], capture_output=True, text=True,
                           timeout=120)

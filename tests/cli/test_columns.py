@@ -55,15 +55,18 @@ def columns_80(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
-def test_run_outcome_fits(store):
+def test_run_outcome_fits(store, monkeypatch):
+    """As a user runs it: from the directory whose mlruns/ holds the stores (the ui command needs no URI)."""
     from bisect_eagle.cli.run import print_outcome
 
-    _, _, out, _ = store
+    root, _, out, _ = store
+    monkeypatch.chdir(root)
     buf = io.StringIO()
     print_outcome(out, Console(file=buf, width=80))
     text = buf.getvalue()
     fits(text)
     assert "[:-1] (standardize_data_v1)" in text.replace("\n", " ") or "standardize_data_v1" in text
+    assert "  bisect-eagle ui\n" in text
 
 
 def test_report_fits_and_states_target_verdict_and_best(store):

@@ -15,7 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
+import pytest
 from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.system
 
 SPEC = Path(__file__).resolve().parents[2] / "experiments" / "tiny-sglang.yaml"
 

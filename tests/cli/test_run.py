@@ -120,8 +120,7 @@ def test_failed_baseline_is_one_line_and_exit_3(tmp_path, monkeypatch):
     assert "the baseline trial failed (out_of_memory)" in done.output and "Traceback" not in done.output
 
 
-@pytest.mark.skipif(os.environ.get("BISECT_EAGLE_LOAD_CHECK") != "1",
-                    reason="minutes of CPU: CI runs it as its own step with BISECT_EAGLE_LOAD_CHECK=1")
+@pytest.mark.system  # minutes of CPU: CI's system step
 def test_three_runs_beside_cpu_burners_agree(tmp_path):
     """The short version of scripts/check_under_load.py: three runs of the tiny spec (two live trials each)
     beside two busy loops reach the same verdict and best wiring."""

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.system
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "multinode_check.sh"
 
 
