@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bisect_eagle.engines import procs
 from bisect_eagle.engines.sglang.client import SglangClient
-from bisect_eagle.engines.sglang.launch import Arg, flatten
+from bisect_eagle.engines.sglang.launch import Arg, argv_tokens
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec import Spec
@@ -61,20 +61,21 @@ def capture_server(spec: Spec, *, ids: list[int] | None, log_dir: Path) -> Itera
         args, _ = flagmod.adapt_args(capture_args(spec, ids=ids, port=port), planner.flags(),
                                      shown_command=flagmod.shown(server.launch_command))
         oracle = planner.oracle()
-        verdict = oracle.judge(flatten(args), resolve=False) if oracle is not None and oracle.available else None
+        verdict = oracle.judge(argv_tokens(args), resolve=False) if oracle is not None and oracle.available else None
         if verdict is not None and not verdict.ok:
             raise BadInput(f"SGLang refuses the capture-only server: {verdict.error}")
         log_dir.mkdir(parents=True, exist_ok=True)
-        proc = procs.start_server([*planner.command, *flatten(args)], dict(os.environ), log_dir / "capture-server.log")
+        proc = procs.start_server([*planner.command, *argv_tokens(args)], dict(os.environ),
+                                  log_path=log_dir / "capture-server.log")
         try:
             client = SglangClient(f"http://{server.host}:{port}", server.request_timeout_s)
-            state = client.wait_ready(proc.exited, server.ready_timeout_s)
+            state = client.wait_ready(proc.exited, timeout_s=server.ready_timeout_s)
             client.close()
             if state != "ready":
                 raise BadInput(f"the capture-only server did not start ({state}); its log: "
                                f"{procs.log_tail(proc.log_path).splitlines()[-1:] or ['(empty)']}")
             yield f"http://{server.host}:{port}"
         finally:
-            procs.stop_server(proc, server.stop_grace_s)
+            procs.stop_server(proc, grace_s=server.stop_grace_s)
     finally:
         planner.close()

@@ -248,7 +248,7 @@ def check_token_ids(sample: Sample, vocab_size: int | None) -> None:
 def write_sample(
     directory: Path,
     index: int,
-    fmt: str,
+    *, fmt: str,
     input_ids: torch.Tensor,
     loss_mask: torch.Tensor,
     aux: Sequence[torch.Tensor],

@@ -35,7 +35,7 @@ FIRST_VALUES = 4
 
 
 @dataclass
-class Candidate:
+class LayerCandidate:
     """A target state a tensor may match: canonical ``index``, optionally after the final norm."""
 
     index: int
@@ -113,8 +113,8 @@ class Scores:
         return self.cos / self.tokens, self.ratio / self.tokens, self.error / self.tokens
 
 
-def candidates_for(num_layers: int) -> list[Candidate]:
-    return [*(Candidate(i) for i in range(num_layers + 1)), Candidate(num_layers, normed=True)]
+def candidates_for(num_layers: int) -> list[LayerCandidate]:
+    return [*(LayerCandidate(i) for i in range(num_layers + 1)), LayerCandidate(num_layers, normed=True)]
 
 
 @torch.inference_mode()
@@ -128,17 +128,17 @@ def target_states(model, input_ids: torch.Tensor) -> torch.Tensor:
     return torch.stack(states)
 
 
-def _ids(c: Candidate, num_layers: int) -> dict[str, int | None]:
+def _ids(c: LayerCandidate, num_layers: int) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for conv in ID_CONVENTIONS:
         try:
-            out[conv] = None if c.normed else layers.from_canonical(c.index, conv, num_layers)
+            out[conv] = None if c.normed else layers.from_canonical(c.index, conv, num_layers=num_layers)
         except layers.LayerIdError:
             out[conv] = None
     return out
 
 
-def _matches(source: str, roles: list[str], scores: Scores, cands: list[Candidate], num_layers: int,
+def _matches(source: str, roles: list[str], scores: Scores, cands: list[LayerCandidate], num_layers: int,
              first: list[torch.Tensor], states: torch.Tensor) -> list[Match]:
     """Best and runner-up candidate of each tensor from the accumulated scores."""
     out = []
@@ -158,7 +158,7 @@ def _matches(source: str, roles: list[str], scores: Scores, cands: list[Candidat
     return out
 
 
-def match_dump(model, reader: DumpReader, samples: int) -> tuple[list[Match], int, int, Sample]:
+def match_dump(model, reader: DumpReader, *, samples: int) -> tuple[list[Match], int, int, Sample]:
     """Matches of each of the dump's states over its first ``samples`` samples; also the first sample."""
     num_layers = len(model.model.layers)
     cands = candidates_for(num_layers)
@@ -187,7 +187,7 @@ def _check_width(got: int, hidden: int, where: str) -> None:
         raise BadInput(f"{where}: hidden states are {got} wide but the target's hidden size is {hidden}")
 
 
-def fetch_server_states(url: str, input_ids: list[int], client: httpx.Client | None = None,
+def fetch_server_states(url: str, input_ids: list[int], *, client: httpx.Client | None = None,
                         timeout_s: float = 120.0) -> torch.Tensor:
     """[T, k·H] aux states a running server captured for ``input_ids`` (``POST /generate``)."""
     body = {"input_ids": input_ids, "return_hidden_states": True,
@@ -218,7 +218,7 @@ def fetch_server_states(url: str, input_ids: list[int], client: httpx.Client | N
     return t
 
 
-def match_server(model, sample: Sample, captured: torch.Tensor) -> list[Match]:
+def match_server(model, sample: Sample, *, captured: torch.Tensor) -> list[Match]:
     """Matches of each H-wide chunk of the server's captured states for ``sample``."""
     num_layers = len(model.model.layers)
     hidden = int(model.config.hidden_size)
@@ -259,7 +259,7 @@ def draft_rule(dump: list[Match], draft_indices: list[int]) -> tuple[str | None,
     return _rule_text(positions, len(dump)), []
 
 
-def recommend(dump: list[Match], num_layers: int, draft: LoadedDraft | None,
+def recommend(dump: list[Match], *, num_layers: int, draft: LoadedDraft | None,
               server: list[Match] | None = None) -> tuple[dict, list[str]]:
     """SGLang ids and the draft's wiring rule implied by the matches, with notes on what would go wrong."""
     aux = [m for m in dump if m.role == "aux"]
@@ -270,7 +270,7 @@ def recommend(dump: list[Match], num_layers: int, draft: LoadedDraft | None,
     if any(m.normed for m in aux):
         notes.append("an aux state matches the post-norm final state; SGLang captures pre-norm states only")
     indices = [m.index for m in aux if not m.normed]
-    sglang_ids = layers.canonical_to_ids(indices, "sglang", num_layers)
+    sglang_ids = layers.canonical_to_ids(indices, "sglang", num_layers=num_layers)
     if num_layers in indices:
         notes.append(f"SGLang id {num_layers - 1} (the final layer) is never captured by SGLang: it is silently "
                      "dropped, so the draft would get fewer aux states than it was trained on")
@@ -294,24 +294,24 @@ def recommend(dump: list[Match], num_layers: int, draft: LoadedDraft | None,
     return rec, notes
 
 
-def match_layers(model, reader: DumpReader, samples: int = 4, draft: LoadedDraft | None = None,
+def match_layers(model, reader: DumpReader, *, samples: int = 4, draft: LoadedDraft | None = None,
                 server_url: str | None = None, client: httpx.Client | None = None) -> Fingerprint:
     """Match a dump (and optionally a server's captures) to the layers of ``model``."""
     if samples < 1:
         raise BadInput(f"--samples must be >= 1, got {samples}")
     num_layers = len(model.model.layers)
-    matches, seen, tokens, first = match_dump(model, reader, samples)
+    matches, seen, tokens, first = match_dump(model, reader, samples=samples)
     server = None
     if server_url is not None:
         captured = fetch_server_states(server_url, first.input_ids.tolist(), client=client)
-        server = match_server(model, first, captured)
+        server = match_server(model, first, captured=captured)
         matches = [*matches, *server]
     dump = [m for m in matches if m.source == "dump"]
-    rec, notes = recommend(dump, num_layers, draft, server)
+    rec, notes = recommend(dump, num_layers=num_layers, draft=draft, server=server)
     return Fingerprint(num_layers, seen, tokens, matches, rec, notes)
 
 
-def load(target: Path, dump: Path, draft: Path | None):
+def load(target: Path, dump: Path, *, draft: Path | None):
     """(target model, dump reader, draft or None) for :func:`fingerprint`."""
     from bisect_eagle.draft import load_draft
     from bisect_eagle.target import load_target

@@ -112,7 +112,7 @@ def convention(name: str) -> Convention:
         raise LayerIdError(f"unknown layer-id convention {name!r}; expected one of: {known}") from None
 
 
-def to_canonical(layer_id: int, conv: str, num_layers: int) -> int:
+def to_canonical(layer_id: int, conv: str, *, num_layers: int) -> int:
     """Convert one id of convention ``conv`` to the canonical hidden_states index."""
     c = convention(conv)
     hi = c.max_id(num_layers)
@@ -123,7 +123,7 @@ def to_canonical(layer_id: int, conv: str, num_layers: int) -> int:
     return layer_id + c.offset
 
 
-def from_canonical(index: int, conv: str, num_layers: int) -> int:
+def from_canonical(index: int, conv: str, *, num_layers: int) -> int:
     """Convert a canonical hidden_states index to an id of convention ``conv``."""
     c = convention(conv)
     if not 0 <= index <= num_layers:
@@ -143,28 +143,28 @@ def _list_offset(ids: Sequence[int], conv: str, num_layers: int) -> tuple[str, i
     return conv, convention(conv).offset
 
 
-def ids_to_canonical(ids: Sequence[int], conv: str, num_layers: int) -> list[int]:
+def ids_to_canonical(ids: Sequence[int], conv: str, *, num_layers: int) -> list[int]:
     """Convert a list of ids (order kept) to canonical indices."""
     per_id, _ = _list_offset(list(ids), conv, num_layers)
-    return [to_canonical(i, per_id, num_layers) for i in ids]
+    return [to_canonical(i, per_id, num_layers=num_layers) for i in ids]
 
 
-def canonical_to_ids(indices: Sequence[int], conv: str, num_layers: int) -> list[int]:
+def canonical_to_ids(indices: Sequence[int], conv: str, *, num_layers: int) -> list[int]:
     """Convert canonical indices to a list of ids of ``conv`` that converts back to the same indices."""
     if conv == "sglang-gptoss":  # output-of ids never reach N, so the +1 reading always applies
         conv = "sglang"
     if conv == "sglang-deepseek":
-        as_output = [from_canonical(i, "sglang", num_layers) for i in indices]
+        as_output = [from_canonical(i, "sglang", num_layers=num_layers) for i in indices]
         if as_output and as_output[0] == 1:
             return as_output
-        as_input = [from_canonical(i, "vllm", num_layers) for i in indices]
+        as_input = [from_canonical(i, "vllm", num_layers=num_layers) for i in indices]
         if as_input and as_input[0] == 1:
             raise LayerIdError(
                 f"hidden_states indices {list(indices)} cannot be written for SGLang DeepSeek-family models: "
                 "a first id of 1 switches the whole list to output-of-layer meaning"
             )
         return as_input
-    return [from_canonical(i, conv, num_layers) for i in indices]
+    return [from_canonical(i, conv, num_layers=num_layers) for i in indices]
 
 
 def default_canonical(conv: str, num_layers: int) -> list[int]:

@@ -150,7 +150,7 @@ def _check_ids(spec: Spec, target: Path) -> None:
     lists = [*_id_lists(spec), *([("dump_layer_ids", spec.dump_layer_ids)] if spec.dump_layer_ids else [])]
     for key, ids in lists:
         try:
-            layers.ids_to_canonical(ids, "sglang" if key == "dump_layer_ids" else conv, n)
+            layers.ids_to_canonical(ids, "sglang" if key == "dump_layer_ids" else conv, num_layers=n)
         except layers.LayerIdError as e:
             raise BadInput(f"{spec.source}: key {key!r}: {ids}: {e} ({target / 'config.json'})") from None
 

@@ -117,7 +117,7 @@ def check_prompts(path: Path, n: int, *, what: str = "warmup_prompts + num_promp
     return count
 
 
-def load_prompts(path: Path, tokenizer, n: int | None = None) -> list[Prompt]:
+def load_prompts(path: Path, tokenizer, *, n: int | None = None) -> list[Prompt]:
     """The first ``n`` prompts of a JSONL file (all when ``n`` is None), tokenized; errors name file:line and key."""
     path = Path(path)
     has_template = bool(getattr(tokenizer, "chat_template", None))

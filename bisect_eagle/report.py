@@ -29,7 +29,7 @@ def find_parent(tracking: Tracking, study: str | None = None):
     return runs[0]
 
 
-def study_value(parent, kind: str, metric: str) -> float | None:
+def study_value(parent, kind: str, *, metric: str) -> float | None:
     """The parent run's ``baseline`` or ``target`` of ``metric`` (``baseline_<metric>``, else ``baseline``)."""
     m = parent.data.metrics
     return m.get(f"{kind}_{metric}", m.get(kind))
@@ -85,7 +85,7 @@ def _pyplot():
     return plt
 
 
-def plot_per_setting(live: pd.DataFrame, metric: str, settings: list[str], out: Path,
+def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], out: Path,
                      lines: dict[str, float]) -> Path:
     """One PNG: ``metric`` against each varying setting (a point per trial, a bar at the median), with
     horizontal lines (e.g. ``{"baseline": 3.0, "target": 4.5}``)."""
@@ -118,7 +118,7 @@ def plot_per_setting(live: pd.DataFrame, metric: str, settings: list[str], out: 
     return path
 
 
-def plot_gate(stage1: pd.DataFrame, out: Path, margin: float | None = None) -> Path:
+def plot_gate(stage1: pd.DataFrame, out: Path, *, margin: float | None = None) -> Path:
     """One PNG: stage-1 accuracy per wiring (green: passed the gate, grey: rejected) and the gate's threshold
     (``gate_threshold``, else ``gate_reference`` - ``margin``)."""
     plt = _pyplot()
@@ -199,14 +199,14 @@ def _lines(frame: pd.DataFrame, parent, metric: str, plotted: str) -> dict[str, 
     base = frame[frame["stage"] == "baseline"] if "stage" in frame else frame.iloc[:0]
     if plotted in base and base[plotted].notna().any():
         lines["baseline"] = float(base[plotted].dropna().iloc[0])
-    elif plotted == metric and study_value(parent, "baseline", metric) is not None:
-        lines["baseline"] = float(study_value(parent, "baseline", metric))
-    if plotted == metric and study_value(parent, "target", metric) is not None:
-        lines["target"] = float(study_value(parent, "target", metric))
+    elif plotted == metric and study_value(parent, "baseline", metric=metric) is not None:
+        lines["baseline"] = float(study_value(parent, "baseline", metric=metric))
+    if plotted == metric and study_value(parent, "target", metric=metric) is not None:
+        lines["target"] = float(study_value(parent, "target", metric=metric))
     return lines
 
 
-def write_report(tracking: Tracking, parent, out: Path) -> Report:
+def write_report(tracking: Tracking, parent, *, out: Path) -> Report:
     """Trials table (CSV), best config (JSON) and plots into ``out``; all logged to the parent run."""
     out.mkdir(parents=True, exist_ok=True)
     pid = parent.info.run_id
@@ -222,10 +222,11 @@ def write_report(tracking: Tracking, parent, out: Path) -> Report:
         settings = varying_settings(live)
         for m in PLOTTED:
             if m in live:
-                files.append(plot_per_setting(live, m, settings, out, _lines(frame, parent, metric, m)))
+                lines = _lines(frame, parent, metric, m)
+                files.append(plot_per_setting(live, m, settings=settings, out=out, lines=lines))
     stage1 = frame[frame["stage"] == "standalone"] if not frame.empty else frame
     if not stage1.empty and "standalone_accuracy" in stage1:
         margin = parent.data.params.get("gate.margin")
-        files.append(plot_gate(stage1, out, None if margin is None else float(margin)))
-    tracking.log_files(pid, out, "report")
+        files.append(plot_gate(stage1, out, margin=None if margin is None else float(margin)))
+    tracking.log_files(pid, out, artifact_path="report")
     return Report(frame, best, files, metric)

@@ -77,7 +77,7 @@ class Batch:
 
 
 def batches(
-    samples: Iterable[Sample], rule: Rule, head: TargetHead, draft_vocab: torch.Tensor, steps: int, max_rows: int
+    samples: Iterable[Sample], rule: Rule, *, head: TargetHead, draft_vocab: torch.Tensor, steps: int, max_rows: int
 ) -> Iterator[Batch]:
     """Group samples into padded batches of at most ``max_rows`` rows (memory-bounded); see the module doc."""
     pending: list[Sample] = []
@@ -92,7 +92,7 @@ def batches(
         valid = torch.zeros(b, cols, dtype=torch.bool)
         for i, s in enumerate(pending):
             n = s.input_ids.shape[0] - 1  # rows t = 0 .. S-2; labels at positions 1 .. S-1
-            rule.apply(s.states, s.input_ids, head.embed, out=aux[i, :n])
+            rule.apply(s.states, s.input_ids, embed=head.embed, out=aux[i, :n])
             final[i, :n] = s.states[-1][1:]
             tok[i, :n] = s.input_ids[1:]
             valid[i, :n] = s.loss_mask[1:] if s.mask_offset == 1 else s.loss_mask[:-1]
@@ -117,7 +117,7 @@ def score_batch(loaded: LoadedDraft, batch: Batch, *, steps: int, counts: list[C
     model = loaded.model
     device = next(model.parameters()).device
     t = batch.aux.shape[1]
-    outs = model.ttt_forward(batch.aux.to(device), batch.tokens.to(device), steps)
+    outs = model.ttt_forward(batch.aux.to(device), batch.tokens.to(device), steps=steps)
     for k, h in enumerate(outs):
         pred = model.logits(h).argmax(-1).cpu()  # draft ids [B, T]
         valid = batch.valid[:, k : k + t]
@@ -164,9 +164,9 @@ def _first(reader: DumpReader, stream: Iterator[Sample]) -> Sample:
 def evaluate(
     loaded: LoadedDraft,
     reader: DumpReader,
+    *,
     head: TargetHead,
     rule: Rule,
-    *,
     samples: int | None = None,
     steps: int = 1,
     max_rows: int = 4096,
@@ -186,7 +186,7 @@ def evaluate(
     if hidden != head.hidden_size:
         raise DumpError(f"{first.source}: tensor {first.state_name(0)!r} is {hidden} wide; the target's hidden_size "
                         f"is {head.hidden_size}")
-    selection = check_width(rule, len(first.states), hidden, loaded.model.fc_in_features)
+    selection = check_width(rule, len(first.states), hidden=hidden, fc_in=loaded.model.fc_in_features)
     draft_vocab = loaded.model.to_target_ids(torch.arange(loaded.config.draft_vocab_size)).cpu()
     counts = [Counts() for _ in range(steps)]
     seen = 0
@@ -198,7 +198,7 @@ def evaluate(
             seen += 1
             yield s
 
-    for batch in batches(counted(), rule, head, draft_vocab, steps, max_rows):
+    for batch in batches(counted(), rule, head=head, draft_vocab=draft_vocab, steps=steps, max_rows=max_rows):
         score_batch(loaded, batch, steps=steps, counts=counts)
     if counts[0].tokens == 0:
         raise DumpError(f"{reader.path}: no token is scored in the {seen} samples read (tensor 'loss_mask' is 0 "

@@ -190,7 +190,7 @@ class Tracking:
     run_tags: dict[str, str] = field(default_factory=source_tags)  # on every run this object starts
 
     @classmethod
-    def open(cls, uri: str, experiment: str, description: str | None = None) -> Tracking:
+    def open(cls, uri: str, experiment: str, *, description: str | None = None) -> Tracking:
         """Connect (creating a SQLite store and the experiment when absent); ``description`` is the experiment's
         markdown description (``mlflow.note.content``), set when given."""
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # keeps --json output one object
@@ -237,7 +237,7 @@ class Tracking:
                            "(give --tracking-uri or set MLFLOW_TRACKING_URI)") from None
         return cls(uri, run.info.experiment_id, client), run
 
-    def start_run(self, name: str, tags: dict[str, str], params: dict[str, str] | None = None,
+    def start_run(self, name: str, *, tags: dict[str, str], params: dict[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params."""
         all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
@@ -259,7 +259,7 @@ class Tracking:
         if ms or ps or ts:
             self.client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
 
-    def log_curve(self, run_id: str, name: str, values: list[float]) -> None:
+    def log_curve(self, run_id: str, name: str, *, values: list[float]) -> None:
         """One metric as a curve: ``values[k]`` at step ``k`` (non-finite values left out)."""
         from mlflow.entities import Metric
 
@@ -281,7 +281,7 @@ class Tracking:
     def rename(self, run_id: str, name: str) -> None:
         self.client.update_run(run_id, name=name)
 
-    def log_texts(self, run_id: str, files: dict[str, str], artifact_path: str | None = None) -> None:
+    def log_texts(self, run_id: str, files: dict[str, str], *, artifact_path: str | None = None) -> None:
         """Text artifacts (name -> content) in one upload."""
         if not files:
             return
@@ -292,7 +292,7 @@ class Tracking:
                 path.write_text(text)
             self.client.log_artifacts(run_id, tmp, artifact_path)
 
-    def log_files(self, run_id: str, directory: Path, artifact_path: str | None = None) -> None:
+    def log_files(self, run_id: str, directory: Path, *, artifact_path: str | None = None) -> None:
         self.client.log_artifacts(run_id, str(directory), artifact_path)
 
     def finish(self, run_id: str, status: str) -> None:

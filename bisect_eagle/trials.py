@@ -108,7 +108,7 @@ def effective_of(tracking: Tracking, run) -> dict[str, Any]:
     return json.loads(tracking.read_text(run.info.run_id, "trial.json"))["effective"]
 
 
-def find_cached(tracking: Tracking, fingerprint: str, parent_run_id: str | None = None) -> TrialRecord | None:
+def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | None = None) -> TrialRecord | None:
     """A finished live or baseline trial with this fingerprint (newest first), as a record; None if absent."""
     run = tracking.find_fingerprint(fingerprint, parent_run_id=parent_run_id)
     if run is None:
@@ -123,7 +123,7 @@ def find_cached(tracking: Tracking, fingerprint: str, parent_run_id: str | None 
     )
 
 
-def run_name(stage: str, effective: dict[str, Any], number: int | None = None, label: str | None = None) -> str:
+def run_name(stage: str, effective: dict[str, Any], *, number: int | None = None, label: str | None = None) -> str:
     """A readable run name: ``live 003 ids=1,5,9 steps=3 topk=1`` or ``baseline (no speculation)``.
 
     ``label`` replaces the stage and number (e.g. ``probe 04 +num_steps``).
@@ -210,11 +210,11 @@ def run_live_trial(
     params = flat_params(effective)
     params.update({f"requested.{k}": v for k, v in flat_params(plan.requested).items() if params.get(k) != v})
     run_id = ctx.tracking.start_run(
-        run_name(stage, effective, number, label),
-        {"stage": stage, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, **deployment_tags(ctx.spec),
+        run_name(stage, effective, number=number, label=label),
+        tags={"stage": stage, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, **deployment_tags(ctx.spec),
          "engine": plan.engine, "checked": plan.checked or "the engine's own rules",
          **_effective_tag(effective), **(tags or {})},
-        params, parent_run_id)
+        params=params, parent_run_id=parent_run_id)
     if on_start is not None:
         on_start(run_id)
     if plan.refusal is not None:
@@ -281,7 +281,7 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
     curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
     ctx.tracking.log(record.run_id, metrics={k: v for k, v in record.metrics.items() if k not in curve}, tags=tags)
     ctx.tracking.log_curve(record.run_id, ACCEPT_CURVE,
-                           [curve[k] for k in sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))])
+                           values=[curve[k] for k in sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))])
     if record.failure_class:
         name = ctx.tracking.get_run(record.run_id).info.run_name
         ctx.tracking.rename(record.run_id, f"{name} [failed: {record.failure_class}]")
@@ -297,18 +297,18 @@ def _sanitized_result(r: TrialResult) -> dict[str, Any]:
     return d
 
 
-def standalone_fingerprint(spec: Spec, layer_ids: list[int], rule: str, source: str) -> str:
+def standalone_fingerprint(spec: Spec, layer_ids: list[int], *, rule: str, source: str) -> str:
     """Identity of a standalone trial: the wiring, the states it is scored on and how it is scored."""
     st = spec.standalone
     return trial_fingerprint({"stage": "standalone", "layer_ids": layer_ids, "rule": rule, "source": source,
                               "samples": st.samples, "steps": st.steps, "metric": st.metric})
 
 
-def run_standalone_trial(ctx: TrialContext, scorer, candidate) -> Any:
+def run_standalone_trial(ctx: TrialContext, scorer, *, candidate) -> Any:
     """A candidate wiring's stage-1 verdict: reused from this study's store, or scored and logged as a child run."""
     from bisect_eagle.search.gate import Verdict
 
-    fp = standalone_fingerprint(ctx.spec, candidate.layer_ids, candidate.rule, candidate.source)
+    fp = standalone_fingerprint(ctx.spec, candidate.layer_ids, rule=candidate.rule, source=candidate.source)
     found = ctx.tracking.find_fingerprint(fp, stages=("standalone",), parent_run_id=ctx.parent_run_id)
     if found is not None:
         verdict = Verdict(**json.loads(found.data.tags["verdict"]))
@@ -317,22 +317,39 @@ def run_standalone_trial(ctx: TrialContext, scorer, candidate) -> Any:
     st = ctx.spec.standalone
     run_id = ctx.tracking.start_run(
         f"standalone {candidate.label}",
-        {"stage": "standalone", "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, "wiring": candidate.label,
-         **deployment_tags(ctx.spec)},
-        {"rule": candidate.rule, "layer_ids": json.dumps(candidate.layer_ids), "source": candidate.source,
-         "samples": str(st.samples), "steps": str(st.steps), "metric": st.metric},
-        ctx.parent_run_id)
+        tags={
+            "stage": "standalone",
+            "fingerprint": fp,
+            "study": ctx.study,
+            "owner": ctx.owner,
+            "wiring": candidate.label,
+            **deployment_tags(ctx.spec),
+        },
+        params={
+            "rule": candidate.rule,
+            "layer_ids": json.dumps(candidate.layer_ids),
+            "source": candidate.source,
+            "samples": str(st.samples),
+            "steps": str(st.steps),
+            "metric": st.metric,
+        },
+        parent_run_id=ctx.parent_run_id,
+    )
     with ctx.tracking.run_guard(run_id):
         verdict = scorer.score(candidate)
     verdict.run_id = run_id
-    metrics = {"standalone_accuracy": verdict.accuracy, "simulated_accept_length": verdict.simulated_accept_length,
-               "tokens": float(verdict.tokens)}
+    metrics = {
+        "standalone_accuracy": verdict.accuracy,
+        "simulated_accept_length": verdict.simulated_accept_length,
+        "tokens": float(verdict.tokens),
+    }
     scores = verdict.scores()  # the gate's decision is written by record_gate once every wiring is scored
     ctx.tracking.log_texts(run_id, {"standalone.json": json.dumps(scores, indent=2)})
     ctx.tracking.log(run_id, metrics=metrics, tags={"outcome": "ok", "verdict": json.dumps(scores)})
     for vocab in ("full_vocab", "draft_vocab"):
-        ctx.tracking.log_curve(run_id, f"standalone_acc_{vocab}_per_position",
-                               [pos[vocab] for pos in verdict.per_position])
+        ctx.tracking.log_curve(
+            run_id, f"standalone_acc_{vocab}_per_position", values=[pos[vocab] for pos in verdict.per_position]
+        )
     ctx.tracking.finish(run_id, "FINISHED")
     return verdict
 
@@ -353,7 +370,8 @@ def settings_of_run(tracking: Tracking, run) -> tuple[LiveSettings, str]:
 
     run_id = run.info.run_id
     if run.data.tags.get("stage") not in ("live", "baseline", "reproduce"):
-        raise BadInput(f"run {run_id}: expected a live, baseline or reproduce trial, found stage "
-                       f"{run.data.tags.get('stage')!r}")
+        raise BadInput(
+            f"run {run_id}: expected a live, baseline or reproduce trial, found stage {run.data.tags.get('stage')!r}"
+        )
     trial = json.loads(tracking.read_text(run_id, "trial.json"))
     return settings_from(trial["requested_explicit"], f"run {run_id}: trial.json"), run.data.tags[PARENT_TAG]

@@ -52,7 +52,7 @@ class Rule:
         return bool(self.items) and EMB in self.items
 
     def apply(
-        self, states: list[torch.Tensor], input_ids: torch.Tensor, embed: torch.Tensor | None,
+        self, states: list[torch.Tensor], input_ids: torch.Tensor, *, embed: torch.Tensor | None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The selected states of one sample side by side: the fc input [S, k·H] (float32).
@@ -95,7 +95,7 @@ def parse_rule(text: str) -> Rule:
     )
 
 
-def check_width(rule: Rule, n_states: int, hidden: int, fc_in: int) -> list[int | str]:
+def check_width(rule: Rule, n_states: int, *, hidden: int, fc_in: int) -> list[int | str]:
     """Resolve ``rule`` and check it yields exactly ``fc_in`` features; returns the selection."""
     chosen = rule.select(n_states)
     if fc_in % hidden:

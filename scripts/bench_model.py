@@ -124,7 +124,7 @@ def microbenchmarks(paths: dict[str, Path], ids: list[int]):
 
     def propose(rows: int, steps: int) -> None:
         chain.rows = 0 if rows == len(tokens) else len(tokens) - rows
-        chain.propose(aux[:, -rows:], tokens[-rows:], steps)
+        chain.propose(aux[:, -rows:], tokens[-rows:], steps=steps)
 
     @torch.inference_mode()
     def run(reps: int) -> list[tuple[str, dict[str, float], int]]:
@@ -141,7 +141,7 @@ def microbenchmarks(paths: dict[str, Path], ids: list[int]):
                     cache.crop(-t)
 
                 out.append(("verify", _timed(verify, reps), t))
-        chain.propose(aux, tokens, 1)
+        chain.propose(aux, tokens, steps=1)
         extend = _timed(lambda: propose(4, 1), reps)
         out.append(("draft_extend", extend, 1))
         out.append(("draft_step", _minus(_timed(lambda: propose(4, 9), reps), extend, 8), 1))
@@ -303,9 +303,9 @@ def main(
                                         "order": [f"{n}|{s}" for n, s in order],
                                         "results": {f"{n}|{s}": v for (n, s), v in results.items()}}))
     cal = {(TRUE, s) for s in cal_steps if s in depths}
-    ev = evaluate(results, order, prior, micro, clock, cal)
+    ev = evaluate(results, order, head=prior, rule=micro, samples=clock, steps=cal)
     other = "wall" if clock == "cpu" else "cpu"
-    ev_other = evaluate(results, order, prior, micro, other, cal)
+    ev_other = evaluate(results, order, head=prior, rule=micro, samples=other, steps=cal)
 
     print(f"\n{clock} clock; tok/s = fastest of {repeats} passes")
     print(f"{'wiring':26s} {'steps':>5s} {'tok/s':>7s} {'median':>7s} {'AL':>5s} {'pred AL':>7s} "

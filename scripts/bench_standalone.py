@@ -40,15 +40,17 @@ def main(scenario: str = "tiny", rule: str = "[:-1]", steps: int = 3, repeats: i
     parsed = parse_rule(rule)
     model = loaded.model
     draft_vocab = model.to_target_ids(torch.arange(loaded.config.draft_vocab_size))
-    prepared = list(batches(DumpReader(sc.dump), parsed, head, draft_vocab, steps, max_rows=max_rows))
+    prepared = list(
+        batches(DumpReader(sc.dump), parsed, head=head, draft_vocab=draft_vocab, steps=steps, max_rows=max_rows)
+    )
 
     def whole() -> None:
-        evaluate(loaded, DumpReader(sc.dump), head, parsed, steps=steps, max_rows=max_rows)
+        evaluate(loaded, DumpReader(sc.dump), head=head, rule=parsed, steps=steps, max_rows=max_rows)
 
     @torch.inference_mode()
     def bare() -> None:
         for b in prepared:
-            for h in model.ttt_forward(b.aux, b.tokens, steps):
+            for h in model.ttt_forward(b.aux, b.tokens, steps=steps):
                 model.logits(h).argmax(-1)
 
     whole()  # warm-up: file cache, allocator, kernels
@@ -67,8 +69,17 @@ def main(scenario: str = "tiny", rule: str = "[:-1]", steps: int = 3, repeats: i
     table.add_row("bare draft forwards", f"{b:.3f}", f"{b_mad:.3f}")
     table.add_row("ratio whole / bare", f"{w / b:.3f}", "")
     Console(stderr=True).print(table)
-    print(json.dumps({"overhead_ratio": round(w / b, 3), "whole_s": round(w, 4), "bare_s": round(b, 4),
-                      "repeats": repeats, "rows": sum(int(x.valid.sum()) for x in prepared)}))
+    print(
+        json.dumps(
+            {
+                "overhead_ratio": round(w / b, 3),
+                "whole_s": round(w, 4),
+                "bare_s": round(b, 4),
+                "repeats": repeats,
+                "rows": sum(int(x.valid.sum()) for x in prepared),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

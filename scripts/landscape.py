@@ -106,7 +106,7 @@ class LandscapeEngine(Engine):
             if effective["num_draft_tokens"] > nodes:
                 refusal = (f"num_draft_tokens {effective['num_draft_tokens']} exceeds the tree's "
                            f"1 + topk × num_steps = {nodes} tokens")
-        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+        return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def run(self, plan: TrialPlan) -> TrialResult:
         if plan.refusal is not None:
@@ -114,9 +114,18 @@ class LandscapeEngine(Engine):
         self.runs += 1
         value, accept_length, failure = true_value(plan.effective)
         if value is None:
-            return failed(self.name, plan.requested, plan.effective, failure, "synthetic failure")
+            return failed(
+                self.name, requested=plan.requested, effective=plan.effective, cls=failure, detail="synthetic failure"
+            )
         measured = value * math.exp(self.rng.gauss(0.0, self.noise)) if self.noise else value
         tokens = 256
-        return TrialResult(self.name, "ok", plan.requested, plan.effective, output_tok_s=measured,
-                           accept_length=accept_length, wall_s=tokens / measured,
-                           requests=[RequestRecord("p0", 32, tokens, round(tokens / accept_length), tokens / measured)])
+        return TrialResult(
+            self.name,
+            "ok",
+            plan.requested,
+            plan.effective,
+            output_tok_s=measured,
+            accept_length=accept_length,
+            wall_s=tokens / measured,
+            requests=[RequestRecord("p0", 32, tokens, round(tokens / accept_length), tokens / measured)],
+        )

@@ -133,8 +133,8 @@ def write_dump(out: Path, seqs: torch.Tensor, states: list[torch.Tensor], head: 
         final = states[-1][i]
         if fmt == "specforge":
             final = head.norm(final)
-        write_sample(out, i, fmt, seqs[i], torch.ones(seqs.shape[1], dtype=torch.long),
-                     [s[i] for s in states[:-1]], final)
+        write_sample(out, i, fmt=fmt, input_ids=seqs[i], loss_mask=torch.ones(seqs.shape[1], dtype=torch.long),
+                     aux=[s[i] for s in states[:-1]], final=final)
 
 
 def draft_vocab(train_ids: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -165,7 +165,7 @@ def train_draft(target_dir: Path, train_seqs, train_states, held_seqs, held_stat
     c = DraftConfig(hidden_size=192, intermediate_size=512, num_attention_heads=4, num_key_value_heads=4,
                     head_dim=48, vocab_size=257, draft_vocab_size=96, target_hidden_size=192, num_aux=3)
     model = Eagle3Draft(c)
-    init_weights(model, SEED + 2)
+    init_weights(model, seed=SEED + 2)
     with torch.no_grad():
         model.embed_tokens.weight.copy_(head.embed)
         model.d2t.copy_(d2t)
@@ -179,7 +179,7 @@ def train_draft(target_dir: Path, train_seqs, train_states, held_seqs, held_stat
     t0 = time.time()
     for step in range(steps):
         idx = torch.randint(0, aux.shape[0], (32,), generator=g)
-        outs = model.ttt_forward(aux[idx, :t], tokens[idx, : t + TTT_STEPS - 1], TTT_STEPS)
+        outs = model.ttt_forward(aux[idx, :t], tokens[idx, : t + TTT_STEPS - 1], steps=TTT_STEPS)
         loss = sum(
             0.8**k * torch.nn.functional.cross_entropy(
                 model.logits(h).reshape(-1, c.draft_vocab_size), labels[idx, k : k + t].reshape(-1))
@@ -200,7 +200,7 @@ def train_draft(target_dir: Path, train_seqs, train_states, held_seqs, held_stat
 def validation_accuracy(model, seqs, states, head, vocab_ids) -> dict:
     """The training loop's held-out accuracy at step 0 (the number a training log would show)."""
     aux, tokens, in_draft, full = rows(seqs, states, head, vocab_ids)
-    h = model.ttt_forward(aux, tokens, 1)[0]
+    h = model.ttt_forward(aux, tokens, steps=1)[0]
     pred = model.logits(h).argmax(-1)
     c = Counts(tokens=pred.numel(), draft_hits=int((pred == in_draft[:, : pred.shape[1]]).sum()),
                full_hits=int((model.to_target_ids(pred) == full[:, : pred.shape[1]]).sum()))
@@ -234,14 +234,14 @@ def scenario(target_steps: int = 600, draft_steps: int = 1500, train_windows: in
     model, _ = load_target(out / "target")  # the shipped bf16 weights, computed in fp32
     head = TargetHead.load(out / "target")
     rng = random.Random(SEED + 4)
-    indices = [*layers.ids_to_canonical(AUX_IDS, "sglang", N_LAYERS), N_LAYERS]
+    indices = [*layers.ids_to_canonical(AUX_IDS, "sglang", num_layers=N_LAYERS), N_LAYERS]
     train_seqs, held_seqs = windows(train, train_windows, SEQ, rng), windows(held, held_windows, SEQ, rng)
     train_states, held_states = capture(model, train_seqs, indices), capture(model, held_seqs, indices)
     for old in (out / "dump").glob("data_*.pt"):
         old.unlink()
     write_dump(out / "dump", held_seqs, held_states, head, "speculators-legacy")
     draft, acc = train_draft(out / "target", train_seqs, train_states, held_seqs, held_states, draft_steps)
-    save_draft(draft, out / "draft", "specforge", AUX_IDS)
+    save_draft(draft, out / "draft", layout="specforge", layer_ids=AUX_IDS)
     write_prompts(out / "prompts.jsonl", held_docs, 24, rng)
     meta = {
         "name": "tiny",
@@ -268,7 +268,7 @@ def dump(out: Path, layer_ids: str = typer.Option("3,7,11", "--layers", help="SG
     torch.set_num_threads(2)
     model, _ = load_target(target)
     n = len(model.model.layers)
-    indices = [*layers.ids_to_canonical([int(x) for x in layer_ids.split(",")], "sglang", n), n]
+    indices = [*layers.ids_to_canonical([int(x) for x in layer_ids.split(",")], "sglang", num_layers=n), n]
     seqs = windows(stream(corpus()[1]), samples, SEQ, random.Random(seed))
     write_dump(out, seqs, capture(model, seqs, indices), TargetHead.load(target), fmt)
     print(f"wrote {samples} samples ({fmt}) at hidden_states {indices[:-1]} + final to {out}")

@@ -19,7 +19,7 @@ def small_config(num_aux: int = 3, hidden: int = 16, vocab: int = 32, draft_voca
 def random_draft(seed: int = 0, **kw) -> Eagle3Draft:
     """A draft with random weights, a random embedding and a valid draft-vocabulary map."""
     model = Eagle3Draft(small_config(**kw))
-    init_weights(model, seed, std=0.2)
+    init_weights(model, seed=seed, std=0.2)
     g = torch.Generator().manual_seed(seed + 1)
     c = model.config
     with torch.no_grad():

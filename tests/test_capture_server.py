@@ -9,7 +9,7 @@ import pytest
 
 from bisect_eagle.capture_server import capture_args, capture_server
 from bisect_eagle.dumps import DumpReader
-from bisect_eagle.engines.sglang.launch import flatten
+from bisect_eagle.engines.sglang.launch import argv_tokens
 from bisect_eagle.errors import BadInput
 from bisect_eagle.layermatch import load, match_layers
 from bisect_eagle.spec import load_spec
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_capture_only_flags_follow_sglang_rules():
     spec = load_spec(ROOT / "experiments" / "glm5-8gpu.yaml")
-    argv = flatten(capture_args(spec, ids=[3, 31, 59], port=1))
+    argv = argv_tokens(capture_args(spec, ids=[3, 31, 59], port=1))
     assert "--enable-return-aux-hidden-states" in argv and "--speculative-draft-model-path" not in argv
     assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
     assert argv[argv.index("--return-aux-hidden-state-layer-ids") + 1:][:3] == ["3", "31", "59"]
@@ -29,7 +29,7 @@ def test_capture_only_flags_follow_sglang_rules():
 
 def test_the_server_capture_is_matched_to_the_target_layers(tiny, tmp_path):
     spec = load_spec(ROOT / "experiments" / "tiny-sglang.yaml")
-    model, reader, _ = load(tiny.target, tiny.dump, None)
+    model, reader, _ = load(tiny.target, tiny.dump, draft=None)
     with capture_server(spec, ids=[1, 5, 9], log_dir=tmp_path) as url:
         result = match_layers(model, DumpReader(tiny.dump), samples=1, server_url=url)
         pid = next(p for p in psutil.Process().children(recursive=True) if "serve" in " ".join(p.cmdline())).pid

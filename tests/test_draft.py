@@ -21,14 +21,14 @@ def _inputs(model, seed=3, t=7):
 
 @torch.inference_mode()
 def _logits(model, aux, tokens):
-    return [model.logits(h) for h in model.ttt_forward(aux, tokens, 3)]
+    return [model.logits(h) for h in model.ttt_forward(aux, tokens, steps=3)]
 
 
 def test_both_layouts_give_identical_logits(tmp_path):
     model = random_draft()
     target = write_fake_target(tmp_path / "target", model.embed_tokens.weight.detach().clone())
-    save_draft(model, tmp_path / "sf", "specforge", [1, 5, 9])
-    save_draft(model, tmp_path / "spec", "speculators", [2, 6, 10])
+    save_draft(model, tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])
+    save_draft(model, tmp_path / "spec", layout="speculators", layer_ids=[2, 6, 10])
     sf = load_draft(tmp_path / "sf", target=target)
     sp = load_draft(tmp_path / "spec")
     assert (sf.layout, sp.layout) == ("specforge", "speculators")
@@ -44,7 +44,7 @@ def test_both_layouts_give_identical_logits(tmp_path):
 
 def test_specforge_layout_on_disk(tmp_path):
     model = random_draft()
-    save_draft(model, tmp_path / "sf", "specforge", [1, 5, 9])
+    save_draft(model, tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])
     cfg = json.loads((tmp_path / "sf" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
@@ -67,13 +67,13 @@ def test_double_norm_is_not_applied():
 
 
 def test_missing_embedding_needs_target(tmp_path):
-    save_draft(random_draft(), tmp_path / "sf", "specforge", [1, 5, 9])
+    save_draft(random_draft(), tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])
     with pytest.raises(DraftLoadError, match="no embed_tokens.weight"):
         load_draft(tmp_path / "sf")
 
 
 def test_top_level_ids_in_specforge_layout_is_an_error(tmp_path):
-    save_draft(random_draft(), tmp_path / "sf", "specforge", [1, 5, 9])
+    save_draft(random_draft(), tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])
     cfg_path = tmp_path / "sf" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["eagle_aux_hidden_state_layer_ids"] = cfg.pop("eagle_config")["eagle_aux_hidden_state_layer_ids"]
@@ -84,7 +84,7 @@ def test_top_level_ids_in_specforge_layout_is_an_error(tmp_path):
 
 def test_fc_width_must_match_ids(tmp_path):
     model = random_draft()
-    save_draft(model, tmp_path / "spec", "speculators", [2, 6, 10])
+    save_draft(model, tmp_path / "spec", layout="speculators", layer_ids=[2, 6, 10])
     cfg_path = tmp_path / "spec" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["eagle_aux_hidden_state_layer_ids"] = [2, 6]
@@ -95,7 +95,7 @@ def test_fc_width_must_match_ids(tmp_path):
 
 @pytest.mark.parametrize("key", ["norm_before_fc", "fc_norm"])
 def test_unsupported_variants_are_refused(tmp_path, key):
-    save_draft(random_draft(), tmp_path / "spec", "speculators", [2, 6, 10], extra_config={key: True})
+    save_draft(random_draft(), tmp_path / "spec", layout="speculators", layer_ids=[2, 6, 10], extra_config={key: True})
     with pytest.raises(DraftLoadError, match=f"'{key}' is true; this draft variant is not supported yet"):
         load_draft(tmp_path / "spec")
 
@@ -103,7 +103,7 @@ def test_unsupported_variants_are_refused(tmp_path, key):
 def test_unknown_architecture_and_missing_config(tmp_path):
     with pytest.raises(BadInput, match="config.json: not found"):
         load_draft(tmp_path)
-    save_draft(random_draft(), tmp_path / "sf", "specforge", [1, 5, 9],
+    save_draft(random_draft(), tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9],
                extra_config={"architectures": ["LlamaForCausalLM"]})
     with pytest.raises(DraftLoadError, match=r"key 'architectures' is \['LlamaForCausalLM'\]; expected one of"):
         load_draft(tmp_path / "sf")
@@ -111,8 +111,10 @@ def test_unknown_architecture_and_missing_config(tmp_path):
 
 def test_norm_before_residual_changes_the_output(tmp_path):
     model = random_draft()
-    save_draft(model, tmp_path / "a", "speculators", [2, 6, 10])
-    save_draft(model, tmp_path / "b", "speculators", [2, 6, 10], extra_config={"norm_before_residual": True})
+    save_draft(model, tmp_path / "a", layout="speculators", layer_ids=[2, 6, 10])
+    save_draft(
+        model, tmp_path / "b", layout="speculators", layer_ids=[2, 6, 10], extra_config={"norm_before_residual": True}
+    )
     a, b = load_draft(tmp_path / "a"), load_draft(tmp_path / "b")
     assert b.config.norm_before_residual and not a.config.norm_before_residual
     aux, tokens = _inputs(model)
@@ -157,7 +159,7 @@ def test_inspect_reads_headers_only_and_load_checks_the_values(tmp_path, tiny):
 def test_speculators_tensor_errors_use_the_stored_names(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    save_draft(random_draft(), tmp_path / "spec", "speculators", [2, 6, 10])
+    save_draft(random_draft(), tmp_path / "spec", layout="speculators", layer_ids=[2, 6, 10])
     path = tmp_path / "spec" / "model.safetensors"
     state = load_file(str(path))
     state["layers.0.self_attn.q_proj.weight"] = torch.zeros(3, 32)
@@ -168,7 +170,7 @@ def test_speculators_tensor_errors_use_the_stored_names(tmp_path):
 
 def test_embedding_from_a_target_of_another_vocabulary_is_refused(tmp_path):
     model = random_draft()
-    save_draft(model, tmp_path / "sf", "specforge", [1, 5, 9])
+    save_draft(model, tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])
     target = write_fake_target(tmp_path / "target", torch.randn(40, 16))
     with pytest.raises(DraftLoadError, match=r"tensor 'model.embed_tokens.weight' has shape \[40, 16\]; the draft's"):
         load_draft(tmp_path / "sf", target=target)

@@ -14,7 +14,7 @@ def _write(tmp_path, fmt, n=3, s=6, h=4):
         mask = torch.ones(s, dtype=torch.long)
         aux = [torch.randn(s, h, generator=g) for _ in range(3)]
         final = torch.randn(s, h, generator=g)
-        write_sample(tmp_path, i, fmt, ids, mask, aux, final, dtype=torch.float32)
+        write_sample(tmp_path, i, fmt=fmt, input_ids=ids, loss_mask=mask, aux=aux, final=final, dtype=torch.float32)
         written.append((ids, aux, final))
     return written
 

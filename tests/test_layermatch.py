@@ -105,25 +105,41 @@ def test_bad_server_answers_are_clear_errors():
         return httpx.Response(200, json={"text": "x", "meta_info": {}})
 
     with pytest.raises(BadInput, match="no meta_info.hidden_states"):
-        fetch_server_states("http://127.0.0.1:1", [1, 2, 3], httpx.Client(transport=httpx.MockTransport(no_states)))
+        fetch_server_states(
+            "http://127.0.0.1:1", [1, 2, 3], client=httpx.Client(transport=httpx.MockTransport(no_states))
+        )
 
     def wrong_rows(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"meta_info": {"hidden_states": torch.zeros(2, 8).tolist()}})
 
     with pytest.raises(BadInput, match=r"shape \[2, 8\]; expected \[3, k × hidden\]"):
-        fetch_server_states("http://127.0.0.1:1", [1, 2, 3], httpx.Client(transport=httpx.MockTransport(wrong_rows)))
+        fetch_server_states(
+            "http://127.0.0.1:1", [1, 2, 3], client=httpx.Client(transport=httpx.MockTransport(wrong_rows))
+        )
 
 
 def test_cli_json(tiny):
-    code = ("import sys; from bisect_eagle import cli; from bisect_eagle.cli import fingerprint as m; "
-            "'fingerprint' in {c.name for c in cli.app.registered_commands} or m.register(cli.app); cli.main()")
-    out = subprocess.run([sys.executable, "-c", code, "fingerprint", "--scenario", "tiny", "--samples", "2", "--json"],
-                         capture_output=True, text=True, timeout=120, env=ENV)
+    code = (
+        "import sys; from bisect_eagle import cli; from bisect_eagle.cli import fingerprint as m; "
+        "'fingerprint' in {c.name for c in cli.app.registered_commands} or m.register(cli.app); cli.main()"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "fingerprint", "--scenario", "tiny", "--samples", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
     assert out.returncode == 0, out.stderr
     obj = json.loads(out.stdout)
     assert [m["index"] for m in obj["matches"]] == [2, 6, 10, 12]
     assert obj["recommended"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
     assert all(m["separation"] > MIN_SEPARATION for m in obj["matches"])
-    missing = subprocess.run([sys.executable, "-c", code, "fingerprint", "--dump", "/nonexistent", "--target",
-                              str(tiny.target)], capture_output=True, text=True, timeout=120, env=ENV)
+    missing = subprocess.run(
+        [sys.executable, "-c", code, "fingerprint", "--dump", "/nonexistent", "--target", str(tiny.target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
     assert missing.returncode == 2 and missing.stderr.strip() == "error: /nonexistent: dump directory not found"

@@ -21,8 +21,8 @@ CASES = [
 
 @pytest.mark.parametrize(("conv", "n", "layer_id", "index"), CASES)
 def test_round_trip(conv, n, layer_id, index):
-    assert layers.to_canonical(layer_id, conv, n) == index
-    assert layers.from_canonical(index, conv, n) == layer_id
+    assert layers.to_canonical(layer_id, conv, num_layers=n) == index
+    assert layers.from_canonical(index, conv, num_layers=n) == layer_id
 
 
 # (convention, depth, default canonical indices)
@@ -41,40 +41,40 @@ def test_defaults(conv, n, expected):
 
 def test_seed_wirings_on_61_layers():
     """The incident's [2,30,58] (output-of) and the broken [-1,2,30] "fix" are different hidden states."""
-    assert layers.ids_to_canonical([2, 30, 58], "sglang", 61) == [3, 31, 59]
-    assert layers.ids_to_canonical([-1, 2, 30], "sglang", 61) == [0, 3, 31]
-    assert layers.canonical_to_ids([3, 31, 59], "vllm", 61) == [3, 31, 59]
+    assert layers.ids_to_canonical([2, 30, 58], "sglang", num_layers=61) == [3, 31, 59]
+    assert layers.ids_to_canonical([-1, 2, 30], "sglang", num_layers=61) == [0, 3, 31]
+    assert layers.canonical_to_ids([3, 31, 59], "vllm", num_layers=61) == [3, 31, 59]
 
 
 def test_deepseek_list_rule():
     # first id 1 -> output-of (+1); otherwise input-to (no shift)
-    assert layers.ids_to_canonical([1, 30, 58], "sglang-deepseek", 61) == [2, 31, 59]
-    assert layers.ids_to_canonical([2, 30, 58], "sglang-deepseek", 61) == [2, 30, 58]
+    assert layers.ids_to_canonical([1, 30, 58], "sglang-deepseek", num_layers=61) == [2, 31, 59]
+    assert layers.ids_to_canonical([2, 30, 58], "sglang-deepseek", num_layers=61) == [2, 30, 58]
     for idx in ([2, 31, 59], [2, 30, 58], [3, 31, 59]):
-        ids = layers.canonical_to_ids(idx, "sglang-deepseek", 61)
-        assert layers.ids_to_canonical(ids, "sglang-deepseek", 61) == idx
+        ids = layers.canonical_to_ids(idx, "sglang-deepseek", num_layers=61)
+        assert layers.ids_to_canonical(ids, "sglang-deepseek", num_layers=61) == idx
     with pytest.raises(LayerIdError, match="first id of 1"):
-        layers.canonical_to_ids([1, 30], "sglang-deepseek", 61)
+        layers.canonical_to_ids([1, 30], "sglang-deepseek", num_layers=61)
 
 
 def test_gptoss_list_rule():
-    assert layers.ids_to_canonical([24, 30, 36], "sglang-gptoss", 36) == [24, 30, 36]
-    assert layers.ids_to_canonical([24, 30, 35], "sglang-gptoss", 36) == [25, 31, 36]
-    assert layers.canonical_to_ids([25, 31, 36], "sglang-gptoss", 36) == [24, 30, 35]
+    assert layers.ids_to_canonical([24, 30, 36], "sglang-gptoss", num_layers=36) == [24, 30, 36]
+    assert layers.ids_to_canonical([24, 30, 35], "sglang-gptoss", num_layers=36) == [25, 31, 36]
+    assert layers.canonical_to_ids([25, 31, 36], "sglang-gptoss", num_layers=36) == [24, 30, 35]
 
 
 @pytest.mark.parametrize(("conv", "n", "bad"), [("sglang", 61, -2), ("sglang", 61, 61), ("vllm", 32, -1),
                                                 ("vllm", 32, 33), ("speculators-legacy", 32, 32)])
 def test_out_of_range(conv, n, bad):
     with pytest.raises(LayerIdError, match=f"{conv} layer id {bad} is outside"):
-        layers.to_canonical(bad, conv, n)
+        layers.to_canonical(bad, conv, num_layers=n)
 
 
 def test_index_without_id_and_unknown_convention():
     with pytest.raises(LayerIdError, match="has no speculators-legacy layer id"):
-        layers.from_canonical(0, "speculators-legacy", 32)
+        layers.from_canonical(0, "speculators-legacy", num_layers=32)
     with pytest.raises(LayerIdError, match="unknown layer-id convention 'sgl'"):
-        layers.to_canonical(1, "sgl", 32)
+        layers.to_canonical(1, "sgl", num_layers=32)
 
 
 def test_describe():

@@ -39,7 +39,7 @@ def test_every_family_captures_what_layers_py_predicts(captures):
                 assert got == [2, n // 2, n - 3], model_type  # SGLang's default, raw hidden_states indices
                 continue
             try:
-                want = layers.ids_to_canonical(ids, conv, n)
+                want = layers.ids_to_canonical(ids, conv, num_layers=n)
             except layers.LayerIdError:
                 assert any(not 0 <= i <= n for i in got), (model_type, ids, got)  # never captured by SGLang
                 continue
@@ -54,4 +54,4 @@ def test_glm5_reads_the_dump_layers_only_with_3_31_59(captures):
     assert glm5["[2, 30, 58]"] == [2, 30, 58]  # one layer shallower than the dump's outputs of layers 2, 30, 58
     assert glm5["[1, 29, 57]"] == [2, 30, 58]  # the same layers again
     assert glm5["[3, 31, 59]"] == [3, 31, 59]  # the dump's layers
-    assert layers.canonical_to_ids([3, 31, 59], "sglang-deepseek", n) == [3, 31, 59]
+    assert layers.canonical_to_ids([3, 31, 59], "sglang-deepseek", num_layers=n) == [3, 31, 59]

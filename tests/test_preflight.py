@@ -36,7 +36,7 @@ def test_draft_against_target(tmp_path):
     from bisect_eagle.draft import save_draft
 
     model = random_draft()  # vocab 32, hidden 16
-    save_draft(model, tmp_path / "sf", "specforge", [1, 5, 9])
+    save_draft(model, tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])
     ok = write_fake_target(tmp_path / "ok", model.embed_tokens.weight.detach().clone())
     assert validate_data(target=ok, draft=tmp_path / "sf").draft.config.vocab_size == 32
     other = write_fake_target(tmp_path / "other", torch.randn(40, 16))

@@ -49,7 +49,7 @@ def test_table_best_and_plots(study):
     best = best_row(frame, "output_tok_s")
     assert best["eagle_aux_hidden_state_layer_ids"] == "[1, 5, 9]" and best["num_steps"] == "3"
     assert best["run_id"] == out.best["run_id"]
-    rep = write_report(tracking, parent, root / "out")
+    rep = write_report(tracking, parent, out=root / "out")
     names = sorted(f.name for f in rep.files)
     assert names == ["accept_length_per_setting.png", "best.json", "output_tok_s_per_setting.png", "trials.csv"]
     assert "report/output_tok_s_per_setting.png" in {  # the study logged its plots when it finished

@@ -41,7 +41,7 @@ class EchoEngine(Engine):
         effective, warnings, refusal = speculative_effective(settings)
         if not settings.is_baseline and effective["eagle_aux_hidden_state_layer_ids"] is None:
             effective["eagle_aux_hidden_state_layer_ids"] = [1, 5, 9]
-        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+        return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def run(self, plan: TrialPlan) -> TrialResult:
         settings = plan.settings
@@ -102,7 +102,7 @@ def test_live_trial_logs_effective_settings_and_never_a_secret(tracking):
     everything = json.dumps([run.data.params, run.data.tags, texts])
     assert SECRET not in everything and run.data.params["env.HF_TOKEN"] == "<redacted>"
     assert "<redacted>" in texts[1]
-    cached = find_cached(tracking, plan.fingerprint, parent)
+    cached = find_cached(tracking, plan.fingerprint, parent_run_id=parent)
     assert cached is not None and cached.run_id == record.run_id and cached.value == 50.0 and cached.cached
 
 
@@ -112,7 +112,7 @@ def test_interrupted_runs_are_not_reused_as_cache(tracking):
     run = tracking.start_run("x", tags={"stage": "live", "fingerprint": fp, "outcome": "interrupted"},
                              parent_run_id=parent)
     tracking.finish(run, "FAILED")
-    assert find_cached(tracking, fp, parent) is None
+    assert find_cached(tracking, fp, parent_run_id=parent) is None
 
 
 def test_run_guard_leaves_a_run_alone_when_nothing_goes_wrong(tracking):
@@ -177,7 +177,8 @@ class FailingEngine(EchoEngine):
     def run(self, plan: TrialPlan) -> TrialResult:
         from bisect_eagle.engines.base import failed
 
-        return failed(self.name, plan.requested, plan.effective, "out_of_memory", "CUDA out of memory")
+        return failed(self.name, requested=plan.requested, effective=plan.effective, cls="out_of_memory",
+                      detail="CUDA out of memory")
 
 
 def test_a_failed_trial_keeps_its_class_in_its_name_and_tags(tracking):
@@ -193,7 +194,7 @@ def test_curves_datasets_and_experiment_description(tmp_path):
     t = Tracking.open(f"sqlite:///{tmp_path}/mlflow.db", "described", description="what these runs are")
     assert t.client.get_experiment(t.experiment_id).tags["mlflow.note.content"] == "what these runs are"
     run_id = t.start_run("r", tags={})
-    t.log_curve(run_id, "acc", [0.9, float("nan"), 0.5])
+    t.log_curve(run_id, "acc", values=[0.9, float("nan"), 0.5])
     assert [(m.step, m.value) for m in t.client.get_metric_history(run_id, "acc")] == [(0, 0.9), (2, 0.5)]
     (tmp_path / "draft").mkdir()
     (tmp_path / "draft" / "config.json").write_text("{}")
@@ -212,7 +213,7 @@ def test_stage1_artifacts_carry_the_gate_decision(tracking):
         v = Verdict(label, [1], "[0]", "dump", acc, 2.0, [{"full_vocab": acc, "draft_vocab": acc}], 10)
         v.run_id = tracking.start_run(f"standalone {label}", tags={"stage": "standalone"})
         verdicts.append(v)
-    ref = apply_gate(verdicts, 0.03, None)
+    ref = apply_gate(verdicts, margin=0.03, reference=None)
     record_gate(tracking, verdicts, reference=ref, margin=0.03)
     for v, passed in zip(verdicts, (True, True, False), strict=True):
         body = json.loads(tracking.read_text(v.run_id, "standalone.json"))

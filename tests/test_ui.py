@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from bisect_eagle.cli.ui import free_port, run_url, runs_url, start_server, stop_server, wait_ready
+from bisect_eagle.cli.ui import free_ui_port, run_url, runs_url, start_ui_server, stop_ui_server, wait_ready
 from bisect_eagle.search.bisect import BisectOptions, run_bisect
 from bisect_eagle.search.bisect.run import bisect_experiment
 from bisect_eagle.search.study import Options, run_study
@@ -45,13 +45,13 @@ def served(tmp_path_factory):
                                       bad=str(ROOT / "experiments" / "tiny-broken.yaml"), metric="accept_length",
                                       repeats=1, tracking_uri=uri, log_path=root / "bisect.log"),
                         engine_factory=lambda s: fake())
-    port = free_port()
-    proc = start_server(uri, port, log=root / "server.log")
+    port = free_ui_port()
+    proc = start_ui_server(uri, port, log=root / "server.log")
     try:
         wait_ready(proc, port)
         yield root, out, bisect, port
     finally:
-        stop_server(proc)
+        stop_ui_server(proc)
 
 
 def chromium(url: str, profile: Path, *extra: str, budget_ms: int = 15000) -> str:
@@ -78,7 +78,7 @@ def run_names(dom: str, experiment_id: str) -> list[str]:
 
 def test_the_parent_run_page_shows_the_verdict_and_links_the_best_child(served, tmp_path):
     root, out, _, port = served
-    url = run_url(port, out.experiment_id, out.parent_run_id)
+    url = run_url(port, experiment_id=out.experiment_id, run_id=out.parent_run_id)
     dom = dom_of(url, tmp_path / "profile", "Target")
     assert "Target reached" in dom or "Target not reached" in dom
     assert f'href="#/experiments/{out.experiment_id}/runs/{out.best["run_id"]}"' in dom
@@ -90,7 +90,11 @@ def test_the_parent_run_page_shows_the_verdict_and_links_the_best_child(served, 
 def test_the_best_child_shows_effective_params_and_the_acceptance_curve(served, tmp_path):
     root, out, _, port = served
     best = out.best["run_id"]
-    dom = dom_of(run_url(port, out.experiment_id, best), tmp_path / "profile", "eagle_aux_hidden_state_layer_ids")
+    dom = dom_of(
+        run_url(port, experiment_id=out.experiment_id, run_id=best),
+        tmp_path / "profile",
+        "eagle_aux_hidden_state_layer_ids",
+    )
     assert "eagle_aux_hidden_state_layer_ids" in dom and "[1, 5, 9]" in dom
     assert "accept_rate_per_position" in dom
     run = Tracking.open(out.tracking_uri, "tiny").get_run(best)
@@ -103,8 +107,11 @@ def test_the_best_child_shows_effective_params_and_the_acceptance_curve(served, 
 def test_bisect_runs_are_not_among_the_search_trials(served, tmp_path):
     _, out, bisect, port = served
     search = Tracking.open(out.tracking_uri, "tiny")
-    flat = dom_of(runs_url(port, out.experiment_id) + "&orderByKey=attributes.run_name&orderByAsc=true",
-                  tmp_path / "profile", out.study)
+    flat = dom_of(
+        runs_url(port, out.experiment_id) + "&orderByKey=attributes.run_name&orderByAsc=true",
+        tmp_path / "profile",
+        out.study,
+    )
     shown = run_names(flat, out.experiment_id)
     assert out.study in shown and not any("probe" in n or "bisect" in n for n in shown)
     assert not search.client.search_runs([out.experiment_id], "tags.role = 'bisect'")

@@ -27,15 +27,15 @@ def test_index_out_of_range():
 
 def test_width_message():
     with pytest.raises(WiringError, match=r"fc expects 3 × 128 = 384 inputs; rule \[0,1\] gives 2 tensors = 256"):
-        check_width(parse_rule("[0,1]"), 4, 128, 384)
-    assert check_width(parse_rule("[:-1]"), 4, 128, 384) == [0, 1, 2]
+        check_width(parse_rule("[0,1]"), 4, hidden=128, fc_in=384)
+    assert check_width(parse_rule("[:-1]"), 4, hidden=128, fc_in=384) == [0, 1, 2]
 
 
 def test_apply_concatenates_in_rule_order_and_embeds():
     states = [torch.full((3, 2), float(i)) for i in range(4)]
     ids = torch.tensor([1, 0, 1])
     embed = torch.tensor([[10.0, 11.0], [20.0, 21.0]])
-    out = parse_rule("[emb,2]").apply(states, ids, embed)
+    out = parse_rule("[emb,2]").apply(states, ids, embed=embed)
     assert out.tolist() == [[20, 21, 2, 2], [10, 11, 2, 2], [20, 21, 2, 2]]
     with pytest.raises(WiringError, match="no target embedding"):
-        parse_rule("[emb,2]").apply(states, ids, None)
+        parse_rule("[emb,2]").apply(states, ids, embed=None)

@@ -17,6 +17,8 @@ def doctor(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML)."),
     sglang_version: str = typer.Option(None, help="SGLang version the spec will run on (default: the installed "
                                                   "one); some layer ids break on some versions."),
+    sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
+                                      "environment); overrides engine.sglang.python."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (ok, counts, findings)."),
 ) -> None:
     """Check a spec's draft, ids, wiring and speculative settings; exit 1 on any error, 2 on unreadable input."""
@@ -25,6 +27,8 @@ def doctor(
     from bisect_eagle.spec import load_spec
 
     s = load_spec(spec, check_inputs=False)  # what the diagnosis explains is not refused before it
+    if sglang_python:
+        s.engine.sglang.python = sglang_python  # the plan check then asks that SGLang
     findings = diagnose(s, sglang_version=sglang_version)
     report = summary(findings)
     if report["ok"]:

@@ -67,7 +67,7 @@ def export(
     if run_id is None:
         from bisect_eagle.cli.report import open_study_run
 
-        tracking, parent = open_study_run(spec, tracking_uri, study_name)
+        tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name)
         best = best_row(trials_frame(tracking, parent.info.run_id), parent.data.params.get("criterion.metric",
                                                                                            "output_tok_s"))
         if best is None:

@@ -45,7 +45,7 @@ def fingerprint(
     validate_data(target=p["target"], dump=p["dump"], draft=draft)
     if draft is None and scenario:
         draft = scenarios.get(scenario).draft
-    model, reader, loaded = load(p["target"], p["dump"], draft)
+    model, reader, loaded = load(p["target"], p["dump"], draft=draft)
     if spec is not None:
         result = _with_capture_server(spec, capture_ids, sglang_python, model=model, reader=reader, draft=loaded,
                                       samples=samples)

@@ -17,7 +17,7 @@ SHORT = {"eagle_aux_hidden_state_layer_ids": "ids"}
 WIDTH = 80
 
 
-def open_study_run(spec: Path | None, tracking_uri: str | None, study_name: str | None):
+def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: str | None):
     """(tracking, parent run) of a spec's study (default: its newest)."""
     from bisect_eagle.report import find_parent
     from bisect_eagle.tracking import Tracking, resolve_tracking_uri
@@ -51,7 +51,7 @@ def summary_lines(parent, rep) -> list[str]:
     from bisect_eagle.report import study_value
 
     metric, m = rep.metric, parent.data.metrics
-    baseline, target = study_value(parent, "baseline", metric), study_value(parent, "target", metric)
+    baseline, target = study_value(parent, "baseline", metric=metric), study_value(parent, "target", metric=metric)
     tags = parent.data.tags
     lines = [f"study {tags.get('study', parent.info.run_name)} (run {parent.info.run_id})"]
     if target is not None:
@@ -80,7 +80,7 @@ def summary_lines(parent, rep) -> list[str]:
     return lines
 
 
-def trial_lines(frame: pd.DataFrame, metric: str, settings: list[str]) -> list[str]:
+def trial_lines(frame: pd.DataFrame, metric: str, *, settings: list[str]) -> list[str]:
     """Live trials, best first: value, ratio, the other headline metric, settings, and a failure's class
     (wrapped at 80 columns, never cut)."""
     if frame.empty or "stage" not in frame:
@@ -115,10 +115,10 @@ def report(
     from bisect_eagle.report import varying_settings, write_report
 
     quiet_libraries()
-    tracking, parent = open_study_run(spec, tracking_uri, study_name)
+    tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name)
     study = parent.data.tags.get("study", parent.info.run_name)
     folder = out or Path.cwd() / "mlruns" / "reports" / study
-    rep = write_report(tracking, parent, folder)
+    rep = write_report(tracking, parent, out=folder)
     best = None if rep.best is None else rep.best.dropna().to_dict()
     if as_json:
         print_json({"study": study, "parent_run_id": parent.info.run_id, "metric": rep.metric, "best": best,
@@ -128,7 +128,7 @@ def report(
     frame = rep.frame
     live_ok = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame
     settings = varying_settings(live_ok) if len(live_ok) > 1 else [c for c in SETTING_COLUMNS if c in frame]
-    lines = [*summary_lines(parent, rep), "", *trial_lines(frame, rep.metric, settings), "",
+    lines = [*summary_lines(parent, rep), "", *trial_lines(frame, rep.metric, settings=settings), "",
              "wrote (also logged to the study's run, under report/):", f"  {folder}/"]
     lines += [f"    {f.name}" for f in rep.files]
     for line in lines:

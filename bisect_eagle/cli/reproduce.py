@@ -70,7 +70,7 @@ def reproduce(
     metric = spec.criterion.metric
     tracking = Tracking.open(store.uri, f"{spec.name} / reproduce", description=(
         f"bisect-eagle reproduce: trials of spec {spec.name!r} measured again beside a fresh baseline."))
-    parent = tracking.start_run(f"reproduce {run.info.run_name}", {"role": "reproduce", "reproduces": run_id,
+    parent = tracking.start_run(f"reproduce {run.info.run_name}", tags={"role": "reproduce", "reproduces": run_id,
                                                                    **deployment_tags(spec)})
     tracking.log_texts(parent, {"spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})
     with tracking.run_guard(parent), make_engine(spec) as engine:

@@ -140,6 +140,8 @@ def run(
     study_name: str = typer.Option(None, help="Study name (default: the spec's name and the start time)."),
     max_live_trials: int = typer.Option(None, min=1, help="Override search.max_live_trials."),
     max_wall_s: float = typer.Option(None, min=1, help="Override search.max_wall_s."),
+    sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
+                                      "environment); overrides engine.sglang.python."),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
 ) -> None:
     """Gate wirings by standalone accuracy, then search live settings to the target (exit 0 reached, 3 not)."""
@@ -151,6 +153,12 @@ def run(
     quiet_libraries()
     sigterm_as_exit()
     s = load_spec_or_default(spec)
+    if sglang_python:
+        s.engine.sglang.python = sglang_python
+    from bisect_eagle.stores import check_stores
+
+    check_stores(storage=storage or s.storage.optuna,  # an unreachable store fails in seconds, before the search
+                 tracking_uri=resolve_tracking_uri(tracking_uri, s.storage.tracking_uri))
     with Display(enabled=not as_json) as display:
         opts = Options(storage=resolve_storage(storage, s),
                        tracking_uri=resolve_tracking_uri(tracking_uri, s.storage.tracking_uri),

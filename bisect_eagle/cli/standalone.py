@@ -48,7 +48,7 @@ def standalone(
     loaded = load_draft(p["draft"], target=p["target"], device=device)
     head = TargetHead.load(p["target"])
     reader = DumpReader(p["dump"], skip_bad=skip_bad, vocab_size=head.vocab_size)
-    result = evaluate(loaded, reader, head, parsed, samples=samples or None, steps=steps)
+    result = evaluate(loaded, reader, head=head, rule=parsed, samples=samples or None, steps=steps)
     if as_json:
         print_json(result.to_json())
         return

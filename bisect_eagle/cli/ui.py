@@ -44,7 +44,7 @@ def runs_url(port: int, experiment_id: str | None, *, study: str | None = None, 
     return f"{url}?{urlencode(query, quote_via=quote)}"
 
 
-def run_url(port: int, experiment_id: str, run_id: str) -> str:
+def run_url(port: int, *, experiment_id: str, run_id: str) -> str:
     """One run's page (a study's parent run: the verdict, the best config and its link)."""
     return f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs/{run_id}?{urlencode(MODE)}"
 
@@ -54,13 +54,13 @@ def port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def free_port() -> int:
+def free_ui_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def start_server(tracking_uri: str, port: int, log: Path | None = None) -> subprocess.Popen:
+def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) -> subprocess.Popen:
     """Start ``mlflow server`` in its own process group (output to ``log``, else inherited)."""
     if not tracking_uri.startswith(("sqlite:", "postgresql", "mysql", "mssql")):
         raise BadInput(f"--tracking-uri {tracking_uri}: the UI serves a database store; for an http(s) tracking "
@@ -73,7 +73,7 @@ def start_server(tracking_uri: str, port: int, log: Path | None = None) -> subpr
                             start_new_session=True, env=env)
 
 
-def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float = 120.0) -> None:
+def wait_ready(proc: subprocess.Popen, port: int, *, timeout_s: float = 120.0) -> None:
     """Wait until the server answers /health; an exit or a timeout is an error."""
     import httpx
 
@@ -90,7 +90,7 @@ def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float = 120.0) -> N
     raise RuntimeError(f"mlflow server did not answer on 127.0.0.1:{port} within {timeout_s:g} s")
 
 
-def stop_server(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+def stop_ui_server(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     """SIGTERM the server's process group, then SIGKILL it after ``grace_s``."""
     if proc.poll() is not None:
         return
@@ -126,14 +126,14 @@ def ui(
     experiment = client.get_experiment_by_name(s.name)
     studies = [] if experiment is None else client.search_runs(
         [experiment.experiment_id], "tags.role = 'study'", order_by=["attributes.start_time DESC"], max_results=1)
-    proc = start_server(uri, port)
+    proc = start_ui_server(uri, port)
     try:
         wait_ready(proc, port)
         print(f"MLflow UI for {uri} (Ctrl-C stops it)")
         if studies:
             parent = studies[0]
             print(f"study {parent.data.tags.get('study')}: the answer (verdict, best config):")
-            print(f"  {run_url(port, experiment.experiment_id, parent.info.run_id)}")
+            print(f"  {run_url(port, experiment_id=experiment.experiment_id, run_id=parent.info.run_id)}")
             print("its live trials, best first:")
             live = runs_url(port, experiment.experiment_id, study=parent.data.tags.get("study"),
                             metric=parent.data.params.get("criterion.metric"))
@@ -144,7 +144,7 @@ def ui(
     except KeyboardInterrupt:
         typer.echo("stopping the MLflow UI")
     finally:
-        stop_server(proc)
+        stop_ui_server(proc)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,6 +18,8 @@ def worker(
     study_name: str = typer.Option(None, help="Study to join (default: the spec's latest)."),
     wait_s: float = typer.Option(1800, min=0, help="How long to wait for the study (its `run` may still be "
                                  "starting), its stage 1 and baseline."),
+    sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
+                                      "environment); overrides engine.sglang.python."),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
 ) -> None:
     """Join a study's live search: shared budget and stop, never a config another worker ran (exit 0/3)."""
@@ -28,6 +30,8 @@ def worker(
     quiet_libraries()
     sigterm_as_exit()
     s = load_spec_or_default(spec)
+    if sglang_python:
+        s.engine.sglang.python = sglang_python
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     check_stores(storage=storage or s.storage.optuna, tracking_uri=tracking_uri)  # seconds, before the heavy imports
 

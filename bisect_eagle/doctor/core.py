@@ -98,7 +98,7 @@ class Doctor(IdChecks, ModelChecks):
         self.family = layers.sglang_convention(self.model_type) if self.engine == "sglang" else "sglang"
         self.settings: LiveSettings = spec.fixed_settings()
 
-    def add(self, code: str, severity: Severity, where: str, message: str, fix: str) -> None:
+    def add(self, code: str, severity: Severity, *, where: str, message: str, fix: str) -> None:
         self.findings.append(Finding(code, severity, where, message, fix))
 
     def check_plan(self) -> None:
@@ -115,8 +115,13 @@ class Doctor(IdChecks, ModelChecks):
         with make_engine(self.spec) as engine:
             plan = engine.plan(self.settings)
         if plan.refusal is not None and not any(f.severity == "error" for f in self.findings):
-            self.add("plan-refused", "error", where, f"the {plan.engine} engine refuses this trial: {plan.refusal}",
-                     "fix the setting it names (checked by " + (plan.checked or "the engine's own rules") + ")")
+            self.add(
+                "plan-refused",
+                "error",
+                where=where,
+                message=f"the {plan.engine} engine refuses this trial: {plan.refusal}",
+                fix="fix the setting it names (checked by " + (plan.checked or "the engine's own rules") + ")",
+            )
 
     def run(self) -> list[Finding]:
         self.check_algorithm()
@@ -125,18 +130,18 @@ class Doctor(IdChecks, ModelChecks):
         self.check_draft_tokens()
         ids, conv, where = self.fed_ids()
         uses_aux = not self.settings.is_baseline and self.settings.speculative_algorithm == "EAGLE3"
-        if ids is not None and uses_aux and self.check_ids(ids, conv, where) and self.check_fc_width(ids, where):
-            self.check_wiring(ids, conv, where)
+        if ids is not None and uses_aux and self.check_ids(ids, conv, where=where) and self.check_fc_width(ids, where):
+            self.check_wiring(ids, conv, where=where)
         space = self.spec.space.get(WIRING_SETTING)
         for i, choice in enumerate(space.choices or [] if space else []):
             if isinstance(choice, list):
                 w = f"{self.src}: space.{WIRING_SETTING}.choices[{i}]"
-                if self.check_ids(choice, self.family, w):
+                if self.check_ids(choice, self.family, where=w):
                     self.check_fc_width(choice, w)
         for i, wiring in enumerate(self.spec.standalone.wirings):
             if wiring.layer_ids is not None:
                 w = f"{self.src}: standalone.wirings[{i}].layer_ids"
-                if self.check_ids(wiring.layer_ids, self.family, w):
+                if self.check_ids(wiring.layer_ids, self.family, where=w):
                     self.check_fc_width(wiring.layer_ids, w)
         self.check_dump()
         self.check_plan()

@@ -34,15 +34,15 @@ class IdChecks:
         if self.engine == "vllm" or (self.engine == "local" and self.draft.layout == "speculators"):
             if self.draft.top_ids is None:
                 nested = " (they are nested under eagle_config, which vLLM ignores)" if self.draft.nested_ids else ""
-                self.add("ids-location", "error", f"{where}: {IDS_KEY}",
-                         f"no top-level {IDS_KEY}{nested}; vLLM then captures its default layers silently",
-                         f"write the ids at the top level of {where}")
+                self.add("ids-location", "error", where=f"{where}: {IDS_KEY}",
+                         message=f"no top-level {IDS_KEY}{nested}; vLLM then captures its default layers silently",
+                         fix=f"write the ids at the top level of {where}")
             return
         if self.draft.nested_ids is not None:
             if isinstance(eagle, dict) and eagle.get("use_aux_hidden_state") is False:
-                self.add("aux-disabled", "error", f"{where}: eagle_config.use_aux_hidden_state",
-                         "use_aux_hidden_state is false: SGLang captures no aux states for an EAGLE-3 draft",
-                         "set eagle_config.use_aux_hidden_state to true (or remove it)")
+                self.add("aux-disabled", "error", where=f"{where}: eagle_config.use_aux_hidden_state",
+                         message="use_aux_hidden_state is false: SGLang captures no aux states for an EAGLE-3 draft",
+                         fix="set eagle_config.use_aux_hidden_state to true (or remove it)")
             return
         misspelt = difflib.get_close_matches(IDS_KEY, list(eagle) if isinstance(eagle, dict) else [], n=1)
         if misspelt:
@@ -52,23 +52,23 @@ class IdChecks:
         else:
             msg = f"eagle_config.{IDS_KEY} is missing"
         overridden = self.engine == "sglang" and self.settings.eagle_aux_hidden_state_layer_ids is not None
-        self.add("ids-location", "warning" if overridden else "error", f"{where}: eagle_config.{IDS_KEY}",
-                 f"{msg}; SGLang then silently captures its default layers "
+        self.add("ids-location", "warning" if overridden else "error", where=f"{where}: eagle_config.{IDS_KEY}",
+                 message=f"{msg}; SGLang then silently captures its default layers "
                  f"{layers.CONVENTIONS['sglang'].defaults(self.num_layers)} without a log line",
-                 f"write the ids as eagle_config: {{{IDS_KEY}: [...]}} in {where}")
+                 fix=f"write the ids as eagle_config: {{{IDS_KEY}: [...]}} in {where}")
 
     def _in_range(self, ids: list[int], conv: str, where: str) -> bool:
         try:
-            layers.ids_to_canonical(ids, conv, self.num_layers)
+            layers.ids_to_canonical(ids, conv, num_layers=self.num_layers)
         except layers.LayerIdError as e:
             c = layers.CONVENTIONS[conv]
-            self.add("ids-range", "error", where, f"{e}",
-                     f"use {conv} ids in [{c.min_id}, {c.max_id(self.num_layers)}] for this "
+            self.add("ids-range", "error", where=where, message=f"{e}",
+                     fix=f"use {conv} ids in [{c.min_id}, {c.max_id(self.num_layers)}] for this "
                      f"{self.num_layers}-layer target")
             return False
         return True
 
-    def check_ids(self, ids: list[int], conv: str, where: str) -> bool:
+    def check_ids(self, ids: list[int], conv: str, *, where: str) -> bool:
         """Range (by the family's rule), -1, repeats and the final layer; True when usable for further checks."""
         sglang = conv.startswith("sglang") and self.engine != "vllm"
         if sglang and -1 in ids and not self.check_minus_one(ids, where):
@@ -76,25 +76,40 @@ class IdChecks:
         if not self._in_range(ids, conv, where):
             return False
         if len(set(ids)) != len(ids):
-            self.add("ids-repeated", "error", where, f"ids {ids} repeat a layer; each layer is captured once",
-                     "list each layer once")
+            self.add(
+                "ids-repeated",
+                "error",
+                where=where,
+                message=f"ids {ids} repeat a layer; each layer is captured once",
+                fix="list each layer once",
+            )
         if sglang:
-            self.check_final_layer(ids, conv, where)
+            self.check_final_layer(ids, conv, where=where)
         return True
 
-    def check_final_layer(self, ids: list[int], conv: str, where: str) -> None:
+    def check_final_layer(self, ids: list[int], conv: str, *, where: str) -> None:
         """SGLang captures layer *inputs* 0..N-1: hs[N] (the final state) only on gpt-oss."""
-        if self.num_layers not in layers.ids_to_canonical(ids, conv, self.num_layers) or conv == "sglang-gptoss":
+        if (
+            self.num_layers not in layers.ids_to_canonical(ids, conv, num_layers=self.num_layers)
+            or conv == "sglang-gptoss"
+        ):
             return
         moe = self.model_type in ("qwen2_moe", "qwen3_moe")
-        how = ("raises IndexError at start-up (qwen2/3-MoE)" if moe else
-               "is never captured, so the draft gets one aux state fewer than fc takes: a shape error in fc at load")
+        how = (
+            "raises IndexError at start-up (qwen2/3-MoE)"
+            if moe
+            else "is never captured, so the draft gets one aux state fewer than fc takes: a shape error in fc at load"
+        )
         severity = "error" if self.engine == "sglang" else "warning"
         engine_note = "" if self.engine == "sglang" else " (this spec's local engine captures it; SGLang would not)"
-        self.add("final-layer-id", severity, where,
-                 f"ids {ids} reach hidden_states[{self.num_layers}], the final layer's output, which on "
-                 f"{self.model_type or 'this model'} {how}{engine_note}",
-                 "use ids below the final layer (docs/sglang-facts.md#final-layer-ids)")
+        self.add(
+            "final-layer-id",
+            severity,
+            where=where,
+            message=f"ids {ids} reach hidden_states[{self.num_layers}], the final layer's output, which on "
+            f"{self.model_type or 'this model'} {how}{engine_note}",
+            fix="use ids below the final layer (docs/sglang-facts.md#final-layer-ids)",
+        )
 
     def check_minus_one(self, ids: list[int], where: str) -> bool:
         """-1 by model family and SGLang version; False when it makes the ids unusable."""
@@ -104,33 +119,55 @@ class IdChecks:
         known = "" if self.version_text else " (SGLang version unknown: give --sglang-version)"
         if self.family == "sglang-deepseek":
             counted = self.model_type != "glm4_moe_lite"
-            detail = ("SGLang captures these ids as given (first id is not 1), and -1 never matches a layer: start-up "
-                      "fails with 'captured 2 of 3 aux hidden states'" if counted else
-                      "SGLang captures these ids as given and -1 never matches: the draft gets fewer aux states "
-                      "than fc takes (a width error at load)")
-            self.add("minus-one", "error", where, f"id -1 on {self.model_type}: {detail}{known}",
-                     "drop -1 (SGLang has no embedding-capture flag on this family; "
-                     "docs/sglang-facts.md#sglang-deepseek-family)")
+            detail = (
+                "SGLang captures these ids as given (first id is not 1), and -1 never matches a layer: start-up "
+                "fails with 'captured 2 of 3 aux hidden states'"
+                if counted
+                else "SGLang captures these ids as given and -1 never matches: the draft gets fewer aux states "
+                "than fc takes (a width error at load)"
+            )
+            self.add(
+                "minus-one",
+                "error",
+                where=where,
+                message=f"id -1 on {self.model_type}: {detail}{known}",
+                fix="drop -1 (SGLang has no embedding-capture flag on this family; "
+                "docs/sglang-facts.md#sglang-deepseek-family)",
+            )
             return False
         if self.model_type == "llama":
             if v is not None and v >= KNOWN_VERSIONS[1]:
                 return True
             if v is not None and v <= KNOWN_VERSIONS[0]:
-                self.add("minus-one", "error", where,
-                         f"id -1 on llama with SGLang {self.version_text}: TypeError (residual=None) at the first "
-                         "forward (works from 0.5.23)", "upgrade SGLang to >= 0.5.23, or drop -1")
+                self.add(
+                    "minus-one",
+                    "error",
+                    where=where,
+                    message=f"id -1 on llama with SGLang {self.version_text}: TypeError (residual=None) at the first "
+                    "forward (works from 0.5.23)",
+                    fix="upgrade SGLang to >= 0.5.23, or drop -1",
+                )
             else:
-                self.add("minus-one", "warning", where,
-                         f"id -1 on llama works in SGLang 0.5.23 but raises TypeError in 0.5.5; not verified for "
-                         f"{self.version_text or 'this version'}{known}", "check the installed SGLang version")
+                self.add(
+                    "minus-one",
+                    "warning",
+                    where=where,
+                    message=f"id -1 on llama works in SGLang 0.5.23 but raises TypeError in 0.5.5; not verified for "
+                    f"{self.version_text or 'this version'}{known}",
+                    fix="check the installed SGLang version",
+                )
         elif self.model_type not in PLUS_ONE_WORKS:
-            self.add("minus-one", "warning", where,
-                     f"id -1 on {self.model_type or 'this architecture'} is not known to work in SGLang (it is "
-                     "reached only through the +1 arithmetic; there is no embedding-capture flag)",
-                     "verify with `bisect-eagle fingerprint --server` before a long run")
+            self.add(
+                "minus-one",
+                "warning",
+                where=where,
+                message=f"id -1 on {self.model_type or 'this architecture'} is not known to work in SGLang (it is "
+                "reached only through the +1 arithmetic; there is no embedding-capture flag)",
+                fix="verify with `bisect-eagle fingerprint --server` before a long run",
+            )
         return True
 
-    def check_wiring(self, ids: list[int], conv: str, where: str) -> None:
+    def check_wiring(self, ids: list[int], conv: str, *, where: str) -> None:
         """The layers fed to the draft vs the dump it was trained on (``dump_layer_ids``)."""
         dump_ids = self.spec.dump_layer_ids
         if dump_ids is None:
@@ -138,20 +175,30 @@ class IdChecks:
         dump_where = f"{self.src}: dump_layer_ids"
         if not self._in_range(dump_ids, "sglang", dump_where):
             return
-        fed = layers.ids_to_canonical(ids, conv, self.num_layers)
-        held = layers.ids_to_canonical(dump_ids, "sglang", self.num_layers)  # outputs of those layers
+        fed = layers.ids_to_canonical(ids, conv, num_layers=self.num_layers)
+        held = layers.ids_to_canonical(dump_ids, "sglang", num_layers=self.num_layers)  # outputs of those layers
         if len(fed) != len(held):  # dump_layer_ids vs the dump itself is check_dump's finding
             return
         if sorted(fed) != sorted(held):
-            fix_ids = layers.canonical_to_ids(held, conv if conv.startswith("sglang") else "sglang", self.num_layers)
+            fix_ids = layers.canonical_to_ids(
+                held, conv if conv.startswith("sglang") else "sglang", num_layers=self.num_layers
+            )
             rule = f" ({self.model_type}: {conv} rule)" if conv != "sglang" else ""
-            self.add("dump-wiring", "error", where,
-                     f"the draft will be fed hidden_states{fed} (ids {ids}{rule}) but the dump it was trained on "
-                     f"holds hidden_states{held} (the outputs of layers {dump_ids}): a wiring mismatch, acceptance "
-                     "collapses", f"set {WIRING_SETTING} to {fix_ids}; check the dump with `bisect-eagle fingerprint`")
+            self.add(
+                "dump-wiring",
+                "error",
+                where=where,
+                message=f"the draft will be fed hidden_states{fed} (ids {ids}{rule}) but the dump it was trained on "
+                f"holds hidden_states{held} (the outputs of layers {dump_ids}): a wiring mismatch, acceptance "
+                "collapses",
+                fix=f"set {WIRING_SETTING} to {fix_ids}; check the dump with `bisect-eagle fingerprint`",
+            )
         elif fed != sorted(fed) or held != sorted(held):
-            self.add("dump-wiring", "warning", where,
-                     f"SGLang concatenates aux states in ascending layer order; the draft's ids {ids} or the dump's "
-                     f"{dump_ids} are not ascending, so fc may see them in another order than in training",
-                     "check the order with `bisect-eagle standalone` rules")
-
+            self.add(
+                "dump-wiring",
+                "warning",
+                where=where,
+                message=f"SGLang concatenates aux states in ascending layer order; the draft's ids {ids} or the dump's "
+                f"{dump_ids} are not ascending, so fc may see them in another order than in training",
+                fix="check the order with `bisect-eagle standalone` rules",
+            )

@@ -59,21 +59,29 @@ class ModelChecks:
         """fc input width vs len(ids) × target hidden size; True when it fits."""
         fc = self.draft.shapes.get("fc.weight")
         if fc is None:
-            self.add("fc-width", "error", str(self.draft.path), "the draft has no fc.weight",
-                     "point draft at an EAGLE-3 checkpoint (fc.weight: k·H -> H)")
+            self.add("fc-width", "error", where=str(self.draft.path), message="the draft has no fc.weight",
+                     fix="point draft at an EAGLE-3 checkpoint (fc.weight: k·H -> H)")
             return False
         draft_h = self.draft.config.get("target_hidden_size")
         if draft_h is not None and int(draft_h) != self.hidden:
-            self.add("fc-width", "error", f"{self.draft.path / 'config.json'}: target_hidden_size",
-                     f"the draft was built for a target hidden size of {draft_h}; this target's is {self.hidden}",
-                     "use the draft trained for this target")
+            self.add(
+                "fc-width",
+                "error",
+                where=f"{self.draft.path / 'config.json'}: target_hidden_size",
+                message=f"the draft was built for a target hidden size of {draft_h}; this target's is {self.hidden}",
+                fix="use the draft trained for this target",
+            )
             return False
         need = len(ids) * self.hidden
         if fc[1] != need:
-            self.add("fc-width", "error", where,
-                     f"fc takes {fc[1]} inputs = {fc[1] // self.hidden} layers × {self.hidden}, but {len(ids)} ids "
-                     f"{ids} × target hidden size {self.hidden} = {need}",
-                     f"give exactly {fc[1] // self.hidden} layer ids (the draft's fc was trained on that many)")
+            self.add(
+                "fc-width",
+                "error",
+                where=where,
+                message=f"fc takes {fc[1]} inputs = {fc[1] // self.hidden} layers × {self.hidden}, but {len(ids)} ids "
+                f"{ids} × target hidden size {self.hidden} = {need}",
+                fix=f"give exactly {fc[1] // self.hidden} layer ids (the draft's fc was trained on that many)",
+            )
             return False
         return True
 
@@ -85,30 +93,47 @@ class ModelChecks:
             raise BadInput(f"{self.dump}: no readable samples")
         width = sample.states[0].shape[-1]
         if width != self.hidden:
-            self.add("dump-width", "error", f"{self.src}: dump",
-                     f"the dump's states are {width} wide, the target's hidden size is {self.hidden}",
-                     "use the dump made from this target")
+            self.add(
+                "dump-width",
+                "error",
+                where=f"{self.src}: dump",
+                message=f"the dump's states are {width} wide, the target's hidden size is {self.hidden}",
+                fix="use the dump made from this target",
+            )
         fc = self.draft.shapes.get("fc.weight")
         aux = len(sample.states) - 1
         if fc is not None and width == self.hidden and fc[1] != aux * width:
-            self.add("dump-wiring", "error", f"{self.src}: dump",
-                     f"the dump holds {aux} aux states (+ the final state) but the draft's fc takes "
-                     f"{fc[1] // width} × {width}: the draft was not trained on this dump",
-                     "point dump at the draft's training dump")
+            self.add(
+                "dump-wiring",
+                "error",
+                where=f"{self.src}: dump",
+                message=f"the dump holds {aux} aux states (+ the final state) but the draft's fc takes "
+                f"{fc[1] // width} × {width}: the draft was not trained on this dump",
+                fix="point dump at the draft's training dump",
+            )
         ids = self.spec.dump_layer_ids
         if ids is not None and len(ids) + 1 != len(sample.states):
-            self.add("dump-layers", "error", f"{self.src}: dump_layer_ids",
-                     f"dump_layer_ids names {len(ids)} aux layers (+ the final state = {len(ids) + 1}), but "
-                     f"{sample.source} holds {len(sample.states)} states",
-                     "run `bisect-eagle fingerprint` on the dump and copy its recommended ids")
+            self.add(
+                "dump-layers",
+                "error",
+                where=f"{self.src}: dump_layer_ids",
+                message=f"dump_layer_ids names {len(ids)} aux layers (+ the final state = {len(ids) + 1}), but "
+                f"{sample.source} holds {len(sample.states)} states",
+                fix="run `bisect-eagle fingerprint` on the dump and copy its recommended ids",
+            )
         for i, w in enumerate(self.spec.standalone.wirings):
             if w.rule is None:
                 continue
             try:
-                check_width(parse_rule(w.rule), len(sample.states), width, fc[1] if fc else 0)
+                check_width(parse_rule(w.rule), len(sample.states), hidden=width, fc_in=fc[1] if fc else 0)
             except BadInput as e:
-                self.add("fc-width", "error", f"{self.src}: standalone.wirings[{i}]", str(e),
-                         f"give a rule that selects {(fc[1] if fc else 0) // max(width, 1)} states")
+                self.add(
+                    "fc-width",
+                    "error",
+                    where=f"{self.src}: standalone.wirings[{i}]",
+                    message=str(e),
+                    fix=f"give a rule that selects {(fc[1] if fc else 0) // max(width, 1)} states",
+                )
 
     # -- speculative settings ---------------------------------------------------------------------------
 
@@ -117,29 +142,45 @@ class ModelChecks:
         where = f"{self.src}: engine.settings.speculative_algorithm"
         archs = self.draft.config.get("architectures")
         if algo == "EAGLE" and self.draft.is_eagle3:
-            self.add("eagle-vs-eagle3", "error", where,
-                     f"speculative_algorithm EAGLE with an EAGLE-3 draft ({archs}): SGLang accepts it, feeds the "
-                     "draft 1×H, skips fc, and accept length is exactly 1.0",
-                     "set speculative_algorithm: EAGLE3")
+            self.add(
+                "eagle-vs-eagle3",
+                "error",
+                where=where,
+                message=f"speculative_algorithm EAGLE with an EAGLE-3 draft ({archs}): SGLang accepts it, feeds the "
+                "draft 1×H, skips fc, and accept length is exactly 1.0",
+                fix="set speculative_algorithm: EAGLE3",
+            )
         elif algo == "EAGLE3" and not self.draft.is_eagle3:
-            self.add("eagle-vs-eagle3", "error", where,
-                     f"speculative_algorithm EAGLE3 with a draft whose architectures are {archs} (not EAGLE-3)",
-                     "use an EAGLE-3 draft (e.g. LlamaForCausalLMEagle3) or speculative_algorithm EAGLE")
+            self.add(
+                "eagle-vs-eagle3",
+                "error",
+                where=where,
+                message=f"speculative_algorithm EAGLE3 with a draft whose architectures are {archs} (not EAGLE-3)",
+                fix="use an EAGLE-3 draft (e.g. LlamaForCausalLMEagle3) or speculative_algorithm EAGLE",
+            )
         space = self.spec.space.get("speculative_algorithm")
         if space and "EAGLE" in (space.choices or []) and self.draft.is_eagle3:
-            self.add("eagle-vs-eagle3", "warning", f"{self.src}: space.speculative_algorithm",
-                     "the search may try EAGLE with an EAGLE-3 draft (accept length 1.0, a wasted trial)",
-                     "drop EAGLE from the choices")
+            self.add(
+                "eagle-vs-eagle3",
+                "warning",
+                where=f"{self.src}: space.speculative_algorithm",
+                message="the search may try EAGLE with an EAGLE-3 draft (accept length 1.0, a wasted trial)",
+                fix="drop EAGLE from the choices",
+            )
 
     def check_draft_tokens(self) -> None:
         s = self.settings
         if s.is_baseline or s.topk != 1 or s.num_draft_tokens is None or s.num_draft_tokens == s.num_steps + 1:
             return
-        self.add("ndt-override", "warning", f"{self.src}: engine.settings.num_draft_tokens",
-                 f"topk 1 forces num_draft_tokens = num_steps + 1 = {s.num_steps + 1}; the requested "
-                 f"{s.num_draft_tokens} is overridden with only a warning in the server log",
-                 f"set num_draft_tokens: {s.num_steps + 1}, or raise num_steps to {s.num_draft_tokens - 1}, "
-                 "or use topk > 1")
+        self.add(
+            "ndt-override",
+            "warning",
+            where=f"{self.src}: engine.settings.num_draft_tokens",
+            message=f"topk 1 forces num_draft_tokens = num_steps + 1 = {s.num_steps + 1}; the requested "
+            f"{s.num_draft_tokens} is overridden with only a warning in the server log",
+            fix=f"set num_draft_tokens: {s.num_steps + 1}, or raise num_steps to {s.num_draft_tokens - 1}, "
+            "or use topk > 1",
+        )
 
     def check_vocab(self) -> None:
         cfg = self.draft.config
@@ -148,23 +189,40 @@ class ModelChecks:
         target_vocab = self.target_cfg.get("vocab_size")
         where = str(self.draft.path / "config.json")
         if vocab is not None and target_vocab is not None and int(vocab) != int(target_vocab):
-            self.add("vocab-size", "error", f"{where}: vocab_size",
-                     f"the draft's vocab_size {vocab} != the target's {target_vocab}",
-                     "use the draft trained for this target's tokenizer")
+            self.add(
+                "vocab-size",
+                "error",
+                where=f"{where}: vocab_size",
+                message=f"the draft's vocab_size {vocab} != the target's {target_vocab}",
+                fix="use the draft trained for this target's tokenizer",
+            )
         draft_vocab = cfg.get("draft_vocab_size")
         if draft_vocab is None or vocab is None or int(draft_vocab) == int(vocab):
             return
         d2t = self.draft.shapes.get("d2t")
         if d2t is None:
-            self.add("vocab-map", "error", str(self.draft.path),
-                     f"draft_vocab_size {draft_vocab} != vocab_size {vocab} but the weights have no d2t map: draft "
-                     "token i would be read as target token i",
-                     "export d2t (and t2d) with the draft (SpecForge: vocab_mapping.pt)")
+            self.add(
+                "vocab-map",
+                "error",
+                where=str(self.draft.path),
+                message=f"draft_vocab_size {draft_vocab} != vocab_size {vocab} but the weights have no d2t map: draft "
+                "token i would be read as target token i",
+                fix="export d2t (and t2d) with the draft (SpecForge: vocab_mapping.pt)",
+            )
         elif d2t != [int(draft_vocab)]:
-            self.add("vocab-map", "error", str(self.draft.path),
-                     f"d2t has shape {d2t}, expected [{draft_vocab}] (draft_vocab_size)", "re-export the vocab map")
+            self.add(
+                "vocab-map",
+                "error",
+                where=str(self.draft.path),
+                message=f"d2t has shape {d2t}, expected [{draft_vocab}] (draft_vocab_size)",
+                fix="re-export the vocab map",
+            )
         if "t2d" not in self.draft.shapes:
             severity = "error" if self.engine == "local" else "info"
-            self.add("vocab-map", severity, str(self.draft.path),
-                     "the weights have d2t but no t2d (SGLang ignores t2d; the local engine needs it)",
-                     "export t2d with the draft")
+            self.add(
+                "vocab-map",
+                severity,
+                where=str(self.draft.path),
+                message="the weights have d2t but no t2d (SGLang ignores t2d; the local engine needs it)",
+                fix="export t2d with the draft",
+            )

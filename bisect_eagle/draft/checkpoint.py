@@ -53,7 +53,7 @@ class LoadedDraft:
 
     def aux_indices(self, num_layers: int) -> list[int]:
         """Canonical hidden_states indices of the draft's aux inputs for a target of ``num_layers``."""
-        return layers.ids_to_canonical(self.layer_ids, self.id_convention, num_layers)
+        return layers.ids_to_canonical(self.layer_ids, self.id_convention, num_layers=num_layers)
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,7 @@ def load_draft(path: str | Path, *, target: str | Path | None = None, device: st
 def save_draft(
     model: Eagle3Draft,
     path: str | Path,
-    layout: str,
+    *, layout: str,
     layer_ids: list[int],
     extra_config: dict | None = None,
     dtype: torch.dtype = torch.float32,
@@ -313,7 +313,7 @@ def save_draft(
     (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
-def init_weights(model: Eagle3Draft, seed: int, std: float = 0.02) -> None:
+def init_weights(model: Eagle3Draft, *, seed: int, std: float = 0.02) -> None:
     """Deterministic normal init of all linear layers (embedding left as given)."""
     g = torch.Generator().manual_seed(seed)
     for module in model.modules():

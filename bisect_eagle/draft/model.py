@@ -68,7 +68,7 @@ class DraftAttention(nn.Module):
         v = self.v_proj(a).view(b, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         return rope(q, positions=positions, theta=c.rope_theta), rope(k, positions=positions, theta=c.rope_theta), v
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, *, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Attention of q over all keys k/v with boolean ``mask`` [T, S] (True = visible); returns [B, T, H]."""
         groups = self.c.num_attention_heads // self.c.num_key_value_heads
         if groups > 1:
@@ -128,7 +128,7 @@ class Eagle3Draft(nn.Module):
         return self.fc(aux)
 
     def pre_attention(
-        self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
+        self, hidden: torch.Tensor, tokens: torch.Tensor, *, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Residual, q, k, v for rows (hidden [B, T, H], tokens [B, T], positions [B, T])."""
         layer = self.midlayer
@@ -139,11 +139,11 @@ class Eagle3Draft(nn.Module):
         return residual, q, k, v
 
     def post_attention(
-        self, residual: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+        self, residual: torch.Tensor, q: torch.Tensor, *, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         """Attention over the given keys, the MLP, and the pre-norm output h [B, T, H]."""
         layer = self.midlayer
-        h = residual + layer.self_attn.attend(q, k, v, mask)
+        h = residual + layer.self_attn.attend(q, k, v=v, mask=mask)
         return h + layer.mlp(layer.post_attention_layernorm(h))
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -154,7 +154,7 @@ class Eagle3Draft(nn.Module):
         """Map draft-vocabulary ids to target-vocabulary ids (``i + d2t[i]``)."""
         return draft_ids + self.d2t[draft_ids]
 
-    def ttt_forward(self, aux: torch.Tensor, tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    def ttt_forward(self, aux: torch.Tensor, tokens: torch.Tensor, *, steps: int) -> list[torch.Tensor]:
         """Teacher-forced multi-step forward, as EAGLE-3 trains and SpecForge evaluates.
 
         Row ``t`` of step ``k`` reads ``tokens[:, t + k]`` at position ``t + k`` and the draft's own step
@@ -174,10 +174,10 @@ class Eagle3Draft(nn.Module):
         outs = []
         for k in range(steps):
             pos = (rows + k).expand(b, t)
-            residual, q, kk, vv = self.pre_attention(hidden, tokens[:, k : k + t], pos)
+            residual, q, kk, vv = self.pre_attention(hidden, tokens[:, k : k + t], positions=pos)
             keys.append(kk)
             values.append(vv)
             mask = torch.cat([causal] + [diag] * k, dim=1)
-            hidden = self.post_attention(residual, q, torch.cat(keys, 2), torch.cat(values, 2), mask)
+            hidden = self.post_attention(residual, q, k=torch.cat(keys, 2), v=torch.cat(values, 2), mask=mask)
             outs.append(hidden)
         return outs

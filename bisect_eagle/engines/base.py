@@ -130,7 +130,7 @@ def paired_speedup(ratios: list[float], *, confidence: float = 0.95) -> tuple[fl
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
-def failed(engine: str, requested: dict, effective: dict, cls: str, detail: str, **extra: Any) -> TrialResult:
+def failed(engine: str, *, requested: dict, effective: dict, cls: str, detail: str, **extra: Any) -> TrialResult:
     """A failed trial of a known class."""
     if cls not in FAILURE_CLASSES:
         raise ValueError(f"unknown failure class {cls!r}")

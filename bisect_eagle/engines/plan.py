@@ -82,8 +82,8 @@ def fingerprint(engine: str, effective_in_clear: dict[str, Any]) -> str:
 def make_plan(
     engine: str,
     settings: LiveSettings,
-    effective: dict[str, Any],
     *,
+    effective: dict[str, Any],
     warnings: list[str] | tuple[str, ...] = (),
     refusal: str | None = None,
     argv: list[str] | None = None,

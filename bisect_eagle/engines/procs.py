@@ -141,8 +141,8 @@ def _handshake(fd: int, timeout_s: float) -> dict:
 def start_server(
     argv: list[str],
     env: dict[str, str],
-    log_path: Path,
     *,
+    log_path: Path,
     log_dir: Path | None = None,
     host: str = "127.0.0.1",
     port: int | None = None,
@@ -242,7 +242,7 @@ def _wait_gone(server: ServerProcess, timeout_s: float) -> bool:
         time.sleep(POLL_S)
 
 
-def stop_server(server: ServerProcess, grace_s: float, kill_wait_s: float = 10.0) -> StopReport:
+def stop_server(server: ServerProcess, *, grace_s: float, kill_wait_s: float = 10.0) -> StopReport:
     """SIGTERM the whole group, wait up to ``grace_s``, then SIGKILL whatever is left; closes the log.
 
     Then, with the group gone and the port still taken, ends the server's orphans listening on it (one
@@ -265,7 +265,7 @@ def stop_server(server: ServerProcess, grace_s: float, kill_wait_s: float = 10.0
     warnings = [f"pid {pid} had left the server's process group (setsid or a double fork); it was ended with the "
                 "group" for pid in sorted(server.escaped) if pid not in survivors]
     orphans: list[Orphan] = []
-    port_free = server.port is None or wait_port_free(server.host, server.port, 0.5) is not None
+    port_free = server.port is None or wait_port_free(server.host, server.port, timeout_s=0.5) is not None
     if not survivors and not port_free and server.port is not None:
         orphans = end_port_orphans(server.host, server.port, token=server.token, digest=server.digest,
                                    known=server.seen, grace_s=min(grace_s, 5.0))

@@ -22,11 +22,11 @@ from typing import Any
 import psutil
 
 from bisect_eagle.engines.supervise import (
-    describe,
     end_all,
     group_members,
     port_holders,
     port_is_free,
+    process_text,
     running,
     throttled,
     token_bearers,
@@ -154,12 +154,13 @@ def end_port_orphans(host: str, port: int, *, token: str = "", digest: str = "",
     holders, hidden = port_holders(port)
     out, mine = [], []
     for proc in holders:
-        why = why_ours(proc, token, digest, known)
-        out.append(Orphan(proc.pid, describe(proc), why is not None, why or "not started by this server", port=port))
+        why = why_ours(proc, token=token, digest=digest, known=known)
+        out.append(Orphan(proc.pid, process_text(proc), why is not None, why or "not started by this server",
+                          port=port))
         if why is not None:
             mine.append(proc)
     if mine:
-        used, _, survivors = end_all(lambda: mine, grace_s)
+        used, _, survivors = end_all(lambda: mine, grace_s=grace_s)
         for o in out:
             if o.ended:
                 o.signal = used
@@ -235,7 +236,7 @@ def reap_servers(log_dir: Path, *, host: str | None = None, grace_s: float = 5.0
             out.append(Reaped(path, rec, "gone"))
             continue
         bearers = throttled(lambda rec=rec: token_bearers(rec.token))
-        used, ended, survivors = end_all(lambda rec=rec, b=bearers: _leftovers(rec, b), grace_s)
+        used, ended, survivors = end_all(lambda rec=rec, b=bearers: _leftovers(rec, b), grace_s=grace_s)
         orphans: list[Orphan] = []
         if rec.port is not None and not port_is_free(rec.host, rec.port):
             orphans = end_port_orphans(rec.host, rec.port, token=rec.token, digest=rec.argv_digest, grace_s=grace_s)

@@ -75,7 +75,7 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def wait_port_free(host: str, port: int, timeout_s: float) -> float | None:
+def wait_port_free(host: str, port: int, *, timeout_s: float) -> float | None:
     """Seconds until ``host:port`` could be bound, or None when it was still taken after ``timeout_s``."""
     start = time.monotonic()
     while True:
@@ -177,7 +177,7 @@ def argv_digest(argv: Iterable[str]) -> str:
     return hashlib.sha256("\0".join(argv).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def why_ours(proc: psutil.Process, token: str = "", digest: str = "",
+def why_ours(proc: psutil.Process, *, token: str = "", digest: str = "",
              known: dict[int, psutil.Process] | None = None) -> str | None:
     """Why ``proc`` belongs to the server (seen among its processes, its token, its command line), else None."""
     if proc.pid in protected():
@@ -192,7 +192,7 @@ def why_ours(proc: psutil.Process, token: str = "", digest: str = "",
     return None
 
 
-def describe(proc: psutil.Process) -> str:
+def process_text(proc: psutil.Process) -> str:
     """``pid N (name)``; never the command line, which may hold secrets."""
     try:
         return f"pid {proc.pid} ({proc.name()})"
@@ -202,7 +202,7 @@ def describe(proc: psutil.Process) -> str:
 
 def end_all(
     collect: Callable[[], Iterable[psutil.Process]],
-    grace_s: float,
+    *, grace_s: float,
     reap: Callable[[], object] = lambda: None,
     kill_wait_s: float = KILL_WAIT_S,
 ) -> tuple[str, list[int], list[int]]:
@@ -344,15 +344,26 @@ def main(args: list[str] | None = None) -> int:
     def ours() -> list[psutil.Process]:
         return group_members(me) + descendants(me) + bearers()
 
-    used, ended, survivors = end_all(ours, grace_s if orphaned else LINGER_S, lambda: _reap_children(child.pid))
+    used, ended, survivors = end_all(
+        ours, grace_s=grace_s if orphaned else LINGER_S, reap=lambda: _reap_children(child.pid)
+    )
     if orphaned or os.getppid() != controller:
         orphans = []
         if port is not None and not port_is_free(host, port):
             holders, _ = port_holders(port)
-            mine = [p for p in holders if why_ours(p, token, argv_digest(argv))]
-            orphans = end_all(lambda: mine, grace_s)[1]
-        _note(record, {"reason": "the controller died", "at": time.time(), "signal": used, "ended": ended,
-                       "survivors": survivors, "port_orphans": orphans})
+            mine = [p for p in holders if why_ours(p, token=token, digest=argv_digest(argv))]
+            orphans = end_all(lambda: mine, grace_s=grace_s)[1]
+        _note(
+            record,
+            {
+                "reason": "the controller died",
+                "at": time.time(),
+                "signal": used,
+                "ended": ended,
+                "survivors": survivors,
+                "port_orphans": orphans,
+            },
+        )
         return 0
     code = child.returncode if child.returncode is not None else 0
     if code < 0:  # die of the server's signal, so the controller's Popen reports it as the server's

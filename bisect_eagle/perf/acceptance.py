@@ -243,7 +243,7 @@ class AcceptanceModel:
         self._w.setdefault(wiring, _Wiring()).prior = np.clip(vals, 0.0, 1.0)
         self._shifts = None
 
-    def observe(self, wiring: Hashable, reached: Sequence[float], accepted: Sequence[float]) -> None:
+    def observe(self, wiring: Hashable, reached: Sequence[float], *, accepted: Sequence[float]) -> None:
         """Add one trial's live counts per position (see :func:`position_counts`)."""
         r, a = np.asarray(reached, dtype=float), np.asarray(accepted, dtype=float)
         if r.shape != a.shape or np.any(a > r + 1e-9) or np.any(r < 0) or np.any(a < 0):

@@ -301,12 +301,12 @@ class ThroughputModel:
             steps = len(rates) if cfg.adaptive else cfg.num_steps
             reached, accepted = acc.position_counts(num_steps=steps, rates=rates, hist=m.get("accept_length_hist"),
                                                     verify_steps=_verify_steps(m, al))
-            self.acceptance.observe(cfg.wiring, reached, accepted)
+            self.acceptance.observe(cfg.wiring, reached, accepted=accepted)
         elif cfg.topk == 1 and not cfg.adaptive and math.isfinite(al):
             rates = list(self._rates_matching(cfg, al))  # no per-position rates: match the accept length
             reached, accepted = acc.position_counts(num_steps=cfg.num_steps, rates=rates,
                                                     verify_steps=_verify_steps(m, al) or 50.0)
-            self.acceptance.observe(cfg.wiring, reached, accepted)
+            self.acceptance.observe(cfg.wiring, reached, accepted=accepted)
         elif math.isfinite(al):
             self._tree_obs.append((cfg.wiring, cfg.num_steps, cfg.topk, cfg.num_draft_tokens, al))
             self._refit_rank_decay()

@@ -67,7 +67,7 @@ def dump_ids(spec: Spec, num_layers: int) -> list[int]:
     """SGLang ids of the dump's states: its aux layers, then the final pre-norm state (id N - 1)."""
     if spec.dump_layer_ids is None:
         raise BadInput(f"{spec.source}: key 'dump_layer_ids' is missing; it says which layers the dump holds")
-    layers.ids_to_canonical(spec.dump_layer_ids, "sglang", num_layers)
+    layers.ids_to_canonical(spec.dump_layer_ids, "sglang", num_layers=num_layers)
     return [*spec.dump_layer_ids, num_layers - 1]
 
 
@@ -97,8 +97,12 @@ def _from_rule(label: str, text: str, spec: Spec, num_layers: int) -> Candidate:
 
 
 def _from_ids(label: str, layer_ids: list[int], spec: Spec, num_layers: int) -> Candidate:
-    canon = layers.ids_to_canonical(layer_ids, "sglang", num_layers)
-    held = layers.ids_to_canonical(dump_ids(spec, num_layers), "sglang", num_layers) if spec.dump_layer_ids else []
+    canon = layers.ids_to_canonical(layer_ids, "sglang", num_layers=num_layers)
+    held = (
+        layers.ids_to_canonical(dump_ids(spec, num_layers), "sglang", num_layers=num_layers)
+        if spec.dump_layer_ids
+        else []
+    )
     if all(c == 0 or c in held for c in canon):
         items = ",".join(EMB if c == 0 else str(held.index(c)) for c in canon)
         return Candidate(label, list(layer_ids), f"[{items}]", "dump")
@@ -124,8 +128,9 @@ class RecomputedDump:
             with torch.inference_mode(), capture_hidden(self.model, [*self.indices, final]) as got:
                 self.model(input_ids=s.input_ids[None], logits_to_keep=1)
                 states = [got[i][0].float() for i in self.indices] + [got[final][0].float()]
-            yield Sample(s.input_ids, s.loss_mask, states, final_normed=False, mask_offset=s.mask_offset,
-                         source=s.source)
+            yield Sample(
+                s.input_ids, s.loss_mask, states, final_normed=False, mask_offset=s.mask_offset, source=s.source
+            )
 
     def head(self, n: int) -> Iterator[Sample]:
         return itertools.islice(iter(self), n)
@@ -160,11 +165,12 @@ class Scorer:
         st = self.spec.standalone
         reader: DumpReader | RecomputedDump = DumpReader(Path(self.paths["dump"]))
         if c.source == "target":
-            indices = layers.ids_to_canonical(c.layer_ids, "sglang", self.num_layers)
+            indices = layers.ids_to_canonical(c.layer_ids, "sglang", num_layers=self.num_layers)
             reader = RecomputedDump(reader, self._target_model(), indices, self.num_layers)
         try:
-            result = evaluate(self.loaded, reader, self.head, parse_rule(c.rule), samples=st.samples or None,
-                              steps=st.steps)
+            result = evaluate(
+                self.loaded, reader, head=self.head, rule=parse_rule(c.rule), samples=st.samples or None, steps=st.steps
+            )
         except BadInput as e:
             raise BadInput(f"{self.spec.source}: standalone wiring {c.label}: {e}") from None
         return _verdict(c, result, st.metric)
@@ -173,13 +179,24 @@ class Scorer:
 def _verdict(c: Candidate, r: StandaloneResult, metric: str) -> Verdict:
     notes = []
     if c.layer_ids != sorted(c.layer_ids):
-        notes.append(f"live engines concatenate aux states in ascending id order ({sorted(c.layer_ids)}), "
-                     f"not in this wiring's order {c.layer_ids}")
-    return Verdict(c.label, c.layer_ids, c.rule, c.source, r.accuracy[metric], r.simulated_accept_length,
-                   r.per_position, r.tokens, notes=notes)
+        notes.append(
+            f"live engines concatenate aux states in ascending id order ({sorted(c.layer_ids)}), "
+            f"not in this wiring's order {c.layer_ids}"
+        )
+    return Verdict(
+        c.label,
+        c.layer_ids,
+        c.rule,
+        c.source,
+        r.accuracy[metric],
+        r.simulated_accept_length,
+        r.per_position,
+        r.tokens,
+        notes=notes,
+    )
 
 
-def apply_gate(verdicts: list[Verdict], margin: float, reference: float | None) -> float:
+def apply_gate(verdicts: list[Verdict], *, margin: float, reference: float | None) -> float:
     """Mark verdicts within ``margin`` of the reference (default: the best accuracy) as passed; returns it."""
     if not verdicts:
         raise BadInput("the standalone gate needs at least one wiring")
@@ -197,5 +214,8 @@ def record_gate(tracking: Tracking, verdicts: list[Verdict], *, reference: float
             continue
         body = {**v.to_json(), "gate": {"reference": reference, "margin": margin, "threshold": reference - margin}}
         tracking.log_texts(v.run_id, {"standalone.json": json.dumps(body, indent=2)})
-        tracking.log(v.run_id, metrics={"gate_reference": reference, "gate_threshold": reference - margin},
-                     tags={"gate": "pass" if v.passed else "reject", "verdict": json.dumps(v.to_json())})
+        tracking.log(
+            v.run_id,
+            metrics={"gate_reference": reference, "gate_threshold": reference - margin},
+            tags={"gate": "pass" if v.passed else "reject", "verdict": json.dumps(v.to_json())},
+        )

@@ -166,7 +166,7 @@ class ScriptedEngine(Engine):
         effective, warnings, refusal = speculative_effective(settings)
         if effective["eagle_aux_hidden_state_layer_ids"] is None:
             effective["eagle_aux_hidden_state_layer_ids"] = [1, 5, 9]
-        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+        return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def run(self, plan: TrialPlan) -> TrialResult:
         self.runs += 1
@@ -175,7 +175,8 @@ class ScriptedEngine(Engine):
         if kind == "raise":
             raise BadInput("scripted: this combination cannot start")
         if kind == "fail":
-            return failed(self.name, plan.requested, effective, "capture_error", "captured 2 of 3 aux hidden states")
+            return failed(self.name, requested=plan.requested, effective=effective, cls="capture_error",
+                          detail="captured 2 of 3 aux hidden states")
         broken = -1 in effective["eagle_aux_hidden_state_layer_ids"] or effective["num_steps"] == 1
         al = 1.0 if broken else 3.0
         return TrialResult(self.name, "ok", plan.requested, effective, output_tok_s=10 * al, accept_length=al)
@@ -195,16 +196,22 @@ def _crash(settings: LiveSettings) -> str | None:
 def test_crashing_probes_are_unresolved_and_the_bisect_still_ends(tiny, tmp_path):
     engine = ScriptedEngine(_crash)
     seen: list[str] = []
-    opts = BisectOptions(good=str(GOOD), bad=str(BAD), metric="accept_length",
-                         tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", log_path=tmp_path / "b.log")
+    opts = BisectOptions(
+        good=str(GOOD),
+        bad=str(BAD),
+        metric="accept_length",
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        log_path=tmp_path / "b.log",
+    )
     report = run_bisect(opts, engine_factory=lambda spec: engine, progress=seen.append).to_json()
     assert len(report["changes"]) == 6  # num_draft_tokens runs as num_steps + 1 on every engine: not a change
     assert {x["name"] for x in report["culprits"]} == PLANTED and report["status"] == "isolated"
     assert report["unresolved"], "the scripted crash was never probed"
     skipped = [p for p in report["probes"] if p["outcome"] == "UNRESOLVED"]
     assert [p["applied"] for p in skipped] == report["unresolved"]
-    assert all("scripted: this combination cannot start" in p["detail"] or "capture_error" in p["detail"]
-               for p in skipped)
+    assert all(
+        "scripted: this combination cannot start" in p["detail"] or "capture_error" in p["detail"] for p in skipped
+    )
     assert any("settings left (~" in m for m in seen)
     marks = parse_log(tmp_path / "b.log").marks
     assert [m[0] for m in marks].count(ProbeOutcome.UNRESOLVED) == len(skipped)
@@ -217,13 +224,33 @@ def test_crashing_probes_are_unresolved_and_the_bisect_still_ends(tiny, tmp_path
 
 
 def test_bad_input_is_one_line_and_exit_2(tiny, tmp_path):
-    out = subprocess.run([sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", "nope.yaml"],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", "nope.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert out.returncode == 2
     assert out.stderr.strip() == "error: --bad nope.yaml: not a spec file, nor an MLflow run id (32 hex digits)"
-    same = subprocess.run([sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", str(GOOD),
-                           "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    same = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "bisect",
+            "--good",
+            str(GOOD),
+            "--bad",
+            str(GOOD),
+            "--tracking-uri",
+            f"sqlite:///{tmp_path / 'm.db'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert same.returncode == 2 and "nothing to bisect" in same.stderr
 
 
@@ -234,8 +261,13 @@ def test_standalone_accuracy_probes_see_only_the_wiring(tiny, tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        opts = BisectOptions(good=str(GOOD), bad=str(BAD), metric="standalone_accuracy",
-                             tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", log_path=tmp_path / "s.log")
+        opts = BisectOptions(
+            good=str(GOOD),
+            bad=str(BAD),
+            metric="standalone_accuracy",
+            tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+            log_path=tmp_path / "s.log",
+        )
         report = run_bisect(opts, engine_factory=no_engine).to_json()
     finally:
         torch.set_num_threads(threads)

@@ -29,7 +29,7 @@ def _edited(tmp_path: Path, source: Path, edit) -> Path:
 
 
 def _speculators(tmp_path: Path, **extra) -> Path:
-    save_draft(random_draft(), tmp_path / "spec", "speculators", [2, 6, 10], extra_config=extra)
+    save_draft(random_draft(), tmp_path / "spec", layout="speculators", layer_ids=[2, 6, 10], extra_config=extra)
     return tmp_path / "spec"
 
 

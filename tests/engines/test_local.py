@@ -45,7 +45,7 @@ def baseline(models):
     """Plain greedy continuations (24 tokens, EOS ignored) of the first prompts."""
     model, _, prompts = models
     plain = SpeculativeDecoder(model, None, None, 0)
-    return [plain.generate(p.input_ids, 24).tokens for p in prompts]
+    return [plain.generate(p.input_ids, max_new_tokens=24).tokens for p in prompts]
 
 
 def _random_draft(tiny):
@@ -61,7 +61,7 @@ def test_lossless_for_every_wiring(models, baseline, ids, steps):
     model, draft, prompts = models
     spec = SpeculativeDecoder(model, draft, ids, steps)
     for p, expected in zip(prompts[:3], baseline, strict=False):
-        g = spec.generate(p.input_ids, 24)
+        g = spec.generate(p.input_ids, max_new_tokens=24)
         assert g.tokens == expected
         assert sum(g.accepted_per_step) == len(g.tokens) == 24
         assert g.verify_steps == len(g.accepted_per_step) == len(g.drafted_per_step)
@@ -72,16 +72,18 @@ def test_lossless_for_every_wiring(models, baseline, ids, steps):
 def test_lossless_with_random_draft_eos_and_one_token_prompt(tiny, models, baseline):
     model, _, prompts = models
     spec = SpeculativeDecoder(model, _random_draft(tiny), None, 4)
-    g = spec.generate(prompts[0].input_ids, 24)
+    g = spec.generate(prompts[0].input_ids, max_new_tokens=24)
     assert g.tokens == baseline[0] and g.verify_steps > 16  # almost nothing accepted, still identical
     eos = baseline[1][9]  # a token the target emits: both decoders stop right after its first occurrence
-    plain = SpeculativeDecoder(model, None, None, 0).generate(prompts[1].input_ids, 24, eos)
-    fast = SpeculativeDecoder(model, models[1], None, 4).generate(prompts[1].input_ids, 24, eos)
+    plain = SpeculativeDecoder(model, None, None, 0).generate(prompts[1].input_ids, max_new_tokens=24, eos_token_id=eos)
+    fast = SpeculativeDecoder(model, models[1], None, 4).generate(
+        prompts[1].input_ids, max_new_tokens=24, eos_token_id=eos
+    )
     assert fast.tokens == plain.tokens == baseline[1][: baseline[1].index(eos) + 1]
     assert fast.finished_by_eos and plain.finished_by_eos and sum(fast.accepted_per_step) == len(fast.tokens)
     one = [prompts[2].input_ids[0]]
-    expected = SpeculativeDecoder(model, None, None, 0).generate(one, 10).tokens
-    assert SpeculativeDecoder(model, models[1], None, 3).generate(one, 10).tokens == expected
+    expected = SpeculativeDecoder(model, None, None, 0).generate(one, max_new_tokens=10).tokens
+    assert SpeculativeDecoder(model, models[1], None, 3).generate(one, max_new_tokens=10).tokens == expected
 
 
 @pytest.mark.parametrize("steps", [3, 15])  # SGLang's chain default; the incident's 16 draft tokens
@@ -89,7 +91,7 @@ def test_true_wiring_accepts_more_than_wrong_ones(models, steps):
     model, draft, prompts = models
 
     def accept_length(ids):
-        gens = [SpeculativeDecoder(model, draft, ids, steps).generate(p.input_ids, 32) for p in prompts]
+        gens = [SpeculativeDecoder(model, draft, ids, steps).generate(p.input_ids, max_new_tokens=32) for p in prompts]
         return sum(len(g.tokens) for g in gens) / sum(g.verify_steps for g in gens)
 
     true = accept_length([1, 5, 9])
@@ -108,10 +110,12 @@ def test_draft_chain_matches_teacher_forced_training_forward(models):
     rows = [len(x) // 2, len(x) - 1]
     chain = DraftChain(draft.model, len(x) + 4, torch.device("cpu"), skip_fc=False)
     with torch.inference_mode():
-        proposed = [chain.propose(aux[:, :rows[0]], x[1 : rows[0] + 1], 4),
-                    chain.propose(aux[:, rows[0] : rows[1]], x[rows[0] + 1 : rows[1] + 1], 4)]
+        proposed = [
+            chain.propose(aux[:, : rows[0]], x[1 : rows[0] + 1], steps=4),
+            chain.propose(aux[:, rows[0] : rows[1]], x[rows[0] + 1 : rows[1] + 1], steps=4),
+        ]
         for n, drafts in zip(rows, proposed, strict=True):
-            states = draft.model.ttt_forward(aux[:, :n], torch.tensor([x[1 : n + 1] + drafts[:-1]]), 4)
+            states = draft.model.ttt_forward(aux[:, :n], torch.tensor([x[1 : n + 1] + drafts[:-1]]), steps=4)
             picks = [int(draft.model.to_target_ids(draft.model.logits(h[0, -1]).argmax())) for h in states]
             assert picks == drafts
     assert proposed[0] != proposed[1]
@@ -171,8 +175,13 @@ def test_same_ids_in_another_order_are_the_same_trial(engine):
 
 def test_ignored_and_default_settings_do_not_change_the_plan(engine):
     base = engine.plan(LiveSettings(**FAST)).fingerprint
-    for extra in ({"concurrency": 4}, {"env": {"NCCL_ALGO": "Ring"}}, {"server_args": {"attention_backend": "fa3"}},
-                  {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, {"num_draft_tokens": 4}):
+    for extra in (
+        {"concurrency": 4},
+        {"env": {"NCCL_ALGO": "Ring"}},
+        {"server_args": {"attention_backend": "fa3"}},
+        {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]},
+        {"num_draft_tokens": 4},
+    ):
         assert engine.plan(LiveSettings(**FAST, **extra)).fingerprint == base, extra
     assert engine.plan(LiveSettings(**{**FAST, "num_steps": 4})).fingerprint != base
     fresh = LocalEngine(engine.target_path, engine.draft_path, engine.prompts_path)
@@ -199,8 +208,10 @@ def test_paired_run_interleaves_the_same_prompts_and_reports_the_geometric_mean_
     # greedy speculative decoding is lossless: the same tokens per prompt, fewer verify steps
     assert [r.completion_tokens for r in cand.requests] == [r.completion_tokens for r in ref.requests]
     assert cand.accept_length > 1.0 == ref.accept_length
-    expected = [(a.completion_tokens / a.latency_s) / (b.completion_tokens / b.latency_s)
-                for a, b in zip(cand.requests, ref.requests, strict=True)]
+    expected = [
+        (a.completion_tokens / a.latency_s) / (b.completion_tokens / b.latency_s)
+        for a, b in zip(cand.requests, ref.requests, strict=True)
+    ]
     assert paired.ratios == pytest.approx(expected)
     assert paired.speedup == pytest.approx(math.exp(sum(map(math.log, expected)) / 3))
     assert paired.lower <= paired.speedup <= paired.upper and paired.confidence == 0.95
@@ -259,10 +270,21 @@ def _cli():
 
 
 def test_cli_live_json_and_baseline():
-    args = ["live", "--scenario", "tiny", "--set", "num_prompts=2", "--set", "warmup_prompts=1",
-            "--set", "max_new_tokens=8", "--json"]
-    spec = CliRunner().invoke(_cli(), [*args, "--set", "eagle_aux_hidden_state_layer_ids=[5,9,11]",
-                                       "--set", "num_steps=4"])
+    args = [
+        "live",
+        "--scenario",
+        "tiny",
+        "--set",
+        "num_prompts=2",
+        "--set",
+        "warmup_prompts=1",
+        "--set",
+        "max_new_tokens=8",
+        "--json",
+    ]
+    spec = CliRunner().invoke(
+        _cli(), [*args, "--set", "eagle_aux_hidden_state_layer_ids=[5,9,11]", "--set", "num_steps=4"]
+    )
     assert spec.exit_code == 0, spec.output
     out = json.loads(spec.output)
     assert out["effective"]["eagle_aux_hidden_state_layer_ids"] == [5, 9, 11]

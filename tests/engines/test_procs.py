@@ -82,7 +82,7 @@ def port() -> int:
 
 def test_start_records_the_server_and_a_clean_stop_removes_everything(tmp_path, port):
     pids = tmp_path / "pids"
-    server = procs.start_server(listener(port, pids, "--child"), dict(os.environ), tmp_path / "s.log",
+    server = procs.start_server(listener(port, pids, "--child"), dict(os.environ), log_path=tmp_path / "s.log",
                                 log_dir=tmp_path, port=port, grace_s=3, meta={"trial": 1})
     try:
         got = pids_of(pids, "server", "child")
@@ -101,7 +101,7 @@ def test_start_records_the_server_and_a_clean_stop_removes_everything(tmp_path, 
         assert json.loads(server.record_path.read_text())["meta"] == {"trial": 1, "run_id": "abc"}
         assert not procs.port_is_free("127.0.0.1", port)
     finally:
-        report = procs.stop_server(server, 5)
+        report = procs.stop_server(server, grace_s=5)
     assert report.signal == "SIGTERM" and report.exit_code == -signal.SIGTERM and not report.survivors
     assert not report.warnings and not server.record_path.exists()
     assert not alive(got["server"]) and not alive(got["child"]) and procs.port_is_free("127.0.0.1", port)
@@ -110,10 +110,10 @@ def test_start_records_the_server_and_a_clean_stop_removes_everything(tmp_path, 
 def test_the_supervisor_exits_with_the_servers_status_and_ends_what_it_left(tmp_path):
     code = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
             "sys.exit(3)")
-    server = procs.start_server([sys.executable, "-c", code], {}, tmp_path / "s.log", log_dir=tmp_path)
+    server = procs.start_server([sys.executable, "-c", code], {}, log_path=tmp_path / "s.log", log_dir=tmp_path)
     wait_for(server.exited, what="the server's exit")
     assert server.popen.returncode == 3 and not group_left(server.pgid)  # its child was ended before the exit
-    report = procs.stop_server(server, 1)
+    report = procs.stop_server(server, grace_s=1)
     assert report.signal == "none" and report.exit_code == 3 and not report.survivors
     assert not group_left(server.pgid) and not list((tmp_path / "servers").glob("*.json"))
 
@@ -124,7 +124,7 @@ def group_left(pgid: int) -> list[int]:
 
 def test_a_command_that_cannot_start_raises_oserror_and_leaves_nothing(tmp_path):
     with pytest.raises(OSError) as e:
-        procs.start_server([str(tmp_path / "no-such-server")], {}, tmp_path / "s.log", log_dir=tmp_path)
+        procs.start_server([str(tmp_path / "no-such-server")], {}, log_path=tmp_path / "s.log", log_dir=tmp_path)
     assert e.value.errno == errno.ENOENT and "no-such-server" in str(e.value)
     assert not list((tmp_path / "servers").glob("*.json"))
     assert not [p for p in psutil.Process().children(recursive=True) if alive(p.pid)]
@@ -132,12 +132,12 @@ def test_a_command_that_cannot_start_raises_oserror_and_leaves_nothing(tmp_path)
 
 def test_a_server_ignoring_sigterm_is_killed_and_a_sigterm_to_the_group_is_survived_by_nobody(tmp_path, port):
     pids = tmp_path / "pids"
-    server = procs.start_server(listener(port, pids, "--child", "--ignore-term"), {}, tmp_path / "s.log",
+    server = procs.start_server(listener(port, pids, "--child", "--ignore-term"), {}, log_path=tmp_path / "s.log",
                                 log_dir=tmp_path, port=port)
     try:
         got = pids_of(pids, "server", "child")
     finally:
-        report = procs.stop_server(server, 0.5)
+        report = procs.stop_server(server, grace_s=0.5)
     assert report.signal == "SIGKILL" and report.exit_code == -signal.SIGKILL and not report.survivors
     assert not alive(got["server"]) and not alive(got["child"]) and procs.port_is_free("127.0.0.1", port)
 
@@ -250,13 +250,13 @@ def test_a_stranger_on_the_port_is_left_alone(tmp_path, port):
 
 def test_stop_server_ends_a_daemon_that_left_the_group(tmp_path, port):
     pids = tmp_path / "pids"
-    server = procs.start_server(listener(port, pids, "--child", "--daemon"), {}, tmp_path / "s.log",
+    server = procs.start_server(listener(port, pids, "--child", "--daemon"), {}, log_path=tmp_path / "s.log",
                                 log_dir=tmp_path, port=port)
     try:
         got = pids_of(pids, "server", "child", "daemon")
         assert psutil.Process(got["daemon"]).ppid() == server.pgid  # adopted by the supervisor (a subreaper)
     finally:
-        report = procs.stop_server(server, 2)
+        report = procs.stop_server(server, grace_s=2)
         kill_quietly(pids_file=pids)
     assert not report.survivors and not any(alive(p) for p in got.values()) and procs.port_is_free("127.0.0.1", port)
     assert any(f"pid {got['daemon']} had left the server's process group" in w for w in report.warnings)
@@ -265,14 +265,15 @@ def test_stop_server_ends_a_daemon_that_left_the_group(tmp_path, port):
 
 def test_stop_server_ends_an_orphan_found_only_by_the_port(tmp_path, port):
     pids = tmp_path / "pids"
-    server = procs.start_server(listener(port, pids, "--daemon"), {}, tmp_path / "s.log", log_dir=tmp_path, port=port)
+    server = procs.start_server(listener(port, pids, "--daemon"), {}, log_path=tmp_path / "s.log", log_dir=tmp_path,
+                                port=port)
     try:
         got = pids_of(pids, "server", "daemon")
         os.kill(server.pgid, signal.SIGKILL)  # the supervisor vanishes: the server dies with it, the daemon is orphaned
         wait_for(lambda: not alive(got["server"]), what="the server to die with its supervisor")
         assert alive(got["daemon"]) and got["daemon"] not in server.seen
     finally:
-        report = procs.stop_server(server, 2)
+        report = procs.stop_server(server, grace_s=2)
         kill_quietly(pids_file=pids)
     assert [(o.pid, o.ended) for o in report.orphans] == [(got["daemon"], True)]
     assert any(f"port {port} was still held" in w for w in report.warnings)
@@ -282,8 +283,11 @@ def test_stop_server_ends_an_orphan_found_only_by_the_port(tmp_path, port):
 def test_a_server_started_from_a_thread_outlives_the_thread(tmp_path, port):
     """The parent-death-signal trap: the thread that forked exits, the controller lives on, so must the server."""
     pids, box = tmp_path / "pids", []
-    thread = threading.Thread(target=lambda: box.append(
-        procs.start_server(listener(port, pids), {}, tmp_path / "s.log", log_dir=tmp_path, port=port)))
+    thread = threading.Thread(
+        target=lambda: box.append(
+            procs.start_server(listener(port, pids), {}, log_path=tmp_path / "s.log", log_dir=tmp_path, port=port)
+        )
+    )
     thread.start()
     thread.join(30)
     server = box[0]
@@ -292,5 +296,5 @@ def test_a_server_started_from_a_thread_outlives_the_thread(tmp_path, port):
         time.sleep(0.5)
         assert alive(got["server"]) and not server.exited() and not procs.port_is_free("127.0.0.1", port)
     finally:
-        report = procs.stop_server(server, 2)
+        report = procs.stop_server(server, grace_s=2)
     assert report.signal == "SIGTERM" and not alive(got["server"]) and procs.port_is_free("127.0.0.1", port)

@@ -68,9 +68,9 @@ def test_serve_api_overrides_hidden_states_flush_and_sigterm(tiny, tmp_path):
     argv = [*SERVE, "--model-path", str(tiny.target), "--speculative-algorithm", "EAGLE3",
             "--speculative-draft-model-path", str(tiny.draft), "--speculative-num-steps", "2",
             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8", "--port", str(port)]
-    server = procs.start_server(argv, dict(os.environ), tmp_path / "serve.log")
+    server = procs.start_server(argv, dict(os.environ), log_path=tmp_path / "serve.log")
     try:
-        assert SglangClient(f"http://127.0.0.1:{port}", 60).wait_ready(server.exited, 120) == "ready"
+        assert SglangClient(f"http://127.0.0.1:{port}", 60).wait_ready(server.exited, timeout_s=120) == "ready"
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False)
         info = http.get("/get_server_info").json()
         assert info["speculative_num_draft_tokens"] == 3 and info["speculative_num_steps"] == 2
@@ -84,7 +84,7 @@ def test_serve_api_overrides_hidden_states_flush_and_sigterm(tiny, tmp_path):
         refused = http.post("/generate", json={**body, "return_hidden_states": True})
         assert refused.status_code == 400 and "--enable-return-aux-hidden-states" in refused.text
         decoder = SpeculativeDecoder(model, load_draft(tiny.draft, target=tiny.target), None, 2)
-        g = decoder.generate(prompt.input_ids, 6, tok.eos_token_id)
+        g = decoder.generate(prompt.input_ids, max_new_tokens=6, eos_token_id=tok.eos_token_id)
         assert (meta["completion_tokens"], meta["spec_verify_ct"]) == (len(g.tokens), g.verify_steps)
         assert meta["prompt_tokens"] == len(prompt.input_ids)
 
@@ -96,7 +96,7 @@ def test_serve_api_overrides_hidden_states_flush_and_sigterm(tiny, tmp_path):
         assert bad.status_code == 400 and "greedily" in bad.json()["error"]["message"]
         http.close()
     finally:
-        report = procs.stop_server(server, 10)
+        report = procs.stop_server(server, grace_s=10)
     assert report.signal == "SIGTERM" and report.exit_code == 0
     log = procs.read_log(server.log_path)
     assert READY_LINE in log and "shutdown complete" in log
@@ -107,9 +107,9 @@ def test_capture_only_server_returns_the_aux_states_like_sglang_0_5_23(tiny, tmp
     port = procs.free_port()
     argv = [*SERVE, "--model-path", str(tiny.target), "--speculative-algorithm", "eagle3", "--port", str(port),
             "--enable-return-aux-hidden-states", "--return-aux-hidden-state-layer-ids", "1", "5", "9"]
-    server = procs.start_server(argv, dict(os.environ), tmp_path / "serve.log")
+    server = procs.start_server(argv, dict(os.environ), log_path=tmp_path / "serve.log")
     try:
-        assert SglangClient(f"http://127.0.0.1:{port}", 60).wait_ready(server.exited, 120) == "ready"
+        assert SglangClient(f"http://127.0.0.1:{port}", 60).wait_ready(server.exited, timeout_s=120) == "ready"
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False)
         info = http.get("/server_info").json()
         assert info["speculative_algorithm"] is None and info["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
@@ -124,7 +124,7 @@ def test_capture_only_server_returns_the_aux_states_like_sglang_0_5_23(tiny, tmp
         assert "spec_verify_ct" not in meta
         http.close()
     finally:
-        assert procs.stop_server(server, 10).signal == "SIGTERM"
+        assert procs.stop_server(server, grace_s=10).signal == "SIGTERM"
 
 
 @pytest.mark.parametrize("args,message", [

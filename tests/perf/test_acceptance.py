@@ -102,10 +102,10 @@ def test_shrinkage_moves_toward_observed_acceptance():
     w = wiring_key([1, 5, 9])
     model.set_prior(w, [0.5, 0.5, 0.5])
     assert model.mean(w, 3)[0] == pytest.approx(0.5, abs=1e-3)
-    model.observe(w, [10, 0, 0], [9, 0, 0])
+    model.observe(w, [10, 0, 0], accepted=[9, 0, 0])
     first = model.mean(w, 3)[0]
     assert 0.5 < first < 0.9
-    model.observe(w, [90, 0, 0], [81, 0, 0])
+    model.observe(w, [90, 0, 0], accepted=[81, 0, 0])
     second = model.mean(w, 3)[0]
     assert first < second < 0.9
     assert second == pytest.approx((10 * 0.5 + 90) / 110, abs=1e-3)
@@ -116,7 +116,7 @@ def test_wiring_shift_carries_live_evidence_to_unobserved_positions():
     good, other = wiring_key([1, 5, 9]), wiring_key([5, 9, 11])
     model.set_prior(good, [0.6] * 6)
     model.set_prior(other, [0.6] * 6)
-    model.observe(good, [200, 180, 160], [190, 170, 150])  # live acceptance far above stage 1's
+    model.observe(good, [200, 180, 160], accepted=[190, 170, 150])  # live acceptance far above stage 1's
     assert model.shift(good) > 0.5
     assert model.mean(good, 6)[5] > 0.7  # position 5 never observed, still corrected
     assert 0 < model.shift(other) < model.shift(good)  # other wirings get the (shrunk) global shift only
@@ -128,14 +128,14 @@ def test_posterior_uncertainty_shrinks_with_counts():
     w = wiring_key([1, 5, 9])
     model.set_prior(w, [0.8, 0.7])
     before = model.sample(w, 2, draws=4000, rng=rng).std(axis=0)
-    model.observe(w, [500, 400], [400, 280])
+    model.observe(w, [500, 400], accepted=[400, 280])
     after = model.sample(w, 2, draws=4000, rng=rng).std(axis=0)
     assert np.all(after < 0.5 * before)
 
 
 def test_observe_rejects_impossible_counts():
     with pytest.raises(ValueError):
-        AcceptanceModel().observe(wiring_key(None), [1, 2], [2, 1])
+        AcceptanceModel().observe(wiring_key(None), [1, 2], accepted=[2, 1])
 
 
 def test_fit_rank_decay_recovers_planted_value():

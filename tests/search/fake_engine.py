@@ -42,7 +42,7 @@ class FakeEngine(Engine):
         if not settings.is_baseline:
             ids = settings.eagle_aux_hidden_state_layer_ids
             effective["eagle_aux_hidden_state_layer_ids"] = sorted(TRUE_IDS if ids is None else ids)
-        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+        return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def run(self, plan: TrialPlan) -> TrialResult:
         if plan.refusal is not None:
@@ -60,14 +60,32 @@ class FakeEngine(Engine):
                 f.write(f"{os.getpid()} {effective['eagle_aux_hidden_state_layer_ids']} {eff.num_steps}\n")
         time.sleep(self.sleep_s)
         if not eff.is_baseline and eff.num_steps in self.crash_steps:
-            return failed(self.name, requested, effective, "crash_during_benchmark", "boom", warnings=warnings)
+            return failed(
+                self.name,
+                requested=requested,
+                effective=effective,
+                cls="crash_during_benchmark",
+                detail="boom",
+                warnings=warnings,
+            )
         if eff.is_baseline:
             al, tok_s = 1.0, BASELINE_TOK_S
         else:
-            al, tok_s = expected(eff.eagle_aux_hidden_state_layer_ids and sorted(eff.eagle_aux_hidden_state_layer_ids),
-                                 eff.num_steps)
+            al, tok_s = expected(
+                eff.eagle_aux_hidden_state_layer_ids and sorted(eff.eagle_aux_hidden_state_layer_ids), eff.num_steps
+            )
         reqs = [RequestRecord(f"p{i}", 10, 64, round(64 / al), 0.1) for i in range(2)]
-        return TrialResult(self.name, "ok", requested, effective, output_tok_s=tok_s, accept_length=al,
-                           accept_length_hist={2: 3}, accept_rate_per_position=[0.6] * eff.num_steps,
-                           requests=reqs, wall_s=0.2, warnings=warnings,
-                           artifacts={"launch_command.txt": "fake --steps\n"})
+        return TrialResult(
+            self.name,
+            "ok",
+            requested,
+            effective,
+            output_tok_s=tok_s,
+            accept_length=al,
+            accept_length_hist={2: 3},
+            accept_rate_per_position=[0.6] * eff.num_steps,
+            requests=reqs,
+            wall_s=0.2,
+            warnings=warnings,
+            artifacts={"launch_command.txt": "fake --steps\n"},
+        )

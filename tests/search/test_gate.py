@@ -38,9 +38,9 @@ def verdict(label: str, acc: float) -> Verdict:
 
 def test_gate_keeps_wirings_within_the_margin_of_the_reference():
     vs = [verdict("a", 0.80), verdict("b", 0.76), verdict("c", 0.30)]
-    assert apply_gate(vs, 0.05, None) == 0.80
+    assert apply_gate(vs, margin=0.05, reference=None) == 0.80
     assert [v.passed for v in vs] == [True, True, False]
-    assert apply_gate(vs, 0.05, 0.95) == 0.95  # the draft's recorded training accuracy
+    assert apply_gate(vs, margin=0.05, reference=0.95) == 0.95  # the draft's recorded training accuracy
     assert not any(v.passed for v in vs)
 
 

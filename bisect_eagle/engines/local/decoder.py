@@ -93,12 +93,12 @@ class SpeculativeDecoder:
         if layer_ids is None:
             if draft is None:
                 return None
-            return layers.canonical_to_ids(draft.aux_indices(self.num_layers), "sglang", self.num_layers)
+            return layers.canonical_to_ids(draft.aux_indices(self.num_layers), "sglang", num_layers=self.num_layers)
         if len(set(layer_ids)) != len(layer_ids):
             raise BadInput(f"eagle_aux_hidden_state_layer_ids {layer_ids} repeats an id; each layer is captured once")
         ids = sorted(layer_ids)
         try:
-            layers.ids_to_canonical(ids, "sglang", self.num_layers)
+            layers.ids_to_canonical(ids, "sglang", num_layers=self.num_layers)
         except layers.LayerIdError as e:
             raise BadInput(f"eagle_aux_hidden_state_layer_ids {layer_ids}: {e}") from None
         return ids
@@ -107,7 +107,7 @@ class SpeculativeDecoder:
         """Canonical hidden_states indices the target's hooks capture for the draft."""
         if self.skip_fc:
             return [self.num_layers]  # the final state, normed in _aux like the target's own output
-        return layers.ids_to_canonical(self.layer_ids or [], "sglang", self.num_layers)
+        return layers.ids_to_canonical(self.layer_ids or [], "sglang", num_layers=self.num_layers)
 
     def _check_draft(self, draft: LoadedDraft) -> None:
         """Refuse a draft whose vocabulary or input width cannot take this target's captured states."""
@@ -169,7 +169,7 @@ class SpeculativeDecoder:
             return self._aux(got)[0]
 
     @torch.inference_mode()
-    def generate(self, input_ids: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> Generation:
+    def generate(self, input_ids: list[int], *, max_new_tokens: int, eos_token_id: int | None = None) -> Generation:
         """Greedy continuation of ``input_ids``: at most ``max_new_tokens`` tokens, stopping after EOS."""
         if not input_ids:
             raise BadInput("generate needs at least one prompt token")
@@ -213,7 +213,7 @@ class SpeculativeDecoder:
             while len(out) < max_new:
                 steps = min(self.num_steps, max_new - len(out) - 1) if pending_aux is not None else 0
                 with self._clock(model_s):
-                    drafts = chain.propose(pending_aux, pending_tokens, steps)
+                    drafts = chain.propose(pending_aux, pending_tokens, steps=steps)
                 verify_ids = torch.tensor([[last, *drafts]], device=self.device)
                 with self._clock(model_s):
                     greedy = self._target_forward(verify_ids, cache).argmax(-1).tolist()
@@ -266,17 +266,19 @@ class DraftChain:
         """
         t = tokens.shape[1]
         positions = torch.arange(start, start + t, device=self.device)[None]
-        residual, q, k, v = self.draft.pre_attention(hidden, tokens, positions)
+        residual, q, k, v = self.draft.pre_attention(hidden, tokens, positions=positions)
         self.k[:, :, start : start + t] = k
         self.v[:, :, start : start + t] = v
         end = start + t
-        return self.draft.post_attention(residual[:, -1:], q[:, :, -1:], self.k[:, :, :end], self.v[:, :, :end], None)
+        return self.draft.post_attention(
+            residual[:, -1:], q[:, :, -1:], k=self.k[:, :, :end], v=self.v[:, :, :end], mask=None
+        )
 
     def _pick(self, h: torch.Tensor) -> int:
         """The draft's greedy token (target vocabulary) from a pre-norm state [1, 1, H]."""
         return int(self.draft.to_target_ids(self.draft.logits(h[0, 0]).argmax()))
 
-    def propose(self, aux: torch.Tensor | None, tokens: list[int], steps: int) -> list[int]:
+    def propose(self, aux: torch.Tensor | None, tokens: list[int], *, steps: int) -> list[int]:
         """Extend by rows (aux [1, T, ·], their next tokens) if ``steps`` > 0, then draft ``steps`` tokens."""
         if steps == 0:
             return []

@@ -71,8 +71,8 @@ class LocalEngine(Engine):
         if ids is None:
             raise BadInput(f"{self.draft_path}/config.json declares no aux layer ids; set "
                            "eagle_aux_hidden_state_layer_ids")
-        canonical = layers.ids_to_canonical(ids, convention, self.num_layers)
-        return sorted(layers.canonical_to_ids(canonical, "sglang", self.num_layers))
+        canonical = layers.ids_to_canonical(ids, convention, num_layers=self.num_layers)
+        return sorted(layers.canonical_to_ids(canonical, "sglang", num_layers=self.num_layers))
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
         """The trial as this engine runs it (module docstring); never loads a model."""
@@ -84,7 +84,7 @@ class LocalEngine(Engine):
         if refusal is None and not settings.is_baseline:
             ids, refusal = self._resolve_ids(settings)
             effective["eagle_aux_hidden_state_layer_ids"] = ids
-        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+        return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def _resolve_ids(self, s: LiveSettings) -> tuple[list[int], str | None]:
         """(SGLang ids in capture order, refusal or None)."""
@@ -95,7 +95,7 @@ class LocalEngine(Engine):
             return self.draft_ids, None
         ids = sorted(requested)  # LiveSettings already refused repeated ids
         try:
-            layers.ids_to_canonical(ids, "sglang", self.num_layers)
+            layers.ids_to_canonical(ids, "sglang", num_layers=self.num_layers)
         except layers.LayerIdError as e:
             return ids, f"eagle_aux_hidden_state_layer_ids {requested}: {e}"
         if len(ids) != len(self.draft_ids):
@@ -136,14 +136,27 @@ class LocalEngine(Engine):
 
     def _one(self, decoder: SpeculativeDecoder, p: Prompt, max_new_tokens: int) -> tuple[RequestRecord, Generation]:
         t0 = time.perf_counter()
-        g = decoder.generate(p.input_ids, max_new_tokens, self.eos_token_id)
+        g = decoder.generate(p.input_ids, max_new_tokens=max_new_tokens, eos_token_id=self.eos_token_id)
         return RequestRecord(p.id, len(p.input_ids), len(g.tokens), g.verify_steps, time.perf_counter() - t0), g
 
     def _failure(self, plan: TrialPlan, effective: dict[str, Any], e: RuntimeError) -> TrialResult:
         if isinstance(e, torch.cuda.OutOfMemoryError):
-            return failed(self.name, plan.requested, effective, "out_of_memory", str(e), warnings=list(plan.warnings))
-        return failed(self.name, plan.requested, effective, "crash_during_benchmark", f"{type(e).__name__}: {e}",
-                      warnings=list(plan.warnings))
+            return failed(
+                self.name,
+                requested=plan.requested,
+                effective=effective,
+                cls="out_of_memory",
+                detail=str(e),
+                warnings=list(plan.warnings),
+            )
+        return failed(
+            self.name,
+            requested=plan.requested,
+            effective=effective,
+            cls="crash_during_benchmark",
+            detail=f"{type(e).__name__}: {e}",
+            warnings=list(plan.warnings),
+        )
 
     def run(self, plan: TrialPlan) -> TrialResult:
         """One live trial: warm-up requests, then the measured ones, each decoded to completion."""
@@ -152,7 +165,7 @@ class LocalEngine(Engine):
         warm, measured = self._split_prompts(s)
         try:
             for p in warm:
-                decoder.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
+                decoder.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
             start = time.perf_counter()
             done = [self._one(decoder, p, s.max_new_tokens) for p in measured]
             wall = time.perf_counter() - start
@@ -172,36 +185,51 @@ class LocalEngine(Engine):
         sides: dict[str, list[tuple[RequestRecord, Generation]]] = {"spec": [], "base": []}
         try:
             for p in warm:
-                spec_dec.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
-                base_dec.generate(p.input_ids, s.max_new_tokens, self.eos_token_id)
+                spec_dec.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
+                base_dec.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
             for i, p in enumerate(measured):
-                order = (("base", base_dec), ("spec", spec_dec)) if i % 2 == 0 else (("spec", spec_dec),
-                                                                                     ("base", base_dec))
+                order = (
+                    (("base", base_dec), ("spec", spec_dec)) if i % 2 == 0 else (("spec", spec_dec), ("base", base_dec))
+                )
                 for side, decoder in order:
                     sides[side].append(self._one(decoder, p, s.max_new_tokens))
         except RuntimeError:
             return None
-        ratios = [(a.completion_tokens / a.latency_s) / (b.completion_tokens / b.latency_s)
-                  for (a, _), (b, _) in zip(sides["spec"], sides["base"], strict=True)]
+        ratios = [
+            (a.completion_tokens / a.latency_s) / (b.completion_tokens / b.latency_s)
+            for (a, _), (b, _) in zip(sides["spec"], sides["base"], strict=True)
+        ]
         speedup, lower, upper = paired_speedup(ratios, confidence=confidence)
         cand = self._result(plan, spec_eff, spec_dec, sides["spec"], sum(r.latency_s for r, _ in sides["spec"]))
         base = self._result(baseline, base_eff, base_dec, sides["base"], sum(r.latency_s for r, _ in sides["base"]))
         return PairedResult(cand, base, ratios, speedup, lower, upper, confidence)
 
-    def _result(self, plan: TrialPlan, effective: dict[str, Any], decoder: SpeculativeDecoder,
-                done: list[tuple[RequestRecord, Generation]], wall: float) -> TrialResult:
+    def _result(
+        self,
+        plan: TrialPlan,
+        effective: dict[str, Any],
+        decoder: SpeculativeDecoder,
+        done: list[tuple[RequestRecord, Generation]],
+        wall: float,
+    ) -> TrialResult:
         """The trial's metrics from its measured requests."""
         records, gens = [r for r, _ in done], [g for _, g in done]
         requested, warnings = plan.requested, list(plan.warnings)
         tokens = sum(r.completion_tokens for r in records)
         verify = sum(r.verify_steps for r in records)
         return TrialResult(
-            self.name, "ok", requested, effective,
+            self.name,
+            "ok",
+            requested,
+            effective,
             output_tok_s=tokens / wall,
             accept_length=tokens / verify if verify else float("nan"),
             accept_length_hist=dict(sorted(Counter(a for g in gens for a in g.accepted_per_step).items())),
             accept_rate_per_position=accept_rates(gens, decoder.num_steps),
-            requests=records, wall_s=wall, model_s=sum(g.model_s for g in gens), warnings=warnings,
+            requests=records,
+            wall_s=wall,
+            model_s=sum(g.model_s for g in gens),
+            warnings=warnings,
         )
 
     def _split_prompts(self, s: LiveSettings) -> tuple[list[Prompt], list[Prompt]]:
@@ -209,16 +237,17 @@ class LocalEngine(Engine):
         prompts = self._prompts or []
         need = s.warmup_prompts + s.num_prompts
         if need > len(prompts):
-            raise BadInput(f"{self.prompts_path}: warmup_prompts + num_prompts = {need}, but the file has only "
-                           f"{len(prompts)} prompts")
+            raise BadInput(
+                f"{self.prompts_path}: warmup_prompts + num_prompts = {need}, but the file has only "
+                f"{len(prompts)} prompts"
+            )
         return prompts[: s.warmup_prompts], prompts[s.warmup_prompts : need]
 
 
 def _unsupported(s: LiveSettings) -> str | None:
     """Why the local engine cannot honour ``s`` (never silently changed), or None."""
     if not s.is_baseline and s.topk > 1:
-        return (f"topk = {s.topk} (tree drafting) is not supported by the local engine; it drafts a chain, "
-                "set topk = 1")
+        return f"topk = {s.topk} (tree drafting) is not supported by the local engine; it drafts a chain, set topk = 1"
     if s.temperature != 0.0:
         return f"temperature = {s.temperature}: the local engine decodes greedily; set temperature = 0"
     try:
@@ -236,8 +265,10 @@ def _local_notes(s: LiveSettings) -> list[str]:
     if s.env or s.server_args:
         notes.append("env and server_args apply to server engines; the local engine ignores them")
     if s.speculative_algorithm == "EAGLE":
-        notes.append("speculative_algorithm EAGLE with an EAGLE-3 draft: the draft gets the target's final hidden "
-                     "state and fc is skipped, as SGLang does silently; expect accept length ~1.0 (use EAGLE3)")
+        notes.append(
+            "speculative_algorithm EAGLE with an EAGLE-3 draft: the draft gets the target's final hidden "
+            "state and fc is skipped, as SGLang does silently; expect accept length ~1.0 (use EAGLE3)"
+        )
         if s.eagle_aux_hidden_state_layer_ids is not None:
             notes.append("eagle_aux_hidden_state_layer_ids are not used by speculative_algorithm EAGLE")
     return notes

@@ -128,7 +128,7 @@ class DecoderBackend(Backend):
 
     def health(self) -> bool:
         with self._model_lock:
-            self.decoder.generate([0], 1, None)
+            self.decoder.generate([0], max_new_tokens=1, eos_token_id=None)
         return True
 
     def decode(self, req: GenerateRequest) -> dict[str, Any]:
@@ -138,7 +138,7 @@ class DecoderBackend(Backend):
         eos = None if req.ignore_eos else self.tokenizer.eos_token_id
         start = time.perf_counter()
         with self._model_lock:
-            g = self.decoder.generate(ids, req.max_new_tokens, eos)
+            g = self.decoder.generate(ids, max_new_tokens=req.max_new_tokens, eos_token_id=eos)
             hidden = self.decoder.aux_hidden_states(ids).float().tolist() if req.return_hidden_states else None
         meta: dict[str, Any] = {
             "id": req.rid,

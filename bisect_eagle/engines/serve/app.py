@@ -168,7 +168,7 @@ def build_backend(a: argparse.Namespace) -> DecoderBackend:
         info["eagle_aux_hidden_state_layer_ids"] = decoder.layer_ids
         info["aux_hidden_state_indices"] = decoder.indices
         log.info("capturing aux hidden states of SGLang layer ids %s (hidden_states indices %s, %d-layer target)",
-                 decoder.layer_ids, layers.ids_to_canonical(decoder.layer_ids, "sglang", n), n)
+                 decoder.layer_ids, layers.ids_to_canonical(decoder.layer_ids, "sglang", num_layers=n), n)
     return DecoderBackend(decoder, tokenizer, info, a.enable_return_aux_hidden_states)
 
 

@@ -51,7 +51,7 @@ class BatchResult:
     wall_s: float
 
 
-def parse_completion(rid: str, body: dict, latency_s: float) -> Completion:
+def parse_completion(rid: str, body: dict, *, latency_s: float) -> Completion:
     """A /generate answer → :class:`Completion`; missing token counts are a :class:`RequestError`."""
     meta = body.get("meta_info") if isinstance(body, dict) else None
     if not isinstance(meta, dict) or "completion_tokens" not in meta:
@@ -87,7 +87,7 @@ class SglangClient:
     def close(self) -> None:
         self._http.close()
 
-    def wait_ready(self, exited: Callable[[], bool], timeout_s: float, poll_s: float = 0.25) -> str:
+    def wait_ready(self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.25) -> str:
         """Poll /health_generate until 200: "ready", or "exited" when the process died, or "timeout"."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -134,7 +134,9 @@ class SglangClient:
                 raise RequestError(f"POST /flush_cache: HTTP {r.status_code} for {timeout_s:.0f} s: {r.text[:200]}")
             time.sleep(0.2)
 
-    def generate(self, rid: str, input_ids: list[int], sampling_params: dict, extra: dict | None = None) -> Completion:
+    def generate(
+        self, rid: str, input_ids: list[int], *, sampling_params: dict, extra: dict | None = None
+    ) -> Completion:
         """One /generate request; returns the parsed answer or raises :class:`RequestError`."""
         payload = {"input_ids": list(input_ids), "sampling_params": sampling_params, **(extra or {})}
         start = time.perf_counter()
@@ -148,10 +150,10 @@ class SglangClient:
         latency = time.perf_counter() - start
         if r.status_code != 200:
             raise RequestError(f"request {rid}: HTTP {r.status_code}: {r.text[:300]}")
-        return parse_completion(rid, r.json(), latency)
+        return parse_completion(rid, r.json(), latency_s=latency)
 
     def run_batch(
-        self, requests: Sequence[tuple[str, list[int]]], sampling_params: dict, concurrency: int
+        self, requests: Sequence[tuple[str, list[int]]], sampling_params: dict, *, concurrency: int
     ) -> BatchResult:
         """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first failure is raised."""
         if concurrency < 1:
@@ -161,7 +163,7 @@ class SglangClient:
         def one(rid: str, ids: list[int]) -> Completion | None:
             if stop.is_set():
                 return None
-            return self.generate(rid, ids, sampling_params)
+            return self.generate(rid, ids, sampling_params=sampling_params)
 
         pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench")
         start = time.perf_counter()

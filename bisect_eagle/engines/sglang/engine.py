@@ -27,7 +27,7 @@ from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.engines.sglang.client import BatchResult, RequestError, SglangClient
 from bisect_eagle.engines.sglang.failures import classify_failure
-from bisect_eagle.engines.sglang.launch import describe, flatten, prepare_draft_dir
+from bisect_eagle.engines.sglang.launch import argv_tokens, launch_text, prepare_draft_dir
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.engines.sglang.readback import (
     effective_from_server,
@@ -116,7 +116,7 @@ class SglangEngine(Engine):
             return None
         alive = [p.pid for p in left.server.alive()]
         if alive:
-            procs.stop_server(left.server, 0.0)
+            procs.stop_server(left.server, grace_s=0.0)
             alive = [p.pid for p in left.server.alive()]
         gpu = procs.wait_gpu_release(list(left.server.seen), 0.0)
         port_free = procs.port_is_free(left.host, left.port)
@@ -129,8 +129,8 @@ class SglangEngine(Engine):
     def _teardown(self, server: procs.ServerProcess, port: int) -> tuple[dict[str, Any], list[str]]:
         """Stop the server and wait for its port and GPUs; (report, warnings). Remembers a server that stays."""
         s = self.server
-        stop = procs.stop_server(server, s.stop_grace_s)
-        port_s = procs.wait_port_free(s.host, port, s.gpu_release_timeout_s)
+        stop = procs.stop_server(server, grace_s=s.stop_grace_s)
+        port_s = procs.wait_port_free(s.host, port, timeout_s=s.gpu_release_timeout_s)
         gpu = procs.wait_gpu_release(list(server.seen), s.gpu_release_timeout_s)
         report = {"signal": stop.signal, "stop_s": round(stop.stop_s, 3), "exit_code": stop.exit_code,
                   "port_free_s": None if port_s is None else round(port_s, 3), "gpu_release": gpu.status,
@@ -168,48 +168,84 @@ class SglangEngine(Engine):
         scrub = Scrubber(settings.env, settings.server_args)
         blocked = self._still_blocked()
         if blocked is not None:
-            return failed(self.name, requested, planned, "launch_error", blocked, warnings=warnings,
-                          artifacts={"launch_command.txt": "(not launched)\n",
-                                     "effective.json": _dump(planned), "server.log": ""})
+            return failed(
+                self.name,
+                requested=requested,
+                effective=planned,
+                cls="launch_error",
+                detail=blocked,
+                warnings=warnings,
+                artifacts={
+                    "launch_command.txt": "(not launched)\n",
+                    "effective.json": _dump(planned),
+                    "server.log": "",
+                },
+            )
         prompts = self._load_prompts(settings.warmup_prompts + settings.num_prompts)
         port = procs.free_port(self.server.host)
         launch = self.planner.plan(settings, port=port, trial_dir=trial_dir)
         if launch.refusal is not None:
             raise BadInput(launch.refusal)
-        argv = [*self.planner.command, *flatten(launch.private["args"])]
+        argv = [*self.planner.command, *argv_tokens(launch.private["args"])]
         if not settings.is_baseline:
-            prepare_draft_dir(self.draft, settings.eagle_aux_hidden_state_layer_ids, trial_dir / "draft")
+            prepare_draft_dir(self.draft, settings.eagle_aux_hidden_state_layer_ids, out_dir=trial_dir / "draft")
         trial_dir.mkdir(parents=True, exist_ok=True)
         version = self.planner.flags().version if self.planner.flags() else None
-        command_text = describe(argv, dict(settings.env), dict(os.environ)) + f"\n# server version: {version}\n"
+        command_text = (
+            launch_text(argv, dict(settings.env), environ=dict(os.environ)) + f"\n# server version: {version}\n"
+        )
         (trial_dir / "launch_command.txt").write_text(command_text)
         try:
-            server = procs.start_server(argv, {**os.environ, **settings.env}, trial_dir / "server.log",
-                                        log_dir=self.log_dir, host=self.server.host, port=port,
-                                        grace_s=self.server.stop_grace_s,
-                                        meta={"trial": seq, "trial_dir": str(trial_dir),
-                                              "fingerprint": plan.fingerprint})
+            server = procs.start_server(
+                argv,
+                {**os.environ, **settings.env},
+                log_path=trial_dir / "server.log",
+                log_dir=self.log_dir,
+                host=self.server.host,
+                port=port,
+                grace_s=self.server.stop_grace_s,
+                meta={"trial": seq, "trial_dir": str(trial_dir), "fingerprint": plan.fingerprint},
+            )
         except OSError as e:
-            return failed(self.name, requested, planned, "launch_error", f"cannot start {argv[0]}: {e}",
-                          warnings=warnings, artifacts={"launch_command.txt": command_text,
-                                                        "effective.json": _dump(planned), "server.log": ""})
-        client = SglangClient(f"http://{self.server.host}:{port}", self.server.request_timeout_s,
-                              api_key=settings.server_args.get("api_key"))
+            return failed(
+                self.name,
+                requested=requested,
+                effective=planned,
+                cls="launch_error",
+                detail=f"cannot start {argv[0]}: {e}",
+                warnings=warnings,
+                artifacts={"launch_command.txt": command_text, "effective.json": _dump(planned), "server.log": ""},
+            )
+        client = SglangClient(
+            f"http://{self.server.host}:{port}",
+            self.server.request_timeout_s,
+            api_key=settings.server_args.get("api_key"),
+        )
         try:
-            result = self._measure(settings, prompts=prompts, server=server, client=client, requested=requested,
-                                   planned=planned, warnings=warnings, scrub=scrub)
+            result = self._measure(
+                settings,
+                prompts=prompts,
+                server=server,
+                client=client,
+                requested=requested,
+                planned=planned,
+                warnings=warnings,
+                scrub=scrub,
+            )
         finally:
             teardown, teardown_warnings = self._teardown(server, port)
             client.close()
         result.warnings += teardown_warnings
         log_text = scrub(procs.read_log(server.log_path))
         server.log_path.write_text(log_text)  # the local copy too: no secret the server printed stays on disk
-        result.artifacts.update({
-            "launch_command.txt": command_text,
-            "effective.json": _dump(result.effective),
-            "server.log": log_text,
-            "teardown.json": _dump(teardown),
-        })
+        result.artifacts.update(
+            {
+                "launch_command.txt": command_text,
+                "effective.json": _dump(result.effective),
+                "server.log": log_text,
+                "teardown.json": _dump(teardown),
+            }
+        )
         (trial_dir / "effective.json").write_text(result.artifacts["effective.json"])
         body = {k: v for k, v in result.to_json().items() if k != "artifacts"}
         (trial_dir / "result.json").write_text(scrub(_dump(body)))
@@ -235,9 +271,11 @@ class SglangEngine(Engine):
             code = server.popen.poll()
             parts = [why, f"({reason})" if reason else "", f"exit code {code}" if code is not None else "running"]
             detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + procs.log_tail(server.log_path)
-            return failed(self.name, requested, effective, cls, scrub(detail), warnings=warnings)
+            return failed(
+                self.name, requested=requested, effective=effective, cls=cls, detail=scrub(detail), warnings=warnings
+            )
 
-        state = client.wait_ready(server.exited, s.ready_timeout_s)
+        state = client.wait_ready(server.exited, timeout_s=s.ready_timeout_s)
         if state != "ready":
             return fail("start" if state == "exited" else "ready_timeout", planned)
         server.snapshot()
@@ -252,18 +290,27 @@ class SglangEngine(Engine):
         measured = [(p.id, p.input_ids) for p in prompts[settings.warmup_prompts :]]
         try:
             if warm:
-                client.run_batch(warm, sampling, settings.concurrency)
+                client.run_batch(warm, sampling, concurrency=settings.concurrency)
             client.flush_cache()
-            batch = client.run_batch(measured, sampling, settings.concurrency)
+            batch = client.run_batch(measured, sampling, concurrency=settings.concurrency)
             server.snapshot()
             after = client.server_info()
         except RequestError as e:
             return fail("benchmark", effective, e.timed_out, str(e))
-        return self._result(settings, requested=requested, effective=effective, batch=batch, info=after,
-                            warnings=warnings)
+        return self._result(
+            settings, requested=requested, effective=effective, batch=batch, info=after, warnings=warnings
+        )
 
-    def _result(self, settings: LiveSettings, *, requested: dict, effective: dict, batch: BatchResult, info: dict,
-                warnings: list[str]) -> TrialResult:
+    def _result(
+        self,
+        settings: LiveSettings,
+        *,
+        requested: dict,
+        effective: dict,
+        batch: BatchResult,
+        info: dict,
+        warnings: list[str],
+    ) -> TrialResult:
         """The measured trial: throughput, accept length (SGLang's definition, :mod:`.readback`), warnings."""
         records = []
         spec = not settings.is_baseline
@@ -277,13 +324,21 @@ class SglangEngine(Engine):
         num_steps = int(effective.get("num_steps") or 0)
         hist, rates = hist_and_rates(batch.completions, num_steps) if spec else ({1: tokens}, [])
         if spec and accept == 1.0:
-            warnings.append("accept length is exactly 1.00: aux hidden-state capture is broken, or the algorithm is "
-                            "EAGLE with an EAGLE-3 draft (use EAGLE3); not a weak draft")
+            warnings.append(
+                "accept length is exactly 1.00: aux hidden-state capture is broken, or the algorithm is "
+                "EAGLE with an EAGLE-3 draft (use EAGLE3); not a weak draft"
+            )
         return TrialResult(
-            self.name, "ok", requested, effective,
+            self.name,
+            "ok",
+            requested,
+            effective,
             output_tok_s=tokens / batch.wall_s if batch.wall_s > 0 else float("nan"),
-            accept_length=accept, accept_length_hist=hist, accept_rate_per_position=rates,
-            requests=records, wall_s=batch.wall_s,
+            accept_length=accept,
+            accept_length_hist=hist,
+            accept_rate_per_position=rates,
+            requests=records,
+            wall_s=batch.wall_s,
             server_accept_length=server_accept_length(info) if spec else None,
             warnings=warnings,
             artifacts={"server_info.json": _dump(server_summary(info))},
@@ -292,7 +347,7 @@ class SglangEngine(Engine):
     def close(self) -> None:
         """Stop a server left from an incomplete teardown, if any, and the SGLang oracle."""
         if self._leftover is not None:
-            procs.stop_server(self._leftover.server, 0.0)
+            procs.stop_server(self._leftover.server, grace_s=0.0)
             self._leftover = None
         self.planner.close()
 

@@ -129,7 +129,7 @@ def trial_args(
     return args + _extra_args(list(server.extra_args))
 
 
-def flatten(args: list[Arg]) -> list[str]:
+def argv_tokens(args: list[Arg]) -> list[str]:
     return [token for arg in args for token in (arg.flag, *arg.values)]
 
 
@@ -138,7 +138,7 @@ def inherited_env(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(environ.items()) if k.startswith(INHERITED_PREFIXES) and not is_secret_name(k)}
 
 
-def describe(argv: list[str], env: dict[str, str], environ: dict[str, str]) -> str:
+def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]) -> str:
     """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones."""
     lines = ["# command", shlex.join(redact_argv(argv)), "", "# environment set for this trial"]
     lines += [f"{k}={v}" for k, v in sorted(env.items()) if not is_secret_name(k)]
@@ -170,7 +170,7 @@ def _merge(base: dict, patch: dict) -> dict:
     return out
 
 
-def prepare_draft_dir(draft: Path, layer_ids: list[int] | None, out_dir: Path) -> Path:
+def prepare_draft_dir(draft: Path, layer_ids: list[int] | None, *, out_dir: Path) -> Path:
     """A copy of ``draft`` at ``out_dir``: every file symlinked except config.json, patched for ``layer_ids``.
 
     ``layer_ids`` None keeps the draft's own config. The id count must equal what the draft was trained on.

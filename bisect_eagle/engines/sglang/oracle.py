@@ -64,7 +64,7 @@ class Description:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SglangVerdict:
     """SGLang's answer for one argv: accepted (with resolved values when resolution ran) or refused."""
 
     ok: bool
@@ -95,7 +95,7 @@ class Oracle:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._description: Description | None = None
-        self._cache: dict[tuple[tuple[str, ...], bool], Verdict] = {}
+        self._cache: dict[tuple[tuple[str, ...], bool], SglangVerdict] = {}
         self.failure: str | None = None  # why the oracle could not start (then plans say "not checked")
 
     def _start(self) -> subprocess.Popen | None:
@@ -166,7 +166,7 @@ class Oracle:
                            o["boolean_optional"]) for o in answer["options"]])
         return self._description
 
-    def judge(self, argv: list[str], *, resolve: bool) -> Verdict | None:
+    def judge(self, argv: list[str], *, resolve: bool) -> SglangVerdict | None:
         """SGLang's verdict on ``argv`` (the arguments after the launch command); None without an oracle."""
         key = (tuple(argv), resolve)
         if key not in self._cache:
@@ -175,7 +175,7 @@ class Oracle:
                 return None
             if answer.get("stage") == "oracle":
                 raise BadInput(f"the SGLang oracle failed on this argv: {answer.get('error')}")
-            self._cache[key] = Verdict(bool(answer["ok"]), answer.get("stage", ""), answer.get("error"),
+            self._cache[key] = SglangVerdict(bool(answer["ok"]), answer.get("stage", ""), answer.get("error"),
                                        answer.get("resolved"), answer.get("where", ""))
         return self._cache[key]
 

@@ -28,7 +28,7 @@ from bisect_eagle import layers
 from bisect_eagle.draft import read_draft_config
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.engines.sglang import flags as flagmod
-from bisect_eagle.engines.sglang.launch import Arg, flag_name, flatten, trial_args
+from bisect_eagle.engines.sglang.launch import Arg, argv_tokens, flag_name, trial_args
 from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter, parser_spec
 from bisect_eagle.errors import BadInput
 from bisect_eagle.settings import LiveSettings
@@ -153,7 +153,7 @@ class Planner:
         """The trial's plan; ``port`` and ``trial_dir`` only shape the shown argv, never the identity."""
         effective, warnings, refusal = speculative_effective(settings)
         if refusal is not None:
-            return make_plan(ENGINE, settings, effective, refusal=refusal, checked=self.checked_by(False, ""))
+            return make_plan(ENGINE, settings, effective=effective, refusal=refusal, checked=self.checked_by(False, ""))
         cfg = self.target_config()
         ids, id_warnings, refusal = self._ids(settings, cfg)
         warnings += id_warnings
@@ -165,7 +165,7 @@ class Planner:
             shown = flagmod.shown(self.server.launch_command)
             args, notes = flagmod.adapt_args(args, self.flags(), shown_command=shown)
         except BadInput as e:
-            return make_plan(ENGINE, settings, effective, warnings=warnings, refusal=str(e),
+            return make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=str(e),
                              checked=self.checked_by(False, ""))
         warnings += notes
         refusal = refusal or _tree_bound(settings)
@@ -189,8 +189,8 @@ class Planner:
         warnings += env_warnings
         effective.update(self._server_fields(settings, resolved))
         effective["env"] = env
-        return make_plan(ENGINE, settings, effective, warnings=warnings, refusal=refusal,
-                         argv=[*self.command, *flatten(args)], env=dict(settings.env),
+        return make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal,
+                         argv=[*self.command, *argv_tokens(args)], env=dict(settings.env),
                          config_patch=None if settings.is_baseline or settings.eagle_aux_hidden_state_layer_ids is None
                          else {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids or [])}},
                          checked=self.checked_by(resolved is not None, resolve_note),
@@ -216,7 +216,7 @@ class Planner:
         if isinstance(n, int):
             conv = layers.sglang_convention(cfg.get("model_type"))
             try:
-                layers.ids_to_canonical(ids, conv, n)
+                layers.ids_to_canonical(ids, conv, num_layers=n)
             except layers.LayerIdError as e:
                 return ids, warnings, f"eagle_aux_hidden_state_layer_ids {ids}: {e} ({conv} rule)"
         return ids, warnings, None
@@ -267,7 +267,7 @@ class Planner:
 def _judged_argv(args: list[Arg], draft: Path) -> list[str]:
     """The argv SGLang judges: the trial's, with the draft read from its source directory (the per-trial copy is
     made only at launch; resolution reads the draft's config)."""
-    out = flatten(args)
+    out = argv_tokens(args)
     if "--speculative-draft-model-path" in out:
         out[out.index("--speculative-draft-model-path") + 1] = str(draft)
     return out

@@ -82,4 +82,4 @@ def resolved_wiring(settings: dict[str, Any], spec: Spec) -> list[int]:
     declared, conv = info.declared(engine_family(spec))
     if declared is None:
         raise BadInput(f"{info.path / 'config.json'}: no layer ids the {spec.engine.kind} engine reads")
-    return layers.canonical_to_ids(layers.ids_to_canonical(declared, conv, n), "sglang", n)
+    return layers.canonical_to_ids(layers.ids_to_canonical(declared, conv, num_layers=n), "sglang", num_layers=n)

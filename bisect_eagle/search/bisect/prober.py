@@ -43,7 +43,7 @@ def make_planner(spec: Spec, plan: Callable[[Any], TrialPlan] | None) -> FlatPla
         settings = settings_from(flat, "bisect probe")
         if plan is not None:
             return plan(settings)
-        return make_plan("standalone", settings, {WIRING: resolved_wiring(flat, spec)})
+        return make_plan("standalone", settings, effective={WIRING: resolved_wiring(flat, spec)})
 
     return planner
 
@@ -303,7 +303,7 @@ class Prober:
         """A child run of the bisect for a probe answered by an earlier measurement."""
         t = self.ctx.tracking
         child = t.start_run(f"bisect probe {self.applied(config)} ({source})",
-                            {"stage": "bisect-cached", "fingerprint": m.fingerprint, "cached_from": str(m.run_id),
+                            tags={"stage": "bisect-cached", "fingerprint": m.fingerprint, "cached_from": str(m.run_id),
                              "bisect_applied": self.applied(config)}, parent_run_id=self.ctx.parent_run_id)
         t.log(child, metrics=m.metrics)
         t.finish(child, "FINISHED")
@@ -322,7 +322,7 @@ class Prober:
         one = spec.model_copy(update={"standalone": spec.standalone.model_copy(
             update={"wirings": [Wiring(layer_ids=ids)]})})
         self.measured += 1
-        verdict = run_standalone_trial(self.ctx, self._scorer, candidates(one, self._scorer.num_layers)[0])
+        verdict = run_standalone_trial(self.ctx, self._scorer, candidate=candidates(one, self._scorer.num_layers)[0])
         m = Measurement(plan.fingerprint, "measured", plan, verdict.run_id, verdict.run_id, [verdict.accuracy],
                         {STANDALONE_METRIC: verdict.accuracy}, {WIRING: ids})
         self.seen[plan.fingerprint] = m

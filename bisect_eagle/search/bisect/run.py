@@ -219,9 +219,9 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             f"{spec.name!r}."))
         parent = tracking.start_run(
             f"bisect {Path(good.label).stem} vs {Path(bad.label).stem}",
-            {"role": "bisect", **deployment_tags(spec),
+            tags={"role": "bisect", **deployment_tags(spec),
              NOTE: f"**Bisect running:** {good.label} (good) vs {bad.label} (bad)"},
-            {"good": good.label, "bad": bad.label, **{f"judge.{k}": str(v) for k, v in judge.settings().items()},
+            params={"good": good.label, "bad": bad.label, **{f"judge.{k}": str(v) for k, v in judge.settings().items()},
              "changes": json.dumps([c.name for c in changes])[:6000],
              "set": json.dumps(redact_mapping(opts.overrides))[:6000],
              **({"replay": str(opts.replay)} if opts.replay else {})})

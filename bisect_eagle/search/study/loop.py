@@ -107,7 +107,7 @@ class StudyRun:
             self.emit("standalone", f"standalone {i + 1}/{len(cands)}: {c.label}")
             verdicts.append(run_standalone_trial(self.ctx, scorer=scorer, candidate=c))
         reference = self.spec.training_accuracy if st.reference == "training" else None
-        ref = apply_gate(verdicts, st.margin, reference)
+        ref = apply_gate(verdicts, margin=st.margin, reference=reference)
         record_gate(self.ctx.tracking, verdicts, reference=ref, margin=st.margin)
         gate = [v.to_json() for v in verdicts]
         self.study.set_user_attr("gate_reference", ref)

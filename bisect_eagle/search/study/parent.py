@@ -136,5 +136,5 @@ def finish_parent_run(tracking: Tracking, outcome: StudyOutcome) -> None:
         tags["best_run_id"] = out.best["run_id"]
     tracking.log(out.parent_run_id, metrics=summary_metrics(out), tags=tags)
     with tempfile.TemporaryDirectory(prefix="bisect-eagle-report-") as tmp:  # the plots, on the parent run
-        write_report(tracking, tracking.get_run(out.parent_run_id), Path(tmp))
+        write_report(tracking, tracking.get_run(out.parent_run_id), out=Path(tmp))
     tracking.finish(out.parent_run_id, "FINISHED")

@@ -38,7 +38,7 @@ UNNAMED_GRACE = datetime.timedelta(minutes=1)  # a trial without an owner yet ma
 TICK_S = 1.0  # how often Liveness looks for new trials of its own (their first beat comes at most this late)
 
 
-def close_run_killed(tracking: Tracking, run_id: str, detail: str, **tags: str) -> bool:
+def close_run_killed(tracking: Tracking, run_id: str, *, detail: str, **tags: str) -> bool:
     """End a RUNNING MLflow run KILLED, tagged ``outcome=interrupted`` and ``failure_detail``; False if not RUNNING."""
     if tracking.get_run(run_id).info.status != "RUNNING":
         return False
@@ -124,7 +124,7 @@ class Liveness:
         detail = f"its worker {owner} stopped heart-beating for {grace:g} s; reaped by {self.owner}"
         for run_id in _trial_runs(self.tracking, self.parent_run_id, trial):
             with contextlib.suppress(Exception):  # the run may be gone or already ended
-                close_run_killed(self.tracking, run_id, detail, reaped_by=self.owner)
+                close_run_killed(self.tracking, run_id, detail=detail, reaped_by=self.owner)
         again = " (its config will be measured again)" if released else ""
         self.notes.append(f"trial {trial.number} of {owner} failed: no heartbeat for {grace:g} s{again}")
 
@@ -148,9 +148,9 @@ def reap_dead_servers(log_dir: Path, *, tracking: Tracking, parent_run_id: str |
         if parent_run_id and fp:
             for run in tracking.child_runs(parent_run_id):
                 if run.data.tags.get("fingerprint") == fp and run.info.status == "RUNNING":
-                    close_run_killed(tracking, run.info.run_id, "the controller running this trial was killed")
+                    close_run_killed(tracking, run.info.run_id, detail="the controller running this trial was killed")
     if reaped and parent_run_id:
-        close_run_killed(tracking, parent_run_id, "the controller running this study was killed")
+        close_run_killed(tracking, parent_run_id, detail="the controller running this study was killed")
     return notes
 
 
@@ -174,7 +174,7 @@ def reap_dead_trials(study: optuna.Study, *, claims: Claims, tracking: Tracking,
                          "heartbeat")
     for run in tracking.child_runs(parent_run_id):
         if run.info.status == "RUNNING" and owner_alive(run.data.tags.get("owner", "")) is False:
-            close_run_killed(tracking, run.info.run_id, "the process running this trial was killed")
+            close_run_killed(tracking, run.info.run_id, detail="the process running this trial was killed")
     for c in claims.all():
         if c.state == "running" and owner_alive(c.owner) is False:
             claims.release(c.fingerprint)

@@ -19,7 +19,7 @@ def main() -> None:
     cut = sys.argv.index("--")
     log_dir, port, grace = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     argv = sys.argv[cut + 1 :]
-    server = procs.start_server(argv, dict(os.environ), log_dir / "server.log", log_dir=log_dir, port=port,
+    server = procs.start_server(argv, dict(os.environ), log_path=log_dir / "server.log", log_dir=log_dir, port=port,
                                 grace_s=grace, meta={"trial": 7})
     print(json.dumps({"pgid": server.pgid, "server_pid": server.server_pid, "record": str(server.record_path)}),
           flush=True)

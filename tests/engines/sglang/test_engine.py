@@ -109,8 +109,8 @@ def test_unknown_flag_is_refused_before_anything_starts(engine):
 
 
 def test_a_server_that_will_not_go_away_blocks_the_next_launch(engine):
-    old = procs.start_server([sys.executable, "-c", "pass"], {}, engine.log_dir / "old.log")
-    procs.stop_server(old, 1)
+    old = procs.start_server([sys.executable, "-c", "pass"], {}, log_path=engine.log_dir / "old.log")
+    procs.stop_server(old, grace_s=1)
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
     holder.listen()

@@ -10,13 +10,19 @@ import pytest
 from sglang_helpers import FAKE, fake_draft, server, settings
 
 from bisect_eagle.engines.sglang.flags import ServerFlags, adapt_args, probe_help
-from bisect_eagle.engines.sglang.launch import describe, draft_config_patch, flatten, prepare_draft_dir, trial_args
+from bisect_eagle.engines.sglang.launch import (
+    argv_tokens,
+    draft_config_patch,
+    launch_text,
+    prepare_draft_dir,
+    trial_args,
+)
 from bisect_eagle.errors import BadInput
 from bisect_eagle.secrets import redact_argv
 
 
 def argv_of(s, *, srv=None, target="/m/target", draft="/d", port=31000) -> list[str]:
-    return flatten(trial_args(s, server=srv or server(), target=Path(target),
+    return argv_tokens(trial_args(s, server=srv or server(), target=Path(target),
                               draft_dir=None if s.is_baseline else Path(draft), port=port))
 
 
@@ -65,7 +71,7 @@ def test_flags_adapted_to_the_installed_version_and_unknown_ones_refused():
     s = settings(server_args={"cuda_graph_max_bs": 16})
     args = trial_args(s, server=server(), target=Path("/m"), draft_dir=Path("/d"), port=1)
     adapted, notes = adapt_args(args, flags, shown_command="srv")
-    argv = flatten(adapted)
+    argv = argv_tokens(adapted)
     assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "16" and "--cuda-graph-max-bs" not in argv
     assert "--tensor-parallel-size" in argv and "--tp-size" not in argv and "renamed" in notes[0]
     args = trial_args(settings(server_args={"attention_backend": "fa3"}), server=server(), target=Path("/m"),
@@ -80,7 +86,7 @@ def test_without_a_probe_flags_take_the_newest_known_names():
     args = trial_args(settings(server_args={"cuda_graph_max_bs": 8}), server=server(), target=Path("/m"),
                       draft_dir=Path("/d"), port=1)
     adapted, notes = adapt_args(args, None, shown_command="srv")
-    assert "--cuda-graph-max-bs-decode" in flatten(adapted) and "0.5.23" in notes[0]
+    assert "--cuda-graph-max-bs-decode" in argv_tokens(adapted) and "0.5.23" in notes[0]
 
 
 def test_probe_reads_help_and_version():
@@ -95,28 +101,33 @@ def test_secrets_are_never_written():
     argv = ["srv", "--api-key", "abc", "--hf-token=xyz", "--speculative-num-draft-tokens", "4"]
     assert redact_argv(argv) == ["srv", "--api-key", "<redacted>", "--hf-token=<redacted>",
                                  "--speculative-num-draft-tokens", "4"]
-    text = describe(argv, {"HF_TOKEN": "t0k", "NCCL_ALGO": "Tree"}, {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "k"})
+    text = launch_text(
+        argv, {"HF_TOKEN": "t0k", "NCCL_ALGO": "Tree"}, environ={"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "k"}
+    )
     assert "abc" not in text and "xyz" not in text and "t0k" not in text and "WANDB" not in text
     assert "NCCL_ALGO=Tree" in text and "NCCL_DEBUG=INFO" in text and "1 secret variable" in text
 
 
 def test_draft_copy_links_weights_and_nests_the_ids(tmp_path):
     draft = fake_draft(tmp_path)
-    out = prepare_draft_dir(draft, [2, 6, 10], tmp_path / "trial" / "draft")
+    out = prepare_draft_dir(draft, [2, 6, 10], out_dir=tmp_path / "trial" / "draft")
     assert (out / "model.safetensors").is_symlink()
     assert (out / "model.safetensors").resolve() == (draft / "model.safetensors").resolve()
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [2, 6, 10], "use_aux_hidden_state": True}
     assert "eagle_aux_hidden_state_layer_ids" not in cfg  # nested only: the one place SGLang reads
-    assert json.loads((draft / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == \
-        [1, 5, 9]
+    assert json.loads((draft / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [
+        1,
+        5,
+        9,
+    ]
     assert not (tmp_path / "trial" / "draft.partial").exists()
 
 
 def test_draft_copy_refuses_a_different_count_and_bad_ids(tmp_path):
     draft = fake_draft(tmp_path)
     with pytest.raises(BadInput, match=r"config.json.*3 aux layers.*\[1, 5\] has 2"):
-        prepare_draft_dir(draft, [1, 5], tmp_path / "x")
+        prepare_draft_dir(draft, [1, 5], out_dir=tmp_path / "x")
     assert not (tmp_path / "x").exists() and not (tmp_path / "x.partial").exists()
     with pytest.raises(BadInput, match="repeats"):
         draft_config_patch([1, 1, 5])

@@ -146,3 +146,30 @@ def test_failure_fixtures_still_match_sglangs_source():
     assert 'os.environ["NCCL_NVLS_ENABLE"]' in engine_py and 'os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"' in \
         engine_py
     assert "SGLANG_ENABLE_SPEC_V2" not in (src / "environ.py").read_text()
+
+
+def test_export_prints_a_command_sglangs_parser_accepts(tmp_path):
+    """A logged trial of the tiny study, exported for SGLang: the installed SGLang's parser takes it verbatim."""
+    import optuna
+
+    from bisect_eagle.search.study import Options, run_study
+    from bisect_eagle.spec import DEFAULT_SPEC
+
+    from helpers import load_fake_engine
+
+    python = sglang_python()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = load_spec(DEFAULT_SPEC)
+    spec.standalone.samples = 4
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    fake = load_fake_engine()
+    out = run_study(spec, options=Options(storage=f"sqlite:///{tmp_path}/mlruns/optuna.db", tracking_uri=uri),
+                    engine_factory=lambda s: fake())
+    assert out.best is not None
+    res = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "export", out.best["run_id"], "--tracking-uri",
+                          uri, "--sglang-python", python, "--json"], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    body = json.loads(res.stdout)
+    assert body["checked"].startswith("SGLang 0.5.23 parser") and body["refusal"] is None
+    assert sglang_accepts(python, server_argv(body["argv"]))

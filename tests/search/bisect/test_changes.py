@@ -27,7 +27,7 @@ def server_like(flat: dict[str, Any]) -> TrialPlan:
     if effective["eagle_aux_hidden_state_layer_ids"] is None:
         effective["eagle_aux_hidden_state_layer_ids"] = [1, 5, 9]
     effective["server_args"] = {"attention_backend": "flashinfer", **effective["server_args"]}
-    return make_plan("server", settings, effective, warnings=warnings, refusal=refusal)
+    return make_plan("server", settings, effective=effective, warnings=warnings, refusal=refusal)
 
 
 def flat(**values: Any) -> dict[str, Any]:

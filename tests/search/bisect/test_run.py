@@ -43,7 +43,7 @@ class NoisyEngine(Engine):
         effective, warnings, refusal = speculative_effective(settings)
         if effective["eagle_aux_hidden_state_layer_ids"] is None:
             effective["eagle_aux_hidden_state_layer_ids"] = [1, 5, 9]
-        return make_plan(self.name, settings, effective, warnings=warnings, refusal=refusal)
+        return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def run(self, plan: TrialPlan) -> TrialResult:
         self.runs[plan.fingerprint] += 1

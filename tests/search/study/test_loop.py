@@ -19,16 +19,33 @@ from bisect_eagle.tracking import Tracking
 class NoBaseline(FakeEngine):
     def run(self, plan: TrialPlan) -> TrialResult:
         if plan.settings.is_baseline:
-            return failed(self.name, {}, {}, "out_of_memory", "CUDA out of memory.\nTried to allocate 2 GiB")
+            return failed(
+                self.name,
+                requested={},
+                effective={},
+                cls="out_of_memory",
+                detail="CUDA out of memory.\nTried to allocate 2 GiB",
+            )
         return super().run(plan)
 
 
 def test_a_failed_baseline_fails_the_parent_run_with_its_class(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = tmp_path / "nobase.yaml"
-    path.write_text(json.dumps({"name": "nobase", "target": "t", "draft": "d", "dump": "u", "prompts": "p.jsonl",
-                                "engine": {"kind": "sglang"}, "baseline": "measure",
-                                "space": {"num_steps": {"type": "int", "low": 1, "high": 3}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "nobase",
+                "target": "t",
+                "draft": "d",
+                "dump": "u",
+                "prompts": "p.jsonl",
+                "engine": {"kind": "sglang"},
+                "baseline": "measure",
+                "space": {"num_steps": {"type": "int", "low": 1, "high": 3}},
+            }
+        )
+    )
     spec = load_spec(path)
     opts = Options(storage=f"sqlite:///{tmp_path}/optuna.db", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     engine = NoBaseline()
