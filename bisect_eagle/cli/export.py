@@ -29,9 +29,12 @@ def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -
     server = spec.engine.sglang
     if sglang_python:
         server = server.model_copy(update={"python": sglang_python})
+    explicit = settings.model_dump(exclude_unset=True)
     if spec.engine.kind == "local" and "dtype" not in settings.model_fields_set:
-        # the local trial ran in its dtype; say so rather than let the server pick another
-        settings = settings.model_validate({**settings.model_dump(exclude_unset=True), "dtype": settings.dtype})
+        explicit["dtype"] = settings.dtype  # the local trial ran in its dtype; say so rather than let SGLang pick
+    if not settings.is_baseline and settings.topk == 1:
+        explicit["num_draft_tokens"] = settings.num_steps + 1  # what was measured: SGLang's topk == 1 rule
+    settings = settings.model_validate(explicit)
     engine = SglangEngine(server, target=Path(spec.target), draft=Path(spec.draft), prompts=None,
                           log_dir=Path(spec.draft).parent)
     with engine:

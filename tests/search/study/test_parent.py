@@ -59,11 +59,15 @@ def test_parent_run_carries_budget_and_spec_then_the_outcome(tracking, spec):
     out = StudyOutcome(
         target_reached=True, stop_reason="target reached", study="parent-1", storage="s", tracking_uri="t",
         experiment_id=tracking.experiment_id, parent_run_id=run_id, metric="output_tok_s", baseline=50.0,
-        target=100.0, baseline_output_tok_s=50.0, best={"run_id": "r1", "value": 110.0}, gate=[], trials=[],
+        target=100.0, baseline_output_tok_s=50.0, best={"run_id": "r1", "value": 110.0, "params": {"num_steps": 3},
+                                                      "metrics": {"output_tok_s": 110.0,
+                                                                  "output_tok_s_ratio_to_baseline": 2.2}},
+        gate=[], trials=[],
         counts={"live_measured": 3, "duplicates": 1, "failed": 1}, elapsed_s=12.0, tool_overhead_s_per_trial=0.2)
     finish_parent_run(tracking, out)
     run = tracking.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["outcome"] == "target reached" and run.data.tags["best_run_id"] == "r1"
-    assert run.data.metrics["best_ratio_to_baseline"] == pytest.approx(2.2)
+    assert run.data.metrics["best_output_tok_s_ratio_to_baseline"] == pytest.approx(2.2)
+    assert "Target reached" in run.data.tags["mlflow.note.content"] and "r1" in run.data.tags["mlflow.note.content"]
     assert run.data.metrics["live_trials"] == 3 and run.data.metrics["tool_overhead_s_per_trial"] == 0.2
