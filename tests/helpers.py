@@ -79,3 +79,32 @@ def run_cli(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
         code = e.code if isinstance(e.code, int) else int(e.code is not None)
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def tiny_fake_study(root: Path):
+    """The embedded tiny spec's study in fresh stores under ``root/mlruns``: real stage 1 on 4 samples, the fake
+    live engine. Returns (tracking URI, StudyOutcome, the fake engine class)."""
+    import optuna
+
+    from bisect_eagle.search.study import Options, run_study
+    from bisect_eagle.spec import DEFAULT_SPEC, load_spec
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = load_spec(DEFAULT_SPEC)
+    spec.standalone.samples = 4
+    uri = f"sqlite:///{root}/mlruns/mlflow.db"
+    fake = load_fake_engine()
+    out = run_study(spec, options=Options(storage=f"sqlite:///{root}/mlruns/optuna.db", tracking_uri=uri),
+                    engine_factory=lambda s: fake())
+    return uri, out, fake
+
+
+def tiny_fake_bisect(root: Path, uri: str, fake):
+    """tiny.yaml (good) vs tiny-broken.yaml (bad) with the fake engine, logged to ``uri``."""
+    from bisect_eagle.search.bisect import BisectOptions, run_bisect
+
+    experiments = Path(__file__).resolve().parents[1] / "experiments"
+    return run_bisect(BisectOptions(good=str(experiments / "tiny.yaml"), bad=str(experiments / "tiny-broken.yaml"),
+                                    metric="accept_length", repeats=1, tracking_uri=uri,
+                                    log_path=root / "bisect.log"),
+                      engine_factory=lambda s: fake())

@@ -10,19 +10,14 @@ import re
 import subprocess
 from pathlib import Path
 
-import optuna
 import pytest
 
 from bisect_eagle.cli.ui import free_ui_port, run_url, runs_url, start_ui_server, stop_ui_server, wait_ready
-from bisect_eagle.search.bisect import BisectOptions, run_bisect
 from bisect_eagle.search.bisect.run import bisect_experiment
-from bisect_eagle.search.study import Options, run_study
-from bisect_eagle.spec import DEFAULT_SPEC, load_spec
 from bisect_eagle.tracking import Tracking
 
-from helpers import load_fake_engine
+from helpers import tiny_fake_bisect, tiny_fake_study
 
-ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -34,17 +29,8 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
 def served(tmp_path_factory):
     """A tiny-scenario study (real stage 1, fake live engine) and a bisect in a fresh store; a server on it."""
     root = tmp_path_factory.mktemp("ui")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = load_spec(DEFAULT_SPEC)
-    spec.standalone.samples = 4
-    uri = f"sqlite:///{root}/mlruns/mlflow.db"
-    fake = load_fake_engine()
-    out = run_study(spec, options=Options(storage=f"sqlite:///{root}/mlruns/optuna.db", tracking_uri=uri),
-                    engine_factory=lambda s: fake())
-    bisect = run_bisect(BisectOptions(good=str(ROOT / "experiments" / "tiny.yaml"),
-                                      bad=str(ROOT / "experiments" / "tiny-broken.yaml"), metric="accept_length",
-                                      repeats=1, tracking_uri=uri, log_path=root / "bisect.log"),
-                        engine_factory=lambda s: fake())
+    uri, out, fake = tiny_fake_study(root)
+    bisect = tiny_fake_bisect(root, uri, fake)
     port = free_ui_port()
     proc = start_ui_server(uri, port, log=root / "server.log")
     try:

@@ -22,6 +22,7 @@ def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -
     run here), with the layer ids in their meaningful order; secret values are never printed (``$NAME``).
     """
     from bisect_eagle.engines.sglang import SglangEngine
+    from bisect_eagle.settings import apply_speculative_rules
     from bisect_eagle.trials import settings_of_run, spec_of_study
 
     settings, parent_id = settings_of_run(tracking, run)
@@ -32,8 +33,8 @@ def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -
     explicit = settings.model_dump(exclude_unset=True)
     if spec.engine.kind == "local" and "dtype" not in settings.model_fields_set:
         explicit["dtype"] = settings.dtype  # the local trial ran in its dtype; say so rather than let SGLang pick
-    if not settings.is_baseline and settings.topk == 1:
-        explicit["num_draft_tokens"] = settings.num_steps + 1  # what was measured: SGLang's topk == 1 rule
+    if not settings.is_baseline:  # what was measured: the speculative rules applied (topk == 1 forces the count)
+        explicit["num_draft_tokens"] = apply_speculative_rules(settings)[0].num_draft_tokens
     settings = settings.model_validate(explicit)
     engine = SglangEngine(server, target=Path(spec.target), draft=Path(spec.draft), prompts=None,
                           log_dir=Path(spec.draft).parent)

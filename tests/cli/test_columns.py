@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 
-import optuna
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from bisect_eagle.cli import COMMAND_MODULES, app
-from bisect_eagle.search.bisect import BisectOptions, run_bisect
-from bisect_eagle.search.study import Options, run_study
-from bisect_eagle.spec import DEFAULT_SPEC, load_spec
 
-from helpers import load_fake_engine
+from helpers import tiny_fake_bisect, tiny_fake_study
 
-ROOT = Path(__file__).resolve().parents[2]
 LONG_FLOAT = re.compile(r"\d+\.\d{5,}")  # an unrounded float (16 digits in the old report)
 
 
@@ -35,17 +29,8 @@ def fits(text: str) -> None:
 def store(tmp_path_factory):
     """A tiny-scenario study (real stage 1 on 4 samples, fake live engine) and a bisect, in a fresh store."""
     root = tmp_path_factory.mktemp("columns")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = load_spec(DEFAULT_SPEC)
-    spec.standalone.samples = 4
-    uri = f"sqlite:///{root}/mlruns/mlflow.db"
-    fake = load_fake_engine()
-    out = run_study(spec, options=Options(storage=f"sqlite:///{root}/mlruns/optuna.db", tracking_uri=uri),
-                    engine_factory=lambda s: fake())
-    bisect = run_bisect(BisectOptions(good=str(ROOT / "experiments" / "tiny.yaml"),
-                                      bad=str(ROOT / "experiments" / "tiny-broken.yaml"), metric="accept_length",
-                                      repeats=1, tracking_uri=uri, log_path=root / "bisect.log"),
-                        engine_factory=lambda s: fake())
+    uri, out, fake = tiny_fake_study(root)
+    bisect = tiny_fake_bisect(root, uri, fake)
     return root, uri, out, bisect
 
 

@@ -68,6 +68,7 @@ class SglangEngine(Engine):
         self._prompts: list[Prompt] | None = None
         self._leftover: _Leftover | None = None
         self._seq: int | None = None
+        self._shown_port: int | None = None
 
     @classmethod
     def from_spec(cls, spec: Spec, log_dir: Path, *, check: bool = True) -> SglangEngine:
@@ -84,7 +85,9 @@ class SglangEngine(Engine):
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
         """The trial as SGLang will run it (see :mod:`.planner`); writes nothing, starts only the oracle."""
-        return self.planner.plan(settings, port=procs.free_port(self.server.host),
+        if self._shown_port is None:  # the argv shows a port free now; each launch picks its own
+            self._shown_port = procs.free_port(self.server.host)
+        return self.planner.plan(settings, port=self._shown_port,
                                  trial_dir=self.log_dir / f"{self._next_seq():03d}-trial")
 
     def _next_seq(self) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,9 @@ class Planner:
 
     # -- what the installed server is ---------------------------------------------------------------------
 
-    @property
+    @cached_property
     def command(self) -> list[str]:
-        """The launch command with its executable resolved here, or as written when it is not on this machine."""
+        """The launch command with its executable resolved here (once), or as written when it is not here."""
         try:
             return flagmod.launch_executable(list(self.server.launch_command), self.server.python)
         except BadInput as e:
@@ -264,12 +265,17 @@ class Planner:
             self._oracle.close()
 
 
+JUDGED_PORT = "30000"  # the port never changes SGLang's verdict: one value keeps the oracle's cache warm
+
+
 def _judged_argv(args: list[Arg], draft: Path) -> list[str]:
     """The argv SGLang judges: the trial's, with the draft read from its source directory (the per-trial copy is
-    made only at launch; resolution reads the draft's config)."""
+    made only at launch; resolution reads the draft's config) and one fixed port."""
     out = argv_tokens(args)
     if "--speculative-draft-model-path" in out:
         out[out.index("--speculative-draft-model-path") + 1] = str(draft)
+    if "--port" in out:
+        out[out.index("--port") + 1] = JUDGED_PORT
     return out
 
 

@@ -150,21 +150,10 @@ def test_failure_fixtures_still_match_sglangs_source():
 
 def test_export_prints_a_command_sglangs_parser_accepts(tmp_path):
     """A logged trial of the tiny study, exported for SGLang: the installed SGLang's parser takes it verbatim."""
-    import optuna
-
-    from bisect_eagle.search.study import Options, run_study
-    from bisect_eagle.spec import DEFAULT_SPEC
-
-    from helpers import load_fake_engine
+    from helpers import tiny_fake_study
 
     python = sglang_python()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = load_spec(DEFAULT_SPEC)
-    spec.standalone.samples = 4
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    fake = load_fake_engine()
-    out = run_study(spec, options=Options(storage=f"sqlite:///{tmp_path}/mlruns/optuna.db", tracking_uri=uri),
-                    engine_factory=lambda s: fake())
+    uri, out, _ = tiny_fake_study(tmp_path)
     assert out.best is not None
     res = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "export", out.best["run_id"], "--tracking-uri",
                           uri, "--sglang-python", python, "--json"], capture_output=True, text=True, timeout=600,
