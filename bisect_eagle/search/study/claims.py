@@ -22,6 +22,7 @@ from bisect_eagle.tracking import owner_alive
 
 ClaimState = Literal["running", "ok", "failed", "pruned"]
 TABLE = "bisect_eagle_claims"
+REAPS = "bisect_eagle_reaps"  # one row per Optuna trial failed for silence: who handled it
 
 
 @dataclass(kw_only=True)
@@ -58,6 +59,14 @@ class Claims:
             sa.Column("value", sa.Float, nullable=True),
             sa.Column("run_id", sa.String(64), nullable=True),
             sa.UniqueConstraint("study", "fingerprint", name="uq_bisect_eagle_claim"),
+        )
+        self.reaps = sa.Table(
+            REAPS, meta,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("study", sa.String(512), nullable=False),
+            sa.Column("trial", sa.Integer, nullable=False),
+            sa.Column("reaper", sa.String(256), nullable=False),
+            sa.UniqueConstraint("study", "trial", name="uq_bisect_eagle_reap"),
         )
         # another process created it first: SQLite says OperationalError, PostgreSQL IntegrityError/ProgrammingError
         with contextlib.suppress(sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
@@ -128,6 +137,19 @@ class Claims:
             cond.append(t.c.trial == trial)
         with self.engine.begin() as c:
             return c.execute(t.delete().where(*cond)).rowcount > 0
+
+    def take_reap(self, trial: int, *, reaper: str) -> bool:
+        """True for exactly one caller per trial of the study: the process that cleans up after a silent trial.
+
+        Optuna's ``fail_stale_trials`` relies on ``SELECT … FOR UPDATE``, which SQLite ignores, so two processes
+        can both fail the same trial there; the unique insert here decides which one releases and reports it.
+        """
+        try:
+            with self.engine.begin() as c:
+                c.execute(self.reaps.insert().values(study=self.study, trial=trial, reaper=reaper))
+        except self.sa.exc.IntegrityError:
+            return False
+        return True
 
     def all(self) -> list[Claim]:
         """Every claim of the study, in claim order."""

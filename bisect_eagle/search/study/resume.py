@@ -5,10 +5,11 @@ a claim ``running`` and, with the sglang engine, maybe a server. Two ways clean 
 
 - **Live, from any node** (:class:`Liveness`): every process of a study beats Optuna's heartbeat for the
   RUNNING trials it owns and, once per heartbeat interval, fails the trials of the study whose beats stopped
-  for the grace period (``optuna.storages.fail_stale_trials``; only one process wins each trial). The winner
-  releases the trial's claim (the config is measured again, exactly once: the claims table's unique
-  constraint) and closes its MLflow run KILLED, tagged ``outcome=interrupted`` and ``reaped_by``. SQLite and
-  PostgreSQL alike (:func:`bisect_eagle.search.study.storage.liveness` sets the interval and the grace).
+  for the grace period (``optuna.storages.fail_stale_trials``; one process wins each trial, decided by
+  :meth:`Claims.take_reap`). The winner releases the trial's claim (the config is measured again, exactly
+  once: the claims table's unique constraint) and closes its MLflow run KILLED, tagged
+  ``outcome=interrupted`` and ``reaped_by``. SQLite and PostgreSQL alike
+  (:func:`bisect_eagle.search.study.storage.liveness` sets the interval and the grace).
 - **At ``run --resume``, on this host**: first :func:`reap_dead_servers` ends the recorded servers of dead
   controllers (:func:`bisect_eagle.engines.procs.reap_servers`) and closes their runs KILLED; then
   :func:`reap_dead_trials` fails what dead processes of this host (``host:pid:start``) left RUNNING, without
@@ -116,7 +117,12 @@ class Liveness:
             optuna.storages.fail_stale_trials(study)
 
     def _reaped(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        """A trial this process just failed for silence: release its claim, close its MLflow run KILLED."""
+        """A trial this process just failed for silence: release its claim, close its MLflow run KILLED.
+
+        Only the process that wins :meth:`Claims.take_reap` for the trial acts (on SQLite two may have failed it).
+        """
+        if not self.claims.take_reap(trial.number, reaper=self.owner):
+            return
         owner = trial.user_attrs.get("owner", "an unknown process")
         grace = self.storage.grace_period or 2 * self.interval
         fp = trial.user_attrs.get("fingerprint")
