@@ -1,6 +1,8 @@
 """After a study: its trials as a pandas table, the best config, and PNG plots (written to a folder and logged to
 the study's parent run under ``report/``): accept length and output tok/s per searched setting with the baseline
-and target lines, and stage-1 accuracy per wiring against the gate. After a bisect: its probes against the limit."""
+and target lines (and SGLang's adaptive speculation as a reference), the throughput model's predictions against
+the measurements, and stage-1 accuracy per wiring against the gate. After a bisect: its probes against the
+limit."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bisect_eagle.errors import BadInput
+from bisect_eagle.report_model import INTERVAL, ModelError, ModelView, adaptive_lines, model_view
 from bisect_eagle.tracking import Tracking
 
 PLOTTED = ("accept_length", "output_tok_s")
@@ -76,7 +79,8 @@ def best_row(frame: pd.DataFrame, metric: str) -> pd.Series | None:
     return None if ok.empty else ok.loc[ok[metric].idxmax()]
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,10 +90,11 @@ def _pyplot():
 
 
 def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], out: Path,
-                     lines: dict[str, float]) -> Path:
+                     lines: dict[str, float], band: tuple[str, float, float] | None = None) -> Path:
     """One PNG: ``metric`` against each varying setting (a point per trial, a bar at the median), with
-    horizontal lines (e.g. ``{"baseline": 3.0, "target": 4.5}``)."""
-    plt = _pyplot()
+    horizontal lines (e.g. ``{"baseline": 3.0, "target": 4.5}``; red for ``target``, purple for the
+    ``adaptive`` references, dotted when ``predicted``) and an optional shaded ``band`` (label, low, high)."""
+    plt = pyplot()
     n = max(1, len(settings))
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
     for ax, name in zip(axes[0], settings or [None], strict=True):
@@ -106,8 +111,10 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
             ax.set_xlabel(SHORT.get(name, name), fontsize=9)
         ax.set_ylabel(metric, fontsize=9)
         for label, y in lines.items():
-            ax.axhline(y, linestyle="--", linewidth=1.2, color="#d62728" if label.startswith("target") else "#636363",
+            ax.axhline(y, linestyle=":" if "predicted" in label else "--", linewidth=1.2, color=_line_color(label),
                        label=f"{label} {y:.1f}" if abs(y) >= 100 else f"{label} {y:.3g}")
+        if band is not None:
+            ax.axhspan(band[1], band[2], color=_line_color(band[0]), alpha=0.12, label=band[0])
         if lines:
             ax.legend(fontsize=7, loc="best")
     fig.suptitle(f"{metric} per setting (live trials that finished ok)", fontsize=10)
@@ -118,10 +125,15 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
     return path
 
 
+def _line_color(label: str) -> str:
+    """Red for the target, purple for SGLang's adaptive speculation, grey for the rest (the baseline)."""
+    return "#d62728" if label.startswith("target") else "#756bb1" if "adaptive" in label else "#636363"
+
+
 def plot_gate(stage1: pd.DataFrame, out: Path, *, margin: float | None = None) -> Path:
     """One PNG: stage-1 accuracy per wiring (green: passed the gate, grey: rejected) and the gate's threshold
     (``gate_threshold``, else ``gate_reference`` - ``margin``)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = stage1.sort_values("standalone_accuracy")
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.6))
     labels = [str(n).removeprefix("standalone ") for n in rows["run_name"]]
@@ -150,7 +162,7 @@ def plot_gate(stage1: pd.DataFrame, out: Path, *, margin: float | None = None) -
 
 def plot_probes(probes: list[dict], *, judge: dict, out: Path) -> Path:
     """One PNG of a bisect: each probe's samples and median against the judge's limit (red: BAD, green: GOOD)."""
-    plt = _pyplot()
+    plt = pyplot()
     colors = {"GOOD": "#31a354", "BAD": "#d62728"}
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(probes) + 2), 4.2))
     for i, p in enumerate(probes):
@@ -172,6 +184,38 @@ def plot_probes(probes: list[dict], *, judge: dict, out: Path) -> Path:
     return out
 
 
+def plot_predicted(points: pd.DataFrame, *, error: ModelError, target: float | None, out: Path) -> Path:
+    """One PNG: each trial's measured tok/s (x) against its prediction (y) with the interval as an error bar
+    (green: the measurement inside it, red: outside), the line y = x and the target (both axes)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 5.0))
+    for inside, color in ((True, "#31a354"), (False, "#d62728")):
+        sel = points[points["inside"] == inside]
+        if not sel.empty:
+            yerr = [(sel["predicted"] - sel["low"]).clip(lower=0), (sel["high"] - sel["predicted"]).clip(lower=0)]
+            ax.errorbar(sel["measured"], sel["predicted"], yerr=yerr, fmt="o", color=color, ms=4, capsize=3,
+                        label=f"{'inside' if inside else 'outside'} the {INTERVAL} interval ({len(sel)})")
+    values = [*points["measured"], *points["low"], *points["high"], *([target] if target is not None else [])]
+    lo, hi = min(values), max(values)
+    pad = 0.05 * (hi - lo or hi or 1.0)
+    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="#636363", linewidth=1, label="predicted = measured")
+    if target is not None:
+        ax.axvline(target, color="#d62728", linestyle="--", linewidth=1.2, label=f"target {target:.4g}")
+        ax.axhline(target, color="#d62728", linestyle="--", linewidth=1.2)
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.set_xlabel("measured output tok/s", fontsize=9)
+    ax.set_ylabel(f"predicted output tok/s ({INTERVAL} interval)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"predicted vs measured: median error {100 * error.median_rel_error:.1f} %, "
+                 f"{error.inside}/{error.n} inside the {INTERVAL} interval", fontsize=10)
+    fig.tight_layout()
+    path = out / "predicted_vs_measured_output_tok_s.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _applied(names: list[str]) -> str:
     """A probe's changes as a tick label: ``+num_steps,topk``, or their count when that is long."""
     text = "+" + ",".join(names) if names else "good"
@@ -187,10 +231,13 @@ def _sort_key(v: str) -> tuple:
 
 @dataclass
 class Report:
+    """What :func:`write_report` wrote, with the model's side of the study (:mod:`bisect_eagle.report_model`)."""
+
     frame: pd.DataFrame
     best: pd.Series | None
     files: list[Path]
     metric: str
+    model: ModelView
 
 
 def _lines(frame: pd.DataFrame, parent, metric: str, plotted: str) -> dict[str, float]:
@@ -218,15 +265,21 @@ def write_report(tracking: Tracking, parent, *, out: Path) -> Report:
     files.append(out / "best.json")
     files[-1].write_text(json.dumps(None if best is None else best.dropna().to_dict(), indent=2, default=str))
     live = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame
+    model = model_view(tracking, parent, frame)
     if not live.empty:
         settings = varying_settings(live)
         for m in PLOTTED:
             if m in live:
                 lines = _lines(frame, parent, metric, m)
-                files.append(plot_per_setting(live, m, settings=settings, out=out, lines=lines))
+                references, band = adaptive_lines(model.adaptive) if m == "output_tok_s" else ({}, None)
+                files.append(plot_per_setting(live, m, settings=settings, out=out, lines={**lines, **references},
+                                              band=band))
+    if model.error is not None:
+        files.append(plot_predicted(model.points, error=model.error, out=out,
+                                    target=parent.data.metrics.get("target_output_tok_s")))
     stage1 = frame[frame["stage"] == "standalone"] if not frame.empty else frame
     if not stage1.empty and "standalone_accuracy" in stage1:
         margin = parent.data.params.get("gate.margin")
         files.append(plot_gate(stage1, out, margin=None if margin is None else float(margin)))
     tracking.log_files(pid, out, artifact_path="report")
-    return Report(frame, best, files, metric)
+    return Report(frame, best, files, metric, model)

@@ -3,6 +3,11 @@
 A trial is identified by the fingerprint of its *effective* settings, so two requests that an engine runs
 identically (e.g. ``topk = 1`` with any ``num_draft_tokens``: SGLang forces ``num_steps + 1``) are one
 trial and are never measured twice.
+
+``speculative_adaptive`` is SGLang's ``--speculative-adaptive`` (``num_steps`` picked at run time per
+batch-size bucket; ``docs/sglang-facts.md#speculative-adaptive``). It has one spelling in a validated
+:class:`LiveSettings`: ``server_args.speculative_adaptive`` (how it was passed before it was a field) is folded
+into the field, and giving both is refused, so one request never carries two meanings of the same flag.
 """
 
 from __future__ import annotations
@@ -11,12 +16,13 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bisect_eagle.errors import BadInput
 
 NUMERIC = ("num_steps", "topk", "num_draft_tokens", "max_new_tokens", "num_prompts", "warmup_prompts", "concurrency",
            "temperature")
+ADAPTIVE = "speculative_adaptive"
 
 
 class LiveSettings(BaseModel):
@@ -34,10 +40,25 @@ class LiveSettings(BaseModel):
     warmup_prompts: int = Field(2, ge=0)
     concurrency: int = Field(1, ge=1)
     temperature: float = Field(0.0, ge=0, allow_inf_nan=False)
+    speculative_adaptive: bool = Field(False, strict=True)  # SGLang's --speculative-adaptive (module docstring)
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     env: dict[str, str] = Field(default_factory=dict)
     server_args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_adaptive(cls, values: Any) -> Any:
+        """``server_args.speculative_adaptive`` is the field spelled as a flag: folded into it (null = unset)."""
+        if not isinstance(values, dict) or not isinstance(values.get("server_args"), dict) \
+                or ADAPTIVE not in values["server_args"]:
+            return values
+        server_args = dict(values["server_args"])
+        flag = server_args.pop(ADAPTIVE)
+        if ADAPTIVE in values:
+            raise ValueError(f"{ADAPTIVE} and server_args.{ADAPTIVE} are the same SGLang flag "
+                             f"(--speculative-adaptive); give it once, as {ADAPTIVE}")
+        return {**values, "server_args": server_args, **({} if flag is None else {ADAPTIVE: flag})}
 
     @field_validator(*NUMERIC, mode="before")
     @classmethod
@@ -76,20 +97,30 @@ def parse_settings(values: dict[str, Any], where: str) -> LiveSettings:
         return LiveSettings.model_validate(values)
     except ValidationError as e:
         err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "(settings)"
+        if not err["loc"]:  # a rule over several keys: its message names them (the input may hold secrets)
+            raise BadInput(f"{where}: {err.get('ctx', {}).get('error', err['msg'])}") from None
+        key = ".".join(str(p) for p in err["loc"])
         raise BadInput(f"{where}: key {key!r}: {err['msg']} (found {err.get('input')!r})") from None
 
 
 def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
-    """SGLang's EAGLE-family rules applied to a request: (effective settings, warnings about overrides)."""
+    """SGLang's EAGLE-family rules applied to a request: (effective settings, warnings about overrides).
+
+    ``speculative_adaptive`` with ``topk > 1`` is turned off, as SGLang does with only a warning
+    (``adaptive_unsupported_reason``; its reason quoted). Which ``num_steps`` adaptive accepts depends on the
+    server's adaptive config; the sglang planner checks that (``docs/sglang-facts.md#speculative-adaptive``).
+    """
     if s.is_baseline:
         return s.model_copy(update={"num_steps": 0, "topk": 0, "num_draft_tokens": 0,
-                                    "eagle_aux_hidden_state_layer_ids": None}), []
+                                    "eagle_aux_hidden_state_layer_ids": None, ADAPTIVE: False}), []
     if s.num_steps < 1:
         raise BadInput(f"num_steps must be >= 1 for speculative decoding, got {s.num_steps}")
     if s.topk < 1:
         raise BadInput(f"topk must be >= 1, got {s.topk}")
     warnings = []
+    if s.speculative_adaptive and s.topk != 1:
+        warnings.append(adaptive_off_warning(f"speculative_eagle_topk={s.topk} (only topk=1 is supported)"))
+        s = s.model_copy(update={ADAPTIVE: False})
     ndt = s.num_draft_tokens
     if s.topk == 1 and ndt != s.num_steps + 1:
         if ndt is not None:
@@ -101,6 +132,11 @@ def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
     elif ndt is None:
         raise BadInput("num_draft_tokens is required when topk > 1")
     return s.model_copy(update={"num_draft_tokens": ndt}), warnings
+
+
+def adaptive_off_warning(reason: str) -> str:
+    """The warning of a request for adaptive speculation that SGLang turns off, with SGLang's ``reason``."""
+    return f"{ADAPTIVE} is turned off by SGLang: {reason}; it runs the static num_steps, with only a warning"
 
 
 def trial_fingerprint(effective: dict[str, Any]) -> str:

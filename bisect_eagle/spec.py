@@ -21,12 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bisect_eagle import scenarios
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings, check_id_list, parse_settings
+from bisect_eagle.settings import ADAPTIVE, LiveSettings, check_id_list, parse_settings
 
 WIRING_SETTING = "eagle_aux_hidden_state_layer_ids"
 CRITERION_METRICS = ("output_tok_s", "accept_length")
 DEFAULT_SPEC = Path(__file__).resolve().parent / "search" / "default_spec.yaml"
 SPECULATIVE_COUNTS = ("num_steps", "topk")  # >= 1 in every speculative trial (0 is the baseline's)
+ADAPTIVE_FLAG = f"server_args.{ADAPTIVE}"  # the field spelled as a flag, folded into it (settings.py)
 
 
 class _Strict(BaseModel):
@@ -112,6 +113,15 @@ class Confirm(_Strict):
     max_pairs: int = Field(12, ge=2, description="pair budget per candidate (looks at min_pairs, doubling)")
 
 
+class Model(_Strict):
+    """The throughput model in the search (:mod:`bisect_eagle.search.study.guide`): each untried config's tok/s
+    (or accept length) predicted from stage 1 and the trials so far; the most likely to reach the target runs
+    next, and a config whose ``optimism`` quantile misses the target is never launched."""
+
+    enabled: bool = True
+    optimism: float = Field(0.98, gt=0.5, lt=1, description="quantile of the prediction a skipped config misses")
+
+
 class Search(_Strict):
     """Stage 2: the sampler, its seed and the budget (live trials count measured configs, not the baseline)."""
 
@@ -126,6 +136,7 @@ class Search(_Strict):
         description="with repeats > 1: stop repeating a config whose first measurement is below this "
         "fraction of the target (the trial is pruned)")
     confirm: Confirm = Field(default_factory=Confirm)
+    model: Model = Field(default_factory=Model)
 
 
 class Storage(_Strict):
@@ -287,6 +298,17 @@ def _check_space(spec: Spec, path: Path) -> None:
                 raise BadInput(f"{where}.when.{other}: expected a non-empty list of values, found {values!r}")
 
 
+def _check_adaptive_once(spec: Spec, path: Path) -> None:
+    """``speculative_adaptive`` and ``server_args.speculative_adaptive`` are one setting: named once across
+    ``engine.settings`` and ``space``, and by the field's name in ``groups`` (what bisect compares)."""
+    fixed = {f"server_args.{k}" for k in spec.engine.settings.get("server_args") or {}} | set(spec.engine.settings)
+    if {ADAPTIVE, ADAPTIVE_FLAG} <= fixed | set(spec.space):
+        raise BadInput(f"{path}: key {ADAPTIVE_FLAG!r}: it is {ADAPTIVE!r} spelled as a flag, which is also given "
+                       f"(engine.settings or space); keep {ADAPTIVE!r}")
+    if any(ADAPTIVE_FLAG in g for g in spec.groups):
+        raise BadInput(f"{path}: groups: name {ADAPTIVE_FLAG!r} as {ADAPTIVE!r}")
+
+
 def _check_count(name: str, value: Any, where: str) -> None:
     """A searched ``num_steps`` or ``topk`` below 1 would be a speculative trial no engine can run."""
     if name in SPECULATIVE_COUNTS and isinstance(value, (int, float)) and value < 1:
@@ -364,6 +386,7 @@ def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
     spec.fixed_settings()
     for name in (n for g in spec.groups for n in g):
         check_setting_name(name, f"{path}: groups")
+    _check_adaptive_once(spec, path)
     _check_space(spec, path)
     _check_fixed(spec, path)
     _check_criterion(spec, path)

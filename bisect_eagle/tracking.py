@@ -2,12 +2,13 @@
 
 Default store: SQLite in ``./mlruns/mlflow.db`` with artifacts under ``./mlruns/artifacts`` (MLflow >= 3.13
 refuses a plain ``./mlruns`` file store); ``--tracking-uri`` or ``MLFLOW_TRACKING_URI`` override it. Child
-runs carry the tag ``mlflow.parentRunId``; ``stage`` (standalone | baseline | live | reproduce),
+runs carry the tag ``mlflow.parentRunId``; ``stage`` (standalone | baseline | live | confirm | reproduce),
 ``fingerprint``, ``outcome`` (ok | failed | pruned | interrupted | error) and ``owner`` (host:pid:start)
 tag them for caching and resuming. Every run carries MLflow's own source tags (``mlflow.user``,
 ``mlflow.source.git.commit``, ``mlflow.source.name``); a per-position quantity is one metric with ``step`` =
 position (:meth:`Tracking.log_curve`); files a run reads are its dataset inputs (:meth:`Tracking.log_datasets`).
-One client per process; every log call is one ``log_batch``.
+One client per process; every log call is one ``log_batch``. A run of a stage that measures an engine
+(:data:`MEASURED_STAGES`) carries system metrics until :meth:`Tracking.finish` (:mod:`bisect_eagle.sysmetrics`).
 :meth:`Tracking.run_guard` is the one place that ends a run KILLED or FAILED when the code inside it raises.
 """
 
@@ -35,6 +36,7 @@ from typing import Any
 
 from bisect_eagle.errors import BadInput
 from bisect_eagle.secrets import Scrubber
+from bisect_eagle.sysmetrics import SystemMetrics
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ PARENT_TAG = "mlflow.parentRunId"
 NOTE = "mlflow.note.content"  # the markdown description of a run or an experiment in the UI
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 LIVE_STAGES = ("baseline", "live")
+MEASURED_STAGES = ("baseline", "live", "confirm", "reproduce")  # runs of an engine: they carry system metrics
 CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
 PACKAGES = ("bisect-eagle", "torch", "transformers", "optuna", "mlflow", "sglang")
 TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to spare)
@@ -188,6 +191,7 @@ class Tracking:
     experiment_id: str
     client: Any  # mlflow.MlflowClient
     run_tags: dict[str, str] = field(default_factory=source_tags)  # on every run this object starts
+    system_metrics: SystemMetrics = field(default_factory=SystemMetrics)  # of its runs in MEASURED_STAGES
 
     @classmethod
     def open(cls, uri: str, experiment: str, *, description: str | None = None) -> Tracking:
@@ -239,11 +243,14 @@ class Tracking:
 
     def start_run(self, name: str, *, tags: dict[str, str], params: dict[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:
-        """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params."""
+        """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
+        sampled into it until :meth:`finish` when its ``stage`` tag is one of :data:`MEASURED_STAGES`."""
         all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
         run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
         if params:
             self.log(run.info.run_id, params=params)
+        if tags.get("stage") in MEASURED_STAGES:
+            self.system_metrics.start(run.info.run_id, tracking_uri=self.uri)
         return run.info.run_id
 
     def log(self, run_id: str, *, metrics: dict[str, float] | None = None, params: dict[str, str] | None = None,
@@ -296,7 +303,8 @@ class Tracking:
         self.client.log_artifacts(run_id, str(directory), artifact_path)
 
     def finish(self, run_id: str, status: str) -> None:
-        """FINISHED, FAILED or KILLED."""
+        """FINISHED, FAILED or KILLED (its system metrics stopped first, their last sample logged)."""
+        self.system_metrics.stop(run_id)
         self.client.set_terminated(run_id, status)
 
     @contextlib.contextmanager

@@ -108,6 +108,11 @@ def effective_of(tracking: Tracking, run) -> dict[str, Any]:
     return json.loads(tracking.read_text(run.info.run_id, "trial.json"))["effective"]
 
 
+def run_metrics(run) -> dict[str, float]:
+    """A trial run's own metrics: without the ``system/*`` samples MLflow's system-metrics monitor adds."""
+    return {k: v for k, v in run.data.metrics.items() if not k.startswith("system/")}
+
+
 def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | None = None) -> TrialRecord | None:
     """A finished live or baseline trial with this fingerprint (newest first), as a record; None if absent."""
     run = tracking.find_fingerprint(fingerprint, parent_run_id=parent_run_id)
@@ -117,7 +122,7 @@ def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | No
     value = tags.get("value")
     return TrialRecord(
         fingerprint=fingerprint, stage=tags.get("stage", ""), status=tags["outcome"],
-        value=float(value) if value not in (None, "None") else None, metrics=dict(run.data.metrics),
+        value=float(value) if value not in (None, "None") else None, metrics=run_metrics(run),
         effective=effective_of(tracking, run), run_id=run.info.run_id, cached=True,
         failure_class=tags.get("failure_class"), failure_detail=tags.get("failure_detail"),
     )

@@ -8,16 +8,19 @@ For each seed (``--seeds``, at least 20), with every live measurement multiplied
 * ``staged``: the tool itself, :func:`~bisect_eagle.search.study.run_study` with the landscape engine, over the
   wirings the standalone gate passes (``landscape.gate``: stage 1 costs no live trial), with its default TPE
   and its confirmation (``search.confirm`` defaults). A run that is not confirmed within the budget counts as
-  budget + 1 live trials.
+  budget + 1 live trials. Its throughput model (``search.model``, on by default) picks each next config and
+  skips those it predicts cannot reach the target.
+* ``staged_no_model``: the same with ``search.model.enabled: false`` (TPE alone).
 * ``bisect``: :func:`~bisect_eagle.search.bisect.run_bisect` (ratio 0.9 of the good config) between a good
   config and a bad one that adds a planted culprit (a wrong wiring; too many draft steps; or two changes
   harmless alone that break it together) and harmless changes; correct when the culprits it names are exactly
   the planted ones.
 
 Reported per sampler: median and p90 live trials to the target; ``false_success_rate`` (runs of the staged
-search that declared success with a winner whose noise-free value misses the noise-free target) and
-``bisect_correct_rate``. The last line printed is one JSON object. Stores (Optuna, MLflow) live in a
-temporary directory.
+search, with and without the model, that declared success with a winner whose noise-free value misses the
+noise-free target), ``live_trials_to_target_with_model`` (the staged search's median), the model's median
+relative error over the trials it predicted, and ``bisect_correct_rate``. The last line printed is one JSON
+object. Stores (Optuna, MLflow) live in a temporary directory.
 
     python scripts/bench_search.py --noise 0.02              # 20 seeds, a few minutes on 2 cores
     python scripts/bench_search.py --noise 0.02 --seeds 30
@@ -107,9 +110,12 @@ def replay(spec: Spec, *, noise: float, seed: int) -> tuple[int, bool]:
     return CAP + 1, False
 
 
-def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int) -> dict[str, Any]:
-    """The tool's study on the gated space: live trials, success, whether its winner truly misses, samples."""
-    spec = write_spec(tmp, f"staged-{seed}", wirings=gate(), search={"seed": seed, "max_live_trials": BUDGET})
+def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int, model: bool = True) -> dict[str, Any]:
+    """The tool's study on the gated space: live trials, success, whether its winner truly misses, samples,
+    and the model's relative errors (predicted before each measurement)."""
+    name = f"staged-{seed}" if model else f"staged-nomodel-{seed}"
+    spec = write_spec(tmp, name, wirings=gate(),
+                      search={"seed": seed, "max_live_trials": BUDGET, "model": {"enabled": model}})
     engine = LandscapeEngine(noise=noise, seed=seed)
     out = run_study(spec, options=Options(storage=store["optuna"], tracking_uri=store["mlflow"]),
                     engine_factory=lambda s: engine)
@@ -118,8 +124,18 @@ def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int) -> dict
         effective = engine.plan(spec.fixed_settings().model_copy(update=_settings(out.best["params"]))).effective
         false = true_value(effective)[0] < true_target()
     confirm_samples = sum(2 * c["pairs"] for c in (out.confirmations or {}).values())
+    errors = []
+    if model:
+        from bisect_eagle.tracking import Tracking
+
+        tracking = Tracking.open(store["mlflow"], spec.name)
+        for run in tracking.child_runs(out.parent_run_id):
+            m = run.data.metrics
+            if "predicted_output_tok_s" in m and m.get("output_tok_s"):
+                errors.append(abs(m["predicted_output_tok_s"] - m["output_tok_s"]) / m["output_tok_s"])
     return {"trials": out.counts["live_measured"] if out.target_reached else BUDGET + 1,
-            "reached": out.target_reached, "false": false, "confirm_samples": confirm_samples}
+            "reached": out.target_reached, "false": false, "confirm_samples": confirm_samples,
+            "skipped": out.counts["skipped"], "errors": errors}
 
 
 def _settings(params: dict[str, Any]) -> dict[str, Any]:
@@ -158,9 +174,9 @@ def main(
     with tempfile.TemporaryDirectory(prefix="bench-search-") as name:
         tmp = Path(name)
         store = {"optuna": f"sqlite:///{tmp}/optuna.db", "mlflow": f"sqlite:///{tmp}/mlflow.db"}
-        trials: dict[str, list[int]] = {"grid": [], "random": [], "tpe": [], "staged": []}
+        trials: dict[str, list[int]] = {"grid": [], "random": [], "tpe": [], "staged": [], "staged_no_model": []}
         naive_false: list[bool] = []
-        runs = []
+        runs, bare = [], []
         for seed in range(seeds):
             for sampler in ("grid", "random", "tpe"):
                 spec = write_spec(tmp, f"{sampler}-{seed}", wirings=WIRINGS, search={"sampler": sampler, "seed": seed})
@@ -169,6 +185,8 @@ def main(
                 naive_false.append(false)
             runs.append(staged(tmp, store, noise=noise, seed=seed))
             trials["staged"].append(runs[-1]["trials"])
+            bare.append(staged(tmp, store, noise=noise, seed=seed, model=False))
+            trials["staged_no_model"].append(bare[-1]["trials"])
             print(f"seed {seed}: " + ", ".join(f"{k} {v[-1]}" for k, v in trials.items())
                   + f" (confirmed: {runs[-1]['reached']}, {runs[-1]['confirm_samples']} confirm samples)", flush=True)
         correct = [bisect_case(tmp, store, noise=noise, seed=seed) for seed in range(seeds)]
@@ -178,6 +196,12 @@ def main(
         "live_trials_to_target": {k: {"median": statistics.median(v), "p90": _p90(v)} for k, v in trials.items()},
         "staged_reached_rate": len(reached) / seeds,
         "false_success_rate": sum(r["false"] for r in runs) / seeds,
+        "false_success_rate_no_model": sum(r["false"] for r in bare) / seeds,
+        "live_trials_to_target_with_model": statistics.median(trials["staged"]),
+        "live_trials_to_target_without_model": statistics.median(trials["staged_no_model"]),
+        "model_median_rel_error": statistics.median(e for r in runs for e in r["errors"]) if any(
+            r["errors"] for r in runs) else None,
+        "configs_skipped_median": statistics.median(r["skipped"] for r in runs),
         "unconfirmed_false_success_rate": sum(naive_false) / len(naive_false),
         "confirm_samples_median": statistics.median(r["confirm_samples"] for r in runs),
         "bisect_correct_rate": sum(correct) / seeds,

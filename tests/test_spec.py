@@ -135,3 +135,38 @@ def test_bounds_repeats_ids_and_prompts_are_refused_at_load(tmp_path, extra, wor
         load_spec(path)
     for w in [str(path), *words]:
         assert w in str(e.value), str(e.value)
+
+
+def test_speculative_adaptive_is_one_setting_searchable_and_folded_from_its_flag_spelling(tmp_path):
+    spec = load_spec(write(tmp_path, """
+engine: {kind: local, settings: {num_prompts: 4}}
+space:
+  speculative_adaptive: {type: categorical, choices: [false, true]}
+"""))
+    assert spec.fixed_settings().speculative_adaptive is False
+    assert settings_from({**spec.engine.settings, "speculative_adaptive": True}, "here").speculative_adaptive is True
+    folded = settings_from({"server_args.speculative_adaptive": True, "server_args.page_size": 16}, "here")
+    assert folded.speculative_adaptive is True and folded.server_args == {"page_size": 16}
+    assert "speculative_adaptive" in folded.model_fields_set  # what `requested` shows
+    assert settings_from({"server_args": {"speculative_adaptive": None}}, "here").server_args == {}
+    with pytest.raises(BadInput, match="here: speculative_adaptive and server_args.speculative_adaptive are the same"):
+        settings_from({"speculative_adaptive": False, "server_args.speculative_adaptive": True}, "here")
+    with pytest.raises(BadInput, match="here: key 'speculative_adaptive': Input should be a valid boolean"):
+        settings_from({"speculative_adaptive": 1}, "here")
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("engine: {settings: {server_args.speculative_adaptive: true}}\n"
+     "space: {speculative_adaptive: {type: categorical, choices: [false, true]}}\n",
+     ["key 'server_args.speculative_adaptive'", "keep 'speculative_adaptive'"]),
+    ("space: {speculative_adaptive: {type: categorical, choices: [false, true]}, "
+     "server_args.speculative_adaptive: {type: categorical, choices: [true]}}\n", ["server_args.speculative_adaptive"]),
+    ("groups: [[num_steps, server_args.speculative_adaptive]]\n", ["groups", "as 'speculative_adaptive'"]),
+    ("space: {speculative_adaptive: {type: categorical, choices: [false, 'on']}}\n",
+     ["space.speculative_adaptive.choices[1]", "valid boolean"]),
+])
+def test_speculative_adaptive_named_twice_or_not_a_boolean_is_refused_at_load(tmp_path, extra, words):
+    path = write(tmp_path, extra)
+    with pytest.raises(BadInput) as e:
+        load_spec(path)
+    assert str(path) in str(e.value) and all(w in str(e.value) for w in words), str(e.value)

@@ -1,4 +1,5 @@
-"""MLflow tracking: store location, experiment kind, parent/child runs, secrets, cache lookups, staleness."""
+"""MLflow tracking: store location, experiment kind, parent/child runs, secrets, cache lookups, staleness, system
+metrics."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,64 @@ def test_stage1_artifacts_carry_the_gate_decision(tracking):
         assert body["passed"] is passed and json.loads(run.data.tags["verdict"])["passed"] is passed
         assert run.data.tags["gate"] == ("pass" if passed else "reject")
         assert run.data.metrics["gate_threshold"] == pytest.approx(0.87) and body["gate"]["reference"] == 0.9
+
+
+def new_monitor_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    """MLflow's system-metrics threads started since ``before`` (other tests' open runs keep theirs)."""
+    return [t for t in set(threading.enumerate()) - before if t.name == "SystemMetricsMonitor"]
+
+
+def test_a_live_trial_of_the_local_engine_carries_system_metrics(tracking, tiny):
+    """MLflow's own system metrics, sampled while the trial runs and stopped with its run (no thread left)."""
+    from bisect_eagle.engines.local import LocalEngine
+
+    parent = tracking.start_run("study-system-metrics", tags={"role": "study"})
+    before = set(threading.enumerate())
+    settings = LiveSettings(device="cpu", num_steps=2, num_prompts=1, warmup_prompts=0, max_new_tokens=8)
+    with LocalEngine(tiny.target, tiny.draft, tiny.prompts) as engine:
+        ctx = TrialContext(Spec(name="unit"), tracking, "s", parent, engine=engine)
+        record = run_live_trial(ctx, ctx.plan(settings), stage="live", parent_run_id=parent)
+    run = tracking.get_run(record.run_id)
+    assert record.status == "ok" and run.info.status == "FINISHED"
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(run.data.metrics)
+    assert record.run_id not in tracking.system_metrics.running()
+    assert not new_monitor_threads(before)
+    assert not any(k.startswith("system/") for k in tracking.get_run(parent).data.metrics)  # the study run: none
+
+
+def test_system_metrics_go_to_their_own_run_and_stop_with_it(tracking):
+    before = set(threading.enumerate())
+    a = tracking.start_run("a", tags={"stage": "baseline"})
+    b = tracking.start_run("b", tags={"stage": "confirm"})
+    plain = tracking.start_run("s", tags={"stage": "standalone"})
+    assert {a, b} <= set(tracking.system_metrics.running()) and plain not in tracking.system_metrics.running()
+    assert len(new_monitor_threads(before)) == 2
+    tracking.finish(b, "FINISHED")  # b ends while a goes on
+    assert a in tracking.system_metrics.running() and b not in tracking.system_metrics.running()
+    assert len(new_monitor_threads(before)) == 1
+    tracking.finish(a, "FINISHED")
+    tracking.finish(plain, "FINISHED")
+    assert not new_monitor_threads(before)
+    for run_id in (a, b):  # shorter than the sampling interval: still one sample, taken at the end
+        samples = tracking.client.get_metric_history(run_id, "system/cpu_utilization_percentage")
+        assert samples and [m.step for m in samples] == list(range(len(samples)))
+    assert not any(k.startswith("system/") for k in tracking.get_run(plain).data.metrics)
+
+
+def test_an_interrupted_trial_stops_its_system_metrics(tracking):
+    before = set(threading.enumerate())
+    run_id = tracking.start_run("interrupted", tags={"stage": "live"})
+    with pytest.raises(KeyboardInterrupt), tracking.run_guard(run_id):
+        raise KeyboardInterrupt
+    run = tracking.get_run(run_id)
+    assert run.info.status == "KILLED" and "system/system_memory_usage_percentage" in run.data.metrics
+    assert not new_monitor_threads(before) and run_id not in tracking.system_metrics.running()
+
+
+def test_mlflow_switch_turns_system_metrics_off(tracking, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
+    before = set(threading.enumerate())
+    run_id = tracking.start_run("off", tags={"stage": "live"})
+    assert run_id not in tracking.system_metrics.running() and not new_monitor_threads(before)
+    tracking.finish(run_id, "FINISHED")
+    assert not any(k.startswith("system/") for k in tracking.get_run(run_id).data.metrics)

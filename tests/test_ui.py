@@ -1,19 +1,36 @@
 """The MLflow UI, served by `bisect-eagle ui`'s server helpers and opened in headless Chromium after a study and a
 bisect: the parent run shows the verdict and links the best child; the best child shows its effective params and
-its per-position acceptance curve; the bisect's probes are in their own experiment, not among the search's trials.
+its per-position acceptance curve; the bisect's probes are in their own experiment, not among the search's trials;
+the saved view of the live trials opens sorted, with its columns. Without Chromium, the view's state, its tag and
+its URL are checked against what the installed MLflow's runs page reads (its JS bundle).
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from bisect_eagle.cli.ui import free_ui_port, run_url, runs_url, start_ui_server, stop_ui_server, wait_ready
+from bisect_eagle.cli.ui import (
+    LIVE_VIEW_KEY,
+    VIEW_PARAM,
+    VIEW_TAG,
+    free_ui_port,
+    live_view_state,
+    run_url,
+    runs_url,
+    save_live_view,
+    searched_params,
+    start_ui_server,
+    stop_ui_server,
+    wait_ready,
+)
 from bisect_eagle.search.bisect.run import bisect_experiment
+from bisect_eagle.spec import DEFAULT_SPEC, load_spec
 from bisect_eagle.tracking import Tracking
 
 from helpers import tiny_fake_bisect, tiny_fake_study
@@ -21,8 +38,10 @@ from helpers import tiny_fake_bisect, tiny_fake_study
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
-                                reason="/usr/bin/chromium is absent (Debian: apt-get install -y chromium)")
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
+                                    reason="/usr/bin/chromium is absent (Debian: apt-get install -y chromium)")
+RUNS_PAGE_FACETS = ("searchFilter", "orderByKey", "orderByAsc", "startTime", "lifecycleFilter", "modelVersionFilter",
+                    "datasetsFilter")  # with any of these in the URL the runs page ignores a saved view
 
 
 @pytest.fixture(scope="module")
@@ -40,19 +59,19 @@ def served(tmp_path_factory):
         stop_ui_server(proc)
 
 
-def chromium(url: str, profile: Path, *extra: str, budget_ms: int = 15000) -> str:
-    argv = [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", "--window-size=1400,1800",
+def chromium(url: str, profile: Path, *extra: str, budget_ms: int = 15000, width: int = 1400) -> str:
+    argv = [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},1800",
             f"--virtual-time-budget={budget_ms}", *extra, url]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=True)
     return html.unescape(done.stdout)
 
 
-def dom_of(url: str, profile: Path, expected: str) -> str:
+def dom_of(url: str, profile: Path, expected: str, *, width: int = 1400) -> str:
     """The page's DOM once it shows ``expected`` (a loaded machine renders late: up to three tries)."""
     dom = ""
     for attempt in range(3):
         dom = chromium(url, profile.with_name(f"{profile.name}-{attempt}"), "--dump-dom",
-                       budget_ms=15000 * (attempt + 1))
+                       budget_ms=15000 * (attempt + 1), width=width)
         if expected in dom:
             break
     return dom
@@ -62,6 +81,7 @@ def run_names(dom: str, experiment_id: str) -> list[str]:
     return re.findall(rf'href="#/experiments/{experiment_id}/runs/[0-9a-f]+"><span[^>]*>([^<]*)<', dom)
 
 
+@needs_chromium
 def test_the_parent_run_page_shows_the_verdict_and_links_the_best_child(served, tmp_path):
     root, out, _, port = served
     url = run_url(port, experiment_id=out.experiment_id, run_id=out.parent_run_id)
@@ -73,6 +93,7 @@ def test_the_parent_run_page_shows_the_verdict_and_links_the_best_child(served, 
     assert (root / "parent.png").stat().st_size > 10_000
 
 
+@needs_chromium
 def test_the_best_child_shows_effective_params_and_the_acceptance_curve(served, tmp_path):
     root, out, _, port = served
     best = out.best["run_id"]
@@ -90,6 +111,7 @@ def test_the_best_child_shows_effective_params_and_the_acceptance_curve(served, 
     assert [m.step for m in curve] == list(range(int(run.data.params["num_steps"])))
 
 
+@needs_chromium
 def test_bisect_runs_are_not_among_the_search_trials(served, tmp_path):
     _, out, bisect, port = served
     search = Tracking.open(out.tracking_uri, "tiny")
@@ -109,11 +131,71 @@ def test_bisect_runs_are_not_among_the_search_trials(served, tmp_path):
     assert "**Breaking sets**" in note and "| probe | changes applied |" in note
 
 
-def test_live_trials_url_filters_and_sorts_with_the_runs_page_parameters(served, tmp_path):
+@needs_chromium
+def test_the_live_trials_view_opens_best_first_with_the_columns_that_matter(served, tmp_path):
+    """Wide enough for every column (the grid renders only the columns in sight; the assistant panel takes a third)."""
     _, out, _, port = served
-    url = runs_url(port, out.experiment_id, study=out.study, metric=out.metric)
-    assert "searchFilter=tags.study%20%3D%20" in url and "orderByKey=metrics.%60accept_length%60" in url
-    dom = dom_of(url, tmp_path / "profile", "live ")
+    tracking = Tracking.open(out.tracking_uri, "tiny")
+    searched = searched_params(load_spec(DEFAULT_SPEC))
+    view = save_live_view(tracking.client, out.experiment_id, study=out.study, metric=out.metric, searched=searched)
+    dom = dom_of(runs_url(port, out.experiment_id, view=view), tmp_path / "profile", "live ", width=2600)
     shown = run_names(dom, out.experiment_id)
     assert shown and all(n.startswith("live ") for n in shown)
-    assert shown[0] == Tracking.open(out.tracking_uri, "tiny").get_run(out.best["run_id"]).info.run_name
+    assert shown[0] == tracking.get_run(out.best["run_id"]).info.run_name
+    headers = set(re.findall(r'col-id="([^"]+)"', dom))
+    wanted = live_view_state(study=out.study, metric=out.metric, searched=searched)["selectedColumns"]
+    assert set(wanted) <= headers, sorted(set(wanted) - headers)
+    assert {"metrics.`output_tok_s_ratio_to_baseline`", "params.`num_steps`", "tags.`stage`"} <= headers
+    assert "params.`requested.num_draft_tokens`" not in headers  # only the selected columns, not every param
+    assert "bisect-eagle: live trials of" in dom  # the view is named in the page's "Views" menu
+
+
+def test_searched_params_are_the_wiring_and_the_space():
+    spec = load_spec(DEFAULT_SPEC)
+    assert searched_params(spec) == ["eagle_aux_hidden_state_layer_ids", "num_steps", "num_draft_tokens"]
+    spec.standalone.wirings = []
+    assert searched_params(spec) == ["num_steps", "num_draft_tokens"]
+
+
+def test_the_live_view_state_filters_sorts_and_selects_columns():
+    state = live_view_state(study="tiny-1", metric="accept_length", searched=["num_steps"])
+    assert state["searchFilter"] == "tags.study = 'tiny-1' and tags.stage = 'live'"
+    assert state["orderByKey"] == "metrics.`accept_length`" and state["orderByAsc"] is False
+    assert state["selectedColumns"] == [
+        "metrics.`accept_length`", "metrics.`accept_length_ratio_to_baseline`", "metrics.`output_tok_s`",
+        "metrics.`output_tok_s_ratio_to_baseline`", "params.`num_steps`", "tags.`stage`"]
+    tok_s = live_view_state(study="s", metric="output_tok_s", searched=[])["selectedColumns"]
+    assert tok_s[:2] == ["metrics.`output_tok_s`", "metrics.`output_tok_s_ratio_to_baseline`"]
+    assert len(tok_s) == len(set(tok_s)) == 5
+
+
+def test_the_view_is_one_experiment_tag_in_the_runs_page_envelope(tmp_path):
+    tracking = Tracking.open(f"sqlite:///{tmp_path}/mlflow.db", "views")
+    for study in ("s-1", "s-2"):
+        key = save_live_view(tracking.client, tracking.experiment_id, study=study, metric="accept_length",
+                             searched=["num_steps"])
+    tags = tracking.client.get_experiment(tracking.experiment_id).tags
+    assert [k for k in tags if k.startswith(VIEW_TAG)] == [VIEW_TAG + key]  # replaced, not one per study
+    envelope = json.loads(tags[VIEW_TAG + LIVE_VIEW_KEY])
+    assert envelope["name"] == "bisect-eagle: live trials of s-2"
+    assert isinstance(envelope["createdAt"], int) and envelope["updatedAt"] >= envelope["createdAt"]
+    assert json.loads(envelope["state"]) == live_view_state(study="s-2", metric="accept_length", searched=["num_steps"])
+
+
+def test_the_view_url_carries_no_facet_that_would_override_it():
+    url = runs_url(5000, "7", view=LIVE_VIEW_KEY)
+    assert url == (f"http://127.0.0.1:5000/#/experiments/7/runs?{VIEW_PARAM}={LIVE_VIEW_KEY}"
+                   "&compareRunsMode=TABLE&workflowType=machine_learning")
+    assert not any(f"{facet}=" in url for facet in RUNS_PAGE_FACETS)
+    assert runs_url(5000, None) == "http://127.0.0.1:5000/"
+
+
+def test_the_installed_runs_page_reads_what_ui_writes():
+    """The names ui relies on are in the installed MLflow's UI bundle (a newer MLflow that drops one fails here)."""
+    import mlflow
+
+    bundle = Path(mlflow.__file__).parent / "server" / "js" / "build" / "static" / "js"
+    text = "".join(p.read_text(errors="replace") for p in bundle.glob("*.js"))
+    for name in (VIEW_PARAM, VIEW_TAG, '"compareRunsMode"', '"workflowType"', "createdAt", "selectedColumns",
+                 *(f'"{facet}"' for facet in RUNS_PAGE_FACETS)):
+        assert name in text, name

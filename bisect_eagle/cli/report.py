@@ -1,15 +1,23 @@
-"""``bisect-eagle report``: a study's target, verdict and best run, its live trials (fits 80 columns), and plots
-(also logged to MLflow)."""
+"""``bisect-eagle report``: a study's target, verdict and best run, the throughput model's error, SGLang's adaptive
+speculation and the best config per concurrency level, its live trials (fits 80 columns), and plots (also logged
+to MLflow)."""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import typer
 
 from bisect_eagle.cli.common import load_spec_or_default, print_json, quiet_libraries
+from bisect_eagle.report_model import INTERVAL, best_measured, measured_per_concurrency, per_concurrency
+
+if TYPE_CHECKING:
+    from bisect_eagle.report import Report
+    from bisect_eagle.report_model import Adaptive, ModelView
 
 URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
 SETTING_COLUMNS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
@@ -103,6 +111,89 @@ def trial_lines(frame: pd.DataFrame, metric: str, *, settings: list[str]) -> lis
     return lines
 
 
+def model_lines(rep: Report, *, settings: list[str]) -> list[str]:
+    """The throughput model: its error over the trials it predicted and the configs it skipped, SGLang's adaptive
+    speculation against the best measured config (at the adaptive config's concurrency when ``model.json`` names
+    it), and the best config per concurrency level."""
+    view = rep.model
+    lines = [line for note in view.notes for line in wrapped(note)]
+    skipped = "" if view.skipped is None else (
+        f"{view.skipped or 'no'} config{'' if view.skipped == 1 else 's'} skipped as predicted below the target")
+    if view.error is not None:
+        e = view.error
+        lines += wrapped(f"model: median error {100 * e.median_rel_error:.1f} % over {e.n} "
+                         f"trial{'' if e.n == 1 else 's'}, {e.inside}/{e.n} inside the {INTERVAL} interval"
+                         + (f"; {skipped}" if skipped else ""))
+    elif skipped:
+        lines += wrapped(f"model: {skipped}")
+    adaptive_params = ((view.artifact or {}).get("adaptive") or {}).get("params") or {}
+    best = best_measured(rep.frame, concurrency=adaptive_params.get("concurrency"))
+    lines += adaptive_text(view.adaptive, best=best)
+    return lines + concurrency_lines(view.artifact, rep.frame, settings=settings)
+
+
+def adaptive_text(adaptive: Adaptive | None, *, best: float | None) -> list[str]:
+    """SGLang's ``--speculative-adaptive`` on the best config (predicted, and measured when a trial ran it),
+    and whether the best measured config beats it (above its interval), loses (below) or cannot tell."""
+    if adaptive is None:
+        return []
+    lines = []
+    if adaptive.predicted is not None:
+        interval = ("" if adaptive.low is None or adaptive.high is None else
+                    f" ({INTERVAL} interval {num(adaptive.low)} to {num(adaptive.high)})")
+        text = (f"SGLang adaptive (--speculative-adaptive) on the best config: predicted "
+                f"{num(adaptive.predicted)} tok/s{interval}")
+        if best is not None and interval:
+            text += f"; the best measured config ({num(best)}) " + (
+                "beats it" if best > adaptive.high else "loses to it" if best < adaptive.low
+                else "is inside that interval: no clear winner")
+        elif best is not None:
+            text += f"; the best measured config: {num(best)} ({best / adaptive.predicted:.2f}x)"
+        lines += wrapped(text)
+    if adaptive.measured is not None:
+        lines += wrapped(f"SGLang adaptive measured: {num(adaptive.measured)} tok/s "
+                         f"(run {adaptive.measured_run_id[:8]})")
+    return lines
+
+
+def params_text(params: dict, names: list[str]) -> str:
+    """A config's params as ``steps=3 topk=1``: the searched settings among them, else all."""
+    shown = [n for n in names if n in params] or list(params)
+    return " ".join(f"{SHORT.get(n, n.removeprefix('num_'))}={params[n]}" for n in shown)
+
+
+def concurrency_lines(artifact: dict | None, frame: pd.DataFrame, *, settings: list[str]) -> list[str]:
+    """The model's best config per concurrency level (``model.json``) and, when concurrency was searched, the best
+    measured trial per level."""
+    lines = []
+    predicted = per_concurrency(artifact)
+    if predicted:
+        lines.append("best config per concurrency (predicted by the model):")
+    for r in predicted:
+        interval = f" ({INTERVAL}: {num(r.get('low'))} to {num(r.get('high'))})" if r.get("low") is not None else ""
+        value, base = r.get("predicted_output_tok_s"), r.get("baseline_predicted_output_tok_s")
+        ratio = f", {value / base:.2f}x baseline {num(base)}" if value and base else ""
+        ran = f"; measured in run {r['measured_run_id'][:8]}" if r.get("measured_run_id") else "; not measured"
+        lines += wrapped(f"  concurrency {r['concurrency']}: {num(value)} tok/s{interval}"
+                         f"{ratio}; {params_text(r.get('best_params') or {}, settings)}{ran}", indent="    ")
+    measured = measured_per_concurrency(frame)
+    if not measured.empty:
+        lines.append("best measured per concurrency:")
+    for _, r in measured.iterrows():
+        lines += wrapped(f"  concurrency {r['concurrency']}: {num(r['output_tok_s'])} tok/s, run "
+                         f"{str(r['run_id'])[:8]}; {setting_text(r, [n for n in settings if n != 'concurrency'])}",
+                         indent="    ")
+    return lines
+
+
+def model_json(view: ModelView) -> dict:
+    """The model's side of the report for ``--json``: error, skipped count, adaptive reference, ``model.json``
+    and one record per predicted trial."""
+    return {"error": None if view.error is None else asdict(view.error), "skipped": view.skipped,
+            "adaptive": None if view.adaptive is None else asdict(view.adaptive), "artifact": view.artifact,
+            "points": view.points.to_dict(orient="records"), "notes": view.notes}
+
+
 def report(
     spec: Path = typer.Argument(None, help="The study's spec YAML (default: the embedded tiny scenario spec)."),
     study_name: str = typer.Option(None, help="Study to report (default: the spec's newest)."),
@@ -123,12 +214,14 @@ def report(
     if as_json:
         print_json({"study": study, "parent_run_id": parent.info.run_id, "metric": rep.metric, "best": best,
                     "verdict": parent.data.tags.get("outcome"), "files": [str(f) for f in rep.files],
-                    "trials": rep.frame.to_dict(orient="records")})
+                    "model": model_json(rep.model), "trials": rep.frame.to_dict(orient="records")})
         return
     frame = rep.frame
     live_ok = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame
     settings = varying_settings(live_ok) if len(live_ok) > 1 else [c for c in SETTING_COLUMNS if c in frame]
-    lines = [*summary_lines(parent, rep), "", *trial_lines(frame, rep.metric, settings=settings), "",
+    model = model_lines(rep, settings=settings)
+    lines = [*summary_lines(parent, rep), "", *model, *([""] if model else []),
+             *trial_lines(frame, rep.metric, settings=settings), "",
              "wrote (also logged to the study's run, under report/):", f"  {folder}/"]
     lines += [f"    {f.name}" for f in rep.files]
     for line in lines:

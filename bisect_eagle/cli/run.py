@@ -82,6 +82,9 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
             state = "duplicate" if t["duplicate"] else t["state"].lower()
             table.add_row(str(t["number"]), escape(_short(t["params"])), value, ratio, state, (t["run_id"] or "")[:8])
         console.print(table)
+    if out.counts.get("skipped"):
+        console.print(f"the throughput model skipped {out.counts['skipped']} proposed configs predicted below the "
+                      "target (bisect-eagle report: predicted vs measured)", markup=False)
     if out.target_reached:
         console.print(f"[green]target reached[/green]: {escape(out.verdict)}")
     else:

@@ -1,11 +1,33 @@
 """``bisect-eagle ui``: the MLflow UI for the store (``mlflow server`` on 127.0.0.1), with two URLs: the newest
 study's parent run (its description is the answer: verdict, best config, export command) and its live trials, best
-first. The runs URL uses the runs page's own query parameters (``searchFilter``, ``orderByKey``, ``orderByAsc``);
-the experiment's ``mlflow.experimentKind`` tag (set by :mod:`bisect_eagle.tracking`) keeps MLflow 3 from opening
-it in GenAI mode, and ``workflowType=machine_learning`` opens the UI in its "Model training" mode."""
+first, with the columns that matter.
+
+The runs table opens in one of the runs page's saved views (MLflow >= 3.15: "Views -> Save as new view" in the
+UI, shareable by URL): a view is the experiment tag ``mlflow.sharedViewState.<key>`` holding
+``{"name", "createdAt", "updatedAt", "state"}`` with ``state`` the page's state as JSON (the search facets
+``searchFilter``, ``orderByKey``, ``orderByAsc`` and the table's ``selectedColumns``), and
+``#/experiments/<id>/runs?viewStateShareKey=<key>`` opens it. Columns are not a URL parameter of the runs page
+in 3.17 (its own parameters are only the facets above plus ``startTime``, ``lifecycleFilter``,
+``modelVersionFilter``, ``datasetsFilter``, ``compareRunsMode`` and ``workflowType``),
+and a URL that carries a facet makes the page ignore the view, so the view's URL carries none.
+:func:`save_live_view` writes one view per experiment (key ``bisect-eagle-live-trials``, overwritten by each
+``ui``): the newest study's live trials, best first, with the criterion metric, accept length, output tok/s
+and their ratios to the baseline, the searched params and the stage. The experiment's ``mlflow.experimentKind``
+tag (set by :mod:`bisect_eagle.tracking`) keeps MLflow 3 from opening it in GenAI mode, and
+``workflowType=machine_learning`` opens the UI in its "Model training" mode.
+
+The assistant panel: MLflow 3.17 opens it by itself on a browser's first visit to a server it considers local
+(the page's host is ``localhost``, ``127.0.0.1`` or ``::1``) and remembers in the browser's localStorage, per
+origin, that it did (``mlflow.assistant.fab.autoOpenedOnFirstLoad_v1``) and whether the panel is open
+(``mlflow.assistant.panelOpen_v1``). ``mlflow server`` has no option or environment variable that turns the
+panel off (``MLFLOW_ENABLE_REMOTE_ASSISTANT`` only opens its API to remote clients) and the UI reads no URL
+parameter for it, so nothing on the server or URL side keeps it closed. Closing it once is remembered per
+browser and port (hence the fixed default port, 5000), and ``ui`` says so when it starts.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -13,14 +35,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import typer
 
 from bisect_eagle.cli.report import URI_HELP
 from bisect_eagle.errors import BadInput
+from bisect_eagle.spec import WIRING_SETTING, Spec
+from bisect_eagle.trials import ratio_name
 
 MODE = {"workflowType": "machine_learning"}  # the UI's "Model training" mode (its mode switch sets this parameter)
+VIEW_TAG = "mlflow.sharedViewState."  # + key: a saved view of the runs page (MLflow >= 3.15)
+VIEW_PARAM = "viewStateShareKey"  # the runs page's parameter that opens a saved view
+LIVE_VIEW_KEY = "bisect-eagle-live-trials"
+ASSISTANT_NOTE = ("MLflow opens its assistant panel on a browser's first visit: close it once\n"
+                  "and that browser keeps it closed on 127.0.0.1:{port}.")
+HEADLINE = ("accept_length", "output_tok_s")  # shown with their ratios to the baseline beside the criterion
 
 
 def server_argv(tracking_uri: str, port: int) -> list[str]:
@@ -29,19 +60,46 @@ def server_argv(tracking_uri: str, port: int) -> list[str]:
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
 
 
-def runs_url(port: int, experiment_id: str | None, *, study: str | None = None, metric: str | None = None) -> str:
-    """The runs table of an experiment; with ``study``, its live trials only, best ``metric`` first."""
+def searched_params(spec: Spec) -> list[str]:
+    """The params a study of ``spec`` searches: the wiring (when stage 1 has candidates) and ``space``."""
+    return ([WIRING_SETTING] if spec.standalone.wirings else []) + [n for n in spec.space if n != WIRING_SETTING]
+
+
+def column(kind: str, name: str) -> str:
+    """A runs-table column as the runs page names it: ``metrics.`accept_length```."""
+    return f"{kind}.`{name}`"
+
+
+def live_view_state(*, study: str, metric: str, searched: list[str]) -> dict[str, Any]:
+    """The runs page's state for a study's live trials: best ``metric`` first, the columns that matter."""
+    metrics = dict.fromkeys(m for name in (metric, *HEADLINE) for m in (name, ratio_name(name)))
+    columns = [column("metrics", m) for m in metrics] + [column("params", p) for p in searched]
+    return {"searchFilter": f"tags.study = '{study}' and tags.stage = 'live'",
+            "orderByKey": column("metrics", metric), "orderByAsc": False,
+            "selectedColumns": [*columns, column("tags", "stage")]}
+
+
+def save_view(client: Any, experiment_id: str, *, key: str, name: str, state: dict[str, Any]) -> None:
+    """Save ``state`` as the experiment's runs-page view ``key`` (listed under "Views" as ``name``), replacing it."""
+    now = int(time.time() * 1000)
+    envelope = {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
+    client.set_experiment_tag(experiment_id, VIEW_TAG + key, json.dumps(envelope))
+
+
+def save_live_view(client: Any, experiment_id: str, *, study: str, metric: str, searched: list[str]) -> str:
+    """The experiment's view of ``study``'s live trials (one per experiment, replaced); returns its key."""
+    state = live_view_state(study=study, metric=metric, searched=searched)
+    save_view(client, experiment_id, key=LIVE_VIEW_KEY, name=f"bisect-eagle: live trials of {study}", state=state)
+    return LIVE_VIEW_KEY
+
+
+def runs_url(port: int, experiment_id: str | None, *, view: str | None = None) -> str:
+    """The runs table of an experiment, opened in saved view ``view`` when given."""
     base = f"http://127.0.0.1:{port}/"
     if not experiment_id:
         return base
-    url = f"{base}#/experiments/{experiment_id}/runs"
-    query = dict(MODE)
-    if study is None:
-        return f"{url}?{urlencode(query)}"
-    query["searchFilter"] = f"tags.study = '{study}' and tags.stage = 'live'"
-    if metric:
-        query |= {"orderByKey": f"metrics.`{metric}`", "orderByAsc": "false"}
-    return f"{url}?{urlencode(query, quote_via=quote)}"
+    query = {VIEW_PARAM: view, "compareRunsMode": "TABLE"} if view else {}
+    return f"{base}#/experiments/{experiment_id}/runs?{urlencode(query | MODE, quote_via=quote)}"
 
 
 def run_url(port: int, *, experiment_id: str, run_id: str) -> str:
@@ -126,20 +184,21 @@ def ui(
     experiment = client.get_experiment_by_name(s.name)
     studies = [] if experiment is None else client.search_runs(
         [experiment.experiment_id], "tags.role = 'study'", order_by=["attributes.start_time DESC"], max_results=1)
+    view = None
+    if studies:
+        parent, metric = studies[0], studies[0].data.params.get("criterion.metric", s.criterion.metric)
+        view = save_live_view(client, experiment.experiment_id, study=parent.data.tags.get("study", ""),
+                              metric=metric, searched=searched_params(s))
     proc = start_ui_server(uri, port)
     try:
         wait_ready(proc, port)
         print(f"MLflow UI for {uri} (Ctrl-C stops it)")
+        print(ASSISTANT_NOTE.format(port=port))
         if studies:
-            parent = studies[0]
             print(f"study {parent.data.tags.get('study')}: the answer (verdict, best config):")
             print(f"  {run_url(port, experiment_id=experiment.experiment_id, run_id=parent.info.run_id)}")
-            print("its live trials, best first:")
-            live = runs_url(port, experiment.experiment_id, study=parent.data.tags.get("study"),
-                            metric=parent.data.params.get("criterion.metric"))
-            print(f"  {live}")
-        else:
-            print(f"  {runs_url(port, experiment.experiment_id if experiment else None)}")
+            print("its live trials, best first (a saved view of the runs page, under Views):")
+        print(f"  {runs_url(port, experiment.experiment_id if experiment else None, view=view)}")
         proc.wait()
     except KeyboardInterrupt:
         typer.echo("stopping the MLflow UI")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bisect_eagle.secrets import digest_mapping, redact_argv, redact_mapping
-from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.settings import ADAPTIVE, LiveSettings, apply_speculative_rules
 
 SPECULATIVE_FIELDS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
 
@@ -105,12 +105,19 @@ def speculative_effective(settings: LiveSettings) -> tuple[dict[str, Any], list[
     """SGLang's speculative rules applied: (effective fields in clear, warnings, refusal or None).
 
     The baseline drops every speculative field to its neutral value; a request the rules refuse keeps its
-    requested values and carries the reason.
+    requested values and carries the reason. ``speculative_adaptive`` appears only when on, so the effective
+    settings (and fingerprints) of configs without it are what they were before the field existed.
     """
     from bisect_eagle.errors import BadInput
 
     try:
         eff, warnings = apply_speculative_rules(settings)
     except BadInput as e:
-        return settings.model_dump(mode="json"), [], str(e)
-    return eff.model_dump(mode="json"), warnings, None
+        return _adaptive_only_when_on(settings.model_dump(mode="json")), [], str(e)
+    return _adaptive_only_when_on(eff.model_dump(mode="json")), warnings, None
+
+
+def _adaptive_only_when_on(effective: dict[str, Any]) -> dict[str, Any]:
+    if not effective.get(ADAPTIVE):
+        effective.pop(ADAPTIVE, None)
+    return effective

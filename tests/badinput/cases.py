@@ -177,6 +177,13 @@ SPEC_CASES: list[tuple[str, Callable[[Path], Bad]]] = [
     ("sglang-ids-out-of-range", spec_case(settings(**{WIRING: [1, 5, 77]}), f"engine.settings.{WIRING}",
                                           engine="sglang")),
     ("sglang-num-prompts-zero", spec_case(settings(num_prompts=0), "num_prompts", engine="sglang")),
+    ("sglang-adaptive-twice-fixed", spec_case(settings(speculative_adaptive=True, server_args={
+        "speculative_adaptive": True}), "server_args.speculative_adaptive", engine="sglang")),
+    ("sglang-adaptive-searched-and-fixed", spec_case(lambda raw: (
+        settings(**{"server_args.speculative_adaptive": True})(raw),
+        space(speculative_adaptive={"type": "categorical", "choices": [False, True]})(raw)),
+        "server_args.speculative_adaptive", engine="sglang")),
+    ("adaptive-not-a-boolean", spec_case(settings(speculative_adaptive="on"), "speculative_adaptive")),
     ("sglang-prompts-missing-live", spec_case(top(prompts="/nonexistent/bench.jsonl"), "prompts", engine="sglang")),
     ("worker-spec-ids-repeated", spec_case(settings(**{WIRING: [5, 5, 9]}), WIRING, command="worker")),
     ("doctor-spec-num-prompts-zero", spec_case(settings(num_prompts=0), "num_prompts", command="doctor")),

@@ -54,6 +54,22 @@ def test_run_outcome_fits(store, monkeypatch):
     assert "  bisect-eagle ui\n" in text
 
 
+def test_run_outcome_says_what_the_model_skipped(store, monkeypatch):
+    from dataclasses import replace
+
+    from bisect_eagle.cli.run import print_outcome
+
+    root, _, out, _ = store
+    monkeypatch.chdir(root)
+    for skipped, shown in ((0, False), (3, True)):
+        buf = io.StringIO()
+        print_outcome(replace(out, counts={**out.counts, "skipped": skipped}), Console(file=buf, width=80))
+        text = buf.getvalue()
+        fits(text)
+        assert ("the throughput model skipped 3 proposed configs predicted below the target" in
+                " ".join(text.split())) is shown
+
+
 def test_report_fits_and_states_target_verdict_and_best(store):
     root, uri, out, _ = store
     done = CliRunner().invoke(app, ["report", "--tracking-uri", uri, "--out", str(root / "report")])

@@ -188,6 +188,27 @@ def test_ignored_and_default_settings_do_not_change_the_plan(engine):
     assert fresh.plan(LiveSettings(**FAST)).fingerprint == base and fresh._models == {}  # planning loads nothing
 
 
+# Fingerprints of today's configs (before speculative_adaptive existed): a false value leaves each unchanged.
+FINGERPRINTS = [({}, "75ae9069ce5e053e"), ({"num_steps": 5, "eagle_aux_hidden_state_layer_ids": [2, 6, 10]},
+                                          "f3a14c8d380d29f4"),
+                ({"speculative_algorithm": "none"}, "dd0f544b3e41d43b")]
+
+
+@pytest.mark.parametrize("request_, fingerprint", FINGERPRINTS)
+def test_adaptive_off_leaves_the_plan_as_it_was_and_on_is_refused(engine, request_, fingerprint):
+    for off in ({}, {"speculative_adaptive": False}, {"server_args": {"speculative_adaptive": False}}):
+        plan = engine.plan(LiveSettings(**request_, **off))
+        assert plan.fingerprint == fingerprint and "speculative_adaptive" not in plan.effective, off
+    on = engine.plan(LiveSettings(**request_, speculative_adaptive=True))
+    if on.is_baseline:  # the baseline drafts nothing: adaptive has nothing to adapt
+        assert on.refusal is None and on.fingerprint == fingerprint
+    else:
+        assert on.refusal.startswith("speculative_adaptive: the local engine has no adaptive mode")
+        assert "\n" not in on.refusal and on.effective["speculative_adaptive"] is True
+        with pytest.raises(BadInput, match="no adaptive mode"):
+            engine.run(on)
+
+
 def test_baseline_trial(engine):
     result = run(engine, speculative_algorithm="none", **FAST)
     eff = result.effective

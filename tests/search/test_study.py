@@ -33,7 +33,8 @@ space:
   eagle_aux_hidden_state_layer_ids: {{type: categorical, choices: [[1, 5, 9], [5, 9, 11], [-1, 1, 5]]}}
   num_steps: {{type: int, low: 1, high: {high}}}
   num_draft_tokens: {{type: categorical, choices: [null, 4, 8]}}
-search: {{sampler: {sampler}, max_live_trials: {budget}, startup_trials: 4, seed: {seed}}}
+search: {{sampler: {sampler}, max_live_trials: {budget}, startup_trials: 4, seed: {seed},
+          model: {{enabled: {model}}}}}
 """
 
 
@@ -46,9 +47,11 @@ def store(tmp_path_factory) -> dict[str, str]:
 
 
 def make_spec(tmp_path: Path, name: str, ratio: float = 2.0, high: int = 6, budget: int = 20,
-              sampler: str = "tpe", seed: int = 0) -> Path:
+              sampler: str = "tpe", seed: int = 0, model: bool = False) -> Path:
+    """A fake-engine spec; the throughput model is off unless ``model`` (these tests pin the sampler's loop)."""
     path = tmp_path / f"{name}.yaml"
-    path.write_text(SPEC.format(name=name, ratio=ratio, high=high, budget=budget, sampler=sampler, seed=seed))
+    path.write_text(SPEC.format(name=name, ratio=ratio, high=high, budget=budget, sampler=sampler, seed=seed,
+                                model=str(model).lower()))
     return path
 
 
@@ -128,7 +131,7 @@ def test_budget_ends_a_search_that_cannot_reach_the_target(tmp_path, store):
 
 def test_prune_below_stops_repeating_a_hopeless_config(tmp_path, store):
     path = make_spec(tmp_path, "prune", ratio=2.0, high=2, budget=6, sampler="grid")
-    path.write_text(path.read_text().replace("seed: 0}", "seed: 0, repeats: 2, prune_below: 0.5}"))
+    path.write_text(path.read_text().replace("seed: 0,", "seed: 0, repeats: 2, prune_below: 0.5,"))
     engine = FakeEngine()
     out = search(load_spec(path), engine, store)
     runs = Counter(live_fingerprints(engine))

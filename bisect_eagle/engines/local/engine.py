@@ -3,9 +3,10 @@
 Plan (cheap: reads the target's and the draft's ``config.json``, loads no weights): SGLang's speculative
 rules applied; the layer ids resolved to SGLang ids in capture (ascending) order, the draft's own ids when
 none are given; fields the local engine ignores (``concurrency``, ``env``, ``server_args``) left out of the
-effective settings, so trials differing only in them are one trial. Refused: tree drafting (``topk > 1``),
-sampling (``temperature != 0``), ids out of range, repeated or of the wrong count for the draft's ``fc``, a
-device this machine does not have.
+effective settings, so trials differing only in them are one trial. Refused: SGLang's adaptive speculation
+(``speculative_adaptive``: this engine drafts a fixed ``num_steps``), tree drafting (``topk > 1``), sampling
+(``temperature != 0``), ids out of range, repeated or of the wrong count for the draft's ``fc``, a device this
+machine does not have.
 
 Paired (:meth:`LocalEngine.run_paired`): the baseline and the speculative config decode the same prompts one
 after the other, in alternating order (baseline first on even prompts), so a change of the machine's load
@@ -80,7 +81,7 @@ class LocalEngine(Engine):
         for key in IGNORED:
             effective.pop(key, None)
         warnings += _local_notes(settings)
-        refusal = refusal or _unsupported(settings)
+        refusal = _no_adaptive(settings) or refusal or _unsupported(settings)
         if refusal is None and not settings.is_baseline:
             ids, refusal = self._resolve_ids(settings)
             effective["eagle_aux_hidden_state_layer_ids"] = ids
@@ -242,6 +243,14 @@ class LocalEngine(Engine):
                 f"{len(prompts)} prompts"
             )
         return prompts[: s.warmup_prompts], prompts[s.warmup_prompts : need]
+
+
+def _no_adaptive(s: LiveSettings) -> str | None:
+    """The local engine has no adaptive mode; a speculative request for it is refused (the baseline has none)."""
+    if s.speculative_adaptive and not s.is_baseline:
+        return ("speculative_adaptive: the local engine has no adaptive mode (SGLang's --speculative-adaptive picks "
+                "num_steps at run time); it drafts a fixed num_steps, set speculative_adaptive false")
+    return None
 
 
 def _unsupported(s: LiveSettings) -> str | None:

@@ -12,7 +12,8 @@ Requests:
 - ``{"op": "resolve", "argv": [...], "resolve": bool}`` → the argv parsed by SGLang's parser (its exact
   error on failure, as SGLang would print it) and, with ``resolve`` and real SGLang, ``ServerArgs`` built and
   resolved (``resolve_once``) with the resolved values of the speculative, attention, paging and scheduling
-  fields, or the exception SGLang raised.
+  fields, or the exception SGLang raised. When ``--speculative-adaptive`` was given and resolution turned it
+  off (SGLang only logs a warning), ``resolved`` also carries SGLang's reason as ``ADAPTIVE_OFF``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ RESOLVED_FIELDS = (
     "max_running_requests", "cuda_graph_max_bs_decode", "disable_custom_all_reduce", "enable_nccl_nvls",
     "enable_symm_mem", "dtype", "device", "tp_size", "mem_fraction_static", "disable_overlap_schedule",
 )
+ADAPTIVE_OFF = "speculative_adaptive_off_reason"
 
 
 class ParserError(Exception):
@@ -117,7 +119,19 @@ def resolve(parser: argparse.ArgumentParser, spec: str, argv: list[str], want_re
                       if "sglang" in f.filename), "")
         return {"ok": False, "stage": "resolve", "error": f"{type(e).__name__}: {e}", "where": where}
     out["resolved"] = {k: _plain(resolved.get(k)) for k in RESOLVED_FIELDS if k in resolved}
+    if getattr(ns, "speculative_adaptive", False) and not resolved.get("speculative_adaptive"):
+        out["resolved"][ADAPTIVE_OFF] = _adaptive_off_reason(args)
     return out
+
+
+def _adaptive_off_reason(args) -> str | None:
+    """Why SGLang's resolution turned ``--speculative-adaptive`` off (its own check, asked again)."""
+    try:
+        from sglang.srt.speculative.adaptive_spec_params import adaptive_unsupported_reason
+
+        return adaptive_unsupported_reason(args)
+    except Exception:  # a release without the check: the plan says adaptive is off without SGLang's reason
+        return None
 
 
 def main() -> int:

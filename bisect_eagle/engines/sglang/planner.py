@@ -14,6 +14,12 @@ For a request the planner
 5. writes the effective settings: resolved values, the environment SGLang will run with
    (``docs/sglang-facts.md#environment-sglang-sets``), server args that differ from SGLang's defaults.
 
+``speculative_adaptive: true`` becomes ``--speculative-adaptive`` (speculative trials only) and
+``speculative_adaptive: true`` in the effective settings when SGLang's resolution keeps it on; when
+resolution turns it off (``topk > 1``, attention DP …) the key is left out, with SGLang's reason as a warning,
+so the trial is the static one SGLang runs. Without resolution, ``num_steps`` must be one of the default
+adaptive config's candidate steps, as SGLang checks at start (``docs/sglang-facts.md#speculative-adaptive``).
+
 Without SGLang the same plan is built with the project's own rules and says ``not checked against SGLang``.
 """
 
@@ -31,8 +37,9 @@ from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effectiv
 from bisect_eagle.engines.sglang import flags as flagmod
 from bisect_eagle.engines.sglang.launch import Arg, argv_tokens, flag_name, trial_args
 from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter, parser_spec
+from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings
+from bisect_eagle.settings import ADAPTIVE, LiveSettings, adaptive_off_warning
 from bisect_eagle.spec import SglangServer
 
 ENGINE = "sglang"
@@ -43,6 +50,7 @@ IGNORED_ENV = ("SGLANG_ENABLE_SPEC_V2",)  # read nowhere in SGLang 0.5.23
 RESOLVED_SERVER = ("attention_backend", "speculative_draft_attention_backend", "page_size", "max_running_requests",
                    "cuda_graph_max_bs_decode", "disable_custom_all_reduce", "speculative_adaptive",
                    "mem_fraction_static", "disable_overlap_schedule")
+ADAPTIVE_STEPS = (0, 1, 3, 5, 7)  # candidate_steps of every bucket of SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG
 
 
 @dataclass
@@ -163,6 +171,8 @@ class Planner:
         try:
             args = trial_args(settings, server=self.server, target=self.target, draft_dir=draft_dir, port=port)
             args += self._negated_defaults(settings)
+            if settings.speculative_adaptive and not settings.is_baseline:
+                args.append(Arg("--speculative-adaptive", (), ADAPTIVE))
             shown = flagmod.shown(self.server.launch_command)
             args, notes = flagmod.adapt_args(args, self.flags(), shown_command=shown)
         except BadInput as e:
@@ -186,8 +196,10 @@ class Planner:
                 resolved = verdict.resolved
                 if resolved is None and can_resolve:
                     resolve_note = "this parser has no settings resolution"
+        if refusal is None and resolved is None:
+            refusal = _adaptive_steps(settings)
         env, env_warnings = sglang_env(settings)
-        warnings += env_warnings
+        warnings += env_warnings + _resolved_adaptive(settings, effective, resolved)
         effective.update(self._server_fields(settings, resolved))
         effective["env"] = env
         return make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal,
@@ -290,6 +302,30 @@ def _tree_bound(s: LiveSettings) -> str | None:
                 f"{candidates} candidates (srt/speculative/eagle_utils.py organize_draft_results) and fails at "
                 "draft CUDA-graph capture; lower num_draft_tokens or raise num_steps")
     return None
+
+
+def _adaptive_steps(s: LiveSettings) -> str | None:
+    """SGLang's start-up check of adaptive ``num_steps`` against its default config's candidates (when the
+    server's own resolution did not run and no ``speculative_adaptive_config`` replaces the defaults)."""
+    if not s.speculative_adaptive or s.is_baseline or s.topk != 1 or "speculative_adaptive_config" in s.server_args:
+        return None
+    if s.num_steps in ADAPTIVE_STEPS:
+        return None
+    return (f"--speculative-num-steps={s.num_steps} is not in the adaptive config candidate_steps "
+            f"{list(ADAPTIVE_STEPS)}. Pass one of those values. (SGLang 0.5.23 refuses to start: "
+            "srt/arg_groups/speculative_hook.py _init_adaptive_speculative_params)")
+
+
+def _resolved_adaptive(s: LiveSettings, effective: dict[str, Any], resolved: dict[str, Any] | None) -> list[str]:
+    """``speculative_adaptive`` as SGLang resolved it, in ``effective`` (the key only when on); a warning when
+    SGLang turned the requested mode off."""
+    if resolved is None or s.is_baseline or not s.speculative_adaptive:
+        return []
+    if resolved.get(ADAPTIVE):
+        effective[ADAPTIVE] = True
+        return []
+    effective.pop(ADAPTIVE, None)
+    return [adaptive_off_warning(resolved.get(ADAPTIVE_OFF) or "its settings resolution disabled it")]
 
 
 def sglang_env(s: LiveSettings) -> tuple[dict[str, str], list[str]]:

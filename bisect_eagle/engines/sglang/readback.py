@@ -28,6 +28,7 @@ SERVER_INFO_FIELDS = {  # effective field -> /server_info key
     "eagle_aux_hidden_state_layer_ids": "eagle_aux_hidden_state_layer_ids",  # bisect-eagle serve only
     "device": "device",
     "dtype": "dtype",
+    "speculative_adaptive": "speculative_adaptive",  # only where the plan kept it on (SGLang may turn it off)
 }
 SPECULATIVE_FIELDS = ("num_steps", "topk", "num_draft_tokens", "eagle_aux_hidden_state_layer_ids")
 SERVER_KEYS = (  # what the server says about itself, recorded under effective["server"]

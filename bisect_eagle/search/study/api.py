@@ -8,6 +8,7 @@ shares the budget, the claims and the stop condition; the parent run stays with 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from bisect_eagle.engines import default_log_dir
 from bisect_eagle.engines.base import Engine
 from bisect_eagle.errors import BadInput
 from bisect_eagle.poll import wait_until
+from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.search.study.claims import Claims
+from bisect_eagle.search.study.guide import ModelGuide, summarize
 from bisect_eagle.search.study.loop import StudyRun
 from bisect_eagle.search.study.outcome import StudyOutcome, StudyProgress
 from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
@@ -197,6 +200,10 @@ def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> Stud
         s.ctx.tracking.log_texts(s.ctx.parent_run_id, {"search_space.json": space_json(space)})
     with engine_factory(s.spec) as engine:
         s.ctx.engine = engine
+        if s.spec.search.model.enabled:
+            s.guide = ModelGuide(engine=engine.name, metric=s.spec.criterion.metric,
+                                 optimism=s.spec.search.model.optimism, standalone_metric=s.spec.standalone.metric)
+            s.guide.learn_gate(gate)
         if stage1:
             s.baseline()
         else:
@@ -204,5 +211,17 @@ def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> Stud
         s.emit("live", f"searching {len(space.params)} parameters with {s.spec.search.sampler}")
         reason = s.loop(space)
     out = s.outcome(reason, space)
+    if stage1 and s.guide is not None:
+        _log_model(s, out, space)
     s.emit("done", reason)
     return out
+
+
+def _log_model(s: StudyRun, out: StudyOutcome, space: SearchSpace) -> None:
+    """The model's error, skipped configs, adaptive reference and per-concurrency bests, on the parent run."""
+    skipped = [{"params": space.decode(t.params), **t.user_attrs.get("predicted", {})}
+               for t in s.study.get_trials(deepcopy=False) if "skipped" in t.user_attrs]
+    metrics, summary = summarize(s.guide, tracking=s.ctx.tracking, parent_run_id=s.ctx.parent_run_id,
+                                 skipped=skipped, listed=s.listed, best_effective=out.best and out.best["params"])
+    s.ctx.tracking.log(s.ctx.parent_run_id, metrics=metrics)
+    s.ctx.tracking.log_texts(s.ctx.parent_run_id, {"model.json": json.dumps(summary, indent=2, default=str)})

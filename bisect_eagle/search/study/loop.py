@@ -5,8 +5,11 @@ was never claimed in this study (:mod:`bisect_eagle.search.study.claims`). Whate
 Optuna: a measured value; a duplicate's known value without running anything; crashed configs as PRUNED with an
 infeasibility constraint (TPE ignores FAIL trials and would propose them again); interrupted trials as FAIL
 (measured again after ``--resume``). It stops at the first of: target reached and confirmed, every distinct
-config of the space measured, the live-trial budget, the wall-clock budget, or too many proposals of measured
-configs in a row.
+config of the space measured, the live-trial budget, the wall-clock budget, too many proposals of measured
+configs in a row, or (with ``search.model``) no untried config left whose optimistic prediction reaches the target.
+
+With ``search.model.enabled`` the throughput model picks the next config, skips those predicted below the target
+and puts ``predicted_*`` metrics on each live run (:mod:`bisect_eagle.search.study.guide`).
 
 A config measured at or above the target is a candidate: with ``search.confirm.enabled`` it is re-measured
 interleaved with the baseline (:mod:`bisect_eagle.search.study.confirm`) and the study stops only when that
@@ -29,18 +32,23 @@ from optuna.trial import TrialState
 
 from bisect_eagle.errors import BadInput
 from bisect_eagle.search.gate import Scorer, Verdict, apply_gate, record_gate
-from bisect_eagle.search.space import SearchSpace
+from bisect_eagle.search.space import SearchSpace, encode
 from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
 from bisect_eagle.search.study.confirm import Confirmation, confirm
+from bisect_eagle.search.study.guide import Forecast, ModelGuide
 from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
 from bisect_eagle.spec import Spec
 from bisect_eagle.trials import TrialContext, TrialRecord, find_cached, run_live_trial, run_standalone_trial
 
-DUPLICATE_LIMIT = 200  # consecutive proposals of measured configs before the search gives up
+DUPLICATE_LIMIT = 200  # consecutive proposals of measured, refused or skipped configs before the search gives up
 
-TrialKind = Literal["measured", "duplicate", "invalid", "budget"]
+TrialKind = Literal["measured", "duplicate", "invalid", "skipped", "budget"]
 """What one Optuna trial of the loop came to: measured now; a config already claimed (its value reused);
-a combination the engine refuses; or not run because other workers used up the live-trial budget."""
+a combination the engine refuses; a config the model predicts cannot reach the target; or not run because other
+workers used up the live-trial budget."""
+
+Listed = dict[str, tuple[dict[str, Any], dict[str, Any]]]
+"""Every runnable config of a listable space: plan fingerprint -> (sampled values, effective settings)."""
 
 
 class BaselineFailed(RuntimeError):
@@ -68,6 +76,8 @@ class StudyRun:
     started: float = field(default_factory=time.monotonic)
     overhead_s: float = 0.0  # wall time of measured trials outside the engine (the tool's own cost)
     measured_here: int = 0
+    guide: ModelGuide | None = None  # the throughput model (search.model.enabled)
+    listed: Listed | None = None  # every runnable config, when the space can be listed (set by loop)
 
     @property
     def name(self) -> str:
@@ -216,27 +226,28 @@ class StudyRun:
 
     # -- stage 2 ---------------------------------------------------------------------------------------
 
-    def space_fingerprints(self, space: SearchSpace) -> set[str] | None:
-        """Plan fingerprints of every distinct runnable config in the space, or None when it cannot be listed."""
+    def list_space(self, space: SearchSpace) -> Listed | None:
+        """Every distinct runnable config of the space (:data:`Listed`), or None when it cannot be listed."""
         combos = space.enumerate()
         if combos is None:
             return None
-        out = set()
+        out: Listed = {}
         for sampled in combos:
             try:
                 plan = self.ctx.plan(space.settings(sampled))
             except BadInput:
                 continue
             if plan.refusal is None:
-                out.add(plan.fingerprint)
+                out.setdefault(plan.fingerprint, (sampled, plan.effective))
         return out
 
-    def stop_reason(self, all_fps: set[str] | None, duplicates_in_row: int) -> str | None:
-        """Why the loop stops now, or None to go on."""
+    def stop_reason(self, listed: Listed | None, duplicates_in_row: int) -> str | None:
+        """Why the loop stops now, or None to go on (with the model, it also enqueues the next config)."""
         claims = self.claims.all()
         reached = self.reached()
         if reached:
             return reached
+        all_fps = set(listed) if listed is not None else None
         if all_fps is not None and all_fps <= {c.fingerprint for c in claims} | self._cached_outside(all_fps):
             return f"search space exhausted (all {len(all_fps)} distinct configs measured)"
         if len(claims) >= self.max_live_trials:
@@ -244,7 +255,25 @@ class StudyRun:
         if self.elapsed() >= self.max_wall_s:
             return f"budget: max_wall_s ({self.max_wall_s:g} s) used"
         if duplicates_in_row >= DUPLICATE_LIMIT:
-            return f"the sampler proposed only measured configs {DUPLICATE_LIMIT} times in a row"
+            return f"the sampler proposed only measured, refused or skipped configs {DUPLICATE_LIMIT} times in a row"
+        return self.steer(listed, claims) if self.guide is not None else None
+
+    def steer(self, listed: Listed | None, claims: list[Claim]) -> str | None:
+        """Teach the model the study's finished trials; enqueue the untried config likeliest to reach the target,
+        or return why none is worth running (every untried config predicted below the target)."""
+        guide, target = self.guide, self.ctx.target
+        guide.learn_runs(self.ctx.tracking, [self.attr("baseline_run_id"), *(c.run_id for c in claims)])
+        if listed is None or target is None:
+            return None
+        taken = {c.fingerprint for c in claims} | self._cached_outside(set(listed))
+        untried = {fp: v for fp, v in listed.items() if fp not in taken}
+        sampled, fc, hopeless = guide.choose(untried, target=target)
+        if sampled is not None:
+            self.study.enqueue_trial({k: encode(v) for k, v in sampled.items()})
+            return None
+        if hopeless and hopeless == len(untried):
+            return (f"no untried config can reach the target: the model's {guide.optimism:.0%} quantile of all "
+                    f"{hopeless} misses {self.spec.criterion.metric} {target:.4g}")
         return None
 
     def _cached_outside(self, fps: set[str]) -> set[str]:
@@ -257,17 +286,17 @@ class StudyRun:
 
     def loop(self, space: SearchSpace) -> str:
         """Ask, deduplicate, claim, measure, tell, until a stop reason; returns it."""
-        all_fps = self.space_fingerprints(space)
+        listed = self.listed = self.list_space(space)
         duplicates_in_row = 0
         while True:
-            reason = self.stop_reason(all_fps, duplicates_in_row)
+            reason = self.stop_reason(listed, duplicates_in_row)
             if reason:
                 return reason
             t0 = time.perf_counter()
             kind, record = self.one_trial(space)
             if kind == "budget":
                 continue
-            duplicates_in_row = duplicates_in_row + 1 if kind in ("duplicate", "invalid") else 0
+            duplicates_in_row = duplicates_in_row + 1 if kind in ("duplicate", "invalid", "skipped") else 0
             if kind == "measured" and record is not None:
                 self.measured_here += 1
                 self.overhead_s += time.perf_counter() - t0 - record.engine_s
@@ -290,6 +319,13 @@ class StudyRun:
             return "invalid", None
         fp = plan.fingerprint
         trial.set_user_attr("fingerprint", fp)
+        forecast = self._forecast(trial, plan.effective)
+        if forecast is not None and self.guide.hopeless(forecast, target=self.ctx.target):
+            trial.set_user_attr("skipped", f"predicted {forecast.metric} {forecast.value:.4g} (optimistic "
+                                           f"{forecast.optimistic:.4g}) < target {self.ctx.target:.4g}")
+            trial.set_constraint("predicted_below", 1.0)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            return "skipped", None
         won, other = self.claims.claim(fp, trial=trial.number, owner=self.ctx.owner)
         if not won:
             done = other if other.state != "running" else self.claims.wait_done(fp, timeout_s=self._time_left())
@@ -308,10 +344,14 @@ class StudyRun:
             self.claims.finish(fp, state=cached.status, value=cached.value, run_id=cached.run_id)
             self._tell_known(trial, state=cached.status, value=cached.value, run_id=cached.run_id, duplicate=True)
             return "duplicate", None
+        def started(run_id: str) -> None:
+            trial.set_user_attr("mlflow_run_id", run_id)
+            if forecast is not None:
+                self.ctx.tracking.log(run_id, metrics=forecast.metrics())
+
         try:
             record = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
-                                    number=trial.number, tags={"trial_number": str(trial.number)},
-                                    on_start=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id))
+                                    number=trial.number, tags={"trial_number": str(trial.number)}, on_start=started)
         except BaseException:  # interrupted or broken: not a result; the config may be measured again
             self.claims.release(fp)
             self.study.tell(trial, state=TrialState.FAIL)
@@ -335,6 +375,15 @@ class StudyRun:
         else:  # crashed: infeasible, so TPE steers away, and never measured again (the claim stays)
             trial.set_constraint("crashed", 1.0)
             self.study.tell(trial, state=TrialState.PRUNED)
+
+    def _forecast(self, trial: optuna.Trial, effective: dict[str, Any]) -> Forecast | None:
+        """The model's forecast of a proposed config (stored on the Optuna trial); None without a model."""
+        if self.guide is None or self.ctx.target is None:
+            return None
+        forecast = self.guide.forecast(effective, target=self.ctx.target)
+        if forecast is not None:
+            trial.set_user_attr("predicted", forecast.to_json())
+        return forecast
 
     def _time_left(self) -> float:
         return max(1.0, self.max_wall_s - self.elapsed())

@@ -18,7 +18,7 @@ import optuna
 
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.tracking import redact
-from bisect_eagle.trials import effective_of
+from bisect_eagle.trials import effective_of, run_metrics
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study.loop import StudyRun
@@ -103,13 +103,14 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
     if best_claim is not None:
         best_run = ctx.tracking.get_run(best_claim.run_id)
         best = {"run_id": best_claim.run_id, "fingerprint": best_claim.fingerprint, "value": best_claim.value,
-                "params": effective_of(ctx.tracking, best_run), "metrics": dict(best_run.data.metrics)}
+                "params": effective_of(ctx.tracking, best_run), "metrics": run_metrics(best_run)}
     frozen = run.study.get_trials(deepcopy=False)
     trials = [trial_summary(t, space) for t in frozen]
     counts = {
         "live_measured": len(claims),
         "failed": sum(c.state == "failed" for c in claims),
         "duplicates": sum("duplicate_of" in t.user_attrs for t in frozen),
+        "skipped": sum("skipped" in t.user_attrs for t in frozen),
         "optuna_trials": len(trials),
         "standalone": len(run.attr("gate") or []),
     }

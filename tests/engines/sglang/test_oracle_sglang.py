@@ -162,3 +162,34 @@ def test_export_prints_a_command_sglangs_parser_accepts(tmp_path):
     body = json.loads(res.stdout)
     assert body["checked"].startswith("SGLang 0.5.23 parser") and body["refusal"] is None
     assert sglang_accepts(python, server_argv(body["argv"]))
+
+
+def test_adaptive_is_resolved_turned_off_or_refused_by_sglang(tmp_path):
+    """One planner, one SGLang interpreter: what SGLang's resolution makes of --speculative-adaptive."""
+    from bisect_eagle import scenarios
+    from bisect_eagle.engines.sglang.planner import Planner
+    from bisect_eagle.settings import parse_settings
+    from bisect_eagle.spec import SglangServer
+
+    tiny = scenarios.get("tiny")
+    planner = Planner(SglangServer(python=sglang_python()), tiny.target, tiny.draft, tmp_path)
+
+    def plan(**kw):
+        return planner.plan(parse_settings({"device": "cpu", **kw}, "test"), port=30000, trial_dir=tmp_path / "t")
+
+    try:
+        on = plan(num_steps=3, speculative_adaptive=True)
+        assert on.checked == "SGLang 0.5.23 parser and resolution" and on.refusal is None, on.refusal
+        assert on.effective["speculative_adaptive"] is True and on.effective["server"]["speculative_adaptive"] is True
+        assert on.effective["num_draft_tokens"] == 4 and "--speculative-adaptive" in on.argv
+        assert plan(num_steps=3, speculative_adaptive=False).fingerprint == plan(num_steps=3).fingerprint
+        steps4 = plan(num_steps=4, speculative_adaptive=True)
+        assert "ValueError: --speculative-num-steps=4 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]" \
+            in steps4.refusal and "speculative_hook.py" in steps4.refusal
+        tree = plan(topk=4, num_draft_tokens=8, speculative_adaptive=True)
+        assert tree.refusal is None and "speculative_adaptive" not in tree.effective
+        assert tree.effective["server"]["speculative_adaptive"] is False
+        assert tree.fingerprint == plan(topk=4, num_draft_tokens=8).fingerprint
+        assert any("only topk=1 is supported" in w for w in tree.warnings), tree.warnings
+    finally:
+        planner.close()

@@ -1,0 +1,252 @@
+"""The throughput model inside a study: predict before launching, run the likeliest winner next, never launch a
+config that cannot reach the target, and log every prediction beside its measurement.
+
+A :class:`ModelGuide` holds one :class:`~bisect_eagle.perf.model.ThroughputModel` per process. It learns
+acceptance priors from stage 1's per-position accuracy (the gate), and then every finished trial of the study
+(the baseline and each worker's live trials, read back from their MLflow runs, so all workers learn the same
+things). Before a config runs, :meth:`ModelGuide.forecast` gives its criterion metric (``output_tok_s`` or
+``accept_length``) with the model's 80 % interval of a *measurement*, the chance that a measurement reaches
+the target and the ``search.model.optimism`` quantile. The study loop
+(:mod:`bisect_eagle.search.study.loop`) then:
+
+- runs next the untried config with the highest chance (:meth:`ModelGuide.choose`, when the space can be
+  listed; ties go to the higher prediction), through Optuna's ``enqueue_trial``, so the sampler's history stays
+  complete;
+- never launches a config whose optimistic quantile misses the target (the Optuna trial is PRUNED with an
+  infeasibility constraint and the user attribute ``skipped``), and stops when no untried config is left that
+  could reach it, saying so;
+- logs ``predicted_*`` metrics on each live run (:meth:`Forecast.metrics`).
+
+Before any cost observation (the baseline) there is no prediction and the sampler alone decides. The
+distribution of a measurement is read as log-normal around the prediction with the spread of the interval's
+upper half (speculation's risk is on the upside: an unseen wiring may accept more than stage 1 says).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from bisect_eagle.perf.model import Prediction, ThroughputModel
+from bisect_eagle.tracking import Tracking
+from bisect_eagle.trials import effective_of
+
+INTERVAL_Z = NormalDist().inv_cdf(0.9)  # ThroughputModel's default interval is the central 80 %
+PREDICTED = ("predicted_output_tok_s", "predicted_output_tok_s_low", "predicted_output_tok_s_high",
+             "predicted_accept_length")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forecast:
+    """A config's predicted criterion metric before it runs, and its odds against the target."""
+
+    metric: str  # the criterion metric: output_tok_s | accept_length
+    value: float
+    low: float  # the central 80 % of a measurement
+    high: float
+    optimistic: float  # the search.model.optimism quantile of a measurement
+    chance: float  # probability that a measurement reaches the target
+    prediction: Prediction
+
+    def metrics(self) -> dict[str, float]:
+        """The ``predicted_*`` metrics of a live run (tok/s with its interval, accept length, the chance)."""
+        p = self.prediction
+        out = {"predicted_output_tok_s": p.tok_s, "predicted_output_tok_s_low": p.low,
+               "predicted_output_tok_s_high": p.high, "predicted_accept_length": p.accept_length,
+               "predicted_chance": self.chance}
+        if self.metric == "accept_length":
+            out.update({"predicted_accept_length_low": self.low, "predicted_accept_length_high": self.high})
+        return {k: float(v) for k, v in out.items() if math.isfinite(v)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "value": self.value, "low": self.low, "high": self.high,
+                "optimistic": self.optimistic, "chance": self.chance,
+                "predicted_output_tok_s": self.prediction.tok_s}
+
+
+def model_inputs(metrics: Mapping[str, float], effective: Mapping[str, Any]) -> dict[str, Any]:
+    """What :meth:`ThroughputModel.update` reads, from a live run's logged metrics and effective settings."""
+    rates, k = [], 0
+    while f"accept_rate_pos_{k}" in metrics:
+        rates.append(metrics[f"accept_rate_pos_{k}"])
+        k += 1
+    out: dict[str, Any] = {"output_tok_s": metrics.get("output_tok_s"), "accept_length": metrics.get("accept_length"),
+                           "accept_rate_per_position": rates}
+    if metrics.get("completion_tokens") and effective.get("num_prompts"):
+        out["completion_tokens"] = metrics["completion_tokens"]
+        out["num_requests"] = int(effective["num_prompts"])
+    return out
+
+
+class ModelGuide:
+    """One process's throughput model of a study, and the search decisions taken from it (module docstring)."""
+
+    def __init__(self, *, engine: str, metric: str, optimism: float, standalone_metric: str = "full_vocab"):
+        self.model = ThroughputModel.for_engine("local" if engine == "local" else "sglang")
+        self.metric = metric
+        self.optimism = optimism
+        self.standalone_metric = standalone_metric
+        self.learned: set[str] = set()  # MLflow run ids already taught to the model
+        self._cache: dict[tuple[str, float], Forecast | None] = {}  # (fingerprint, target) -> forecast, this model
+        self._z = NormalDist().inv_cdf(optimism)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model can predict (it has seen at least one cost observation)."""
+        return self.model.cost.n_obs > 0
+
+    def learn_gate(self, gate: Iterable[Mapping[str, Any]]) -> None:
+        """Stage 1's per-position accuracy of each scored wiring, as the acceptance prior of its layer ids."""
+        self._cache.clear()
+        for v in gate:
+            per_position = [p[self.standalone_metric] if isinstance(p, Mapping) else p for p in v.get("per_position")
+                            or []]
+            if per_position and v.get("layer_ids"):
+                self.model.set_standalone(v["layer_ids"], per_position)
+
+    def learn_runs(self, tracking: Tracking, run_ids: Iterable[str | None]) -> int:
+        """Teach the model every finished trial among ``run_ids`` it has not seen; returns how many were new.
+
+        A run whose settings or metrics cannot be read (deleted, failed without metrics) is skipped for good.
+        """
+        new = 0
+        for run_id in run_ids:
+            if not run_id or run_id in self.learned:
+                continue
+            self.learned.add(run_id)
+            run = tracking.get_run(run_id)
+            if run.info.status != "FINISHED" or "output_tok_s" not in run.data.metrics:
+                continue
+            effective = effective_of(tracking, run)
+            try:
+                self.model.update(effective, model_inputs(run.data.metrics, effective), record=False)
+            except ValueError:  # settings the model cannot read (e.g. topk > 1 without num_draft_tokens)
+                continue
+            new += 1
+        if new:
+            self._cache.clear()
+        return new
+
+    def forecast(self, effective: Mapping[str, Any], *, target: float) -> Forecast | None:
+        """The criterion metric of ``effective`` predicted against ``target``; None while the model cannot predict."""
+        if not self.ready:
+            return None
+        try:
+            p = self.model.predict(effective)
+        except ValueError:
+            return None
+        if self.metric == "output_tok_s":
+            value, low, high = p.tok_s, p.low, p.high
+        else:  # accept length: the acceptance posterior's draws (deterministic under greedy decoding)
+            value, low, high = p.accept_length, *self._accept_length_interval(effective)
+        if not (value > 0 and math.isfinite(value)):
+            return None
+        spread = max(math.log(max(high, value) / value) / INTERVAL_Z, 1e-6)
+        chance = 1.0 - NormalDist(math.log(value), spread).cdf(math.log(target))
+        optimistic = value * math.exp(self._z * spread)
+        return Forecast(metric=self.metric, value=value, low=low, high=high, optimistic=optimistic, chance=chance,
+                        prediction=p)
+
+    def _accept_length_interval(self, effective: Mapping[str, Any]) -> tuple[float, float]:
+        cfg = self.model.config(effective)
+        if not cfg.speculative:
+            return 1.0, 1.0
+        est = self.model.estimate(cfg)
+        lo, hi = np.quantile(est.token_draws / est.cycle_draws, [0.1, 0.9])
+        return float(lo), float(hi)
+
+    def hopeless(self, forecast: Forecast | None, *, target: float) -> bool:
+        """True when even the optimistic quantile of the prediction misses ``target`` (never launched)."""
+        return forecast is not None and forecast.optimistic < target
+
+    def choose(self, untried: Mapping[str, tuple[dict[str, Any], dict[str, Any]]], *,
+               target: float) -> tuple[dict[str, Any] | None, Forecast | None, int]:
+        """The next config to run among ``untried`` (fingerprint -> (sampled values, effective settings)).
+
+        Returns (its sampled values, its forecast, how many untried configs are hopeless); (None, None, n)
+        when every untried config is hopeless, or when the model cannot predict yet (then n is 0).
+        """
+        best: tuple[float, float] | None = None
+        chosen: tuple[dict[str, Any] | None, Forecast | None] = (None, None)
+        hopeless = 0
+        for fp, (sampled, effective) in untried.items():
+            if (fp, target) not in self._cache:  # forecasts stand until the model learns something
+                self._cache[fp, target] = self.forecast(effective, target=target)
+            fc = self._cache[fp, target]
+            if fc is None:
+                return None, None, 0
+            if self.hopeless(fc, target=target):
+                hopeless += 1
+                continue
+            key = (fc.chance, fc.value)
+            if best is None or key > best:
+                best, chosen = key, (sampled, fc)
+        return chosen[0], chosen[1], hopeless
+
+
+def summarize(guide: ModelGuide, *, tracking: Tracking, parent_run_id: str, skipped: list[dict[str, Any]],
+              listed: Mapping[str, tuple[dict[str, Any], dict[str, Any]]] | None,
+              best_effective: Mapping[str, Any] | None) -> tuple[dict[str, float], dict[str, Any]]:
+    """The study's model at its end: parent-run metrics and the ``model.json`` artifact.
+
+    ``error``: relative error of each live run's ``predicted_output_tok_s`` (made before it ran) against its
+    measured tok/s, and the share inside the 80 % interval; ``skipped``: configs never launched (``skipped``
+    trials: their params and forecast); ``adaptive``: SGLang's ``--speculative-adaptive`` on the best config,
+    predicted; ``per_concurrency``: the best config the final model predicts at each concurrency level of the
+    listed configs (the measured best's own level when the space cannot be listed), with the baseline's
+    prediction at that level and the run that measured it, if any.
+    """
+    runs = [r for r in tracking.child_runs(parent_run_id) if r.data.tags.get("stage") == "live"]
+    guide.learn_runs(tracking, [r.info.run_id for r in runs])
+    pairs = [(r.data.metrics, r.info.run_id) for r in runs if {*PREDICTED[:3], "output_tok_s"} <= set(r.data.metrics)]
+    errors = sorted(abs(m["predicted_output_tok_s"] - m["output_tok_s"]) / m["output_tok_s"] for m, _ in pairs)
+    inside = [m["predicted_output_tok_s_low"] <= m["output_tok_s"] <= m["predicted_output_tok_s_high"]
+              for m, _ in pairs]
+    error = {"n": len(errors)}
+    if errors:
+        error.update(median_rel_error=float(np.median(errors)), mean_rel_error=float(np.mean(errors)),
+                     p90_rel_error=float(np.quantile(errors, 0.9)), coverage=sum(inside) / len(inside))
+    metrics = {"model_predictions": float(len(errors)), "model_skipped": float(len(skipped))}
+    if errors:
+        metrics.update(model_median_rel_error=error["median_rel_error"], model_coverage=error["coverage"])
+    adaptive = None
+    if best_effective and guide.ready and int(best_effective.get("num_steps") or 0) > 0:
+        settings = {**best_effective, "speculative_adaptive": True, "topk": 1, "num_draft_tokens": None}
+        with contextlib.suppress(ValueError):
+            p = guide.model.predict(settings)
+            adaptive = {"params": dict(best_effective), "predicted_output_tok_s": p.tok_s, "low": p.low,
+                        "high": p.high}
+            metrics.update(predicted_adaptive_output_tok_s=p.tok_s, predicted_adaptive_output_tok_s_low=p.low,
+                           predicted_adaptive_output_tok_s_high=p.high)
+    measured = {r.data.tags.get("fingerprint"): r.info.run_id for r in runs if r.info.status == "FINISHED"}
+    configs = dict(listed) if listed else ({"best": ({}, dict(best_effective))} if best_effective else {})
+    per_level = _per_concurrency(guide, configs, measured) if guide.ready else []
+    return metrics, {"error": error, "skipped": skipped, "adaptive": adaptive, "per_concurrency": per_level}
+
+
+def _per_concurrency(guide: ModelGuide, configs: Mapping[str, tuple[dict[str, Any], dict[str, Any]]],
+                     measured: Mapping[str | None, str]) -> list[dict[str, Any]]:
+    """The predicted best of ``configs`` (fingerprint -> (sampled, effective)) at each of their concurrency
+    levels, beside the target alone at that level."""
+    levels: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+    for fp, (_, effective) in configs.items():
+        levels.setdefault(int(effective.get("concurrency") or 1), []).append((fp, effective))
+    out = []
+    for level, items in sorted(levels.items()):
+        scored = []
+        for fp, effective in items:
+            with contextlib.suppress(ValueError):
+                scored.append((guide.model.predict(effective, concurrency=level), fp, effective))
+        if not scored:
+            continue
+        p, fp, effective = max(scored, key=lambda x: x[0].tok_s)
+        out.append({"concurrency": level, "best_params": dict(effective), "predicted_output_tok_s": p.tok_s,
+                    "low": p.low, "high": p.high, "baseline_predicted_output_tok_s": p.baseline_tok_s,
+                    "measured_run_id": measured.get(fp)})
+    return out

@@ -1,0 +1,107 @@
+"""The sglang plan of ``speculative_adaptive`` with the project's own rules (SGLang's verdicts: test_oracle_sglang.py).
+
+Planned for ``python -m sglang.launch_server`` without probing anything (``check=False``), for the stand-in
+``bisect-eagle serve`` (its own parser), and through ``export``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from bisect_eagle import scenarios
+from bisect_eagle.engines.sglang.planner import Planner
+from bisect_eagle.settings import parse_settings
+from bisect_eagle.spec import SglangServer, load_spec
+
+SGLANG = ["python", "-m", "sglang.launch_server"]
+# Fingerprints of today's configs (before speculative_adaptive existed): a false value leaves each unchanged.
+FINGERPRINTS = [
+    ({}, "1b71aa6ff045a5dc"),
+    ({"num_steps": 5, "eagle_aux_hidden_state_layer_ids": [2, 6, 10]}, "4588cedfb0a5aceb"),
+    ({"speculative_algorithm": "none"}, "bdc057d4eb6ff830"),
+    ({"topk": 4, "num_draft_tokens": 8}, "b648f7cd9e8faaea"),
+    ({"server_args": {"attention_backend": "triton"}, "env": {"NCCL_ALGO": "Ring"}}, "79efa5e96bbbab9e"),
+]
+
+
+@pytest.fixture(scope="module")
+def planner(tmp_path_factory) -> Planner:
+    tiny = scenarios.get("tiny")
+    return Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft,
+                   tmp_path_factory.mktemp("logs"), check=False)
+
+
+def plan(planner: Planner, **settings):
+    return planner.plan(parse_settings(settings, "test"), port=30000, trial_dir=Path("/tmp/trial"))
+
+
+@pytest.mark.parametrize("request_, fingerprint", FINGERPRINTS)
+def test_adaptive_off_leaves_todays_plans_unchanged(planner, request_, fingerprint):
+    server_args = request_.get("server_args", {})
+    for off in ({}, {"speculative_adaptive": False},
+                {"server_args": {**server_args, "speculative_adaptive": False}}):
+        p = plan(planner, **{**request_, **off})
+        assert p.fingerprint == fingerprint, off
+        assert "speculative_adaptive" not in p.effective and "--speculative-adaptive" not in p.argv
+
+
+def test_adaptive_on_is_one_flag_and_an_effective_setting(planner):
+    static = plan(planner, num_steps=5)
+    adaptive = plan(planner, num_steps=5, speculative_adaptive=True)
+    assert adaptive.refusal is None and adaptive.argv.count("--speculative-adaptive") == 1
+    assert adaptive.effective["speculative_adaptive"] is True and adaptive.fingerprint != static.fingerprint
+    assert adaptive.requested["speculative_adaptive"] is True
+    assert {k: v for k, v in adaptive.effective.items() if k != "speculative_adaptive"} == static.effective
+    as_flag = plan(planner, num_steps=5, server_args={"speculative_adaptive": True})  # the old spelling, folded
+    assert as_flag.fingerprint == adaptive.fingerprint and as_flag.argv == adaptive.argv
+
+
+def test_what_sglang_turns_off_or_refuses(planner):
+    tree = plan(planner, topk=4, num_draft_tokens=8, speculative_adaptive=True)
+    assert tree.refusal is None and tree.fingerprint == plan(planner, topk=4, num_draft_tokens=8).fingerprint
+    assert tree.warnings == ("speculative_adaptive is turned off by SGLang: speculative_eagle_topk=4 (only topk=1 is "
+                             "supported); it runs the static num_steps, with only a warning",)
+    assert "--speculative-adaptive" in tree.argv  # as requested: SGLang turns it off itself
+    steps4 = plan(planner, num_steps=4, speculative_adaptive=True)
+    assert steps4.refusal.startswith("--speculative-num-steps=4 is not in the adaptive config candidate_steps "
+                                     "[0, 1, 3, 5, 7]. Pass one of those values.")
+    own_config = plan(planner, num_steps=4, speculative_adaptive=True,
+                      server_args={"speculative_adaptive_config": "/cfg/adaptive.json"})
+    assert own_config.refusal is None  # its candidates are the server's to check
+    baseline = plan(planner, speculative_algorithm="none", speculative_adaptive=True)
+    assert baseline.fingerprint == "bdc057d4eb6ff830" and "--speculative-adaptive" not in baseline.argv
+
+
+def test_the_stand_in_has_no_adaptive_mode_and_its_parser_refuses_the_flag(tmp_path):
+    tiny = scenarios.get("tiny")
+    stand_in = Planner(SglangServer(launch_command=[str(Path(sys.executable).parent / "bisect-eagle"), "serve"]),
+                       tiny.target, tiny.draft, tmp_path)
+    try:
+        p = plan(stand_in, speculative_adaptive=True)
+        assert p.refusal.startswith("speculative_adaptive: flag --speculative-adaptive is not accepted by "), p.refusal
+        assert plan(stand_in).refusal is None
+    finally:
+        stand_in.close()
+
+
+def test_export_prints_the_flag_of_a_logged_adaptive_trial(tmp_path, monkeypatch):
+    """A trial logged with the old spelling (``server_args.speculative_adaptive``) exports as the one flag."""
+    from bisect_eagle import trials
+    from bisect_eagle.cli.export import export_plan
+    from bisect_eagle.spec import settings_from
+
+    raw = {"name": "adaptive", "scenario": "tiny",
+           "engine": {"kind": "sglang", "sglang": {"launch_command": SGLANG, "python": sys.executable}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
+    spec = load_spec(tmp_path / "spec.yaml")
+    logged = {"num_steps": 3, "server_args": {"speculative_adaptive": True}}
+    monkeypatch.setattr(trials, "settings_of_run", lambda tracking, run: (settings_from(logged, "trial"), "parent"))
+    monkeypatch.setattr(trials, "spec_of_study", lambda tracking, parent: spec)
+    out = export_plan(None, SimpleNamespace(info=SimpleNamespace(run_id="r1")), port=30000)
+    assert out["refusal"] is None and out["argv"].count("--speculative-adaptive") == 1
+    assert "--speculative-num-steps 3" in out["command"] and out["command"].endswith("--speculative-adaptive")

@@ -1,0 +1,119 @@
+"""The throughput model in the search: forecasts, choices, skips, and what a study logs with it on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from fake_engine import BASELINE_TOK_S, FakeEngine
+from test_study import make_spec, search
+
+from bisect_eagle.search.study.guide import ModelGuide, model_inputs
+from bisect_eagle.settings import LiveSettings
+from bisect_eagle.spec import load_spec
+from bisect_eagle.tracking import Tracking
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("store")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return {"root": str(root), "storage": f"sqlite:///{root}/optuna.db", "tracking": f"sqlite:///{root}/mlflow.db"}
+
+
+def _effective(engine: FakeEngine, **settings) -> dict:
+    return engine.plan(LiveSettings(**settings)).effective
+
+
+def _truth(steps: int, a: float = 0.7) -> dict:
+    """A consistent chain: per-position acceptance ``a``, a verify cycle 15 % dearer per draft step."""
+    al = 1 + sum(a**k for k in range(1, steps + 1))
+    return {"output_tok_s": BASELINE_TOK_S * al / (1 + 0.15 * steps), "accept_length": al,
+            "accept_rate_per_position": [a] * steps, "completion_tokens": 512, "num_requests": 8}
+
+
+def _taught(metric: str = "output_tok_s") -> tuple[ModelGuide, FakeEngine]:
+    """A guide that has seen the baseline and two chains of the true wiring (as a study would)."""
+    engine, guide = FakeEngine(), ModelGuide(engine="fake", metric=metric, optimism=0.98)
+    guide.model.update(_effective(engine, speculative_algorithm="none", num_steps=0),
+                       {"output_tok_s": BASELINE_TOK_S, "accept_length": 1.0}, record=False)
+    for steps in (2, 5):
+        guide.model.update(_effective(engine, num_steps=steps), _truth(steps), record=False)
+    return guide, engine
+
+
+def test_no_forecast_before_the_first_cost_observation():
+    guide = ModelGuide(engine="local", metric="output_tok_s", optimism=0.98)
+    assert not guide.ready
+    assert guide.forecast(_effective(FakeEngine(), num_steps=3), target=100.0) is None
+
+
+def test_forecasts_follow_what_was_measured_and_name_their_metric():
+    guide, engine = _taught()
+    measured = _truth(4)["output_tok_s"]
+    fc = guide.forecast(_effective(engine, num_steps=4), target=measured)
+    assert fc is not None and fc.low <= fc.value <= fc.high
+    assert fc.value == pytest.approx(measured, rel=0.10)  # between the two chains it has seen
+    assert 0.2 < fc.chance < 0.8  # a target equal to the truth is a coin flip, not a certainty
+    assert fc.optimistic > fc.high
+    metrics = fc.metrics()
+    assert metrics["predicted_output_tok_s"] == pytest.approx(fc.value)
+    assert metrics["predicted_output_tok_s_low"] <= metrics["predicted_output_tok_s_high"]
+    al_guide, _ = _taught("accept_length")
+    al = al_guide.forecast(_effective(engine, num_steps=4), target=3.0)
+    assert al.metric == "accept_length" and "predicted_accept_length_low" in al.metrics()
+
+
+def test_choose_prefers_the_likeliest_and_counts_the_hopeless():
+    guide, engine = _taught()
+    guide.learn_gate([{"layer_ids": [-1, 1, 5], "per_position": [{"full_vocab": 0.05}] * 3}])  # stage 1's verdict
+    untried = {f"s{n}": ({"num_steps": n}, _effective(engine, num_steps=n)) for n in (1, 3, 6)}
+    untried["wrong"] = ({"ids": "x"}, _effective(engine, num_steps=3, eagle_aux_hidden_state_layer_ids=[-1, 1, 5]))
+    best = max((1, 3, 6), key=lambda n: _truth(n)["output_tok_s"])
+    target = _truth(best)["output_tok_s"] * 0.98
+    sampled, fc, hopeless = guide.choose(untried, target=target)
+    assert sampled == {"num_steps": best} and fc.chance > 0.5
+    assert hopeless == 2  # the wrong wiring (stage 1: it accepts almost nothing) and one step (truly 148 < 171)
+    none, _, all_hopeless = guide.choose(untried, target=50 * BASELINE_TOK_S)
+    assert none is None and all_hopeless == len(untried)
+
+
+def test_run_metrics_reads_back_a_logged_trial():
+    m = model_inputs({"output_tok_s": 10.0, "accept_length": 2.0, "accept_rate_pos_0": 0.7, "accept_rate_pos_1": 0.5,
+                     "completion_tokens": 96.0}, {"num_prompts": 3})
+    assert m == {"output_tok_s": 10.0, "accept_length": 2.0, "accept_rate_per_position": [0.7, 0.5],
+                 "completion_tokens": 96.0, "num_requests": 3}
+
+
+def test_a_study_with_the_model_predicts_each_trial_and_logs_its_error(tmp_path: Path, store):
+    spec = load_spec(make_spec(tmp_path, "guided", ratio=2.0, model=True))
+    engine = FakeEngine()
+    out = search(spec, engine, store)
+    assert out.target_reached
+    tracking = Tracking.open(store["tracking"], "guided")
+    live = [r for r in tracking.child_runs(out.parent_run_id) if r.data.tags["stage"] == "live"]
+    assert live and all("predicted_output_tok_s" in r.data.metrics for r in live)  # the baseline came first
+    parent = tracking.get_run(out.parent_run_id)
+    assert parent.data.metrics["model_predictions"] == len(live)
+    assert 0 <= parent.data.metrics["model_median_rel_error"] < 0.5
+    summary = json.loads(tracking.read_text(out.parent_run_id, "model.json"))
+    assert summary["error"]["n"] == len(live)
+    assert [level["concurrency"] for level in summary["per_concurrency"]] == [1]
+    assert summary["per_concurrency"][0]["best_params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
+    assert summary["adaptive"]["predicted_output_tok_s"] > 0
+
+
+def test_a_study_stops_when_no_untried_config_can_reach_the_target(tmp_path: Path, store):
+    spec = load_spec(make_spec(tmp_path, "hopeless", ratio=10.0, budget=30, model=True))
+    engine = FakeEngine()
+    out = search(spec, engine, store)
+    assert not out.target_reached
+    assert out.stop_reason.startswith("no untried config can reach the target: the model's 98% quantile of all")
+    distinct = {(tuple(s.eagle_aux_hidden_state_layer_ids or ()), s.num_steps) for s in engine.runs
+                if not s.is_baseline}
+    assert len(distinct) == out.counts["live_measured"] < 18  # 3 wirings x 6 depths: not all were launched
+    tracking = Tracking.open(store["tracking"], "hopeless")
+    parent = tracking.get_run(out.parent_run_id)
+    assert parent.data.metrics["model_skipped"] == out.counts["skipped"]
