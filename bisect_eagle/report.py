@@ -15,6 +15,7 @@ import pandas as pd
 from bisect_eagle.errors import BadInput
 from bisect_eagle.report_model import INTERVAL, ModelError, ModelView, adaptive_lines, model_view
 from bisect_eagle.tracking import Tracking
+from bisect_eagle.trials import run_metrics
 
 PLOTTED = ("accept_length", "output_tok_s")
 IDENTITY_COLUMNS = ("run_id", "run_name", "stage", "status", "outcome", "gate", "failure_class")
@@ -39,7 +40,8 @@ def study_value(parent, kind: str, *, metric: str) -> float | None:
 
 
 def trials_frame(tracking: Tracking, parent_run_id: str) -> pd.DataFrame:
-    """One row per child run: identity columns, the settings (effective, as logged) and the metrics."""
+    """One row per child run: identity columns, the settings (effective, as logged) and the trial's own metrics
+    (MLflow's ``system/*`` samples left out)."""
     rows = []
     for run in tracking.child_runs(parent_run_id):
         tags = run.data.tags
@@ -47,7 +49,7 @@ def trials_frame(tracking: Tracking, parent_run_id: str) -> pd.DataFrame:
                "status": run.info.status, "outcome": tags.get("outcome"), "gate": tags.get("gate"),
                "failure_class": tags.get("failure_class")}
         row.update({k: v for k, v in run.data.params.items() if not k.startswith("requested.")})
-        row.update(run.data.metrics)
+        row.update(run_metrics(run))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -265,7 +267,7 @@ def write_report(tracking: Tracking, parent, *, out: Path) -> Report:
     files.append(out / "best.json")
     files[-1].write_text(json.dumps(None if best is None else best.dropna().to_dict(), indent=2, default=str))
     live = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame
-    model = model_view(tracking, parent, frame)
+    model = model_view(tracking, parent, frame=frame)
     if not live.empty:
         settings = varying_settings(live)
         for m in PLOTTED:

@@ -9,7 +9,9 @@ What the search logs (the contract this module reads):
   ``accept_length``; trials measured before the model could predict lack them;
 - the parent run: ``model_median_rel_error``, ``model_coverage``, ``model_predictions``, ``model_skipped``,
   ``predicted_adaptive_output_tok_s`` with ``_low``/``_high`` (``--speculative-adaptive`` on the best config),
-  and the artifact ``model.json`` (``error``, ``skipped``, ``adaptive``, ``per_concurrency``).
+  and the artifact ``model.json`` (``error``, ``skipped``, ``adaptive``, ``per_concurrency``);
+  ``model_predictions`` is logged whenever the model was on (``search.model.enabled``), so its absence means the
+  study ran without the model.
 
 The error and coverage the report states are computed from the child runs it plots, so the plot, its title and
 the text agree with each other whether or not the study has finished.
@@ -19,14 +21,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+    from bisect_eagle.tracking import Tracking
 
 PREDICTED = "predicted_output_tok_s"
 MEASURED = "output_tok_s"
 ADAPTIVE = "predicted_adaptive_output_tok_s"
 ADAPTIVE_PARAM = "speculative_adaptive"
+MODEL_ON = "search.model.enabled"  # the parent run's param: "True" when the search ran with the model
 ARTIFACT = "model.json"
 INTERVAL = "80 %"  # the model's prediction interval (central 10th to 90th percentile)
 
@@ -103,7 +111,7 @@ def is_adaptive(value: object) -> bool:
     return str(value).strip().lower() in ("true", "1")
 
 
-def adaptive_reference(parent, frame: pd.DataFrame) -> Adaptive | None:
+def adaptive_reference(parent: Run, frame: pd.DataFrame) -> Adaptive | None:
     """The predicted adaptive reference of the parent run, with the best measured adaptive trial; None when the
     parent has no ``predicted_adaptive_output_tok_s`` and no adaptive trial was measured."""
     m = parent.data.metrics
@@ -120,7 +128,7 @@ def adaptive_reference(parent, frame: pd.DataFrame) -> Adaptive | None:
                     measured_run_id=None if measured is None else str(measured["run_id"]))
 
 
-def read_artifact(tracking, run_id: str) -> tuple[dict[str, Any] | None, str | None]:
+def read_artifact(tracking: Tracking, run_id: str) -> tuple[dict[str, Any] | None, str | None]:
     """(``model.json`` of the run, None) — (None, None) when it was not logged, (None, why) when unreadable."""
     if ARTIFACT not in {a.path for a in tracking.client.list_artifacts(run_id)}:
         return None, None
@@ -133,12 +141,13 @@ def read_artifact(tracking, run_id: str) -> tuple[dict[str, Any] | None, str | N
     return body, None
 
 
-def model_view(tracking, parent, frame: pd.DataFrame) -> ModelView:
-    """What the report shows of the model for the study of ``parent`` (``frame``: its trials table)."""
+def model_view(tracking: Tracking, parent: Run, *, frame: pd.DataFrame) -> ModelView:
+    """What the report shows of the model for the study of ``parent`` (``frame``: its trials table). A study run
+    without the model (no ``model_predictions`` on ``parent``) gets no note about missing predictions."""
     points = prediction_points(frame)
     artifact, why = read_artifact(tracking, parent.info.run_id)
     notes = [] if why is None else [why]
-    if points.empty:
+    if points.empty and (parent.data.params.get(MODEL_ON) == "True" or "model_predictions" in parent.data.metrics):
         notes.append("model: no live trial carries a prediction (no predicted-vs-measured plot)")
     skipped = parent.data.metrics.get("model_skipped")
     if skipped is None and artifact is not None and isinstance(artifact.get("skipped"), list):

@@ -55,7 +55,7 @@ class LiveSettings(BaseModel):
             return values
         server_args = dict(values["server_args"])
         flag = server_args.pop(ADAPTIVE)
-        if ADAPTIVE in values:
+        if ADAPTIVE in values and flag is not None:
             raise ValueError(f"{ADAPTIVE} and server_args.{ADAPTIVE} are the same SGLang flag "
                              f"(--speculative-adaptive); give it once, as {ADAPTIVE}")
         return {**values, "server_args": server_args, **({} if flag is None else {ADAPTIVE: flag})}

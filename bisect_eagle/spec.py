@@ -301,7 +301,9 @@ def _check_space(spec: Spec, path: Path) -> None:
 def _check_adaptive_once(spec: Spec, path: Path) -> None:
     """``speculative_adaptive`` and ``server_args.speculative_adaptive`` are one setting: named once across
     ``engine.settings`` and ``space``, and by the field's name in ``groups`` (what bisect compares)."""
-    fixed = {f"server_args.{k}" for k in spec.engine.settings.get("server_args") or {}} | set(spec.engine.settings)
+    settings = spec.engine.settings
+    fixed = ({f"server_args.{k}" for k, v in (settings.get("server_args") or {}).items() if v is not None}
+             | {k for k, v in settings.items() if v is not None})  # null means unset
     if {ADAPTIVE, ADAPTIVE_FLAG} <= fixed | set(spec.space):
         raise BadInput(f"{path}: key {ADAPTIVE_FLAG!r}: it is {ADAPTIVE!r} spelled as a flag, which is also given "
                        f"(engine.settings or space); keep {ADAPTIVE!r}")

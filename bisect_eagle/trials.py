@@ -24,6 +24,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.secrets import Scrubber, redact_mapping
 from bisect_eagle.settings import LiveSettings, trial_fingerprint
 from bisect_eagle.spec import WIRING_SETTING, Spec
+from bisect_eagle.sysmetrics import PREFIX as SYSTEM_PREFIX
 from bisect_eagle.tracking import Tracking, flat_params, owner_id
 
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
@@ -110,7 +111,7 @@ def effective_of(tracking: Tracking, run) -> dict[str, Any]:
 
 def run_metrics(run) -> dict[str, float]:
     """A trial run's own metrics: without the ``system/*`` samples MLflow's system-metrics monitor adds."""
-    return {k: v for k, v in run.data.metrics.items() if not k.startswith("system/")}
+    return {k: v for k, v in run.data.metrics.items() if not k.startswith(SYSTEM_PREFIX)}
 
 
 def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | None = None) -> TrialRecord | None:

@@ -113,4 +113,5 @@ def test_report_command_fits_80_columns(study, monkeypatch):
     assert any(line.startswith("target: output_tok_s >= ") for line in lines)
     assert "verdict: target not reached" in done.output
     assert f"best: run {out.best['run_id']}" in done.output
+    assert not any(line.startswith("model:") for line in lines)  # search.model.enabled: false, nothing to say
     assert not any(len(x) > 8 for line in lines for x in line.split() if x.replace(".", "").isdigit())

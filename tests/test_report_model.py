@@ -22,12 +22,15 @@ criterion: {ratio: 1.5}
 space:
   num_steps: {type: int, low: 1, high: 3}
 """
-# (name, params, metrics, outcome): t1 ran before the model could predict; t6 failed (no measurement)
+SYSTEM_METRIC = "system/cpu_utilization_percentage"  # what MLflow's system-metrics monitor adds to a run
+# (name, params, metrics, outcome): t1 ran before the model could predict; t6 failed (no measurement); t2 carries
+# a system metric
 TRIALS = [
     ("t1", {"num_steps": "1", "concurrency": "1"}, {"output_tok_s": 110.0}, "ok"),
     ("t2", {"num_steps": "2", "concurrency": "1"}, {"output_tok_s": 130.0, "predicted_output_tok_s": 125.0,
                                                     "predicted_output_tok_s_low": 115.0,
-                                                    "predicted_output_tok_s_high": 135.0}, "ok"),
+                                                    "predicted_output_tok_s_high": 135.0,
+                                                    SYSTEM_METRIC: 37.5}, "ok"),
     ("t3", {"num_steps": "3", "concurrency": "1"}, {"output_tok_s": 160.0, "predicted_output_tok_s": 150.0,
                                                     "predicted_output_tok_s_low": 140.0,
                                                     "predicted_output_tok_s_high": 155.0}, "ok"),
@@ -87,6 +90,7 @@ def store(tmp_path_factory):
     ids = _study(tracking, "with-model", metrics=model, trials=TRIALS, artifact=json.dumps(MODEL_JSON))
     plain = [(n, p, {"output_tok_s": v["output_tok_s"]}, o) for n, p, v, o in TRIALS[:3]]
     _study(tracking, "no-model", metrics={}, trials=plain, artifact=None)
+    _study(tracking, "model-no-prediction", metrics={"model_predictions": 0.0}, trials=plain, artifact=None)
     _study(tracking, "bad-artifact", metrics={}, trials=plain[:1], artifact="{not json")
     return root, uri, tracking, ids
 
@@ -186,27 +190,42 @@ def test_report_command_states_the_model_adaptive_and_concurrency(store, monkeyp
     assert "predicted_vs_measured_output_tok_s.png" in text
     done = CliRunner().invoke(app, ["report", str(root / "spec.yaml"), "--tracking-uri", uri, "--json",
                                     "--study-name", "with-model", "--out", str(root / "cli")])
-    model = json.loads(done.output)["model"]
+    body = json.loads(done.output)
+    assert not any(k.startswith("system/") for trial in body["trials"] for k in trial)
+    model = body["model"]
     assert model["error"] == {"n": 4, "inside": 3, "median_rel_error": pytest.approx((5 / 130 + 10 / 160) / 2)}
     assert len(model["points"]) == 4 and model["skipped"] == 12 and model["artifact"] == json.loads(
         json.dumps(MODEL_JSON).replace("RUN-OF-T3", ids["t3"]))
 
 
-def test_no_prediction_means_no_plot_and_one_line(store, monkeypatch):
+@pytest.mark.parametrize("study, said", [
+    ("model-no-prediction", ["model: no live trial carries a prediction (no predicted-vs-measured plot)"]),
+    ("no-model", []),  # search.model.enabled: false: nothing to say about a model that never ran
+])
+def test_no_prediction_means_no_plot_and_one_line_when_the_model_was_on(store, monkeypatch, study, said):
     from bisect_eagle.cli import app
 
     root, uri, tracking, _ = store
-    rep = write_report(tracking, find_parent(tracking, "no-model"), out=root / "no-model")
+    rep = write_report(tracking, find_parent(tracking, study), out=root / study)
     assert "predicted_vs_measured_output_tok_s.png" not in {f.name for f in rep.files}
-    assert not (root / "no-model" / "predicted_vs_measured_output_tok_s.png").exists()
+    assert not (root / study / "predicted_vs_measured_output_tok_s.png").exists()
     assert rep.model.error is None and rep.model.adaptive is None and rep.model.artifact is None
     monkeypatch.setenv("COLUMNS", "80")
     done = CliRunner().invoke(app, ["report", str(root / "spec.yaml"), "--tracking-uri", uri,
-                                    "--study-name", "no-model", "--out", str(root / "cli-plain")])
+                                    "--study-name", study, "--out", str(root / f"cli-{study}")])
     assert done.exit_code == 0 and done.exception is None, done.output
     model = [line for line in done.output.splitlines() if line.startswith("model:")]
-    assert model == ["model: no live trial carries a prediction (no predicted-vs-measured plot)"]
+    assert model == said
     assert "adaptive" not in done.output and "per concurrency" not in done.output
+
+
+def test_system_metrics_are_not_trial_columns(store):
+    _, _, tracking, ids = store
+    run = tracking.client.get_run(ids["t2"])
+    assert SYSTEM_METRIC in run.data.metrics  # logged, as the monitor logs it
+    frame = trials_frame(tracking, find_parent(tracking, "with-model").info.run_id)
+    assert SYSTEM_METRIC not in frame.columns and not any(c.startswith("system/") for c in frame.columns)
+    assert frame.set_index("run_id").loc[ids["t2"], "output_tok_s"] == 130.0
 
 
 def test_an_unreadable_model_json_is_named_not_raised(store):

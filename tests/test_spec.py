@@ -149,6 +149,12 @@ space:
     assert folded.speculative_adaptive is True and folded.server_args == {"page_size": 16}
     assert "speculative_adaptive" in folded.model_fields_set  # what `requested` shows
     assert settings_from({"server_args": {"speculative_adaptive": None}}, "here").server_args == {}
+    unset_flag = settings_from({"speculative_adaptive": True, "server_args": {"speculative_adaptive": None}}, "here")
+    assert unset_flag.speculative_adaptive is True and unset_flag.server_args == {}  # null is unset, not a second value
+    nulled = load_spec(write(tmp_path, """
+engine: {kind: local, settings: {speculative_adaptive: true, server_args: {speculative_adaptive: null}}}
+"""))  # a spec may null the flag spelling beside the field
+    assert nulled.fixed_settings().speculative_adaptive is True
     with pytest.raises(BadInput, match="here: speculative_adaptive and server_args.speculative_adaptive are the same"):
         settings_from({"speculative_adaptive": False, "server_args.speculative_adaptive": True}, "here")
     with pytest.raises(BadInput, match="here: key 'speculative_adaptive': Input should be a valid boolean"):

@@ -28,7 +28,7 @@ dump: u
 prompts: p.jsonl
 engine: {{kind: sglang}}  # the paths are not read (the fake engine replaces it); sglang specs may name absent ones
 baseline: measure
-criterion: {{metric: output_tok_s, ratio: {ratio}}}
+criterion: {{metric: {metric}, ratio: {ratio}}}
 space:
   eagle_aux_hidden_state_layer_ids: {{type: categorical, choices: [[1, 5, 9], [5, 9, 11], [-1, 1, 5]]}}
   num_steps: {{type: int, low: 1, high: {high}}}
@@ -47,11 +47,11 @@ def store(tmp_path_factory) -> dict[str, str]:
 
 
 def make_spec(tmp_path: Path, name: str, ratio: float = 2.0, high: int = 6, budget: int = 20,
-              sampler: str = "tpe", seed: int = 0, model: bool = False) -> Path:
+              sampler: str = "tpe", seed: int = 0, model: bool = False, metric: str = "output_tok_s") -> Path:
     """A fake-engine spec; the throughput model is off unless ``model`` (these tests pin the sampler's loop)."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(SPEC.format(name=name, ratio=ratio, high=high, budget=budget, sampler=sampler, seed=seed,
-                                model=str(model).lower()))
+                                model=str(model).lower(), metric=metric))
     return path
 
 

@@ -318,8 +318,8 @@ def _adaptive_steps(s: LiveSettings) -> str | None:
 
 def _resolved_adaptive(s: LiveSettings, effective: dict[str, Any], resolved: dict[str, Any] | None) -> list[str]:
     """``speculative_adaptive`` as SGLang resolved it, in ``effective`` (the key only when on); a warning when
-    SGLang turned the requested mode off."""
-    if resolved is None or s.is_baseline or not s.speculative_adaptive:
+    SGLang turned off a mode the project's own rules kept on (those that turned it off already warned)."""
+    if resolved is None or s.is_baseline or not effective.get(ADAPTIVE):
         return []
     if resolved.get(ADAPTIVE):
         effective[ADAPTIVE] = True

@@ -32,7 +32,7 @@ from bisect_eagle.search.study.storage import latest_study, load_study, open_sto
 from bisect_eagle.spec import Spec
 from bisect_eagle.stores import check_stores, first_open_lock
 from bisect_eagle.tracking import Tracking, redact
-from bisect_eagle.trials import TrialContext
+from bisect_eagle.trials import TrialContext, settings_of_run
 
 WORKER_WAIT_S = 1800.0  # how long a worker waits for the study's stage 1 and baseline
 WORKER_POLL_S = 2.0  # at most this long between two looks at the study while waiting
@@ -218,10 +218,32 @@ def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> Stud
 
 
 def _log_model(s: StudyRun, out: StudyOutcome, space: SearchSpace) -> None:
-    """The model's error, skipped configs, adaptive reference and per-concurrency bests, on the parent run."""
-    skipped = [{"params": space.decode(t.params), **t.user_attrs.get("predicted", {})}
-               for t in s.study.get_trials(deepcopy=False) if "skipped" in t.user_attrs]
-    metrics, summary = summarize(s.guide, tracking=s.ctx.tracking, parent_run_id=s.ctx.parent_run_id,
-                                 skipped=skipped, listed=s.listed, best_effective=out.best and out.best["params"])
-    s.ctx.tracking.log(s.ctx.parent_run_id, metrics=metrics)
-    s.ctx.tracking.log_texts(s.ctx.parent_run_id, {"model.json": json.dumps(summary, indent=2, default=str)})
+    """The model's error, skipped configs, adaptive reference and per-concurrency bests, on the parent run.
+
+    A failure here never fails the finished search: it is reported as a progress line and a parent-run tag.
+    """
+    try:
+        skipped = {t.user_attrs["fingerprint"]: {"params": space.decode(t.params), **t.user_attrs.get("predicted", {})}
+                   for t in s.study.get_trials(deepcopy=False) if "skipped" in t.user_attrs}
+        metrics, summary = summarize(s.guide, tracking=s.ctx.tracking, parent_run_id=s.ctx.parent_run_id,
+                                     skipped=list(skipped.values()), listed=s.listed, best=out.best,
+                                     adaptive=_adaptive_plan(s, out.best))
+        s.ctx.tracking.log(s.ctx.parent_run_id, metrics=metrics)
+        s.ctx.tracking.log_texts(s.ctx.parent_run_id, {"model.json": json.dumps(summary, indent=2, default=str)})
+    except Exception as e:  # the search's answer stands without its model summary
+        detail = " ".join(str(e).split())[:300] or type(e).__name__
+        s.emit("done", f"model summary not logged: {detail}")
+        s.ctx.tracking.log(s.ctx.parent_run_id, tags={"model_summary_error": detail})
+
+
+def _adaptive_plan(s: StudyRun, best: dict | None) -> dict | None:
+    """The engine's effective settings of the best config with SGLang's adaptive speculation, or None when the
+    engine refuses it or SGLang turns it off (then there is no reference to draw)."""
+    if not best or int(best["params"].get("num_steps") or 0) == 0:
+        return None
+    try:
+        settings = settings_of_run(s.ctx.tracking, s.ctx.tracking.get_run(best["run_id"]))[0]
+        plan = s.ctx.plan(settings.model_copy(update={"speculative_adaptive": True, "topk": 1}))
+    except (BadInput, ValueError):
+        return None
+    return plan.effective if plan.refusal is None and plan.effective.get("speculative_adaptive") else None

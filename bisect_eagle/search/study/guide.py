@@ -10,16 +10,21 @@ the target and the ``search.model.optimism`` quantile. The study loop
 (:mod:`bisect_eagle.search.study.loop`) then:
 
 - runs next the untried config with the highest chance (:meth:`ModelGuide.choose`, when the space can be
-  listed; ties go to the higher prediction), through Optuna's ``enqueue_trial``, so the sampler's history stays
-  complete;
+  listed; ties go to the higher prediction; at most :data:`CHOOSE_LIMIT` configs, a seeded sample of larger
+  spaces), through Optuna's ``enqueue_trial``, so the sampler's history stays complete;
 - never launches a config whose optimistic quantile misses the target (the Optuna trial is PRUNED with an
   infeasibility constraint and the user attribute ``skipped``), and stops when no untried config is left that
-  could reach it, saying so;
+  could reach it, saying so — but only once the model has learned from a speculative live trial of this study:
+  priors alone (stage 1's teacher-forced accuracy, default step costs) never rule a config out;
 - logs ``predicted_*`` metrics on each live run (:meth:`Forecast.metrics`).
 
 Before any cost observation (the baseline) there is no prediction and the sampler alone decides. The
 distribution of a measurement is read as log-normal around the prediction with the spread of the interval's
-upper half (speculation's risk is on the upside: an unseen wiring may accept more than stage 1 says).
+upper half (speculation's risk is on the upside: an unseen wiring may accept more than stage 1 says), and never
+narrower than :data:`MISFIT`: the model's own structural error, which its posterior does not know about.
+
+Which model: the local engine's (finite generations, truncated drafts); every other engine is a server
+benchmarked in steady state (``ThroughputModel.for_engine("sglang")``: SGLang, the stand-in, test engines).
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ import numpy as np
 
 from bisect_eagle.perf.model import Prediction, ThroughputModel
 from bisect_eagle.tracking import Tracking
-from bisect_eagle.trials import effective_of
+from bisect_eagle.trials import ACCEPT_CURVE, effective_of
 
 INTERVAL_Z = NormalDist().inv_cdf(0.9)  # ThroughputModel's default interval is the central 80 %
+MISFIT = 0.15  # least log-sd of a measurement around its prediction (scripts/bench_model.py: p90 error ~0.1)
+CHOOSE_LIMIT = 5000  # configs forecast per choice (a forecast costs ~2-3 ms)
 PREDICTED = ("predicted_output_tok_s", "predicted_output_tok_s_low", "predicted_output_tok_s_high",
              "predicted_accept_length")
 
@@ -65,17 +72,16 @@ class Forecast:
         return {k: float(v) for k, v in out.items() if math.isfinite(v)}
 
     def to_json(self) -> dict[str, Any]:
+        """The forecast as stored on its Optuna trial (user attribute ``predicted``) and in ``model.json``."""
         return {"metric": self.metric, "value": self.value, "low": self.low, "high": self.high,
                 "optimistic": self.optimistic, "chance": self.chance,
                 "predicted_output_tok_s": self.prediction.tok_s}
 
 
-def model_inputs(metrics: Mapping[str, float], effective: Mapping[str, Any]) -> dict[str, Any]:
-    """What :meth:`ThroughputModel.update` reads, from a live run's logged metrics and effective settings."""
-    rates, k = [], 0
-    while f"accept_rate_pos_{k}" in metrics:
-        rates.append(metrics[f"accept_rate_pos_{k}"])
-        k += 1
+def model_inputs(metrics: Mapping[str, float], effective: Mapping[str, Any], *,
+                 rates: list[float]) -> dict[str, Any]:
+    """What :meth:`ThroughputModel.update` reads, from a live run's logged metrics, effective settings and its
+    per-position acceptance curve (``rates``; NaN where a position was never reached)."""
     out: dict[str, Any] = {"output_tok_s": metrics.get("output_tok_s"), "accept_length": metrics.get("accept_length"),
                            "accept_rate_per_position": rates}
     if metrics.get("completion_tokens") and effective.get("num_prompts"):
@@ -95,6 +101,7 @@ class ModelGuide:
         self.learned: set[str] = set()  # MLflow run ids already taught to the model
         self._cache: dict[tuple[str, float], Forecast | None] = {}  # (fingerprint, target) -> forecast, this model
         self._z = NormalDist().inv_cdf(optimism)
+        self.live_learned = 0  # speculative live trials learned: until one, nothing is ruled out
 
     @property
     def ready(self) -> bool:
@@ -125,10 +132,12 @@ class ModelGuide:
                 continue
             effective = effective_of(tracking, run)
             try:
-                self.model.update(effective, model_inputs(run.data.metrics, effective), record=False)
+                self.model.update(effective, model_inputs(run.data.metrics, effective, rates=_curve(tracking, run_id)),
+                                  record=False)
             except ValueError:  # settings the model cannot read (e.g. topk > 1 without num_draft_tokens)
                 continue
             new += 1
+            self.live_learned += int(effective.get("num_steps") or 0) > 0
         if new:
             self._cache.clear()
         return new
@@ -144,38 +153,44 @@ class ModelGuide:
         if self.metric == "output_tok_s":
             value, low, high = p.tok_s, p.low, p.high
         else:  # accept length: the acceptance posterior's draws (deterministic under greedy decoding)
-            value, low, high = p.accept_length, *self._accept_length_interval(effective)
+            value, low, high = p.accept_length, *self._accept_length_interval(effective, p)
         if not (value > 0 and math.isfinite(value)):
             return None
-        spread = max(math.log(max(high, value) / value) / INTERVAL_Z, 1e-6)
+        spread = max(math.log(max(high, value) / value) / INTERVAL_Z, MISFIT)
         chance = 1.0 - NormalDist(math.log(value), spread).cdf(math.log(target))
         optimistic = value * math.exp(self._z * spread)
         return Forecast(metric=self.metric, value=value, low=low, high=high, optimistic=optimistic, chance=chance,
                         prediction=p)
 
-    def _accept_length_interval(self, effective: Mapping[str, Any]) -> tuple[float, float]:
+    def _accept_length_interval(self, effective: Mapping[str, Any], p: Prediction) -> tuple[float, float]:
         cfg = self.model.config(effective)
-        if not cfg.speculative:
-            return 1.0, 1.0
+        if not cfg.speculative or cfg.adaptive:  # adaptive: no draws; the MISFIT floor gives its spread
+            return p.accept_length, p.accept_length
         est = self.model.estimate(cfg)
         lo, hi = np.quantile(est.token_draws / est.cycle_draws, [0.1, 0.9])
         return float(lo), float(hi)
 
     def hopeless(self, forecast: Forecast | None, *, target: float) -> bool:
-        """True when even the optimistic quantile of the prediction misses ``target`` (never launched)."""
-        return forecast is not None and forecast.optimistic < target
+        """True when even the optimistic quantile of the prediction misses ``target`` (never launched); always
+        False before the model has learned from a speculative live trial."""
+        return self.live_learned > 0 and forecast is not None and forecast.optimistic < target
 
     def choose(self, untried: Mapping[str, tuple[dict[str, Any], dict[str, Any]]], *,
-               target: float) -> tuple[dict[str, Any] | None, Forecast | None, int]:
+               target: float) -> tuple[dict[str, Any] | None, Forecast | None, int | None]:
         """The next config to run among ``untried`` (fingerprint -> (sampled values, effective settings)).
 
         Returns (its sampled values, its forecast, how many untried configs are hopeless); (None, None, n)
-        when every untried config is hopeless, or when the model cannot predict yet (then n is 0).
+        when every untried config is hopeless, or when the model cannot predict yet (then n is 0). Above
+        :data:`CHOOSE_LIMIT` configs a seeded sample is ranked and the count is None (nothing is concluded).
         """
         best: tuple[float, float] | None = None
         chosen: tuple[dict[str, Any] | None, Forecast | None] = (None, None)
         hopeless = 0
-        for fp, (sampled, effective) in untried.items():
+        items = list(untried.items())
+        if len(items) > CHOOSE_LIMIT:
+            rng = np.random.default_rng(len(self.learned))
+            items = [items[i] for i in rng.choice(len(items), CHOOSE_LIMIT, replace=False)]
+        for fp, (sampled, effective) in items:
             if (fp, target) not in self._cache:  # forecasts stand until the model learns something
                 self._cache[fp, target] = self.forecast(effective, target=target)
             fc = self._cache[fp, target]
@@ -187,47 +202,54 @@ class ModelGuide:
             key = (fc.chance, fc.value)
             if best is None or key > best:
                 best, chosen = key, (sampled, fc)
-        return chosen[0], chosen[1], hopeless
+        return chosen[0], chosen[1], hopeless if len(items) == len(untried) else None
+
+
+def _curve(tracking: Tracking, run_id: str) -> list[float]:
+    """A run's per-position acceptance curve (``trials.ACCEPT_CURVE``, step = position; NaN for a gap)."""
+    history = tracking.client.get_metric_history(run_id, ACCEPT_CURVE)
+    by_step = {m.step: m.value for m in history}
+    return [by_step.get(k, math.nan) for k in range(max(by_step) + 1)] if by_step else []
 
 
 def summarize(guide: ModelGuide, *, tracking: Tracking, parent_run_id: str, skipped: list[dict[str, Any]],
               listed: Mapping[str, tuple[dict[str, Any], dict[str, Any]]] | None,
-              best_effective: Mapping[str, Any] | None) -> tuple[dict[str, float], dict[str, Any]]:
+              best: Mapping[str, Any] | None,
+              adaptive: Mapping[str, Any] | None) -> tuple[dict[str, float], dict[str, Any]]:
     """The study's model at its end: parent-run metrics and the ``model.json`` artifact.
 
-    ``error``: relative error of each live run's ``predicted_output_tok_s`` (made before it ran) against its
-    measured tok/s, and the share inside the 80 % interval; ``skipped``: configs never launched (``skipped``
-    trials: their params and forecast); ``adaptive``: SGLang's ``--speculative-adaptive`` on the best config,
-    predicted; ``per_concurrency``: the best config the final model predicts at each concurrency level of the
-    listed configs (the measured best's own level when the space cannot be listed), with the baseline's
-    prediction at that level and the run that measured it, if any.
+    ``best``: the outcome's best trial (``fingerprint``, ``params`` = effective settings) or None; ``adaptive``:
+    the engine's plan (effective settings) of the best config with SGLang's ``--speculative-adaptive``, None
+    when the engine refuses it or SGLang turns it off. In ``model.json``: ``error``, the relative error of
+    each live run's ``predicted_output_tok_s`` (made before it ran) against its measured tok/s and the share
+    inside the 80 % interval; ``skipped``, the configs never launched (their params and forecast);
+    ``adaptive``, that plan predicted; ``per_concurrency``, the best config the final model predicts at each
+    concurrency level of the listed configs (the best trial's own level when the space cannot be listed), with
+    the baseline's prediction at that level and the run that measured it, if any.
     """
     runs = [r for r in tracking.child_runs(parent_run_id) if r.data.tags.get("stage") == "live"]
     guide.learn_runs(tracking, [r.info.run_id for r in runs])
-    pairs = [(r.data.metrics, r.info.run_id) for r in runs if {*PREDICTED[:3], "output_tok_s"} <= set(r.data.metrics)]
-    errors = sorted(abs(m["predicted_output_tok_s"] - m["output_tok_s"]) / m["output_tok_s"] for m, _ in pairs)
-    inside = [m["predicted_output_tok_s_low"] <= m["output_tok_s"] <= m["predicted_output_tok_s_high"]
-              for m, _ in pairs]
-    error = {"n": len(errors)}
+    pairs = [r.data.metrics for r in runs
+             if {*PREDICTED[:3], "output_tok_s"} <= set(r.data.metrics) and r.data.metrics["output_tok_s"] > 0]
+    errors = sorted(abs(m["predicted_output_tok_s"] - m["output_tok_s"]) / m["output_tok_s"] for m in pairs)
+    inside = [m["predicted_output_tok_s_low"] <= m["output_tok_s"] <= m["predicted_output_tok_s_high"] for m in pairs]
+    error: dict[str, float] = {"n": len(errors)}
+    metrics = {"model_predictions": float(len(errors)), "model_skipped": float(len(skipped))}
     if errors:
         error.update(median_rel_error=float(np.median(errors)), mean_rel_error=float(np.mean(errors)),
                      p90_rel_error=float(np.quantile(errors, 0.9)), coverage=sum(inside) / len(inside))
-    metrics = {"model_predictions": float(len(errors)), "model_skipped": float(len(skipped))}
-    if errors:
         metrics.update(model_median_rel_error=error["median_rel_error"], model_coverage=error["coverage"])
-    adaptive = None
-    if best_effective and guide.ready and int(best_effective.get("num_steps") or 0) > 0:
-        settings = {**best_effective, "speculative_adaptive": True, "topk": 1, "num_draft_tokens": None}
+    reference = None
+    if adaptive is not None and guide.ready:
         with contextlib.suppress(ValueError):
-            p = guide.model.predict(settings)
-            adaptive = {"params": dict(best_effective), "predicted_output_tok_s": p.tok_s, "low": p.low,
-                        "high": p.high}
+            p = guide.model.predict(adaptive)
+            reference = {"params": dict(adaptive), "predicted_output_tok_s": p.tok_s, "low": p.low, "high": p.high}
             metrics.update(predicted_adaptive_output_tok_s=p.tok_s, predicted_adaptive_output_tok_s_low=p.low,
                            predicted_adaptive_output_tok_s_high=p.high)
     measured = {r.data.tags.get("fingerprint"): r.info.run_id for r in runs if r.info.status == "FINISHED"}
-    configs = dict(listed) if listed else ({"best": ({}, dict(best_effective))} if best_effective else {})
+    configs = dict(listed) if listed else ({best["fingerprint"]: ({}, dict(best["params"]))} if best else {})
     per_level = _per_concurrency(guide, configs, measured) if guide.ready else []
-    return metrics, {"error": error, "skipped": skipped, "adaptive": adaptive, "per_concurrency": per_level}
+    return metrics, {"error": error, "skipped": skipped, "adaptive": reference, "per_concurrency": per_level}
 
 
 def _per_concurrency(guide: ModelGuide, configs: Mapping[str, tuple[dict[str, Any], dict[str, Any]]],

@@ -37,18 +37,17 @@ from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
 from bisect_eagle.search.study.confirm import Confirmation, confirm
 from bisect_eagle.search.study.guide import Forecast, ModelGuide
 from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
+from bisect_eagle.search.study.sampler import Listed, list_configs
 from bisect_eagle.spec import Spec
 from bisect_eagle.trials import TrialContext, TrialRecord, find_cached, run_live_trial, run_standalone_trial
 
+OVERRIDE = "search.model.enabled: false measures them anyway"
 DUPLICATE_LIMIT = 200  # consecutive proposals of measured, refused or skipped configs before the search gives up
 
 TrialKind = Literal["measured", "duplicate", "invalid", "skipped", "budget"]
 """What one Optuna trial of the loop came to: measured now; a config already claimed (its value reused);
 a combination the engine refuses; a config the model predicts cannot reach the target; or not run because other
 workers used up the live-trial budget."""
-
-Listed = dict[str, tuple[dict[str, Any], dict[str, Any]]]
-"""Every runnable config of a listable space: plan fingerprint -> (sampled values, effective settings)."""
 
 
 class BaselineFailed(RuntimeError):
@@ -78,6 +77,7 @@ class StudyRun:
     measured_here: int = 0
     guide: ModelGuide | None = None  # the throughput model (search.model.enabled)
     listed: Listed | None = None  # every runnable config, when the space can be listed (set by loop)
+    skips_in_row: int = 0  # consecutive proposals the model predicted below the target
 
     @property
     def name(self) -> str:
@@ -226,21 +226,6 @@ class StudyRun:
 
     # -- stage 2 ---------------------------------------------------------------------------------------
 
-    def list_space(self, space: SearchSpace) -> Listed | None:
-        """Every distinct runnable config of the space (:data:`Listed`), or None when it cannot be listed."""
-        combos = space.enumerate()
-        if combos is None:
-            return None
-        out: Listed = {}
-        for sampled in combos:
-            try:
-                plan = self.ctx.plan(space.settings(sampled))
-            except BadInput:
-                continue
-            if plan.refusal is None:
-                out.setdefault(plan.fingerprint, (sampled, plan.effective))
-        return out
-
     def stop_reason(self, listed: Listed | None, duplicates_in_row: int) -> str | None:
         """Why the loop stops now, or None to go on (with the model, it also enqueues the next config)."""
         claims = self.claims.all()
@@ -255,6 +240,9 @@ class StudyRun:
         if self.elapsed() >= self.max_wall_s:
             return f"budget: max_wall_s ({self.max_wall_s:g} s) used"
         if duplicates_in_row >= DUPLICATE_LIMIT:
+            if self.skips_in_row >= DUPLICATE_LIMIT:
+                return (f"the throughput model predicted the last {self.skips_in_row} proposals below the target; "
+                        f"{OVERRIDE}")
             return f"the sampler proposed only measured, refused or skipped configs {DUPLICATE_LIMIT} times in a row"
         return self.steer(listed, claims) if self.guide is not None else None
 
@@ -265,16 +253,24 @@ class StudyRun:
         guide.learn_runs(self.ctx.tracking, [self.attr("baseline_run_id"), *(c.run_id for c in claims)])
         if listed is None or target is None:
             return None
+        if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return None  # a config is enqueued already (by this process or another worker): it runs first
         taken = {c.fingerprint for c in claims} | self._cached_outside(set(listed))
         untried = {fp: v for fp, v in listed.items() if fp not in taken}
-        sampled, fc, hopeless = guide.choose(untried, target=target)
+        sampled, _, hopeless = guide.choose(untried, target=target)
         if sampled is not None:
-            self.study.enqueue_trial({k: encode(v) for k, v in sampled.items()})
+            self.study.enqueue_trial({k: encode(v) for k, v in sampled.items()}, user_attrs={"enqueued_by": "model"})
             return None
-        if hopeless and hopeless == len(untried):
-            return (f"no untried config can reach the target: the model's {guide.optimism:.0%} quantile of all "
-                    f"{hopeless} misses {self.spec.criterion.metric} {target:.4g}")
-        return None
+        if not hopeless or hopeless < len(untried):
+            return None
+        running = [c for c in claims if c.state == "running"]
+        if running:  # another worker's trial may still reach the target: wait for it, then look again
+            self.emit("live", f"the model rules out every untried config; waiting for {len(running)} running trial(s)")
+            for c in running:
+                self.claims.wait_done(c.fingerprint, timeout_s=self._time_left())
+            return None
+        return (f"no untried config can reach the target: the model's {guide.optimism:.0%} quantile of all "
+                f"{hopeless} misses {self.spec.criterion.metric} {target:.4g}; {OVERRIDE}")
 
     def _cached_outside(self, fps: set[str]) -> set[str]:
         """Space fingerprints measured outside stage 2 (the baseline config, if the space holds it)."""
@@ -286,7 +282,7 @@ class StudyRun:
 
     def loop(self, space: SearchSpace) -> str:
         """Ask, deduplicate, claim, measure, tell, until a stop reason; returns it."""
-        listed = self.listed = self.list_space(space)
+        listed = self.listed = list_configs(space, plan=self.ctx.plan)
         duplicates_in_row = 0
         while True:
             reason = self.stop_reason(listed, duplicates_in_row)
@@ -297,6 +293,7 @@ class StudyRun:
             if kind == "budget":
                 continue
             duplicates_in_row = duplicates_in_row + 1 if kind in ("duplicate", "invalid", "skipped") else 0
+            self.skips_in_row = self.skips_in_row + 1 if kind == "skipped" else 0
             if kind == "measured" and record is not None:
                 self.measured_here += 1
                 self.overhead_s += time.perf_counter() - t0 - record.engine_s
@@ -320,7 +317,8 @@ class StudyRun:
         fp = plan.fingerprint
         trial.set_user_attr("fingerprint", fp)
         forecast = self._forecast(trial, plan.effective)
-        if forecast is not None and self.guide.hopeless(forecast, target=self.ctx.target):
+        if self.guide is not None and self.guide.hopeless(forecast, target=self.ctx.target) and (
+                self.claims.get(fp) is None):  # a measured config is a duplicate, never "skipped"
             trial.set_user_attr("skipped", f"predicted {forecast.metric} {forecast.value:.4g} (optimistic "
                                            f"{forecast.optimistic:.4g}) < target {self.ctx.target:.4g}")
             trial.set_constraint("predicted_below", 1.0)
@@ -328,6 +326,10 @@ class StudyRun:
             return "skipped", None
         won, other = self.claims.claim(fp, trial=trial.number, owner=self.ctx.owner)
         if not won:
+            if other.state == "running" and trial.user_attrs.get("enqueued_by"):  # two workers enqueued it
+                trial.set_user_attr("duplicate_of_running", other.owner)
+                self.study.tell(trial, state=TrialState.FAIL)
+                return "duplicate", None
             done = other if other.state != "running" else self.claims.wait_done(fp, timeout_s=self._time_left())
             if done is None:
                 self.study.tell(trial, state=TrialState.FAIL)

@@ -46,7 +46,8 @@ def start_parent_run(tracking: Tracking, *, spec: Spec, study: str, storage: str
               "sampler": s.sampler, "seed": str(s.seed), "max_live_trials": str(s.max_live_trials),
               "max_wall_s": str(s.max_wall_s), "repeats": str(s.repeats), "criterion.metric": spec.criterion.metric,
               "criterion.ratio": str(spec.criterion.ratio), "baseline": str(spec.baseline),
-              "gate.margin": str(spec.standalone.margin), "gate.reference": spec.standalone.reference}
+              "gate.margin": str(spec.standalone.margin), "gate.reference": spec.standalone.reference,
+              "search.model.enabled": str(spec.search.model.enabled)}
     tags = {"role": "study", "study": study, "storage": redact(storage), **deployment_tags(spec),
             NOTE: f"**Study running.** {spec.description}".strip()}
     run_id = tracking.start_run(study, tags=tags, params=params)

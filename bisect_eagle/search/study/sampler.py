@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 
+from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.errors import BadInput
 from bisect_eagle.search.space import SearchSpace, encode
+from bisect_eagle.settings import LiveSettings
 from bisect_eagle.spec import WIRING_SETTING, Param, Spec
 
 
@@ -55,3 +59,24 @@ def space_json(space: SearchSpace) -> str:
                        "encoded_choices": {n: [encode(c) for c in p.choices or []]
                                            for n, p in space.params.items() if p.type == "categorical"}},
                       indent=2, default=str)
+
+
+Listed = dict[str, tuple[dict[str, Any], dict[str, Any]]]
+"""Every runnable config of a listable space: plan fingerprint -> (sampled values, effective settings)."""
+
+
+def list_configs(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan]) -> Listed | None:
+    """Every distinct config of ``space`` that ``plan`` (the engine's) accepts, by plan fingerprint (the first
+    sampled values that give it); None when the space cannot be listed (continuous or too large)."""
+    combos = space.enumerate()
+    if combos is None:
+        return None
+    out: Listed = {}
+    for sampled in combos:
+        try:
+            p = plan(space.settings(sampled))
+        except BadInput:
+            continue
+        if p.refusal is None:
+            out.setdefault(p.fingerprint, (sampled, p.effective))
+    return out

@@ -190,6 +190,7 @@ def test_adaptive_is_resolved_turned_off_or_refused_by_sglang(tmp_path):
         assert tree.refusal is None and "speculative_adaptive" not in tree.effective
         assert tree.effective["server"]["speculative_adaptive"] is False
         assert tree.fingerprint == plan(topk=4, num_draft_tokens=8).fingerprint
-        assert any("only topk=1 is supported" in w for w in tree.warnings), tree.warnings
+        off = [w for w in tree.warnings if "turned off by SGLang" in w]
+        assert len(off) == 1 and "only topk=1 is supported" in off[0], tree.warnings
     finally:
         planner.close()

@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from bisect_eagle import scenarios
+from bisect_eagle.engines.sglang.oracle import SglangVerdict
+from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.settings import parse_settings
 from bisect_eagle.spec import SglangServer, load_spec
@@ -75,6 +77,41 @@ def test_what_sglang_turns_off_or_refuses(planner):
     assert own_config.refusal is None  # its candidates are the server's to check
     baseline = plan(planner, speculative_algorithm="none", speculative_adaptive=True)
     assert baseline.fingerprint == "bdc057d4eb6ff830" and "--speculative-adaptive" not in baseline.argv
+
+
+def _resolving(tmp_path: Path, resolved: dict) -> Planner:
+    """A planner whose SGLang resolution answers ``resolved`` for every argv (what the oracle sends back)."""
+    tiny = scenarios.get("tiny")
+    p = Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft, tmp_path, check=False)
+    verdict = SglangVerdict(ok=True, stage="", error=None, resolved=resolved)
+    p.oracle = lambda: SimpleNamespace(available=True, judge=lambda argv, *, resolve: verdict,
+                                       describe=lambda: None, failure=None)
+    return p
+
+
+@pytest.mark.parametrize("request_, resolved, reason", [
+    ({"topk": 4, "num_draft_tokens": 8},  # the project's rules turned it off already: their warning, once
+     {"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "speculative_adaptive": False,
+      ADAPTIVE_OFF: "topk > 1"}, "speculative_eagle_topk=4 (only topk=1 is supported)"),
+    ({"num_steps": 3},  # only SGLang's resolution turned it off: its reason
+     {"speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "speculative_adaptive": False,
+      ADAPTIVE_OFF: "an attention backend without adaptive support"},
+     "an attention backend without adaptive support"),
+])
+def test_adaptive_turned_off_is_warned_once(tmp_path, request_, resolved, reason):
+    p = plan(_resolving(tmp_path, {"speculative_num_steps": 3, **resolved}), speculative_adaptive=True, **request_)
+    assert p.refusal is None and "speculative_adaptive" not in p.effective
+    off = [w for w in p.warnings if "turned off by SGLang" in w]
+    assert off == [f"speculative_adaptive is turned off by SGLang: {reason}; it runs the static num_steps, "
+                   "with only a warning"], p.warnings
+
+
+def test_adaptive_kept_on_by_sglangs_resolution_is_effective_without_a_warning(tmp_path):
+    p = plan(_resolving(tmp_path, {"speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                                   "speculative_num_draft_tokens": 4, "speculative_adaptive": True}),
+             num_steps=3, speculative_adaptive=True)
+    assert p.refusal is None and p.effective["speculative_adaptive"] is True
+    assert p.effective["server"]["speculative_adaptive"] is True and p.warnings == ()
 
 
 def test_the_stand_in_has_no_adaptive_mode_and_its_parser_refuses_the_flag(tmp_path):

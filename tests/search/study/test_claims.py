@@ -91,3 +91,17 @@ def test_wait_done_gives_none_when_released_dead_or_timed_out(url, dead_owner):
     claims.claim("slow", trial=1, owner=owner_id())
     assert claims.wait_done("slow", timeout_s=0.3, poll_s=0.05) is None
     assert time.monotonic() - start < 5
+
+
+def test_one_reaper_per_silent_trial_of_a_study(url):
+    """Two processes that both failed the same silent trial: only the first cleans up after it."""
+    a, b, other_study = Claims(url, "s"), Claims(url, "s"), Claims(url, "t")
+    results = []
+    threads = [threading.Thread(target=lambda c=c: results.append(c.take_reap(3, reaper=str(id(c))))) for c in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False, True]
+    assert a.take_reap(3, reaper="again") is False
+    assert other_study.take_reap(3, reaper="x") is True  # trial numbers are per study
