@@ -208,9 +208,9 @@ def main(
     }
     print(f"\nlandscape: {len(WIRINGS)} wirings × {' × '.join(SPACE)}; baseline {BASELINE_TOK_S} tok/s; "
           f"noise {noise:.1%}; {seeds} seeds")
-    print(f"{'sampler':<8} {'median':>7} {'p90':>7}   live trials to the target")
+    print(f"{'sampler':<15} {'median':>7} {'p90':>7}   live trials to the target")
     for k, v in summary["live_trials_to_target"].items():
-        print(f"{k:<8} {v['median']:>7.1f} {v['p90']:>7.1f}")
+        print(f"{k:<15} {v['median']:>7.1f} {v['p90']:>7.1f}")
     print(f"staged: reached and confirmed in {len(reached)}/{seeds}; "
           f"false successes {summary['false_success_rate']:.2f} "
           f"(without confirmation: {summary['unconfirmed_false_success_rate']:.2f}); bisect correct "

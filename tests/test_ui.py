@@ -11,6 +11,10 @@ import html
 import json
 import re
 import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -57,6 +61,57 @@ def served(tmp_path_factory):
         yield root, out, bisect, port
     finally:
         stop_ui_server(proc)
+
+
+class Running:
+    """A stand-in for the server's process that has not exited."""
+
+    returncode = None
+
+    def poll(self) -> int | None:
+        return None
+
+
+def test_wait_ready_returns_once_the_server_answers_health():
+    paths: list[str] = []
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+            paths.append(self.path)
+            self.send_response(200 if len(paths) >= 3 else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        wait_ready(Running(), server.server_address[1], timeout_s=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert paths == ["/health"] * 3
+
+
+def test_wait_ready_gives_up_after_its_timeout():
+    port = free_ui_port()  # nothing listens there
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=rf"^mlflow server did not answer on 127\.0\.0\.1:{port} within 0\.3 s$"):
+        wait_ready(Running(), port, timeout_s=0.3)
+    assert 0.3 <= time.monotonic() - start < 3
+
+
+def test_wait_ready_fails_at_once_when_the_server_exited():
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    proc.wait()
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"^mlflow server exited with code 3 before it was ready$"):
+        wait_ready(proc, free_ui_port(), timeout_s=60)
+    assert time.monotonic() - start < 1
 
 
 def chromium(url: str, profile: Path, *extra: str, budget_ms: int = 15000, width: int = 1400) -> str:

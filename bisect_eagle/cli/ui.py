@@ -42,6 +42,7 @@ import typer
 
 from bisect_eagle.cli.report import URI_HELP
 from bisect_eagle.errors import BadInput
+from bisect_eagle.poll import wait_until
 from bisect_eagle.spec import WIRING_SETTING, Spec
 from bisect_eagle.trials import ratio_name
 
@@ -132,20 +133,19 @@ def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) ->
 
 
 def wait_ready(proc: subprocess.Popen, port: int, *, timeout_s: float = 120.0) -> None:
-    """Wait until the server answers /health; an exit or a timeout is an error."""
+    """Wait until the server answers /health; an exit or a timeout is a RuntimeError."""
     import httpx
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"mlflow server exited with code {proc.returncode} before it was ready")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200:
-                return
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"mlflow server did not answer on 127.0.0.1:{port} within {timeout_s:g} s")
+            return False
+
+    if not wait_until(answers, timeout_s=timeout_s, max_interval_s=0.5, what=f"mlflow server on port {port}"):
+        raise RuntimeError(f"mlflow server did not answer on 127.0.0.1:{port} within {timeout_s:g} s")
 
 
 def stop_ui_server(proc: subprocess.Popen, grace_s: float = 10.0) -> None:

@@ -10,6 +10,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from bisect_eagle.poll import wait_until
+
 
 def gpu_memory_by_pid() -> dict[int, int] | None:
     """MiB of GPU memory held per pid, over all GPUs (NVML, else ``nvidia-smi``); None where neither exists."""
@@ -64,16 +66,22 @@ class GpuRelease:
 
 
 def wait_gpu_release(pids: list[int], timeout_s: float) -> GpuRelease:
-    """Wait until no GPU holds memory of ``pids``, at most ``timeout_s``."""
+    """Wait until no GPU holds memory of ``pids``, at most ``timeout_s`` (checked at once, then at most 0.5 s apart).
+
+    "released" with the seconds it took, "held" with the pids still holding memory when the time is up, or
+    "unchecked" as soon as no GPU tool answers.
+    """
     start = time.monotonic()
     wanted = set(pids)
-    while True:
+    holders: dict[int, int] = {}
+
+    def settled() -> GpuRelease | None:
+        nonlocal holders
         usage = gpu_memory_by_pid()
         if usage is None:
             return GpuRelease("unchecked")
         holders = {pid: mib for pid, mib in usage.items() if pid in wanted}
-        if not holders:
-            return GpuRelease("released", time.monotonic() - start)
-        if time.monotonic() - start >= timeout_s:
-            return GpuRelease("held", None, holders)
-        time.sleep(0.5)
+        return None if holders else GpuRelease("released", time.monotonic() - start)
+
+    found = wait_until(settled, timeout_s=timeout_s, max_interval_s=0.5, what=f"GPU memory of pids {sorted(wanted)}")
+    return found or GpuRelease("held", None, holders)

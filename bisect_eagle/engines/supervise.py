@@ -27,6 +27,8 @@ break it), and it starts the server:
 The controller stops a server by signalling the whole group (the supervisor included, which only notes
 the signal and keeps waiting for the server): SIGTERM, grace, SIGKILL. Processes are handled as
 :class:`psutil.Process` objects, which check creation times, so a recycled pid is never signalled.
+Because the script imports nothing of the package, its waits are hand-written loops on ``POLL_S`` rather than
+:func:`bisect_eagle.poll.wait_until`, the poll helper everything else uses.
 """
 
 from __future__ import annotations

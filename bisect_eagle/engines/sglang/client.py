@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from bisect_eagle.poll import wait_until
+
 HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 
@@ -88,9 +90,14 @@ class SglangClient:
         self._http.close()
 
     def wait_ready(self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.25) -> str:
-        """Poll /health_generate until 200: "ready", or "exited" when the process died, or "timeout"."""
+        """Poll /health_generate until 200: "ready", or "exited" when the process died, or "timeout".
+
+        ``exited`` is checked before every probe, so a dead process is reported even once the time is up. Probes
+        start quickly and come at most ``poll_s`` apart; none is sent past the deadline.
+        """
         deadline = time.monotonic() + timeout_s
-        while True:
+
+        def state() -> str | None:
             if exited():
                 return "exited"
             remaining = deadline - time.monotonic()
@@ -98,11 +105,13 @@ class SglangClient:
                 return "timeout"
             try:
                 r = self._http.get("/health_generate", timeout=max(0.1, min(remaining, 30.0)))
-                if r.status_code == 200:
-                    return "ready"
             except httpx.HTTPError:
-                pass
-            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+                return None
+            return "ready" if r.status_code == 200 else None
+
+        # wait_until's own deadline falls a hair after ours, so ``state`` ends the wait; a None is a timeout too
+        return wait_until(state, timeout_s=timeout_s, max_interval_s=poll_s,
+                          what=f"{self.base_url}/health_generate") or "timeout"
 
     def server_info(self) -> dict:
         """GET /server_info (``/get_server_info`` on servers that predate it)."""
@@ -120,19 +129,25 @@ class SglangClient:
         raise RequestError("neither /server_info nor /get_server_info exists on this server")
 
     def flush_cache(self, timeout_s: float = 30.0) -> None:
-        """POST /flush_cache, retried while the server is still busy (SGLang answers 400 until idle)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+        """POST /flush_cache, retried while the server is still busy (SGLang answers 400 until idle).
+
+        Any answer but 200 is retried until ``timeout_s`` has passed, then raised as :class:`RequestError` with
+        the last answer; a transport error is raised at once.
+        """
+        last: list[httpx.Response] = []  # the latest answer, for the error message
+
+        def flushed() -> bool:
             try:
                 r = self._http.post("/flush_cache")
             except httpx.HTTPError as e:
                 raise RequestError(f"POST /flush_cache: {type(e).__name__}: {e}",
                                    timed_out=isinstance(e, httpx.TimeoutException)) from None
-            if r.status_code == 200:
-                return
-            if time.monotonic() >= deadline:
-                raise RequestError(f"POST /flush_cache: HTTP {r.status_code} for {timeout_s:.0f} s: {r.text[:200]}")
-            time.sleep(0.2)
+            last[:] = [r]
+            return r.status_code == 200
+
+        if not wait_until(flushed, timeout_s=timeout_s, max_interval_s=0.2, what=f"{self.base_url}/flush_cache"):
+            r = last[0]
+            raise RequestError(f"POST /flush_cache: HTTP {r.status_code} for {timeout_s:.0f} s: {r.text[:200]}")
 
     def generate(
         self, rid: str, input_ids: list[int], *, sampling_params: dict, extra: dict | None = None
