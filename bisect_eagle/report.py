@@ -98,7 +98,8 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
     ``adaptive`` references, dotted when ``predicted``) and an optional shaded ``band`` (label, low, high)."""
     plt = pyplot()
     n = max(1, len(settings))
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
+    # constrained layout: rotated tick labels, a legend and a suptitle, which tight_layout cannot always fit
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False, layout="constrained")
     for ax, name in zip(axes[0], settings or [None], strict=True):
         if name is None:
             ax.text(0.5, 0.5, "no setting varied", ha="center", va="center")
@@ -120,7 +121,6 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
         if lines:
             ax.legend(fontsize=7, loc="best")
     fig.suptitle(f"{metric} per setting (live trials that finished ok)", fontsize=10)
-    fig.tight_layout()
     path = out / f"{metric}_per_setting.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
