@@ -9,8 +9,9 @@ dead controllers are reaped by :func:`~bisect_eagle.engines.reap.reap_servers`.
 Teardown is SIGTERM to the group, a grace period, then SIGKILL to the group and to every process of it ever
 seen (those that left the group included), then, if the port is still taken, the server's orphans that
 listen on it are found and ended (strangers are reported, never signalled). The engine then waits until
-the port can be bound again and, where NVML or ``nvidia-smi`` can tell, until no GPU holds memory of those
-processes (:mod:`bisect_eagle.engines.gpus`). Processes are tracked as :class:`psutil.Process` objects,
+the port can be bound again and, where NVML or ``nvidia-smi`` can tell, until the GPUs let go of the server's
+memory: by pid, or where pids cannot be matched (containers) by device memory against the use before the
+launch (:mod:`bisect_eagle.engines.gpus`). Processes are tracked as :class:`psutil.Process` objects,
 which compare creation times, so a recycled pid is never signalled.
 """
 

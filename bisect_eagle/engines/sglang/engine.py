@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bisect_eagle.engines import procs
+from bisect_eagle.engines import gpus, procs
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.engines.sglang.client import BatchResult, RequestError, SglangClient
@@ -69,6 +69,7 @@ class SglangEngine(Engine):
         self._leftover: _Leftover | None = None
         self._seq: int | None = None
         self._shown_port: int | None = None
+        self._gpu_before: dict[int, int] | None = None  # device memory before the last launch (gpus.device_baseline)
 
     @classmethod
     def from_spec(cls, spec: Spec, log_dir: Path, *, check: bool = True) -> SglangEngine:
@@ -121,23 +122,24 @@ class SglangEngine(Engine):
         if alive:
             procs.stop_server(left.server, grace_s=0.0)
             alive = [p.pid for p in left.server.alive()]
-        gpu = procs.wait_gpu_release(list(left.server.seen), 0.0)
+        gpu = gpus.wait_gpu_release(pids=left.server.seen, timeout_s=0.0, baseline=self._gpu_before)
         port_free = procs.port_is_free(left.host, left.port)
         if not alive and gpu.status != "held" and port_free:
             self._leftover = None
             return None
-        return (f"the previous server is not gone ({left.reason}; now: processes {alive}, GPU memory by pid "
-                f"{gpu.holders}, port {left.port} {'free' if port_free else 'taken'}); refusing to start another")
+        return (f"the previous server is not gone ({left.reason}; now: processes {alive}, GPU memory {gpu.status} "
+                f"({gpu.reason}), port {left.port} {'free' if port_free else 'taken'}); refusing to start another")
 
     def _teardown(self, server: procs.ServerProcess, port: int) -> tuple[dict[str, Any], list[str]]:
         """Stop the server and wait for its port and GPUs; (report, warnings). Remembers a server that stays."""
         s = self.server
         stop = procs.stop_server(server, grace_s=s.stop_grace_s)
         port_s = procs.wait_port_free(s.host, port, timeout_s=s.gpu_release_timeout_s)
-        gpu = procs.wait_gpu_release(list(server.seen), s.gpu_release_timeout_s)
+        gpu = gpus.wait_gpu_release(pids=server.seen, timeout_s=s.gpu_release_timeout_s, baseline=self._gpu_before)
         report = {"signal": stop.signal, "stop_s": round(stop.stop_s, 3), "exit_code": stop.exit_code,
                   "port_free_s": None if port_s is None else round(port_s, 3), "gpu_release": gpu.status,
                   "gpu_release_s": None if gpu.seconds is None else round(gpu.seconds, 3),
+                  "gpu_release_method": gpu.method, "gpu_release_detail": gpu.reason,
                   "pids": sorted(server.seen), "survivors": stop.survivors,
                   "orphans": [o.__dict__ for o in stop.orphans]}
         warnings, reasons = list(stop.warnings), []
@@ -149,7 +151,7 @@ class SglangEngine(Engine):
         if port_s is None:
             reasons.append(f"port {port} still taken after {s.gpu_release_timeout_s:g} s")
         if gpu.status == "held":
-            reasons.append(f"GPU memory still held by pids {gpu.holders} (MiB) after {s.gpu_release_timeout_s:g} s")
+            reasons.append(f"{gpu.reason} after {s.gpu_release_timeout_s:g} s")
         if reasons:
             reason = "; ".join(reasons)
             self._leftover = _Leftover(server, s.host, port, reason)
@@ -198,6 +200,7 @@ class SglangEngine(Engine):
             launch_text(argv, dict(settings.env), environ=dict(os.environ)) + f"\n# server version: {version}\n"
         )
         (trial_dir / "launch_command.txt").write_text(command_text)
+        self._gpu_before = gpus.device_baseline({**os.environ, **settings.env})
         try:
             server = procs.start_server(
                 argv,

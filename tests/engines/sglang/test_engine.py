@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import sys
 
@@ -124,18 +125,36 @@ def test_a_server_that_will_not_go_away_blocks_the_next_launch(engine):
     assert run(engine, settings()).ok and engine._leftover is None
 
 
-def test_gpu_release_waits_for_the_servers_pids(tmp_path, monkeypatch):
-    held = tmp_path / "held"
-    held.write_text("1234, 500\n4321, 0\n")
+def test_gpu_release_inside_a_container_waits_on_device_memory(engine, tmp_path, monkeypatch):
+    """NVML lists host pids, unknown here: the trial's GPU is compared with its use before the launch."""
+    host = 4_000_000
+    while psutil.pid_exists(host):
+        host -= 1
+    (tmp_path / "apps").write_text(f"{host}, 39000\n")
+    (tmp_path / "used").write_text("40000")
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.parent.mkdir()
-    smi.write_text(f"#!/bin/sh\n/bin/cat {held} 2>/dev/null\nexit 0\n")
+    smi.write_text(  # GPU 1 at 500 MiB on the first look (before the launch), then whatever the test sets
+        "#!/bin/sh\n"
+        f'[ "${{1%%=*}}" = --query-compute-apps ] && exec /bin/cat {tmp_path}/apps\n'
+        f"n=$(( $(/bin/cat {tmp_path}/calls 2>/dev/null || echo 0) + 1 )); echo $n > {tmp_path}/calls\n"
+        f"[ $n -eq 1 ] && used=500 || used=$(/bin/cat {tmp_path}/used)\n"
+        'echo "0, GPU-a, 70000, 81559"; echo "1, GPU-b, $used, 81559"\n'
+    )
     smi.chmod(0o755)
-    monkeypatch.setenv("PATH", str(smi.parent))
-    assert procs.gpu_memory_by_pid() == {1234: 500, 4321: 0}
-    gpu = procs.wait_gpu_release([1234, 99], 0.2)
-    assert gpu.status == "held" and gpu.holders == {1234: 500}
-    held.unlink()
-    assert procs.wait_gpu_release([1234], 1).status == "released"
-    monkeypatch.setenv("PATH", str(tmp_path))
-    assert procs.wait_gpu_release([1234], 1).status == "unchecked"
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    gpu1 = settings(env={"CUDA_VISIBLE_DEVICES": "1"})  # GPU 0 is someone else's and stays full
+
+    kept = run(engine, gpu1)
+    teardown = json.loads(kept.artifacts["teardown.json"])
+    assert kept.ok and teardown["gpu_release"] == "held" and teardown["gpu_release_method"] == "device memory"
+    assert any("teardown incomplete: GPU memory above its pre-launch use: GPU 1 at 40000 MiB (was 500" in w
+               and str(host) in w for w in kept.warnings), kept.warnings
+    blocked = run(engine, gpu1)
+    assert blocked.failure_class == "launch_error" and "GPU memory held" in blocked.failure_detail
+
+    (tmp_path / "used").write_text("600")
+    after = run(engine, gpu1)
+    teardown = json.loads(after.artifacts["teardown.json"])
+    assert after.ok and engine._leftover is None and not any("teardown" in w for w in after.warnings)
+    assert teardown["gpu_release"] == "released" and teardown["gpu_release_method"] == "device memory"
