@@ -98,11 +98,11 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
     ``adaptive`` references, dotted when ``predicted``) and an optional shaded ``band`` (label, low, high)."""
     plt = pyplot()
     n = max(1, len(settings))
-    # constrained layout: rotated tick labels, a legend and a suptitle, which tight_layout cannot always fit
+    # constrained layout: rotated tick labels, legends and a suptitle
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False, layout="constrained")
     for ax, name in zip(axes[0], settings or [None], strict=True):
         if name is None:
-            ax.text(0.5, 0.5, "no setting varied", ha="center", va="center")
+            ax.text(0.5, 0.5, "no setting varied", ha="center", va="center", transform=ax.transAxes)
         else:
             values = live[[name, metric]].dropna()
             order = sorted(values[name].unique(), key=_sort_key)
