@@ -234,6 +234,8 @@ class StudyRun:
             return reached
         all_fps = set(listed) if listed is not None else None
         if all_fps is not None and all_fps <= {c.fingerprint for c in claims} | self._cached_outside(all_fps):
+            if self.elapsed() < self.max_wall_s and self.await_running(claims, why="every config is claimed"):
+                return None  # a released claim (its worker died) is measured again: look again
             return f"search space exhausted (all {len(all_fps)} distinct configs measured)"
         if len(claims) >= self.max_live_trials:
             return f"budget: max_live_trials ({self.max_live_trials}) used"
@@ -263,14 +265,20 @@ class StudyRun:
             return None
         if not hopeless or hopeless < len(untried):
             return None
-        running = [c for c in claims if c.state == "running"]
-        if running:  # another worker's trial may still reach the target: wait for it, then look again
-            self.emit("live", f"the model rules out every untried config; waiting for {len(running)} running trial(s)")
-            for c in running:
-                self.claims.wait_done(c.fingerprint, timeout_s=self._time_left())
-            return None
+        if self.await_running(claims, why="the model rules out every untried config"):
+            return None  # another worker's trial may still reach the target: look again
         return (f"no untried config can reach the target: the model's {guide.optimism:.0%} quantile of all "
                 f"{hopeless} misses {self.spec.criterion.metric} {target:.4g}; {OVERRIDE}")
+
+    def await_running(self, claims: list[Claim], *, why: str) -> bool:
+        """Wait for other workers' running claims to finish or be released (a dead worker, reaped): a released
+        config is measured again, a running one may reach the target. False when there were none."""
+        running = [c for c in claims if c.state == "running"]
+        if running:
+            self.emit("live", f"{why}; waiting for {len(running)} running trial(s) of other workers")
+            for c in running:
+                self.claims.wait_done(c.fingerprint, timeout_s=self._time_left())
+        return bool(running)
 
     def _cached_outside(self, fps: set[str]) -> set[str]:
         """Space fingerprints measured outside stage 2 (the baseline config, if the space holds it)."""
