@@ -85,16 +85,7 @@ def test_batches_pad_and_split_by_rows():
 
 def test_accuracy_by_hand(tmp_path):
     s = _sample(1)
-    write_sample(
-        tmp_path,
-        0,
-        fmt="speculators-legacy",
-        input_ids=s.input_ids,
-        loss_mask=s.loss_mask.long(),
-        aux=s.states[:-1],
-        final=s.states[-1],
-        dtype=torch.float32,
-    )
+    _write(tmp_path, s)
     result = evaluate(_echo_draft(), DumpReader(tmp_path), head=_head(), rule=parse_rule("[:-1]"), steps=1)
     # valid rows 0,1,2,4 (row 3 masked by loss_mask[4] = 0); hits at rows 0 and 2 -> 2 / 4
     assert result.tokens == 4 and result.samples == 1
@@ -109,16 +100,7 @@ def test_full_vocab_counts_out_of_vocab_targets_as_misses(tmp_path):
     s = _sample(1)
     s.states[0][4] = _onehot([6])[0]
     s.states[-1][5] = _onehot([7])[0] + _onehot([6], 3.0)[0]
-    write_sample(
-        tmp_path,
-        0,
-        fmt="speculators-legacy",
-        input_ids=s.input_ids,
-        loss_mask=s.loss_mask.long(),
-        aux=s.states[:-1],
-        final=s.states[-1],
-        dtype=torch.float32,
-    )
+    _write(tmp_path, s)
     result = evaluate(_echo_draft(draft_vocab=7), DumpReader(tmp_path), head=_head(), rule=parse_rule("[:-1]"), steps=1)
     assert result.accuracy["full_vocab"] == pytest.approx(2 / 4)
     assert result.accuracy["draft_vocab"] == pytest.approx(3 / 4)

@@ -229,14 +229,16 @@ class StudyRun:
     def stop_reason(self, listed: Listed | None, duplicates_in_row: int) -> str | None:
         """Why the loop stops now, or None to go on (with the model, it also enqueues the next config)."""
         claims = self.claims.all()
-        reached = self.reached()
-        if reached:
+        if reached := self.reached():
             return reached
-        all_fps = set(listed) if listed is not None else None
-        if all_fps is not None and all_fps <= {c.fingerprint for c in claims} | self._cached_outside(all_fps):
+        untried = None
+        if listed is not None:  # every listed config neither claimed nor measured outside stage 2 (the baseline)
+            taken = {c.fingerprint for c in claims} | self._cached_outside(set(listed))
+            untried = {fp: v for fp, v in listed.items() if fp not in taken}
+        if untried is not None and not untried:
             if self.elapsed() < self.max_wall_s and self.await_running(claims, why="every config is claimed"):
                 return None  # a released claim (its worker died) is measured again: look again
-            return f"search space exhausted (all {len(all_fps)} distinct configs measured)"
+            return f"search space exhausted (all {len(listed)} distinct configs measured)"
         if len(claims) >= self.max_live_trials:
             return f"budget: max_live_trials ({self.max_live_trials}) used"
         if self.elapsed() >= self.max_wall_s:
@@ -246,19 +248,17 @@ class StudyRun:
                 return (f"the throughput model predicted the last {self.skips_in_row} proposals below the target; "
                         f"{OVERRIDE}")
             return f"the sampler proposed only measured, refused or skipped configs {DUPLICATE_LIMIT} times in a row"
-        return self.steer(listed, claims) if self.guide is not None else None
+        return self.steer(untried, claims) if self.guide is not None else None
 
-    def steer(self, listed: Listed | None, claims: list[Claim]) -> str | None:
-        """Teach the model the study's finished trials; enqueue the untried config likeliest to reach the target,
-        or return why none is worth running (every untried config predicted below the target)."""
+    def steer(self, untried: Listed | None, claims: list[Claim]) -> str | None:
+        """Teach the model the study's finished trials; enqueue the config of ``untried`` (None: the space cannot
+        be listed) likeliest to reach the target, or return why none is worth running."""
         guide, target = self.guide, self.ctx.target
         guide.learn_runs(self.ctx.tracking, [self.attr("baseline_run_id"), *(c.run_id for c in claims)])
-        if listed is None or target is None:
+        if untried is None or target is None:
             return None
         if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return None  # a config is enqueued already (by this process or another worker): it runs first
-        taken = {c.fingerprint for c in claims} | self._cached_outside(set(listed))
-        untried = {fp: v for fp, v in listed.items() if fp not in taken}
         sampled, _, hopeless = guide.choose(untried, target=target)
         if sampled is not None:
             self.study.enqueue_trial({k: encode(v) for k, v in sampled.items()}, user_attrs={"enqueued_by": "model"})
