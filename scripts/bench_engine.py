@@ -25,7 +25,7 @@ import typer
 
 from bisect_eagle.cli.common import resolve_paths
 from bisect_eagle.engines.local import LocalEngine
-from bisect_eagle.settings import LiveSettings
+from bisect_eagle.spec.settings import LiveSettings
 
 TRUE = "true [1,5,9]"
 SEEDS_WRONG = {"[1:] -> [5,9,11]": [5, 9, 11], "embedding first [-1,1,5]": [-1, 1, 5]}

@@ -51,15 +51,15 @@ from bench_engine import TRUE, WIRINGS  # noqa: E402
 from bisect_eagle.engines.local import LocalEngine  # noqa: E402
 from bisect_eagle.perf import ThroughputModel, metrics_from_result  # noqa: E402
 from bisect_eagle.perf.adaptive import predict_adaptive  # noqa: E402
-from bisect_eagle.settings import LiveSettings  # noqa: E402
-from bisect_eagle.spec import load_spec  # noqa: E402
+from bisect_eagle.spec.load import load_spec  # noqa: E402
+from bisect_eagle.spec.settings import LiveSettings  # noqa: E402
 
 DEFAULT_SPEC = Path(__file__).resolve().parent.parent / "experiments" / "tiny.yaml"
 
 
 def stage1(spec_path: Path, wirings: dict[str, list[int]], steps: int, samples: int) -> dict[str, list[float]]:
     """Teacher-forced full-vocabulary accuracy per position, per wiring (stage 1's scorer)."""
-    from bisect_eagle.search.gate import Scorer
+    from bisect_eagle.trials.standalone import Scorer
 
     spec = load_spec(spec_path)
     spec.standalone.steps = steps
@@ -103,10 +103,10 @@ def microbenchmarks(paths: dict[str, Path], ids: list[int]):
 
     from transformers import DynamicCache
 
-    from bisect_eagle.draft import load_draft
+    from bisect_eagle.artifacts.draft import load_draft
+    from bisect_eagle.artifacts.prompts import load_prompts
+    from bisect_eagle.artifacts.target import capture_hidden, load_target
     from bisect_eagle.engines.local.decoder import DraftChain, SpeculativeDecoder
-    from bisect_eagle.prompts import load_prompts
-    from bisect_eagle.target import capture_hidden, load_target
 
     model, tokenizer = load_target(paths["target"])
     prompt_ids = list(load_prompts(paths["prompts"], tokenizer)[0].input_ids)

@@ -11,7 +11,7 @@ For each seed (``--seeds``, at least 20), with every live measurement multiplied
   budget + 1 live trials. Its throughput model (``search.model``, on by default) picks each next config and
   skips those it predicts cannot reach the target.
 * ``staged_no_model``: the same with ``search.model.enabled: false`` (TPE alone).
-* ``bisect``: :func:`~bisect_eagle.search.bisect.run_bisect` (ratio 0.9 of the good config) between a good
+* ``bisect``: :func:`~bisect_eagle.bisect.run_bisect` (ratio 0.9 of the good config) between a good
   config and a bad one that adds a planted culprit (a wrong wiring; too many draft steps; or two changes
   harmless alone that break it together) and harmless changes; correct when the culprits it names are exactly
   the planted ones.
@@ -45,9 +45,10 @@ from optuna.trial import TrialState
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from landscape import BASELINE_TOK_S, SPACE, TRUE_WIRING, WIRINGS, LandscapeEngine, gate, true_value  # noqa: E402
 
-from bisect_eagle.search.bisect import BisectOptions, run_bisect  # noqa: E402
+from bisect_eagle.bisect.run import BisectOptions, run_bisect  # noqa: E402
 from bisect_eagle.search.study import Options, live_space, make_sampler, run_study  # noqa: E402
-from bisect_eagle.spec import WIRING_SETTING, Spec, load_spec  # noqa: E402
+from bisect_eagle.spec.load import load_spec  # noqa: E402
+from bisect_eagle.spec.schema import WIRING_SETTING, Spec  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 RATIO = 1.0  # the mission: reach the baseline tok/s
@@ -126,7 +127,7 @@ def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int, model: 
     confirm_samples = sum(2 * c["pairs"] for c in (out.confirmations or {}).values())
     errors = []
     if model:
-        from bisect_eagle.tracking import Tracking
+        from bisect_eagle.tracking.runs import Tracking
 
         tracking = Tracking.open(store["mlflow"], spec.name)
         for run in tracking.child_runs(out.parent_run_id):
@@ -140,7 +141,7 @@ def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int, model: 
 
 def _settings(params: dict[str, Any]) -> dict[str, Any]:
     """Effective params of a logged trial as LiveSettings fields (env and server_args nested)."""
-    from bisect_eagle.spec import settings_from
+    from bisect_eagle.spec.schema import settings_from
 
     return settings_from({k: v for k, v in params.items() if v is not None}, "best").model_dump()
 

@@ -18,12 +18,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bisect_eagle import scenarios
-from bisect_eagle.draft import load_draft
-from bisect_eagle.dumps import DumpReader
-from bisect_eagle.standalone import batches, evaluate
-from bisect_eagle.target import TargetHead
-from bisect_eagle.wiring import parse_rule
+from bisect_eagle.artifacts import scenarios
+from bisect_eagle.artifacts.draft import load_draft
+from bisect_eagle.artifacts.dumps import DumpReader
+from bisect_eagle.artifacts.target import TargetHead
+from bisect_eagle.artifacts.wiring import parse_rule
+from bisect_eagle.trials.accuracy import batches, evaluate
 
 
 def _median_mad(xs: list[float]) -> tuple[float, float]:

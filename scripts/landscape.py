@@ -28,7 +28,7 @@ from typing import Any
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings
+from bisect_eagle.spec.settings import LiveSettings
 
 BASELINE_TOK_S = 90.0
 TRUE_WIRING = [2, 23, 44]

@@ -3,11 +3,11 @@
 Seeded and deterministic (fixed step counts, not wall-clock budgets). On 2 CPU cores it takes about
 11 minutes: ~7 for the target (600 steps of 16 × 128 tokens), ~1 for the dumps, ~3 for the draft.
 
-    python scripts/make_tiny_scenario.py                 # rewrite bisect_eagle/scenarios/tiny/
+    python scripts/make_tiny_scenario.py                 # rewrite bisect_eagle/artifacts/scenarios/tiny/
     python scripts/make_tiny_scenario.py dump --out D --layers 3,7,11 --format specforge --samples 8
                                                          # another dump of the shipped target
 
-What it writes (``bisect_eagle/scenarios/tiny/``):
+What it writes (``bisect_eagle/artifacts/scenarios/tiny/``):
 
 * ``target/``: a 12-layer, 192-wide Llama (transformers) trained on ``pydoc_data.topics`` (text that
   ships with Python), weights in bf16, and a byte-level tokenizer (token id = byte, 256 = end of text);
@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 import typer
 
-from bisect_eagle import layers
-from bisect_eagle.draft import DraftConfig, Eagle3Draft, init_weights, save_draft
-from bisect_eagle.dumps import FORMATS, write_sample
-from bisect_eagle.standalone import Counts
-from bisect_eagle.target import TargetHead, capture_hidden, load_target
+from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts.draft import DraftConfig, Eagle3Draft, init_weights, save_draft
+from bisect_eagle.artifacts.dumps import FORMATS, write_sample
+from bisect_eagle.artifacts.target import TargetHead, capture_hidden, load_target
+from bisect_eagle.trials.accuracy import Counts
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bisect_eagle" / "scenarios" / "tiny"

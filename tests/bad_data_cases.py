@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bisect_eagle import scenarios
+from bisect_eagle.artifacts import scenarios
 
 TINY = scenarios.get("tiny")
 NO_CUDA_DEVICE = "cuda:999" if torch.cuda.is_available() else "cuda:0"

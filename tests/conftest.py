@@ -11,7 +11,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bisect_eagle import scenarios  # noqa: E402
+from bisect_eagle.artifacts import scenarios  # noqa: E402
 
 torch.set_num_threads(1)
 

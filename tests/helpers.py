@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from bisect_eagle.draft import DraftConfig, Eagle3Draft, init_weights
+from bisect_eagle.artifacts.draft import DraftConfig, Eagle3Draft, init_weights
 
 
 def small_config(num_aux: int = 3, hidden: int = 16, vocab: int = 32, draft_vocab: int = 24) -> DraftConfig:
@@ -87,7 +87,8 @@ def tiny_fake_study(root: Path):
     import optuna
 
     from bisect_eagle.search.study import Options, run_study
-    from bisect_eagle.spec import DEFAULT_SPEC, load_spec
+    from bisect_eagle.spec.load import load_spec
+    from bisect_eagle.spec.schema import DEFAULT_SPEC
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = load_spec(DEFAULT_SPEC)
@@ -101,7 +102,7 @@ def tiny_fake_study(root: Path):
 
 def tiny_fake_bisect(root: Path, uri: str, fake):
     """tiny.yaml (good) vs tiny-broken.yaml (bad) with the fake engine, logged to ``uri``."""
-    from bisect_eagle.search.bisect import BisectOptions, run_bisect
+    from bisect_eagle.bisect.run import BisectOptions, run_bisect
 
     experiments = Path(__file__).resolve().parents[1] / "experiments"
     return run_bisect(BisectOptions(good=str(experiments / "tiny.yaml"), bad=str(experiments / "tiny-broken.yaml"),

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import bench_search  # noqa: E402
 import landscape  # noqa: E402
 
-from bisect_eagle.settings import LiveSettings  # noqa: E402
+from bisect_eagle.spec.settings import LiveSettings  # noqa: E402
 
 
 def test_baseline_failures_and_noise():

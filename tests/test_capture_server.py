@@ -7,12 +7,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bisect_eagle.capture_server import capture_args, capture_server
-from bisect_eagle.dumps import DumpReader
+from bisect_eagle.artifacts.dumps import DumpReader
 from bisect_eagle.engines.sglang.launch import argv_tokens
 from bisect_eagle.errors import BadInput
-from bisect_eagle.layermatch import load, match_layers
-from bisect_eagle.spec import load_spec
+from bisect_eagle.inspect.capture_server import capture_args, capture_server
+from bisect_eagle.inspect.layermatch import load, match_layers
+from bisect_eagle.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

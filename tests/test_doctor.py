@@ -14,7 +14,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from bisect_eagle.doctor import diagnose
-from bisect_eagle.spec import load_spec
+from bisect_eagle.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN = sorted((ROOT / "experiments" / "broken").glob("*.yaml"))

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from bisect_eagle.draft import DraftLoadError, load_draft, save_draft
+from bisect_eagle.artifacts.draft import DraftLoadError, load_draft, save_draft
 from bisect_eagle.errors import BadInput
 
 from helpers import random_draft, write_fake_target
@@ -128,10 +128,10 @@ def test_shipped_tiny_draft_loads(tiny):
 
 
 def test_expected_shapes_are_the_modules_own(tiny):
-    from bisect_eagle.draft import expected_shapes, read_draft_config
+    from bisect_eagle.artifacts.draft import expected_shapes, read_draft_config
 
     c = read_draft_config(tiny.draft).draft_config(3)
-    from bisect_eagle.draft import Eagle3Draft
+    from bisect_eagle.artifacts.draft import Eagle3Draft
 
     assert expected_shapes(c) == {k: tuple(v.shape) for k, v in Eagle3Draft(c).state_dict().items()}
 
@@ -142,7 +142,7 @@ def test_inspect_reads_headers_only_and_load_checks_the_values(tmp_path, tiny):
 
     from safetensors.torch import load_file, save_file
 
-    from bisect_eagle.draft import inspect_draft
+    from bisect_eagle.artifacts.draft import inspect_draft
 
     shutil.copytree(tiny.draft, tmp_path / "d")
     weights = tmp_path / "d" / "model.safetensors"

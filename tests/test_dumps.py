@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bisect_eagle.dumps import DumpError, DumpReader, write_sample
+from bisect_eagle.artifacts.dumps import DumpError, DumpReader, write_sample
 
 
 def _write(tmp_path, fmt, n=3, s=6, h=4):

@@ -12,12 +12,12 @@ import httpx
 import pytest
 import torch
 
-from bisect_eagle.draft import load_draft
-from bisect_eagle.dumps import DumpReader
+from bisect_eagle.artifacts.draft import load_draft
+from bisect_eagle.artifacts.dumps import DumpReader
+from bisect_eagle.artifacts.target import load_target
 from bisect_eagle.engines.local import SpeculativeDecoder
 from bisect_eagle.errors import BadInput
-from bisect_eagle.layermatch import fetch_server_states, match_layers
-from bisect_eagle.target import load_target
+from bisect_eagle.inspect.layermatch import fetch_server_states, match_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_SEPARATION = 10.0  # the runner-up is at least 10x farther than the match

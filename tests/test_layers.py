@@ -2,8 +2,8 @@
 
 import pytest
 
-from bisect_eagle import layers
-from bisect_eagle.layers import LayerIdError
+from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts.layers import LayerIdError
 
 # (convention, depth, id, canonical index)
 CASES = [

@@ -1,8 +1,8 @@
 """layers.py's SGLang capture rules checked against SGLang 0.5.23's own model classes.
 
 Each family's ``set_eagle3_layers_to_capture`` is called in SGLang's interpreter (tests/sglang_env/
-capture_rules.py); what it captures must be what :func:`bisect_eagle.layers.ids_to_canonical` predicts under
-:func:`bisect_eagle.layers.sglang_convention` for that ``model_type``, and ids that layers.py refuses must be
+capture_rules.py); what it captures must be what :func:`bisect_eagle.artifacts.layers.ids_to_canonical` predicts under
+:func:`bisect_eagle.artifacts.layers.sglang_convention` for that ``model_type``, and ids that layers.py refuses must be
 ids SGLang cannot capture (outside the hidden states 0..N). Skipped where no SGLang environment exists
 (``scripts/setup_sglang_env.sh`` makes one; CI always does).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sglang_oracle import sglang_python
 
-from bisect_eagle import layers
+from bisect_eagle.artifacts import layers
 
 SCRIPT = Path(__file__).resolve().parent / "sglang_env" / "capture_rules.py"
 

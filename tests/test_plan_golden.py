@@ -16,7 +16,8 @@ import pytest
 
 from bisect_eagle.engines import make_engine
 from bisect_eagle.search.space import SearchSpace
-from bisect_eagle.spec import Param, load_spec
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.spec.schema import Param
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "plan_fingerprints.json"

@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bisect_eagle.devices import check_device
+from bisect_eagle.artifacts.devices import check_device
+from bisect_eagle.artifacts.target import TargetHead, check_target_weights, load_target, read_target_info
 from bisect_eagle.errors import BadInput
-from bisect_eagle.preflight import validate_data
-from bisect_eagle.target import TargetHead, check_target_weights, load_target, read_target_info
+from bisect_eagle.spec.checks import validate_data
 
 from helpers import random_draft, write_fake_target
 
@@ -33,7 +33,7 @@ def test_each_input_is_optional():
 
 
 def test_draft_against_target(tmp_path):
-    from bisect_eagle.draft import save_draft
+    from bisect_eagle.artifacts.draft import save_draft
 
     model = random_draft()  # vocab 32, hidden 16
     save_draft(model, tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])

@@ -5,8 +5,8 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
+from bisect_eagle.artifacts.prompts import check_prompts, load_prompts
 from bisect_eagle.errors import BadInput
-from bisect_eagle.prompts import check_prompts, load_prompts
 
 TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<assistant>{% endif %}")

@@ -6,10 +6,10 @@ import optuna
 import pandas as pd
 import pytest
 
-from bisect_eagle.report import best_row, find_parent, trials_frame, varying_settings, write_report
+from bisect_eagle.report.study import best_row, find_parent, trials_frame, varying_settings, write_report
 from bisect_eagle.search.study import Options, run_study
-from bisect_eagle.spec import load_spec
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.tracking.runs import Tracking
 
 from helpers import load_fake_engine
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bisect_eagle import scenarios
+from bisect_eagle.artifacts import scenarios
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec import DEFAULT_SPEC, load_spec, settings_from
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.spec.schema import DEFAULT_SPEC, settings_from
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,7 +111,7 @@ def test_default_spec_is_the_shipped_tiny_experiment():
 
 
 def test_an_sglang_spec_may_name_paths_of_another_machine_but_a_live_run_needs_the_prompts():
-    from bisect_eagle.preflight import check_live_inputs
+    from bisect_eagle.spec.checks import check_live_inputs
 
     spec = load_spec(ROOT / "experiments" / "glm5-8gpu.yaml")  # /models/... and /data/... are not here
     assert str(spec.target) == "/models/GLM-5-NVFP4"

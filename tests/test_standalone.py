@@ -4,12 +4,12 @@ import pytest
 import torch
 from torch import nn
 
-from bisect_eagle.draft import DraftConfig, Eagle3Draft, LoadedDraft
-from bisect_eagle.dumps import DumpReader, Sample, write_sample
+from bisect_eagle.artifacts.draft import DraftConfig, Eagle3Draft, LoadedDraft
+from bisect_eagle.artifacts.dumps import DumpReader, Sample, write_sample
+from bisect_eagle.artifacts.target import TargetHead
+from bisect_eagle.artifacts.wiring import parse_rule
 from bisect_eagle.errors import BadInput
-from bisect_eagle.standalone import batches, evaluate
-from bisect_eagle.target import TargetHead
-from bisect_eagle.wiring import parse_rule
+from bisect_eagle.trials.accuracy import batches, evaluate
 
 H = V = 8
 
@@ -107,8 +107,8 @@ def test_full_vocab_counts_out_of_vocab_targets_as_misses(tmp_path):
 
 
 def test_wrong_width_rule_is_refused(tiny):
-    from bisect_eagle.draft import load_draft
-    from bisect_eagle.wiring import WiringError
+    from bisect_eagle.artifacts.draft import load_draft
+    from bisect_eagle.artifacts.wiring import WiringError
 
     loaded = load_draft(tiny.draft, target=tiny.target)
     with pytest.raises(WiringError, match=r"fc expects 3 × 192 = 576 inputs; rule \[0,1\] gives 2 tensors = 384"):
@@ -117,7 +117,7 @@ def test_wrong_width_rule_is_refused(tiny):
 
 def test_tiny_scenario_true_wiring_wins(tiny):
     """The incident's shape: the trained wiring matches training accuracy; [1:] and [emb,0,1] lose >= 5 points."""
-    from bisect_eagle.draft import load_draft
+    from bisect_eagle.artifacts.draft import load_draft
 
     loaded = load_draft(tiny.draft, target=tiny.target)
     head = TargetHead.load(tiny.target)

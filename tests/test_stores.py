@@ -16,8 +16,8 @@ import optuna
 import pytest
 
 from bisect_eagle.search.study.storage import open_storage
-from bisect_eagle.stores import StoreUnreachable, check_stores, hide_password
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.tracking.runs import Tracking
+from bisect_eagle.tracking.stores import StoreUnreachable, check_stores, hide_password
 
 
 def closed_port() -> int:

@@ -16,9 +16,9 @@ import pytest
 from bisect_eagle.engines.base import Engine, TrialResult
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.spec import Spec
-from bisect_eagle.tracking import (
+from bisect_eagle.spec.schema import Spec
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.runs import (
     PARENT_TAG,
     Tracking,
     artifact_root,
@@ -29,7 +29,8 @@ from bisect_eagle.tracking import (
     redact,
     resolve_tracking_uri,
 )
-from bisect_eagle.trials import TrialContext, find_cached, run_live_trial
+from bisect_eagle.trials.live import run_live_trial
+from bisect_eagle.trials.record import TrialContext, find_cached
 
 SECRET = "s3cr3t-value-123"
 
@@ -166,7 +167,7 @@ def test_owner_liveness():
 
 
 def test_environment_info_names_versions(tracking):
-    from bisect_eagle.tracking import environment_info
+    from bisect_eagle.tracking.runs import environment_info
 
     info = environment_info()
     for key in ("version.torch", "version.transformers", "version.optuna", "version.mlflow", "git_sha", "host",
@@ -208,7 +209,8 @@ def test_curves_datasets_and_experiment_description(tmp_path):
 
 
 def test_stage1_artifacts_carry_the_gate_decision(tracking):
-    from bisect_eagle.search.gate import Verdict, apply_gate, record_gate
+    from bisect_eagle.search.gate import apply_gate, record_gate
+    from bisect_eagle.trials.standalone import Verdict
 
     verdicts = []
     for label, acc in (("right", 0.9), ("close", 0.88), ("wrong", 0.5)):

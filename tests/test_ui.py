@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bisect_eagle.bisect.run import bisect_experiment
 from bisect_eagle.cli.ui import (
     LIVE_VIEW_KEY,
     VIEW_PARAM,
@@ -33,9 +34,9 @@ from bisect_eagle.cli.ui import (
     stop_ui_server,
     wait_ready,
 )
-from bisect_eagle.search.bisect.run import bisect_experiment
-from bisect_eagle.spec import DEFAULT_SPEC, load_spec
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.spec.schema import DEFAULT_SPEC
+from bisect_eagle.tracking.runs import Tracking
 
 from helpers import tiny_fake_bisect, tiny_fake_study
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bisect_eagle.wiring import EMB, WiringError, check_width, parse_rule
+from bisect_eagle.artifacts.wiring import EMB, WiringError, check_width, parse_rule
 
 
 @pytest.mark.parametrize(("text", "n", "expected"), [

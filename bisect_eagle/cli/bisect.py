@@ -13,8 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bisect_eagle.cli.common import print_json
-from bisect_eagle.cli.report import URI_HELP
+from bisect_eagle.cli.common import URI_HELP, print_json
 
 
 def _value(v: object) -> str:
@@ -45,9 +44,8 @@ def bisect(
                                                         "changes, probes, unresolved, ...)."),
 ) -> None:
     """Isolate the changes that break the good configuration and those whose reversal repairs the bad one."""
-    from bisect_eagle.cli.live import parse_set
-    from bisect_eagle.cli.run import quiet_libraries, sigterm_as_exit
-    from bisect_eagle.search.bisect import BisectOptions, run_bisect
+    from bisect_eagle.bisect.run import BisectOptions, run_bisect
+    from bisect_eagle.cli.common import parse_set, quiet_libraries, sigterm_as_exit
 
     quiet_libraries()
     sigterm_as_exit()

@@ -10,15 +10,17 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import typer
+import yaml
 
-from bisect_eagle import scenarios
+from bisect_eagle.artifacts import scenarios
 from bisect_eagle.errors import BadInput
 
 if TYPE_CHECKING:
-    from bisect_eagle.spec import Spec
+    from bisect_eagle.spec.schema import Spec
 
 
 def quiet_libraries() -> None:
@@ -43,8 +45,9 @@ def load_spec_or_default(spec: Path | None, *, live: bool = True) -> Spec:
     ``live``: the command runs live trials here, so what the engine reads on this machine (the prompts, for an
     sglang spec whose other paths live on the server's machine) must be here too.
     """
-    from bisect_eagle.preflight import check_live_inputs
-    from bisect_eagle.spec import DEFAULT_SPEC, load_spec
+    from bisect_eagle.spec.checks import check_live_inputs
+    from bisect_eagle.spec.load import load_spec
+    from bisect_eagle.spec.schema import DEFAULT_SPEC
 
     s = load_spec(spec or DEFAULT_SPEC)
     if live:
@@ -79,3 +82,38 @@ def _strict(obj: object) -> object:
 def print_json(obj: object) -> None:
     """Print one strict JSON object on stdout."""
     typer.echo(json.dumps(_strict(obj), indent=2, default=str, allow_nan=False))
+
+
+URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
+
+
+def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: str | None):
+    """(tracking, parent run) of a spec's study (default: its newest)."""
+    from bisect_eagle.report.study import find_parent
+    from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
+
+    s = load_spec_or_default(spec, live=False)
+    tracking = Tracking.open(resolve_tracking_uri(tracking_uri, s.storage.tracking_uri), s.name)
+    return tracking, find_parent(tracking, study_name)
+
+
+def num(value: object) -> str:
+    """A metric for a person: 3 significant digits (one decimal from 100 up), '-' when absent."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    v = float(value)  # type: ignore[arg-type]
+    return f"{v:.1f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``key=value`` flags to a mapping; values are YAML scalars or lists (``[5,9,11]``, ``4``, ``bfloat16``)."""
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"--set {item!r}: expected key=value, e.g. --set num_steps=4")
+        try:
+            values[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise BadInput(f"--set {item!r}: value is not a YAML scalar or list ({e.problem})") from None
+    return values

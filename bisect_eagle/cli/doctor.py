@@ -23,8 +23,8 @@ def doctor(
 ) -> None:
     """Check a spec's draft, ids, wiring and speculative settings; exit 1 on any error, 2 on unreadable input."""
     from bisect_eagle.doctor import diagnose, summary
-    from bisect_eagle.preflight import check_spec_inputs
-    from bisect_eagle.spec import load_spec
+    from bisect_eagle.spec.checks import check_spec_inputs
+    from bisect_eagle.spec.load import load_spec
 
     s = load_spec(spec, check_inputs=False)  # what the diagnosis explains is not refused before it
     if sglang_python:

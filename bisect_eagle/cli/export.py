@@ -11,8 +11,7 @@ from typing import Any
 
 import typer
 
-from bisect_eagle.cli.common import print_json, quiet_libraries
-from bisect_eagle.cli.report import URI_HELP
+from bisect_eagle.cli.common import URI_HELP, print_json, quiet_libraries
 
 
 def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -> dict[str, Any]:
@@ -22,8 +21,8 @@ def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -
     run here), with the layer ids in their meaningful order; secret values are never printed (``$NAME``).
     """
     from bisect_eagle.engines.sglang import SglangEngine
-    from bisect_eagle.settings import apply_speculative_rules
-    from bisect_eagle.trials import settings_of_run, spec_of_study
+    from bisect_eagle.spec.settings import apply_speculative_rules
+    from bisect_eagle.trials.record import settings_of_run, spec_of_study
 
     settings, parent_id = settings_of_run(tracking, run)
     spec = spec_of_study(tracking, parent_id)
@@ -63,13 +62,13 @@ def export(
 ) -> None:
     """Print what to run to serve a trial's config with SGLang: command, environment and draft config patch."""
     from bisect_eagle.errors import BadInput
-    from bisect_eagle.report import best_row, trials_frame
-    from bisect_eagle.tracking import Tracking, resolve_tracking_uri
+    from bisect_eagle.report.study import best_row, trials_frame
+    from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
 
     quiet_libraries()
     uri = resolve_tracking_uri(tracking_uri)
     if run_id is None:
-        from bisect_eagle.cli.report import open_study_run
+        from bisect_eagle.cli.common import open_study_run
 
         tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name)
         best = best_row(trials_frame(tracking, parent.info.run_id), parent.data.params.get("criterion.metric",

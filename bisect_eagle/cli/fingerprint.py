@@ -31,11 +31,11 @@ def fingerprint(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (matches, recommended, notes)."),
 ) -> None:
     """Match each dumped hidden state to the target layer it came from, and recommend ids and wiring."""
-    from bisect_eagle import scenarios
+    from bisect_eagle.artifacts import scenarios
     from bisect_eagle.errors import BadInput
-    from bisect_eagle.layermatch import load
-    from bisect_eagle.layermatch import match_layers as match
-    from bisect_eagle.preflight import validate_data
+    from bisect_eagle.inspect.layermatch import load
+    from bisect_eagle.inspect.layermatch import match_layers as match
+    from bisect_eagle.spec.checks import validate_data
 
     if samples < 1:
         raise BadInput(f"--samples {samples}: expected at least 1")
@@ -82,10 +82,10 @@ def _with_capture_server(spec_path: Path, capture_ids: str | None, sglang_python
     """Start the spec's capture-only server, match its captures with the dump's, stop it."""
     import tempfile
 
-    from bisect_eagle.capture_server import capture_server
     from bisect_eagle.errors import BadInput
-    from bisect_eagle.layermatch import match_layers
-    from bisect_eagle.spec import load_spec
+    from bisect_eagle.inspect.capture_server import capture_server
+    from bisect_eagle.inspect.layermatch import match_layers
+    from bisect_eagle.spec.load import load_spec
 
     s = load_spec(spec_path)
     if sglang_python:

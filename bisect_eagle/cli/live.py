@@ -5,31 +5,15 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
-from bisect_eagle.cli.common import print_json, resolve_paths
+from bisect_eagle.cli.common import parse_set, print_json, resolve_paths
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
-
-
-def parse_set(items: list[str]) -> dict[str, Any]:
-    """``key=value`` flags to a mapping; values are YAML scalars or lists (``[5,9,11]``, ``4``, ``bfloat16``)."""
-    values: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise BadInput(f"--set {item!r}: expected key=value, e.g. --set num_steps=4")
-        try:
-            values[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError as e:
-            raise BadInput(f"--set {item!r}: value is not a YAML scalar or list ({e.problem})") from None
-    return values
 
 
 def _print_result(result: TrialResult) -> None:
@@ -77,18 +61,18 @@ def _engine_for(spec_path: Path | None, paths: dict[str, Path] | None, *, sglang
 
     Every input is checked first (a dry run of an sglang spec may name paths of another machine).
     """
-    from bisect_eagle.preflight import check_live_inputs
+    from bisect_eagle.spec.checks import check_live_inputs
 
     if spec_path is None:
+        from bisect_eagle.artifacts.prompts import check_prompts
         from bisect_eagle.engines.local import LocalEngine
-        from bisect_eagle.preflight import validate_data
-        from bisect_eagle.prompts import check_prompts
+        from bisect_eagle.spec.checks import validate_data
 
         validate_data(target=paths["target"], draft=paths["draft"])
         check_prompts(paths["prompts"], 1, what="one live trial")
         return LocalEngine(paths["target"], paths["draft"], paths["prompts"]), {}
     from bisect_eagle.engines import make_engine
-    from bisect_eagle.spec import load_spec
+    from bisect_eagle.spec.load import load_spec
 
     s = load_spec(spec_path)
     if not dry_run:
@@ -121,8 +105,8 @@ def live(
         if values.get("speculative_algorithm", "none") != "none":
             raise BadInput(f"--baseline conflicts with --set speculative_algorithm={values['speculative_algorithm']}")
         values["speculative_algorithm"] = "none"
-    from bisect_eagle.devices import check_device
-    from bisect_eagle.spec import settings_from
+    from bisect_eagle.artifacts.devices import check_device
+    from bisect_eagle.spec.schema import settings_from
 
     if "device" in values and spec is None:  # the local engine runs here; a spec's engine refuses its own
         check_device(values["device"], "--set device")

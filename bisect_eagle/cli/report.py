@@ -12,35 +12,16 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import typer
 
-from bisect_eagle.cli.common import load_spec_or_default, print_json, quiet_libraries
-from bisect_eagle.report_model import INTERVAL, best_measured, measured_per_concurrency, per_concurrency
+from bisect_eagle.cli.common import URI_HELP, num, open_study_run, print_json, quiet_libraries
+from bisect_eagle.report.model import INTERVAL, best_measured, measured_per_concurrency, per_concurrency
 
 if TYPE_CHECKING:
-    from bisect_eagle.report import Report
-    from bisect_eagle.report_model import Adaptive, ModelView
+    from bisect_eagle.report.model import Adaptive, ModelView
+    from bisect_eagle.report.study import Report
 
-URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
 SETTING_COLUMNS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
 SHORT = {"eagle_aux_hidden_state_layer_ids": "ids"}
 WIDTH = 80
-
-
-def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: str | None):
-    """(tracking, parent run) of a spec's study (default: its newest)."""
-    from bisect_eagle.report import find_parent
-    from bisect_eagle.tracking import Tracking, resolve_tracking_uri
-
-    s = load_spec_or_default(spec, live=False)
-    tracking = Tracking.open(resolve_tracking_uri(tracking_uri, s.storage.tracking_uri), s.name)
-    return tracking, find_parent(tracking, study_name)
-
-
-def num(value: object) -> str:
-    """A metric for a person: 3 significant digits (one decimal from 100 up), '-' when absent."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "-"
-    v = float(value)  # type: ignore[arg-type]
-    return f"{v:.1f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def setting_text(row: pd.Series, names: list[str]) -> str:
@@ -56,7 +37,7 @@ def wrapped(text: str, indent: str = "  ") -> list[str]:
 
 def summary_lines(parent, rep) -> list[str]:
     """Target, verdict, why it stopped, and the best run with its metrics and settings."""
-    from bisect_eagle.report import study_value
+    from bisect_eagle.report.study import study_value
 
     metric, m = rep.metric, parent.data.metrics
     baseline, target = study_value(parent, "baseline", metric=metric), study_value(parent, "target", metric=metric)
@@ -203,7 +184,7 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """State a study's target, verdict and best run; list its live trials; plot them per setting."""
-    from bisect_eagle.report import varying_settings, write_report
+    from bisect_eagle.report.study import varying_settings, write_report
 
     quiet_libraries()
     tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name)

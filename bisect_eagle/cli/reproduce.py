@@ -12,8 +12,7 @@ from typing import Any
 
 import typer
 
-from bisect_eagle.cli.common import print_json, quiet_libraries, sigterm_as_exit
-from bisect_eagle.cli.report import URI_HELP, num
+from bisect_eagle.cli.common import URI_HELP, num, print_json, quiet_libraries, sigterm_as_exit
 
 
 def compare(old: dict[str, float], new: dict[str, float]) -> list[dict[str, float | str | None]]:
@@ -49,15 +48,9 @@ def reproduce(
     """Measure a logged trial again beside a fresh baseline; say whether its gain over the baseline reproduced."""
     from bisect_eagle.engines import make_engine
     from bisect_eagle.search.study.parent import resolved_spec
-    from bisect_eagle.tracking import NOTE, Tracking, resolve_tracking_uri
-    from bisect_eagle.trials import (
-        TrialContext,
-        deployment_tags,
-        ratio_name,
-        run_live_trial,
-        settings_of_run,
-        spec_of_study,
-    )
+    from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
+    from bisect_eagle.trials.live import run_live_trial
+    from bisect_eagle.trials.record import TrialContext, deployment_tags, ratio_name, settings_of_run, spec_of_study
 
     quiet_libraries()
     sigterm_as_exit()

@@ -25,14 +25,14 @@ def standalone(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Standalone accuracy of a draft on its training dump under a wiring rule (no server)."""
-    from bisect_eagle.devices import check_device
-    from bisect_eagle.draft import load_draft
-    from bisect_eagle.dumps import DumpReader
+    from bisect_eagle.artifacts.devices import check_device
+    from bisect_eagle.artifacts.draft import load_draft
+    from bisect_eagle.artifacts.dumps import DumpReader
+    from bisect_eagle.artifacts.target import TargetHead
+    from bisect_eagle.artifacts.wiring import parse_rule
     from bisect_eagle.errors import BadInput
-    from bisect_eagle.preflight import validate_data
-    from bisect_eagle.standalone import evaluate
-    from bisect_eagle.target import TargetHead
-    from bisect_eagle.wiring import parse_rule
+    from bisect_eagle.spec.checks import validate_data
+    from bisect_eagle.trials.accuracy import evaluate
 
     if samples < 0:
         raise BadInput(f"--samples: expected a count >= 0 (0 = all), found {samples}")

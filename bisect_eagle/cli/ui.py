@@ -13,7 +13,7 @@ and a URL that carries a facet makes the page ignore the view, so the view's URL
 :func:`save_live_view` writes one view per experiment (key ``bisect-eagle-live-trials``, overwritten by each
 ``ui``): the newest study's live trials, best first, with the criterion metric, accept length, output tok/s
 and their ratios to the baseline, the searched params and the stage. The experiment's ``mlflow.experimentKind``
-tag (set by :mod:`bisect_eagle.tracking`) keeps MLflow 3 from opening it in GenAI mode, and
+tag (set by :mod:`bisect_eagle.tracking.runs`) keeps MLflow 3 from opening it in GenAI mode, and
 ``workflowType=machine_learning`` opens the UI in its "Model training" mode.
 
 The assistant panel: MLflow 3.17 opens it by itself on a browser's first visit to a server it considers local
@@ -40,11 +40,11 @@ from urllib.parse import quote, urlencode
 
 import typer
 
-from bisect_eagle.cli.report import URI_HELP
+from bisect_eagle.cli.common import URI_HELP
 from bisect_eagle.errors import BadInput
 from bisect_eagle.poll import wait_until
-from bisect_eagle.spec import WIRING_SETTING, Spec
-from bisect_eagle.trials import ratio_name
+from bisect_eagle.spec.schema import WIRING_SETTING, Spec
+from bisect_eagle.trials.record import ratio_name
 
 MODE = {"workflowType": "machine_learning"}  # the UI's "Model training" mode (its mode switch sets this parameter)
 VIEW_TAG = "mlflow.sharedViewState."  # + key: a saved view of the runs page (MLflow >= 3.15)
@@ -170,8 +170,8 @@ def ui(
     """Serve the MLflow UI for the store and print the runs URL; Ctrl-C stops it."""
     from mlflow import MlflowClient
 
-    from bisect_eagle.cli.run import load_spec_or_default, quiet_libraries, sigterm_as_exit
-    from bisect_eagle.tracking import resolve_tracking_uri, sqlite_path
+    from bisect_eagle.cli.common import load_spec_or_default, quiet_libraries, sigterm_as_exit
+    from bisect_eagle.tracking.runs import resolve_tracking_uri, sqlite_path
 
     quiet_libraries()
     sigterm_as_exit()

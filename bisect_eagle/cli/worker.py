@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from bisect_eagle.cli.common import load_spec_or_default, quiet_libraries, sigterm_as_exit
-from bisect_eagle.cli.run import Display, finish
+from bisect_eagle.cli.study import Display, finish
 
 
 def worker(
@@ -25,7 +25,7 @@ def worker(
     """Join a study's live search: shared budget and stop, never a config another worker ran (exit 0/3)."""
     import os
 
-    from bisect_eagle.stores import check_stores
+    from bisect_eagle.tracking.stores import check_stores
 
     quiet_libraries()
     sigterm_as_exit()

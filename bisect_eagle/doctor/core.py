@@ -20,13 +20,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from bisect_eagle import layers
+from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts.target import read_target_config
 from bisect_eagle.doctor.ids import IdChecks
 from bisect_eagle.doctor.model import DraftInfo, ModelChecks, read_draft
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.spec import WIRING_SETTING, Spec
-from bisect_eagle.target import read_target_config
+from bisect_eagle.spec.schema import WIRING_SETTING, Spec
+from bisect_eagle.spec.settings import LiveSettings
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")

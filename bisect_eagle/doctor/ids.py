@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import difflib
 
-from bisect_eagle import layers
-from bisect_eagle.spec import WIRING_SETTING
+from bisect_eagle.artifacts import layers
+from bisect_eagle.spec.schema import WIRING_SETTING
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 PLUS_ONE_WORKS = ("qwen2", "qwen3")  # -1 works on these dense models in both known versions

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bisect_eagle.draft import DraftConfigFile, read_draft_config, read_headers
-from bisect_eagle.dumps import DumpReader
+from bisect_eagle.artifacts.draft import DraftConfigFile, read_draft_config, read_headers
+from bisect_eagle.artifacts.dumps import DumpReader
+from bisect_eagle.artifacts.wiring import check_width, parse_rule
 from bisect_eagle.errors import BadInput
-from bisect_eagle.wiring import check_width, parse_rule
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bisect_eagle.engines.base import Engine
-from bisect_eagle.spec import Spec
+from bisect_eagle.spec.schema import Spec
 
 
 def default_log_dir(spec: Spec) -> Path:

@@ -18,13 +18,12 @@ of the per-prompt tok/s ratios and its confidence interval, which a drift of the
 from __future__ import annotations
 
 import abc
-import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from bisect_eagle.engines.plan import TrialPlan
-from bisect_eagle.settings import LiveSettings
+from bisect_eagle.spec.settings import LiveSettings
 
 FAILURE_CLASSES = (
     "bad_arguments",  # the server exited before ready with an argument error
@@ -116,18 +115,6 @@ class PairedResult:
     def to_json(self) -> dict[str, Any]:
         return {"speedup": self.speedup, "lower": self.lower, "upper": self.upper, "confidence": self.confidence,
                 "ratios": self.ratios}
-
-
-def paired_speedup(ratios: list[float], *, confidence: float = 0.95) -> tuple[float, float, float]:
-    """(geometric mean, lower, upper) of positive per-prompt ratios: a Student-t interval on their logs."""
-    from scipy.stats import t
-
-    logs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(mean), math.exp(mean), math.exp(mean)
-    half = float(t.ppf(0.5 + confidence / 2, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def failed(engine: str, *, requested: dict, effective: dict, cls: str, detail: str, **extra: Any) -> TrialResult:

@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from bisect_eagle.secrets import digest_mapping, redact_argv, redact_mapping
-from bisect_eagle.settings import ADAPTIVE, LiveSettings, apply_speculative_rules
+from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, apply_speculative_rules
+from bisect_eagle.tracking.redact import digest_mapping, redact_argv, redact_mapping
 
 SPECULATIVE_FIELDS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.spec import Param, settings_from
+from bisect_eagle.spec.schema import Param, settings_from
+from bisect_eagle.spec.settings import LiveSettings
 
 ENUMERATION_LIMIT = 100_000
 

@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from bisect_eagle.bisect.ddmin import ProbeOutcome
+from bisect_eagle.bisect.log import parse_log
+from bisect_eagle.bisect.run import BisectOptions, run_bisect
 from bisect_eagle.engines.base import Engine, TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
-from bisect_eagle.search.bisect import BisectOptions, ProbeOutcome, parse_log, run_bisect
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.runs import Tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = ROOT / "experiments" / "tiny.yaml"

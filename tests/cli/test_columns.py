@@ -42,7 +42,7 @@ def columns_80(monkeypatch):
 
 def test_run_outcome_fits(store, monkeypatch):
     """As a user runs it: from the directory whose mlruns/ holds the stores (the ui command needs no URI)."""
-    from bisect_eagle.cli.run import print_outcome
+    from bisect_eagle.cli.study import print_outcome
 
     root, _, out, _ = store
     monkeypatch.chdir(root)
@@ -57,7 +57,7 @@ def test_run_outcome_fits(store, monkeypatch):
 def test_run_outcome_says_what_the_model_skipped(store, monkeypatch):
     from dataclasses import replace
 
-    from bisect_eagle.cli.run import print_outcome
+    from bisect_eagle.cli.study import print_outcome
 
     root, _, out, _ = store
     monkeypatch.chdir(root)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from bisect_eagle.artifacts.draft import DraftConfig, read_draft_config, save_draft
 from bisect_eagle.doctor import read_draft
-from bisect_eagle.draft import DraftConfig, read_draft_config, save_draft
 from bisect_eagle.engines.serve import draft_layer_ids
 from bisect_eagle.errors import BadInput
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bisect_eagle.engines import gpus
+from bisect_eagle.engines.procs import gpus
 
 GPUS = "0, GPU-aaaa-0, {0}, 81559\n1, GPU-bbbb-1, {1}, 81559\n"  # index, uuid, used MiB, total MiB
 TOL = gpus.tolerance_mib(81559)  # 2 % of 81559 MiB: 1631

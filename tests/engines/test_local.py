@@ -7,12 +7,12 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from bisect_eagle.draft import init_weights, load_draft
+from bisect_eagle.artifacts.draft import init_weights, load_draft
+from bisect_eagle.artifacts.prompts import load_prompts
+from bisect_eagle.artifacts.target import load_target
 from bisect_eagle.engines.local import DraftChain, Generation, LocalEngine, SpeculativeDecoder, accept_rates
 from bisect_eagle.errors import BadInput
-from bisect_eagle.prompts import load_prompts
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.target import load_target
+from bisect_eagle.spec.settings import LiveSettings
 
 EOS = 256
 FAST = {"num_prompts": 2, "warmup_prompts": 1, "max_new_tokens": 12}

@@ -23,9 +23,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bisect_eagle.engines import procs
-from bisect_eagle.engines.reap import ServerRecord, read_records, write_record
-from bisect_eagle.engines.supervise import TOKEN_ENV, argv_digest
+from bisect_eagle.engines.procs import server as procs
+from bisect_eagle.engines.procs.reap import ServerRecord, read_records, write_record
+from bisect_eagle.engines.procs.supervise import TOKEN_ENV, argv_digest
 
 HERE = Path(__file__).resolve().parent / "fake_servers"
 LISTENER = HERE / "listener.py"
@@ -175,7 +175,7 @@ def test_sigkill_of_the_controller_ends_the_server_and_resume_reaps_the_record(t
 
 def _record(pgid: int, token: str, port: int, controller: tuple[int, float | None], hostname: str | None = None,
             **kw) -> ServerRecord:
-    from bisect_eagle.engines.reap import boot_id, start_time
+    from bisect_eagle.engines.procs.reap import boot_id, start_time
 
     return ServerRecord(pgid=pgid, supervisor_start=start_time(pgid), server_pid=pgid, server_start=start_time(pgid),
                         host="127.0.0.1", port=port, hostname=hostname or socket.gethostname(), boot_id=boot_id(),

@@ -12,16 +12,16 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from bisect_eagle.draft import load_draft
-from bisect_eagle.engines import procs
+from bisect_eagle.artifacts.draft import load_draft
+from bisect_eagle.artifacts.prompts import load_prompts
+from bisect_eagle.artifacts.target import load_target
 from bisect_eagle.engines.local import LocalEngine, SpeculativeDecoder
+from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.serve import READY_LINE, Rejected, build_parser, check_args, parse_generate
 from bisect_eagle.engines.sglang import SglangEngine
 from bisect_eagle.engines.sglang.client import SglangClient
-from bisect_eagle.prompts import load_prompts
-from bisect_eagle.settings import parse_settings
-from bisect_eagle.spec import SglangServer
-from bisect_eagle.target import load_target
+from bisect_eagle.spec.schema import SglangServer
+from bisect_eagle.spec.settings import parse_settings
 
 SERVE = [sys.executable, "-m", "bisect_eagle.engines.serve"]
 TRIAL = {"num_steps": 3, "topk": 1, "max_new_tokens": 12, "num_prompts": 2, "warmup_prompts": 1}

@@ -9,7 +9,7 @@ from pathlib import Path
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
 
 TRUE_IDS = [1, 5, 9]
 BASELINE_TOK_S = 100.0

@@ -13,7 +13,7 @@ from fake_engine import FakeEngine
 
 from bisect_eagle.cli.common import sigterm_as_exit
 from bisect_eagle.search.study import Options, join_study, run_study
-from bisect_eagle.spec import load_spec
+from bisect_eagle.spec.load import load_spec
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from bisect_eagle.search.bisect.ddmin import (
+from bisect_eagle.bisect.ddmin import (
     Answer,
     BisectStatus,
     ProbeMemo,
@@ -205,7 +205,7 @@ def test_the_module_imports_only_the_standard_library():
     import sys
     from pathlib import Path
 
-    import bisect_eagle.search.bisect.ddmin as ddmin
+    import bisect_eagle.bisect.ddmin as ddmin
 
     tree = ast.parse(Path(ddmin.__file__).read_text())
     imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.search.gate import Candidate, Scorer, Verdict, apply_gate, candidates
-from bisect_eagle.spec import Spec, StandaloneStage, Wiring
+from bisect_eagle.search.gate import apply_gate
+from bisect_eagle.spec.schema import Spec, StandaloneStage, Wiring
+from bisect_eagle.trials.standalone import Candidate, Scorer, Verdict, candidates
 
 
 def spec_with(*wirings: dict, **kw) -> Spec:

@@ -9,7 +9,7 @@ import optuna
 from fake_engine import FakeEngine
 
 from bisect_eagle.search.study import Options, run_study
-from bisect_eagle.spec import load_spec
+from bisect_eagle.spec.load import load_spec
 
 SPEC = """\
 name: plan-identity

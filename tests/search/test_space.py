@@ -7,7 +7,7 @@ import pytest
 
 from bisect_eagle.errors import BadInput
 from bisect_eagle.search.space import SearchSpace, decode_ids, encode
-from bisect_eagle.spec import Param
+from bisect_eagle.spec.schema import Param
 
 
 def space(**params) -> SearchSpace:

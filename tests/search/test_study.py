@@ -15,8 +15,8 @@ from fake_engine import FakeEngine
 
 from bisect_eagle.poll import wait_until
 from bisect_eagle.search.study import Claims, Options, StudyOutcome, run_study
-from bisect_eagle.spec import load_spec
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.tracking.runs import Tracking
 
 HERE = Path(__file__).resolve().parent
 

@@ -3,7 +3,7 @@
 Token bookkeeping (``x`` = prompt + generated tokens, ``c = len(x) - 1``): the target's KV cache always holds
 positions ``0 .. c-1``, i.e. every token but the last; the draft has seen rows ``0 .. c-1``, where row ``t``
 is ``fc(aux_t)`` (the target's captured states at position ``t``) with token ``x[t+1]`` at position ``t``, as
-EAGLE-3 trains (:meth:`~bisect_eagle.draft.Eagle3Draft.ttt_forward`). A prefill runs the target over all
+EAGLE-3 trains (:meth:`~bisect_eagle.artifacts.draft.Eagle3Draft.ttt_forward`). A prefill runs the target over all
 prompt tokens but the last; then each round
 
 1. extends the draft by the rows it has not seen; its last row drafts ``d_1``;
@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bisect_eagle import layers
-from bisect_eagle.draft import LoadedDraft
+from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts.draft import LoadedDraft
+from bisect_eagle.artifacts.target import capture_hidden, decoder_layers
 from bisect_eagle.errors import BadInput
-from bisect_eagle.target import capture_hidden, decoder_layers
 
 ALGORITHMS = ("EAGLE3", "EAGLE")
 

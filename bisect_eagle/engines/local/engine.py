@@ -23,16 +23,17 @@ from typing import Any
 
 import torch
 
-from bisect_eagle import layers
-from bisect_eagle.devices import check_device
-from bisect_eagle.draft import LoadedDraft, load_draft, read_draft_config
-from bisect_eagle.engines.base import Engine, PairedResult, RequestRecord, TrialResult, failed, paired_speedup
+from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts.devices import check_device
+from bisect_eagle.artifacts.draft import LoadedDraft, load_draft, read_draft_config
+from bisect_eagle.artifacts.prompts import Prompt, load_prompts
+from bisect_eagle.artifacts.target import load_target, read_target_config
+from bisect_eagle.engines.base import Engine, PairedResult, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.local.decoder import Generation, SpeculativeDecoder, accept_rates
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
-from bisect_eagle.prompts import Prompt, load_prompts
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.target import load_target, read_target_config
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.stats import paired_speedup
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 IGNORED = ("concurrency", "env", "server_args")  # settings only server engines use

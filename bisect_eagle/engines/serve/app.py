@@ -51,8 +51,8 @@ def build_parser(prog: str = "bisect-eagle serve") -> argparse.ArgumentParser:
 
 def draft_layer_ids(draft_dir: Path, num_layers: int) -> tuple[list[int], str | None]:
     """Capture ids as SGLang reads them (nested ``eagle_config`` only); (ids, a warning when defaulted)."""
-    from bisect_eagle import layers
-    from bisect_eagle.draft import read_draft_config
+    from bisect_eagle.artifacts import layers
+    from bisect_eagle.artifacts.draft import read_draft_config
 
     cf = read_draft_config(draft_dir)
     if cf.nested_ids:
@@ -126,11 +126,11 @@ def _architecture(model_path: str) -> str:
 def build_backend(a: argparse.Namespace) -> DecoderBackend:
     """Load the target (and draft) and wrap the decoder; raises BadInput for unusable inputs."""
 
-    from bisect_eagle import layers
-    from bisect_eagle.draft import load_draft
+    from bisect_eagle.artifacts import layers
+    from bisect_eagle.artifacts.draft import load_draft
+    from bisect_eagle.artifacts.target import decoder_layers, load_target
     from bisect_eagle.engines.local import DTYPES, SpeculativeDecoder
-    from bisect_eagle.settings import LiveSettings, apply_speculative_rules
-    from bisect_eagle.target import decoder_layers, load_target
+    from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
 
     dtype = DTYPE_NAMES[a.dtype]
     model, tokenizer = load_target(a.model_path, device=a.device, dtype=DTYPES[dtype])

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bisect_eagle.engines import gpus, procs
+from bisect_eagle.artifacts.prompts import Prompt, load_prompts
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.engines.procs import gpus
+from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.sglang.client import BatchResult, RequestError, SglangClient
 from bisect_eagle.engines.sglang.failures import classify_failure
 from bisect_eagle.engines.sglang.launch import argv_tokens, launch_text, prepare_draft_dir
@@ -37,10 +39,9 @@ from bisect_eagle.engines.sglang.readback import (
     server_summary,
 )
 from bisect_eagle.errors import BadInput
-from bisect_eagle.prompts import Prompt, load_prompts
-from bisect_eagle.secrets import Scrubber
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.spec import SglangServer, Spec
+from bisect_eagle.spec.schema import SglangServer, Spec
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.redact import Scrubber
 
 
 @dataclass

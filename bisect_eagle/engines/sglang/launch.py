@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bisect_eagle.configs import read_config_json
-from bisect_eagle.draft import parse_draft_config
+from bisect_eagle.artifacts.configs import read_config_json
+from bisect_eagle.artifacts.draft import parse_draft_config
 from bisect_eagle.errors import BadInput
-from bisect_eagle.secrets import is_secret_name, redact_argv
-from bisect_eagle.settings import LiveSettings, apply_speculative_rules
-from bisect_eagle.spec import SglangServer
+from bisect_eagle.spec.schema import SglangServer
+from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.tracking.redact import is_secret_name, redact_argv
 
 TP_FLAGS = ("--tp-size", "--tensor-parallel-size")  # preferred first; both mean the same in SGLang
 MANAGED = {  # flags the engine sets itself -> the setting that controls them

@@ -4,7 +4,8 @@ For a request the planner
 
 1. applies the speculative rules and resolves the layer ids (``null`` → the draft's own nested
    ``eagle_config`` ids, the only ones SGLang reads; see ``docs/sglang-facts.md#where-sglang-reads-the-ids``),
-   checking them against the target's depth with the target family's capture rule (:mod:`bisect_eagle.layers`);
+   checking them against the target's depth with the target family's capture rule
+   (:mod:`bisect_eagle.artifacts.layers`);
 2. builds the argv (:mod:`.launch`) and adapts it to the installed server's flags (:mod:`.flags`);
 3. asks SGLang itself (:mod:`.oracle`): its parser (invalid values, ambiguous or unknown flags) and, when the
    target's ``config.json`` is readable here, ``ServerArgs.resolve_once`` (DSA page size, backend limits, the
@@ -31,16 +32,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from bisect_eagle import layers
-from bisect_eagle.draft import read_draft_config
+from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts.draft import read_draft_config
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.engines.sglang import flags as flagmod
 from bisect_eagle.engines.sglang.launch import Arg, argv_tokens, flag_name, trial_args
 from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter, parser_spec
 from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
 from bisect_eagle.errors import BadInput
-from bisect_eagle.settings import ADAPTIVE, LiveSettings, adaptive_off_warning
-from bisect_eagle.spec import SglangServer
+from bisect_eagle.spec.schema import SglangServer
+from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, adaptive_off_warning
 
 ENGINE = "sglang"
 SET_BY_SGLANG = {  # variables SGLang's launcher overwrites whatever the trial sets (0.5.23, entrypoints/engine.py)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bisect_eagle.engines.sglang.client import Completion
-from bisect_eagle.secrets import redact_mapping
+from bisect_eagle.tracking.redact import redact_mapping
 
 SERVER_INFO_FIELDS = {  # effective field -> /server_info key
     "speculative_algorithm": "speculative_algorithm",

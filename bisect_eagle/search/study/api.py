@@ -29,10 +29,10 @@ from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
 from bisect_eagle.search.study.resume import Liveness, reap_dead_servers, reap_dead_trials
 from bisect_eagle.search.study.sampler import live_space, make_sampler, space_json
 from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
-from bisect_eagle.spec import Spec
-from bisect_eagle.stores import check_stores, first_open_lock
-from bisect_eagle.tracking import Tracking, redact
-from bisect_eagle.trials import TrialContext, settings_of_run
+from bisect_eagle.spec.schema import Spec
+from bisect_eagle.tracking.runs import Tracking, redact
+from bisect_eagle.tracking.stores import check_stores, first_open_lock
+from bisect_eagle.trials.record import TrialContext, settings_of_run
 
 WORKER_WAIT_S = 1800.0  # how long a worker waits for the study's stage 1 and baseline
 WORKER_POLL_S = 2.0  # at most this long between two looks at the study while waiting
@@ -61,7 +61,7 @@ class Options:
 def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) -> StudyOutcome:
     """Create (or with ``resume`` continue) a study: stage 1, baseline, stage 2, then close the parent run.
 
-    Unreachable stores fail first, within seconds (:func:`bisect_eagle.stores.check_stores`). ``resume`` first
+    Unreachable stores fail first, within seconds (:func:`bisect_eagle.tracking.stores.check_stores`). ``resume`` first
     reaps the recorded servers of dead controllers on this host and closes their runs KILLED
     (:mod:`.resume`), then fails and releases what dead processes of this host left running.
     """

@@ -18,7 +18,7 @@ from typing import Literal
 
 from bisect_eagle.poll import wait_until
 from bisect_eagle.search.study.storage import engine_kwargs
-from bisect_eagle.tracking import owner_alive
+from bisect_eagle.tracking.runs import owner_alive
 
 ClaimState = Literal["running", "ok", "failed", "pruned"]
 TABLE = "bisect_eagle_claims"

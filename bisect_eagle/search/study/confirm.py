@@ -11,7 +11,7 @@ study (stage ``confirm``), and judged on the pairs (spec ``search.confirm``):
 - The estimate is ``exp(mean d)``, the bounds ``exp(mean d ∓ t·s/√n)`` with ``s`` the standard deviation of
   the ``d_i`` and ``t = t_{1 − α/L}(n − 1)``, ``α = 1 − confidence``, ``L`` the number of looks. The pairs are
   judged at ``min_pairs`` and then at doubling counts up to ``max_pairs`` (the schedule of
-  :func:`bisect_eagle.search.bisect.judge.schedule`); by the union bound over the looks, a candidate whose
+  :func:`bisect_eagle.bisect.judge.schedule`); by the union bound over the looks, a candidate whose
   true ratio is below the criterion ratio is confirmed with probability at most ``α``.
 - Confirmed when the lower bound is ≥ the criterion ratio; not confirmed as soon as the upper bound is below
   it, when the budget is spent, or when a re-measurement fails.
@@ -29,9 +29,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from bisect_eagle.engines.plan import TrialPlan
-from bisect_eagle.search.bisect.judge import schedule, t_quantile
-from bisect_eagle.spec import Confirm
-from bisect_eagle.trials import TrialContext, run_live_trial
+from bisect_eagle.spec.schema import Confirm
+from bisect_eagle.stats import ratio_bounds, schedule
+from bisect_eagle.trials.live import run_live_trial
+from bisect_eagle.trials.record import TrialContext
 
 ConfirmStatus = Literal["confirmed", "not confirmed"]
 
@@ -68,25 +69,6 @@ class Confirmation:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def ratio_bounds(candidate: list[float], baseline: list[float] | float, *, confidence: float,
-                 looks: int) -> tuple[float, float, float]:
-    """(estimate, lower, upper) of candidate / baseline over paired samples (the module docstring's rule).
-
-    ``baseline`` is a list paired with ``candidate`` or one fixed number. Needs two or more positive pairs.
-    """
-    if isinstance(baseline, list):
-        if len(baseline) != len(candidate):
-            raise ValueError(f"{len(candidate)} candidate samples but {len(baseline)} baseline samples")
-        d = [math.log(a) - math.log(b) for a, b in zip(candidate, baseline, strict=True)]
-    else:
-        d = [math.log(a) - math.log(baseline) for a in candidate]
-    if len(d) < 2:
-        raise ValueError("a bound needs at least two pairs")
-    mean = statistics.fmean(d)
-    half = t_quantile(1 - (1 - confidence) / looks, len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def _positive(v: float | None) -> bool:

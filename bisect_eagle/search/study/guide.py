@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from bisect_eagle.perf.model import Prediction, ThroughputModel
-from bisect_eagle.tracking import Tracking
-from bisect_eagle.trials import ACCEPT_CURVE, effective_of
+from bisect_eagle.tracking.runs import Tracking
+from bisect_eagle.trials.record import ACCEPT_CURVE, effective_of
 
 INTERVAL_Z = NormalDist().inv_cdf(0.9)  # ThroughputModel's default interval is the central 80 %
 MISFIT = 0.15  # least log-sd of a measurement around its prediction (scripts/bench_model.py: p90 error ~0.1)

@@ -31,15 +31,17 @@ import optuna
 from optuna.trial import TrialState
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.search.gate import Scorer, Verdict, apply_gate, record_gate
+from bisect_eagle.search.gate import apply_gate, record_gate
 from bisect_eagle.search.space import SearchSpace, encode
 from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
 from bisect_eagle.search.study.confirm import Confirmation, confirm
 from bisect_eagle.search.study.guide import Forecast, ModelGuide
 from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
 from bisect_eagle.search.study.sampler import Listed, list_configs
-from bisect_eagle.spec import Spec
-from bisect_eagle.trials import TrialContext, TrialRecord, find_cached, run_live_trial, run_standalone_trial
+from bisect_eagle.spec.schema import Spec
+from bisect_eagle.trials.live import run_live_trial
+from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached
+from bisect_eagle.trials.standalone import Scorer, Verdict, run_standalone_trial
 
 OVERRIDE = "search.model.enabled: false measures them anyway"
 DUPLICATE_LIMIT = 200  # consecutive proposals of measured, refused or skipped configs before the search gives up
@@ -220,7 +222,7 @@ class StudyRun:
 
     def _settings_of(self, cand: Claim):
         """The settings a claimed config was measured with (its run's ``trial.json``)."""
-        from bisect_eagle.trials import settings_of_run
+        from bisect_eagle.trials.record import settings_of_run
 
         return settings_of_run(self.ctx.tracking, self.ctx.tracking.get_run(cand.run_id))[0]
 

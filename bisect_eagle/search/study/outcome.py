@@ -1,7 +1,7 @@
 """What a study reports: progress events while it runs, and its outcome (the best trial, every trial) at the end.
 
 :class:`StudyOutcome` is what ``bisect-eagle run --json`` and ``worker --json`` print (:meth:`to_json`). Not to
-be confused with the bisect's outcome and progress (:mod:`bisect_eagle.search.bisect`), which differ.
+be confused with the bisect's outcome and progress (:mod:`bisect_eagle.bisect`), which differ.
 
 ``target_reached`` is true only when a candidate's re-measurement confirmed it
 (:mod:`bisect_eagle.search.study.confirm`), or at the first candidate when ``search.confirm.enabled`` is false;
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import optuna
 
 from bisect_eagle.search.space import SearchSpace
-from bisect_eagle.tracking import redact
-from bisect_eagle.trials import effective_of, run_metrics
+from bisect_eagle.tracking.runs import redact
+from bisect_eagle.trials.record import effective_of, run_metrics
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study.loop import StudyRun

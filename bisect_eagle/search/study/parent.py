@@ -15,12 +15,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bisect_eagle.report import write_report
+from bisect_eagle.report.study import write_report
 from bisect_eagle.search.study.outcome import StudyOutcome
-from bisect_eagle.secrets import Scrubber, redact_mapping
-from bisect_eagle.spec import Spec
-from bisect_eagle.tracking import NOTE, Tracking, environment_info, redact
-from bisect_eagle.trials import deployment_paths, deployment_tags, ratio_name
+from bisect_eagle.spec.schema import Spec
+from bisect_eagle.tracking.redact import Scrubber, redact_mapping
+from bisect_eagle.tracking.runs import NOTE, Tracking, environment_info, redact
+from bisect_eagle.trials.record import deployment_paths, deployment_tags, ratio_name
 
 HEADLINE = ("output_tok_s", "accept_length")  # shown beside the criterion metric
 

@@ -11,7 +11,7 @@ a claim ``running`` and, with the sglang engine, maybe a server. Two ways clean 
   ``outcome=interrupted`` and ``reaped_by``. SQLite and PostgreSQL alike
   (:func:`bisect_eagle.search.study.storage.liveness` sets the interval and the grace).
 - **At ``run --resume``, on this host**: first :func:`reap_dead_servers` ends the recorded servers of dead
-  controllers (:func:`bisect_eagle.engines.procs.reap_servers`) and closes their runs KILLED; then
+  controllers (:func:`bisect_eagle.engines.procs.server.reap_servers`) and closes their runs KILLED; then
   :func:`reap_dead_trials` fails what dead processes of this host (``host:pid:start``) left RUNNING, without
   waiting for the grace period. Trials owned by another host are left to :class:`Liveness`.
 """
@@ -29,9 +29,9 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from bisect_eagle.engines.procs import reap_servers
+from bisect_eagle.engines.procs.server import reap_servers
 from bisect_eagle.search.study.claims import Claims
-from bisect_eagle.tracking import Tracking, owner_alive
+from bisect_eagle.tracking.runs import Tracking, owner_alive
 
 log = logging.getLogger(__name__)
 

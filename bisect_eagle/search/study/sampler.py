@@ -17,8 +17,8 @@ import optuna
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.search.space import SearchSpace, encode
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.spec import WIRING_SETTING, Param, Spec
+from bisect_eagle.spec.schema import WIRING_SETTING, Param, Spec
+from bisect_eagle.spec.settings import LiveSettings
 
 
 class AskTellGridSampler(optuna.samplers.GridSampler):

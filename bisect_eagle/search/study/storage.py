@@ -21,9 +21,9 @@ from typing import Any
 import optuna
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec import Spec
-from bisect_eagle.stores import check_database, connect_args, first_open_lock, is_database_url
-from bisect_eagle.tracking import redact
+from bisect_eagle.spec.schema import Spec
+from bisect_eagle.tracking.runs import redact
+from bisect_eagle.tracking.stores import check_database, connect_args, first_open_lock, is_database_url
 
 SQLITE_PREFIX = "sqlite:///"
 SQLITE_LOCK_WAIT_S = 60
@@ -82,7 +82,7 @@ def _creation_race(e: Exception) -> bool:
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage at ``url``, with heartbeats (:func:`liveness`).
 
-    A database server is checked first (:func:`bisect_eagle.stores.check_database`: one line within seconds
+    A database server is checked first (:func:`bisect_eagle.tracking.stores.check_database`: one line within seconds
     when unreachable). Concurrent first opens of one database (two ``run`` started together) both succeed.
     A bad URL or an unreachable server is :class:`BadInput` (password hidden).
     """

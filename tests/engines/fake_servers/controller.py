@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from bisect_eagle.engines import procs
+from bisect_eagle.engines.procs import server as procs
 
 
 def main() -> None:

@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from bisect_eagle.settings import LiveSettings, parse_settings
-from bisect_eagle.spec import SglangServer
+from bisect_eagle.spec.schema import SglangServer
+from bisect_eagle.spec.settings import LiveSettings, parse_settings
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_servers" / "fake_sglang.py"
 EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
@@ -26,7 +26,7 @@ def server(**kw) -> SglangServer:
 
 def fake_draft(tmp_path: Path, ids=(1, 5, 9)) -> Path:
     """The tiny scenario draft's config.json with ``ids`` (and ``use_aux_hidden_state``), fake weights."""
-    from bisect_eagle import scenarios
+    from bisect_eagle.artifacts import scenarios
 
     d = tmp_path / "draft"
     d.mkdir()

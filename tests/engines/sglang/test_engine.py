@@ -16,7 +16,7 @@ import psutil
 import pytest
 from sglang_helpers import server, settings
 
-from bisect_eagle.engines import procs
+from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.sglang import SglangEngine
 from bisect_eagle.engines.sglang.engine import _Leftover
 from bisect_eagle.errors import BadInput

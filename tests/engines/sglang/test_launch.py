@@ -18,7 +18,7 @@ from bisect_eagle.engines.sglang.launch import (
     trial_args,
 )
 from bisect_eagle.errors import BadInput
-from bisect_eagle.secrets import redact_argv
+from bisect_eagle.tracking.redact import redact_argv
 
 
 def argv_of(s, *, srv=None, target="/m/target", draft="/d", port=31000) -> list[str]:

@@ -18,7 +18,7 @@ from sglang_oracle import sglang_python
 
 from bisect_eagle.engines import make_engine
 from bisect_eagle.search.space import SearchSpace
-from bisect_eagle.spec import load_spec
+from bisect_eagle.spec.load import load_spec
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PARSE_ONLY = ("from sglang.srt.server_args import prepare_server_args; import json, sys; "
@@ -166,10 +166,10 @@ def test_export_prints_a_command_sglangs_parser_accepts(tmp_path):
 
 def test_adaptive_is_resolved_turned_off_or_refused_by_sglang(tmp_path):
     """One planner, one SGLang interpreter: what SGLang's resolution makes of --speculative-adaptive."""
-    from bisect_eagle import scenarios
+    from bisect_eagle.artifacts import scenarios
     from bisect_eagle.engines.sglang.planner import Planner
-    from bisect_eagle.settings import parse_settings
-    from bisect_eagle.spec import SglangServer
+    from bisect_eagle.spec.schema import SglangServer
+    from bisect_eagle.spec.settings import parse_settings
 
     tiny = scenarios.get("tiny")
     planner = Planner(SglangServer(python=sglang_python()), tiny.target, tiny.draft, tmp_path)

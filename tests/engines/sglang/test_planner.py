@@ -13,12 +13,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from bisect_eagle import scenarios
+from bisect_eagle.artifacts import scenarios
 from bisect_eagle.engines.sglang.oracle import SglangVerdict
 from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
 from bisect_eagle.engines.sglang.planner import Planner
-from bisect_eagle.settings import parse_settings
-from bisect_eagle.spec import SglangServer, load_spec
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.spec.schema import SglangServer
+from bisect_eagle.spec.settings import parse_settings
 
 SGLANG = ["python", "-m", "sglang.launch_server"]
 # Fingerprints of today's configs (before speculative_adaptive existed): a false value leaves each unchanged.
@@ -128,9 +129,9 @@ def test_the_stand_in_has_no_adaptive_mode_and_its_parser_refuses_the_flag(tmp_p
 
 def test_export_prints_the_flag_of_a_logged_adaptive_trial(tmp_path, monkeypatch):
     """A trial logged with the old spelling (``server_args.speculative_adaptive``) exports as the one flag."""
-    from bisect_eagle import trials
     from bisect_eagle.cli.export import export_plan
-    from bisect_eagle.spec import settings_from
+    from bisect_eagle.spec.schema import settings_from
+    from bisect_eagle.trials import record as trials
 
     raw = {"name": "adaptive", "scenario": "tiny",
            "engine": {"kind": "sglang", "sglang": {"launch_command": SGLANG, "python": sys.executable}}}

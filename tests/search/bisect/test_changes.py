@@ -6,11 +6,10 @@ from typing import Any
 
 from fake_engine import FakeEngine
 
+from bisect_eagle.bisect.changes import apply_changes, explain_no_changes, flat_settings, list_changes
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
-from bisect_eagle.search.bisect import apply_changes, flat_settings, list_changes
-from bisect_eagle.search.bisect.changes import explain_no_changes
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.spec import settings_from
+from bisect_eagle.spec.schema import settings_from
+from bisect_eagle.spec.settings import LiveSettings
 
 
 def local_like(flat: dict[str, Any]) -> TrialPlan:

@@ -8,8 +8,9 @@ import random
 
 import pytest
 
-from bisect_eagle.search.bisect import Judge, ProbeOutcome
-from bisect_eagle.search.bisect.judge import NoisePool, schedule
+from bisect_eagle.bisect.ddmin import ProbeOutcome
+from bisect_eagle.bisect.judge import Judge, NoisePool
+from bisect_eagle.stats import schedule
 
 
 def source(rng: random.Random, true: float, noise: float):

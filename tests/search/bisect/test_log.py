@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from bisect_eagle.bisect.changes import Change
+from bisect_eagle.bisect.ddmin import ProbeOutcome
+from bisect_eagle.bisect.judge import Judge
+from bisect_eagle.bisect.log import BisectLog, parse_log
 from bisect_eagle.errors import BadInput
-from bisect_eagle.search.bisect import BisectLog, Change, Judge, ProbeOutcome, parse_log
 
 
 def changes() -> list[Change]:

@@ -14,12 +14,13 @@ import pytest
 import yaml
 from fake_engine import FakeEngine
 
+from bisect_eagle.bisect.ddmin import BisectStatus
+from bisect_eagle.bisect.run import BisectOptions, run_bisect
 from bisect_eagle.engines.base import Engine, TrialResult
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
-from bisect_eagle.search.bisect import BisectOptions, BisectStatus, run_bisect
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.runs import Tracking
 
 HARMLESS = {"max_new_tokens": 32, "server_args.cuda_graph_max_bs": 8, "server_args.disable_custom_all_reduce": True,
             "env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "Simple"}

@@ -14,9 +14,11 @@ from fake_engine import FakeEngine
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.search.study import Options, run_study
-from bisect_eagle.search.study.confirm import Confirmation, ratio_bounds
-from bisect_eagle.spec import Spec, load_spec
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.search.study.confirm import Confirmation
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.spec.schema import Spec
+from bisect_eagle.stats import ratio_bounds
+from bisect_eagle.tracking.runs import Tracking
 
 
 def test_ratio_bounds_of_noise_free_pairs_are_the_ratio():

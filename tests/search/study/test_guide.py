@@ -11,9 +11,9 @@ from fake_engine import BASELINE_TOK_S, FakeEngine
 from test_study import make_spec, search
 
 from bisect_eagle.search.study.guide import ModelGuide, _curve, model_inputs, summarize
-from bisect_eagle.settings import LiveSettings
-from bisect_eagle.spec import load_spec
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.runs import Tracking
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from bisect_eagle.engines.base import TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.search.study import Options, run_study
 from bisect_eagle.search.study.loop import BaselineFailed
-from bisect_eagle.spec import load_spec
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.tracking.runs import Tracking
 
 
 class NoBaseline(FakeEngine):

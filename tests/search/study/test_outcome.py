@@ -6,7 +6,7 @@ import optuna
 
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.search.study.outcome import StudyOutcome, trial_summary
-from bisect_eagle.spec import Param
+from bisect_eagle.spec.schema import Param
 
 
 def test_trial_summary_decodes_params_and_names_the_run():

@@ -8,8 +8,8 @@ import pytest
 
 from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.search.study.parent import finish_parent_run, resolved_spec, spec_text, start_parent_run
-from bisect_eagle.spec import load_spec
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.tracking.runs import Tracking
 
 SECRET = "hf_s3cr3t_value"
 

@@ -8,7 +8,7 @@ import optuna
 from optuna.trial import TrialState
 
 from bisect_eagle.search.study.sampler import AskTellGridSampler, live_space, make_sampler, space_json
-from bisect_eagle.spec import Spec
+from bisect_eagle.spec.schema import Spec
 
 GATE = [{"layer_ids": [1, 5, 9], "passed": True}, {"layer_ids": [5, 9, 11], "passed": False},
         {"layer_ids": [0, 4, 8], "passed": True}]

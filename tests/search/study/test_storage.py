@@ -16,7 +16,7 @@ from bisect_eagle.search.study.storage import (
     open_storage,
     resolve_storage,
 )
-from bisect_eagle.spec import Spec
+from bisect_eagle.spec.schema import Spec
 
 
 def test_storage_precedence(tmp_path, monkeypatch):
@@ -65,8 +65,8 @@ import sys, optuna
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 from bisect_eagle.search.study.api import _create_study
 from bisect_eagle.search.study.storage import open_storage
-from bisect_eagle.stores import first_open_lock
-from bisect_eagle.tracking import Tracking
+from bisect_eagle.tracking.stores import first_open_lock
+from bisect_eagle.tracking.runs import Tracking
 folder = sys.argv[1]
 url = f"sqlite:///{folder}/mlruns/optuna.db"
 study = _create_study(open_storage(url), name="tiny-20260101-000000", url=url, named=False)

@@ -1,0 +1,14 @@
+"""Bisect a good and a bad configuration: which changes break the good one, which reverted repair the bad one.
+
+One concept per module, in the order a bisect uses them:
+
+- :mod:`.endpoints`: the good and bad configurations (spec files or MLflow run ids) and their deployment;
+- :mod:`.changes`: the changes between them, decided by the engine's plans (:func:`list_changes`);
+- :mod:`.ddmin`: isolating delta debugging, a pure module (standard library only);
+- :mod:`.judge`: verdicts from samples with a sequential one-sided bound (GOOD, BAD, UNRESOLVED);
+- :mod:`.prober`: a set of applied changes -> a plan -> samples -> a verdict, one measurement per fingerprint;
+- :mod:`.log`: the replayable bisect log;
+- :mod:`.run`: :func:`run_bisect`, its options and its report.
+
+The package itself loads nothing: ``import bisect_eagle.bisect.ddmin`` stays standard-library only.
+"""

@@ -1,0 +1,86 @@
+"""The two ends of a bisect (a spec file or the MLflow run id of a live trial) and the deployment they share."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bisect_eagle.artifacts import layers
+from bisect_eagle.bisect.changes import flat_settings
+from bisect_eagle.errors import BadInput
+from bisect_eagle.spec.load import load_spec
+from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
+from bisect_eagle.spec.schema import Spec
+from bisect_eagle.spec.settings import parse_settings
+from bisect_eagle.tracking.runs import Tracking
+
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+DEPLOYMENT_KEYS = ("target", "draft", "prompts")
+
+
+@dataclass
+class Endpoint:
+    """One side of the bisect: its flat requested settings and, when it is a spec, the spec."""
+
+    label: str
+    settings: dict[str, Any]  # flat (spec names); secret values in clear: never log this mapping directly
+    spec: Spec | None
+
+
+def load_endpoint(text: str, *, flag: str, tracking_uri: str) -> Endpoint:
+    """A spec file's fixed settings, or the requested settings of a logged live trial."""
+    path = Path(text)
+    if path.is_file():
+        spec = load_spec(path)
+        return Endpoint(str(path), flat_settings(spec.fixed_settings()), spec)
+    if not RUN_ID.fullmatch(text):
+        raise BadInput(f"{flag} {text}: not a spec file, nor an MLflow run id (32 hex digits)")
+    tracking, _ = Tracking.of_run(tracking_uri, text)
+    try:
+        trial = json.loads(tracking.read_text(text, "trial.json"))
+    except Exception as e:  # MLflow raises several types for a missing artifact
+        raise BadInput(f"{flag} {text}: the run has no readable trial.json artifact ({type(e).__name__}); "
+                       "give the run of a live trial") from None
+    requested = trial.get("requested")
+    if not isinstance(requested, dict):
+        raise BadInput(f"{flag} {text}: trial.json has no 'requested' settings")
+    return Endpoint(f"run:{text}", flat_settings(parse_settings(requested, f"{flag} {text}: trial.json requested")),
+                    None)
+
+
+def deployment(good: Endpoint, bad: Endpoint, *, spec_path: Path | None) -> Spec:
+    """The spec whose target, draft, prompts and engine every probe uses; both specs must agree on them."""
+    specs = [e.spec for e in (good, bad) if e.spec is not None]
+    if spec_path is not None:
+        specs.insert(0, load_spec(spec_path))
+    if not specs:
+        raise BadInput("--good and --bad are both run ids: give --spec SPEC for the target, draft and engine")
+    first = specs[0]
+    for other in specs[1:]:
+        for key in DEPLOYMENT_KEYS:
+            if getattr(first, key) != getattr(other, key):
+                raise BadInput(f"{other.source}: key {key!r} is {getattr(other, key)} but {first.source} has "
+                               f"{getattr(first, key)}; bisect varies settings of one deployment")
+        if first.engine.kind != other.engine.kind:
+            raise BadInput(f"{other.source}: key 'engine.kind' is {other.engine.kind!r} but {first.source} has "
+                           f"{first.engine.kind!r}; bisect varies settings of one engine")
+    return first
+
+
+def resolved_wiring(settings: dict[str, Any], spec: Spec) -> list[int]:
+    """The SGLang ids a configuration feeds the draft: its own, else the draft config's."""
+    ids = settings.get(WIRING)
+    if ids is not None:
+        return list(ids)
+    from bisect_eagle.artifacts.target import read_target_config
+    from bisect_eagle.doctor import engine_family, read_draft
+
+    n = int(read_target_config(spec.paths()["target"])["num_hidden_layers"])
+    info = read_draft(Path(spec.paths()["draft"]))
+    declared, conv = info.declared(engine_family(spec))
+    if declared is None:
+        raise BadInput(f"{info.path / 'config.json'}: no layer ids the {spec.engine.kind} engine reads")
+    return layers.canonical_to_ids(layers.ids_to_canonical(declared, conv, num_layers=n), "sglang", num_layers=n)

@@ -1,0 +1,329 @@
+"""The oracle of a bisect: a set of applied changes -> the engine's plan -> samples -> a verdict.
+
+One plan fingerprint is one measurement: the first configuration that plans to it is measured (or found in
+the MLflow store), every later configuration with the same fingerprint reuses those samples; the prober
+never starts a second trial of one plan. A measurement is sampled sequentially (see
+:mod:`~bisect_eagle.bisect.judge`): its first sample is a live trial (:func:`run_live_trial`: one
+child run of the bisect with the plan's params), further samples are more runs of the same plan, recorded
+on that run (``{metric}`` = median, ``repeats``, ``bisect_samples.json``).
+
+Every probe that is not replayed gets a child run of the bisect: the trial's own run when measured, else a
+small run pointing (tag ``cached_from``) at the run measured before. Each is tagged ``bisect_applied`` and
+``bisect_outcome``. The log is rewritten after every probe.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bisect_eagle.bisect.changes import Change, FlatPlanner, apply_changes
+from bisect_eagle.bisect.ddmin import Answer, BisectProgress, ChangeSet, ProbeOutcome
+from bisect_eagle.bisect.endpoints import resolved_wiring
+from bisect_eagle.bisect.judge import STANDALONE_METRIC, Judge
+from bisect_eagle.bisect.log import BisectLog
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.errors import BadInput
+from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
+from bisect_eagle.spec.schema import Spec, settings_from
+from bisect_eagle.stats import median_mad
+from bisect_eagle.trials.live import run_live_trial
+from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached
+
+SAMPLES_ARTIFACT = "bisect_samples.json"
+Source = Literal["measured", "cache", "memory", "replay"]
+
+
+def make_planner(spec: Spec, plan: Callable[[Any], TrialPlan] | None) -> FlatPlanner:
+    """Flat settings -> a plan: the engine's (``plan``), or for standalone probes the wiring alone."""
+
+    def planner(flat: dict[str, Any]) -> TrialPlan:
+        settings = settings_from(flat, "bisect probe")
+        if plan is not None:
+            return plan(settings)
+        return make_plan("standalone", settings, effective={WIRING: resolved_wiring(flat, spec)})
+
+    return planner
+
+
+@dataclass
+class Measurement:
+    """The samples of one plan fingerprint, shared by every probe that plans to it."""
+
+    fingerprint: str
+    source: Literal["measured", "cache"]
+    plan: TrialPlan | None = field(default=None, repr=False)
+    run_id: str | None = None  # the trial's run (for cached ones: measured before this bisect)
+    log_run_id: str | None = None  # where this bisect records its samples
+    samples: list[float] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    effective: dict[str, Any] | None = None
+    failure: str = ""  # why it cannot be judged
+
+
+@dataclass
+class ProbeRecord:
+    """One probe: its measurement (None when replayed or when it could not even be planned)."""
+
+    source: Source
+    child_run_id: str | None = None  # this probe's child run of the bisect
+    measurement: Measurement | None = None
+    failure: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.measurement
+        samples = list(m.samples) if m else []
+        return {"source": self.source, "fingerprint": m.fingerprint if m else None,
+                "run_id": m.run_id if m else None, "child_run_id": self.child_run_id,
+                "median": statistics.median(samples) if samples else None, "samples": samples,
+                "effective": m.effective if m else None}
+
+
+class Prober:
+    """Answers :func:`~bisect_eagle.bisect.ddmin.find_culprits` (see the module docstring)."""
+
+    def __init__(self, *, ctx: TrialContext, base: dict[str, Any], changes: list[Change], judge: Judge,
+                 planner: FlatPlanner, log: BisectLog, log_path: Path,
+                 replayed: dict[ChangeSet, tuple[ProbeOutcome, str]], scrub: Callable[[str], str],
+                 progress: BisectProgress | None = None):
+        self.ctx, self.base, self.judge, self.planner = ctx, base, judge, planner
+        self.changes = {c.name: c for c in changes}
+        self.order = [c.name for c in changes]
+        self.log, self.log_path, self.replayed = log, log_path, dict(replayed)
+        self.scrub, self.progress = scrub, progress
+        self.seen: dict[str, Measurement] = {}
+        self.records: dict[ChangeSet, ProbeRecord] = {}
+        self.reference: Measurement | None = None
+        self.measured = 0  # distinct plans measured (live or standalone trials started)
+        self.samples = 0  # engine runs
+        self._dirty: set[str] = set()
+        self._scorer = None
+        self._started: str | None = None
+
+    @property
+    def standalone(self) -> bool:
+        return self.judge.metric == STANDALONE_METRIC
+
+    def applied(self, config: ChangeSet) -> str:
+        return ",".join(n for n in self.order if n in config) or "-"
+
+    def plan(self, config: ChangeSet) -> TrialPlan:
+        chosen = [self.changes[n] for n in self.order if n in config]
+        return self.planner(apply_changes(self.base, chosen))
+
+    def __call__(self, config: ChangeSet) -> Answer:
+        if config in self.replayed:
+            outcome, note = self.replayed[config]
+            self.records[config] = ProbeRecord("replay")
+            return self._done(config, Answer(outcome, f"replayed: {note}" if note else "replayed", cached=True))
+        if self.judge.relative and self.judge.reference is None and config:
+            self._reference()
+        endpoint = config in (frozenset(), frozenset(self.order))
+        self._started = None
+        outcome, what = ProbeOutcome.UNRESOLVED, ""
+        try:
+            rec = self._probe(config)
+            m = rec.measurement
+            assert m is not None
+            if not m.failure:
+                if not config and self.judge.relative and self.judge.reference is None:
+                    self.reference = m
+                    self.judge.reference = m.samples  # the same list: the limit follows new samples
+                outcome, what = self._decide(m, endpoint=endpoint)
+        except Exception as e:  # a probe that cannot even run is unresolved, never the end of the bisect
+            reason = str(e).splitlines()[0] if str(e) else ""
+            rec = ProbeRecord("measured", child_run_id=self._started,
+                              failure=f"could not run: {type(e).__name__}: {reason}")
+        self._flush()
+        self.records[config] = rec
+        m = rec.measurement
+        failure = rec.failure or (m.failure if m else "")
+        if failure:
+            answer = Answer(ProbeOutcome.UNRESOLVED, self.scrub(failure), cached=rec.source != "measured")
+        else:
+            where = f"; {rec.source} run {m.run_id}" if m and m.run_id else ""
+            answer = Answer(outcome, self.scrub(what + where), cached=rec.source != "measured")
+        if rec.child_run_id:
+            self.ctx.tracking.log(rec.child_run_id, tags={"bisect_outcome": answer.outcome.name,
+                                                          "bisect_detail": answer.detail[:7900]})
+        return self._done(config, answer)
+
+    def _done(self, config: ChangeSet, answer: Answer) -> Answer:
+        applied = tuple(n for n in self.order if n in config)
+        self.log.marks.append((answer.outcome, applied, answer.detail))
+        if self.judge.reference:
+            self.log.reference = {"samples": list(self.judge.reference)}
+        self.log.noise = self.judge.noise.to_json()
+        self.log.write(self.log_path)
+        if self.progress:
+            label = ", ".join(applied) or "none (the good configuration)"
+            self.progress(self.scrub(f"probe {len(self.log.marks)}: changes applied: {label} -> "
+                                     f"{answer.outcome.name} ({answer.detail})"))
+        return answer
+
+    def _reference(self) -> None:
+        """Measure the good configuration first (ratio mode) when a probe needs the limit before it."""
+        self.replayed.pop(frozenset(), None)
+        answer = self(frozenset())
+        if self.judge.reference is None:
+            raise BadInput(f"the good configuration could not be measured ({answer.detail}); nothing to compare with")
+
+    # -- samples ------------------------------------------------------------------------------------
+
+    def _decide(self, m: Measurement, *, endpoint: bool) -> tuple[ProbeOutcome, str]:
+        """Sample ``m`` on the judge's schedule until it is GOOD or BAD or its budget is spent."""
+        ref = self.reference if self.judge.relative and m is not self.reference else None
+        first, _ = self.judge.budget(endpoint=endpoint)
+
+        def more(n: int) -> bool:  # after an UNRESOLVED look, the reference is sampled too
+            unresolved = ref is not None and len(m.samples) >= first
+            ref_to = min(2 * n, self.judge.budget(endpoint=True)[1]) if unresolved else 0
+            self._sample_to(m, n, ref=ref if unresolved else None, ref_to=ref_to)
+            return not m.failure and len(m.samples) >= n
+
+        if m.failure:
+            return ProbeOutcome.UNRESOLVED, m.failure
+        outcome, what = self.judge.decide(m.samples, key=m.fingerprint, endpoint=endpoint, more=more,
+                                          is_reference=m is self.reference)
+        return (ProbeOutcome.UNRESOLVED, m.failure) if m.failure else (outcome, what)
+
+    def _sample_to(self, m: Measurement, n: int, *, ref: Measurement | None = None, ref_to: int = 0) -> None:
+        """Sample ``m`` up to ``n`` samples (and ``ref`` up to ``ref_to``), interleaved: m, ref, m, ref, ..."""
+        while not m.failure and (len(m.samples) < n or (ref is not None and len(ref.samples) < ref_to)):
+            if len(m.samples) < n:
+                self._sample(m)
+            if (ref is not None and len(ref.samples) < ref_to and not m.failure
+                    and not self._sample(ref, probe=False)):
+                ref = None  # the reference stopped running: keep judging against what it has
+
+    def _sample(self, m: Measurement, *, probe: bool = True) -> bool:
+        """One more run of ``m``'s plan; a failure ends ``m``'s sampling (and marks it, for a probe)."""
+        if self.ctx.engine is None or m.plan is None:
+            m.failure = m.failure or "no engine to sample it again"
+            return False
+        try:
+            result = self.ctx.engine.run(m.plan)
+        except Exception as e:
+            reason = str(e).splitlines()[0] if str(e) else ""
+            detail = f"sample {len(m.samples) + 1} could not run: {type(e).__name__}: {reason}"
+        else:
+            if result.ok:
+                m.samples.append(float(getattr(result, self.judge.metric)))
+                self.samples += 1
+                self._dirty.add(m.fingerprint)
+                return True
+            detail = f"sample {len(m.samples) + 1} failed ({result.failure_class}): {result.failure_detail}"
+        self.samples += 1
+        if probe:
+            m.failure = detail
+        elif self.progress:
+            self.progress(self.scrub(f"the good configuration stopped running ({detail}); judging against "
+                                     f"its {len(m.samples)} samples"))
+        return False
+
+    def _flush(self) -> None:
+        """Record the samples taken during this probe on each measurement's run."""
+        metric = self.judge.metric
+        for fp in sorted(self._dirty):
+            m = self.seen[fp]
+            if m.log_run_id is None or not m.samples:
+                continue
+            med, mad = median_mad(m.samples)
+            self.ctx.tracking.log(m.log_run_id, metrics={metric: med, f"{metric}_mad": mad,
+                                                         "repeats": float(len(m.samples))})
+            self.ctx.tracking.log_texts(m.log_run_id, {SAMPLES_ARTIFACT: json.dumps(
+                {"metric": metric, "fingerprint": fp, "samples": m.samples})})
+        self._dirty.clear()
+
+    # -- the first sample: memory, the MLflow store, or a new trial -------------------------------------
+
+    def _probe(self, config: ChangeSet) -> ProbeRecord:
+        plan = self.plan(config)
+        fp = plan.fingerprint
+        if fp in self.seen:
+            m = self.seen[fp]
+            return ProbeRecord("memory", self._pointer(m, "memory", config), m)
+        if self.standalone:
+            return self._standalone(plan, config)
+        found = self._cached(fp)
+        if found is not None:
+            m = found
+            m.plan = plan
+            m.log_run_id = self._pointer(m, "cache", config)
+            self.seen[fp] = m
+            return ProbeRecord("cache", m.log_run_id, m)
+        self.measured += 1
+        self.samples += plan.refusal is None  # a refused plan is recorded, never run
+        trial = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
+                               tags={"bisect_applied": self.applied(config)}, on_start=self._on_start,
+                               label=f"probe {self.measured:02d} +{self.applied(config)}")
+        m = self._from_trial(trial, plan.effective, "measured")
+        m.plan, m.log_run_id = plan, trial.run_id
+        self.seen[fp] = m
+        self._dirty.add(fp)
+        return ProbeRecord("measured", trial.run_id, m)
+
+    def _on_start(self, run_id: str) -> None:
+        self._started = run_id
+
+    def _from_trial(self, trial: TrialRecord, effective: dict[str, Any], source: Literal["measured", "cache"],
+                    samples: list[float] | None = None) -> Measurement:
+        ok = trial.status == "ok"
+        value = trial.metrics.get(self.judge.metric)
+        if samples is None:
+            samples = [float(value)] if ok and value is not None else []
+        failure = "" if ok else f"failed ({trial.failure_class}): {trial.failure_detail}"
+        if ok and not samples:
+            failure = f"the trial has no {self.judge.metric}"
+        return Measurement(trial.fingerprint, source, run_id=trial.run_id, samples=samples,
+                           metrics=dict(trial.metrics), effective=trial.effective or effective, failure=failure)
+
+    def _cached(self, fp: str) -> Measurement | None:
+        """A stored trial of this fingerprint with this judge's metric (its samples when a bisect recorded them)."""
+        record = find_cached(self.ctx.tracking, fp)
+        if record is None or record.status == "pruned":
+            return None
+        if record.status == "failed":
+            return self._from_trial(record, record.effective, "cache")
+        if self.judge.metric not in record.metrics:
+            return None
+        samples = None
+        try:
+            stored = json.loads(self.ctx.tracking.read_text(record.run_id, SAMPLES_ARTIFACT))
+            if stored.get("metric") == self.judge.metric and stored.get("samples"):
+                samples = [float(v) for v in stored["samples"]]
+        except Exception:  # no samples recorded: the trial's own value is one sample
+            samples = None
+        return self._from_trial(record, record.effective, "cache", samples)
+
+    def _pointer(self, m: Measurement, source: str, config: ChangeSet) -> str:
+        """A child run of the bisect for a probe answered by an earlier measurement."""
+        t = self.ctx.tracking
+        child = t.start_run(f"bisect probe {self.applied(config)} ({source})",
+                            tags={"stage": "bisect-cached", "fingerprint": m.fingerprint, "cached_from": str(m.run_id),
+                             "bisect_applied": self.applied(config)}, parent_run_id=self.ctx.parent_run_id)
+        t.log(child, metrics=m.metrics)
+        t.finish(child, "FINISHED")
+        return child
+
+    def _standalone(self, plan: TrialPlan, config: ChangeSet) -> ProbeRecord:
+        """Standalone accuracy of the configuration's wiring (the plan holds only the wiring)."""
+        from bisect_eagle.spec.schema import Wiring
+        from bisect_eagle.trials.standalone import Scorer, candidates, run_standalone_trial
+
+        spec = self.ctx.spec
+        if self._scorer is None:
+            self._scorer = Scorer(spec)
+        ids = plan.effective[WIRING]
+        one = spec.model_copy(update={"standalone": spec.standalone.model_copy(
+            update={"wirings": [Wiring(layer_ids=ids)]})})
+        self.measured += 1
+        verdict = run_standalone_trial(self.ctx, self._scorer, candidate=candidates(one, self._scorer.num_layers)[0])
+        m = Measurement(plan.fingerprint, "measured", plan, verdict.run_id, verdict.run_id, [verdict.accuracy],
+                        {STANDALONE_METRIC: verdict.accuracy}, {WIRING: ids})
+        self.seen[plan.fingerprint] = m
+        return ProbeRecord("measured", verdict.run_id, m)

@@ -1,0 +1,395 @@
+"""Everything MLflow: the store, one experiment per spec, one parent run per study, one child run per trial.
+
+Default store: SQLite in ``./mlruns/mlflow.db`` with artifacts under ``./mlruns/artifacts`` (MLflow >= 3.13
+refuses a plain ``./mlruns`` file store); ``--tracking-uri`` or ``MLFLOW_TRACKING_URI`` override it. Child
+runs carry the tag ``mlflow.parentRunId``; ``stage`` (standalone | baseline | live | confirm | reproduce),
+``fingerprint``, ``outcome`` (ok | failed | pruned | interrupted | error) and ``owner`` (host:pid:start)
+tag them for caching and resuming. Every run carries MLflow's own source tags (``mlflow.user``,
+``mlflow.source.git.commit``, ``mlflow.source.name``); a per-position quantity is one metric with ``step`` =
+position (:meth:`Tracking.log_curve`); files a run reads are its dataset inputs (:meth:`Tracking.log_datasets`).
+One client per process; every log call is one ``log_batch``. A run of a stage that measures an engine
+(:data:`MEASURED_STAGES`) carries system metrics until :meth:`Tracking.finish`
+(:mod:`bisect_eagle.tracking.sysmetrics`).
+:meth:`Tracking.run_guard` is the one place that ends a run KILLED or FAILED when the code inside it raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import getpass
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bisect_eagle.errors import BadInput
+from bisect_eagle.tracking.redact import Scrubber
+from bisect_eagle.tracking.sysmetrics import SystemMetrics
+
+log = logging.getLogger(__name__)
+
+PARENT_TAG = "mlflow.parentRunId"
+NOTE = "mlflow.note.content"  # the markdown description of a run or an experiment in the UI
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+LIVE_STAGES = ("baseline", "live")
+MEASURED_STAGES = ("baseline", "live", "confirm", "reproduce")  # runs of an engine: they carry system metrics
+CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
+PACKAGES = ("bisect-eagle", "torch", "transformers", "optuna", "mlflow", "sglang")
+TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to spare)
+
+
+def default_tracking_uri(cwd: Path | None = None) -> str:
+    """``sqlite:///<cwd>/mlruns/mlflow.db`` (absolute, so other processes and the UI find the same store)."""
+    return f"sqlite:///{((cwd or Path.cwd()) / 'mlruns' / 'mlflow.db').resolve()}"
+
+
+def resolve_tracking_uri(flag: str | None, spec_uri: str | None = None) -> str:
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the spec's storage.tracking_uri, else the default."""
+    return flag or os.environ.get("MLFLOW_TRACKING_URI") or spec_uri or default_tracking_uri()
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    prefix = "sqlite:///"
+    return Path(uri[len(prefix):]) if uri.startswith(prefix) else None
+
+
+def artifact_root(uri: str) -> str | None:
+    """Where new experiments keep artifacts: beside a SQLite store (``artifacts/``), else MLflow's default."""
+    db = sqlite_path(uri)
+    return str(db.resolve().parent / "artifacts") if db else None
+
+
+def _use_wal(db: Path) -> None:
+    """WAL journaling for a SQLite store (persistent): one fsync per commit, readers never block the writer."""
+    with contextlib.closing(sqlite3.connect(str(db), timeout=60)) as conn:
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
+
+
+def redact(url: str) -> str:
+    """A database URL without its password (safe to log and to print)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def owner_id() -> str:
+    """This process as ``host:pid:start-time`` (stale-trial detection when resuming)."""
+    import psutil
+
+    return f"{socket.gethostname()}:{os.getpid()}:{int(psutil.Process().create_time())}"
+
+
+def owner_alive(owner: str) -> bool | None:
+    """Whether the process named by :func:`owner_id` still runs; None when it ran on another host."""
+    import psutil
+
+    host, _, rest = owner.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    try:
+        return int(psutil.Process(int(pid_text)).create_time()) == int(start or 0)
+    except psutil.NoSuchProcess:
+        return False
+
+
+@functools.cache
+def _git_sha() -> str:
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if out.returncode != 0:
+        return "unknown (no commit)"
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def source_tags() -> dict[str, str]:
+    """MLflow's own source tags for every run: who ran it, from which commit, with which tool."""
+    tags = {"mlflow.source.name": "bisect-eagle", "mlflow.source.type": "LOCAL"}
+    with contextlib.suppress(KeyError, OSError):
+        tags["mlflow.user"] = getpass.getuser()
+    sha = _git_sha()
+    if not sha.startswith("unknown"):
+        tags["mlflow.source.git.commit"] = sha.removesuffix("-dirty")
+    return tags
+
+
+def path_digest(path: Path) -> str:
+    """A short digest of a file or folder's names, sizes and modification times (cheap; not its bytes)."""
+    h = hashlib.sha256()
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    for f in files:
+        with contextlib.suppress(OSError):
+            st = f.stat()
+            h.update(f"{f.relative_to(path) if path.is_dir() else f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def environment_info() -> dict[str, str]:
+    """Versions, git sha, host and GPUs, as parent-run params."""
+    info = {"python": platform.python_version(), "host": socket.gethostname(), "platform": platform.platform(),
+            "git_sha": _git_sha()}
+    for pkg in PACKAGES:
+        try:
+            info[f"version.{pkg}"] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            if pkg != "sglang":
+                info[f"version.{pkg}"] = "not installed"
+    import torch
+
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["gpus"] = ", ".join(names)
+        info["cuda"] = str(torch.version.cuda)
+    else:
+        info["gpus"] = "none"
+    return info
+
+
+def flat_params(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested settings as MLflow params: ``env.NCCL_ALGO``, lists as JSON, None as 'None'."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_params(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(list(value))
+        else:
+            out[name] = str(value)
+    return out
+
+
+@dataclass
+class Tracking:
+    """An MLflow store and the experiment of one spec."""
+
+    uri: str
+    experiment_id: str
+    client: Any  # mlflow.MlflowClient
+    run_tags: dict[str, str] = field(default_factory=source_tags)  # on every run this object starts
+    system_metrics: SystemMetrics = field(default_factory=SystemMetrics)  # of its runs in MEASURED_STAGES
+
+    @classmethod
+    def open(cls, uri: str, experiment: str, *, description: str | None = None) -> Tracking:
+        """Connect (creating a SQLite store and the experiment when absent); ``description`` is the experiment's
+        markdown description (``mlflow.note.content``), set when given."""
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # keeps --json output one object
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        db = sqlite_path(uri)
+        if db is not None:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        client = MlflowClient(tracking_uri=uri)
+        try:
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                exp_id = client.create_experiment(experiment, artifact_location=artifact_root(uri),
+                                                  tags=dict([EXPERIMENT_KIND]))
+            else:
+                exp_id = exp.experiment_id
+                if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+                    client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+        except MlflowException as e:
+            raise BadInput(f"tracking URI {redact(uri)}: cannot open experiment {experiment!r} "
+                           f"({str(e).splitlines()[0]})") from None
+        if db is not None:
+            _use_wal(db)
+        if description:
+            client.set_experiment_tag(exp_id, NOTE, description)
+        return cls(uri, exp_id, client)
+
+    @classmethod
+    def of_run(cls, uri: str, run_id: str) -> tuple[Tracking, Any]:
+        """The store and experiment holding ``run_id``, and the run."""
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        db = sqlite_path(uri)
+        if db is not None and not db.is_file():  # never create a store just to say the run is not in it
+            raise BadInput(f"run {run_id!r}: the tracking store {db} does not exist (give --tracking-uri or set "
+                           "MLFLOW_TRACKING_URI)")
+        client = MlflowClient(tracking_uri=uri)
+        try:
+            run = client.get_run(run_id)
+        except MlflowException:
+            raise BadInput(f"run {run_id!r} not found in the tracking store {redact(uri)} "
+                           "(give --tracking-uri or set MLFLOW_TRACKING_URI)") from None
+        return cls(uri, run.info.experiment_id, client), run
+
+    def start_run(self, name: str, *, tags: dict[str, str], params: dict[str, str] | None = None,
+                  parent_run_id: str | None = None) -> str:
+        """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
+        sampled into it until :meth:`finish` when its ``stage`` tag is one of :data:`MEASURED_STAGES`."""
+        all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
+        if params:
+            self.log(run.info.run_id, params=params)
+        if tags.get("stage") in MEASURED_STAGES:
+            self.system_metrics.start(run.info.run_id, tracking_uri=self.uri)
+        return run.info.run_id
+
+    def log(self, run_id: str, *, metrics: dict[str, float] | None = None, params: dict[str, str] | None = None,
+            tags: dict[str, str] | None = None) -> None:
+        """One batch of metrics (non-finite values left out), params and tags."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()
+              if v is not None and math.isfinite(float(v))]
+        ps = [Param(k, str(v)) for k, v in (params or {}).items()]
+        ts = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        if ms or ps or ts:
+            self.client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
+
+    def log_curve(self, run_id: str, name: str, *, values: list[float]) -> None:
+        """One metric as a curve: ``values[k]`` at step ``k`` (non-finite values left out)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        ms = [Metric(name, float(v), now, k) for k, v in enumerate(values) if v is not None and math.isfinite(v)]
+        if ms:
+            self.client.log_batch(run_id, metrics=ms)
+
+    def log_datasets(self, run_id: str, paths: Mapping[str, Path]) -> None:
+        """Files or folders as the run's MLflow dataset inputs (name and context = the key, source = the path)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        inputs = [DatasetInput(Dataset(name=key, digest=path_digest(Path(path)), source_type="local",
+                                       source=json.dumps({"uri": str(Path(path).resolve())})),
+                               tags=[InputTag("mlflow.data.context", key)]) for key, path in paths.items()]
+        if inputs:
+            self.client.log_inputs(run_id, datasets=inputs)
+
+    def rename(self, run_id: str, name: str) -> None:
+        self.client.update_run(run_id, name=name)
+
+    def log_texts(self, run_id: str, files: dict[str, str], *, artifact_path: str | None = None) -> None:
+        """Text artifacts (name -> content) in one upload."""
+        if not files:
+            return
+        with tempfile.TemporaryDirectory(prefix="bisect-eagle-") as tmp:
+            for name, text in files.items():
+                path = Path(tmp) / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            self.client.log_artifacts(run_id, tmp, artifact_path)
+
+    def log_files(self, run_id: str, directory: Path, *, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(run_id, str(directory), artifact_path)
+
+    def finish(self, run_id: str, status: str) -> None:
+        """FINISHED, FAILED or KILLED (its system metrics stopped first, their last sample logged)."""
+        self.system_metrics.stop(run_id)
+        self.client.set_terminated(run_id, status)
+
+    @contextlib.contextmanager
+    def run_guard(
+        self,
+        run_id: str,
+        *,
+        detail_tag: str = "failure_detail",
+        failure_classes: Mapping[type[BaseException], str] | None = None,
+        scrub: Callable[[str], str] | None = None,
+    ) -> Iterator[None]:
+        """If the block raises, end ``run_id`` and re-raise: KILLED on Ctrl-C or SIGTERM, FAILED on an error.
+
+        The run is tagged ``outcome`` (``interrupted`` or ``error``) and ``detail_tag`` (``Type: message``).
+        An exception of a type in ``failure_classes`` (e.g. ``{BadInput: "bad_arguments"}``) also gets the tag
+        ``failure_class`` and its bare message as the detail. The detail is scrubbed of secret values by
+        ``scrub`` (default: the secrets of this process's environment, :class:`bisect_eagle.tracking.redact.Scrubber`).
+        SIGTERM counts as an interrupt once the CLI turned it into ``SystemExit`` (``sigterm_as_exit``).
+        """
+        try:
+            yield
+        except BaseException as e:
+            try:
+                self._end_on_exception(run_id, e, detail_tag, failure_classes or {}, scrub or Scrubber())
+            except Exception as store_error:  # the store failed too: the original exception matters more
+                log.warning("could not end run %s after %s: %s", run_id, type(e).__name__, store_error)
+            raise
+
+    def _end_on_exception(self, run_id: str, e: BaseException, detail_tag: str,
+                          failure_classes: Mapping[type[BaseException], str], scrub: Callable[[str], str]) -> None:
+        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
+        tags = {"outcome": "interrupted" if interrupted else "error"}
+        failure_class = next((name for cls, name in failure_classes.items() if isinstance(e, cls)), None)
+        if failure_class is not None:
+            tags["failure_class"] = failure_class
+            detail = str(e)
+        else:
+            detail = f"{type(e).__name__}: {e}"
+        tags[detail_tag] = scrub(detail)[:TAG_LIMIT]
+        self.log(run_id, tags=tags)
+        self.finish(run_id, "KILLED" if interrupted else "FAILED")
+
+    def ended_on_error(self, run_id: str, reason_tag: str) -> contextlib.AbstractContextManager[None]:
+        """Deprecated name of :meth:`run_guard` (``run_guard(run_id, detail_tag=reason_tag)``)."""
+        return self.run_guard(run_id, detail_tag=reason_tag)
+
+    def reopen(self, run_id: str) -> None:
+        self.client.update_run(run_id, status="RUNNING")
+
+    def get_run(self, run_id: str):
+        return self.client.get_run(run_id)
+
+    def child_runs(self, parent_run_id: str, stage: str | None = None) -> list:
+        """Child runs of a parent, oldest first (optionally of one stage)."""
+        flt = f"tags.`{PARENT_TAG}` = '{parent_run_id}'"
+        if stage:
+            flt += f" and tags.stage = '{stage}'"
+        return self._search(flt, ["attributes.start_time ASC"])
+
+    def _search(self, flt: str, order_by: list[str]) -> list:
+        out, token = [], None
+        while True:
+            page = self.client.search_runs([self.experiment_id], filter_string=flt, max_results=1000,
+                                           order_by=order_by, page_token=token)
+            out.extend(page)
+            token = page.token
+            if not token:
+                return out
+
+    def find_fingerprint(self, fingerprint: str, *, stages: tuple[str, ...] = LIVE_STAGES,
+                         parent_run_id: str | None = None):
+        """The newest finished run of ``fingerprint`` whose outcome can be reused, else None."""
+        flt = f"tags.fingerprint = '{fingerprint}'"
+        if parent_run_id:
+            flt += f" and tags.`{PARENT_TAG}` = '{parent_run_id}'"
+        for run in self._search(flt, ["attributes.start_time DESC"]):
+            if run.data.tags.get("stage") in stages and run.data.tags.get("outcome") in CACHEABLE_OUTCOMES:
+                return run
+        return None
+
+    def read_text(self, run_id: str, artifact: str) -> str:
+        """The content of a text artifact."""
+        with tempfile.TemporaryDirectory(prefix="bisect-eagle-") as tmp:
+            return Path(self.client.download_artifacts(run_id, artifact, tmp)).read_text()
+
+    def experiment_name(self) -> str:
+        return self.client.get_experiment(self.experiment_id).name

@@ -1,0 +1,129 @@
+"""One trial as one path: settings -> the engine's plan -> cache lookup -> engine -> result -> one MLflow child run.
+
+Identity is the plan's fingerprint (:mod:`bisect_eagle.engines.plan`): the engine's effective settings, so
+two requests an engine runs identically are one trial. The child run is created before the engine starts, so
+a killed trial leaves a RUNNING run that resuming marks FAILED; an interrupted trial (Ctrl-C, SIGTERM) ends
+KILLED. A plan the engine refuses is recorded as a ``bad_arguments`` trial without running anything.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+from bisect_eagle.engines.base import TrialResult
+from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.errors import BadInput
+from bisect_eagle.spec.schema import WIRING_SETTING
+from bisect_eagle.stats import median_mad
+from bisect_eagle.tracking.runs import flat_params
+from bisect_eagle.trials.record import (
+    TrialContext,
+    TrialRecord,
+    _effective_tag,
+    _log_result,
+    deployment_tags,
+    ratio_name,
+    run_name,
+    scrubber_for,
+)
+
+
+def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float], TrialResult]:
+    """Median metrics over repeats (with MAD of the criterion metric) and the median run itself."""
+    med, mad = median_mad([getattr(r, metric) for r in results])
+    rep = min(results, key=lambda r: abs(getattr(r, metric) - med))
+    metrics = dict(rep.metrics())
+    metrics[metric] = med
+    metrics[f"{metric}_mad"] = mad
+    metrics["repeats"] = float(len(results))
+    for other in ("output_tok_s", "accept_length"):
+        if other != metric:
+            metrics[other] = statistics.median(getattr(r, other) for r in results)
+    return metrics, rep
+
+
+def _measure(ctx: TrialContext, plan: TrialPlan) -> tuple[list[TrialResult], float, bool]:
+    """Run the engine ``repeats`` times (fewer when the first one fails or is pruned); (results, s, pruned)."""
+    search = ctx.spec.search
+    settings = plan.settings
+    if ctx.engine is None:
+        raise RuntimeError("live trials need an engine in the trial context")
+    results: list[TrialResult] = []
+    engine_s = 0.0
+    for i in range(search.repeats):
+        t0 = time.perf_counter()
+        result = ctx.engine.run(plan)
+        engine_s += time.perf_counter() - t0
+        results.append(result)
+        if not result.ok:
+            return results, engine_s, False
+        below = search.prune_below is not None and ctx.target is not None and i == 0 and not settings.is_baseline
+        if below and getattr(result, ctx.metric) < search.prune_below * ctx.target:
+            return results, engine_s, True
+    return results, engine_s, False
+
+
+def run_live_trial(
+    ctx: TrialContext,
+    plan: TrialPlan,
+    *,
+    stage: str,
+    parent_run_id: str,
+    number: int | None = None,
+    tags: dict[str, str] | None = None,
+    on_start: Callable[[str], None] | None = None,
+    label: str | None = None,
+) -> TrialRecord:
+    """Measure ``plan`` (``repeats`` times) as one child run of ``parent_run_id``; never uses the cache.
+
+    A refused plan becomes a FAILED ``bad_arguments`` run at once (nothing runs) and a failed record. A failed
+    run's name ends with its failure class (``... [failed: oom]``). ``label`` names the run instead of the stage.
+    """
+    start = time.perf_counter()
+    effective, fp = plan.effective, plan.fingerprint
+    params = flat_params(effective)
+    params.update({f"requested.{k}": v for k, v in flat_params(plan.requested).items() if params.get(k) != v})
+    run_id = ctx.tracking.start_run(
+        run_name(stage, effective, number=number, label=label),
+        tags={"stage": stage, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, **deployment_tags(ctx.spec),
+         "engine": plan.engine, "checked": plan.checked or "the engine's own rules",
+         **_effective_tag(effective), **(tags or {})},
+        params=params, parent_run_id=parent_run_id)
+    if on_start is not None:
+        on_start(run_id)
+    if plan.refusal is not None:
+        record = TrialRecord(fp, stage, "failed", None, {}, effective, run_id, failure_class="bad_arguments",
+                             failure_detail=plan.refusal, warnings=list(plan.warnings))
+        _log_result(ctx, plan, record, [])
+        record.wall_s = time.perf_counter() - start
+        return record
+    # Ctrl-C or SIGTERM ends the run KILLED, an engine bug FAILED, a BadInput FAILED as bad_arguments; re-raised
+    with ctx.tracking.run_guard(run_id, failure_classes={BadInput: "bad_arguments"}, scrub=scrubber_for(plan)):
+        results, engine_s, pruned = _measure(ctx, plan)
+    record = _record(ctx, plan, stage, results, pruned, run_id)
+    record.engine_s = engine_s
+    _log_result(ctx, plan, record, results)
+    record.wall_s = time.perf_counter() - start
+    return record
+
+
+def _record(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialResult], pruned: bool,
+            run_id: str) -> TrialRecord:
+    fp, effective = plan.fingerprint, plan.effective
+    last = results[-1]
+    all_warnings = list(dict.fromkeys([*plan.warnings, *(w for r in results for w in r.warnings)]))
+    if not last.ok:
+        return TrialRecord(fp, stage, "failed", None, {}, effective, run_id, failure_class=last.failure_class,
+                           failure_detail=last.failure_detail, warnings=all_warnings)
+    metrics, _ = aggregate(results, ctx.metric)
+    if ctx.baseline:
+        metrics[ratio_name(ctx.metric)] = metrics[ctx.metric] / ctx.baseline
+    if ctx.baseline_tok_s:
+        metrics[ratio_name("output_tok_s")] = metrics["output_tok_s"] / ctx.baseline_tok_s
+    ids = effective.get(WIRING_SETTING)
+    if ids is not None and tuple(ids) in ctx.wiring_accuracy:
+        metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
+    return TrialRecord(fp, stage, "pruned" if pruned else "ok", metrics[ctx.metric], metrics, effective, run_id,
+                       warnings=all_warnings)

@@ -1,0 +1,217 @@
+"""TODO
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bisect_eagle.engines.base import Engine, TrialResult
+from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.errors import BadInput
+from bisect_eagle.spec.schema import WIRING_SETTING, Spec, settings_from
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.redact import Scrubber, redact_mapping
+from bisect_eagle.tracking.runs import Tracking, owner_id
+from bisect_eagle.tracking.sysmetrics import PREFIX as SYSTEM_PREFIX
+
+STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
+POSITION_METRIC = "accept_rate_pos_"  # the engines' per-position acceptance, logged as one curve below
+ACCEPT_CURVE = "accept_rate_per_position"  # step = draft position
+DEPLOYMENT = ("target", "draft", "dump", "prompts")
+
+
+def ratio_name(metric: str) -> str:
+    """The one name of a metric's ratio to the baseline: ``output_tok_s_ratio_to_baseline``."""
+    return f"{metric}_ratio_to_baseline"
+
+
+def deployment_paths(spec: Spec) -> dict[str, Path]:
+    """The spec's target, draft, dump and prompts (those it names)."""
+    return {k: Path(v) for k in DEPLOYMENT if (v := getattr(spec, k, None)) is not None}
+
+
+def deployment_tags(spec: Spec) -> dict[str, str]:
+    """The spec's target, draft, dump and prompts as run tags (``target``: its absolute path)."""
+    return {k: str(v.resolve()) for k, v in deployment_paths(spec).items()}
+
+
+@dataclass
+class TrialContext:
+    """What every live trial of one study shares."""
+
+    spec: Spec
+    tracking: Tracking
+    study: str
+    parent_run_id: str
+    engine: Engine | None = None  # set once stage 1 is done (live trials only)
+    baseline: float | None = None  # the criterion metric without speculation
+    target: float | None = None  # criterion ratio × baseline
+    baseline_tok_s: float | None = None  # output tok/s without speculation (the headline ratio)
+    wiring_accuracy: dict[tuple[int, ...], float] = field(default_factory=dict)  # stage-1 accuracy per wiring
+    owner: str = field(default_factory=owner_id)
+
+    @property
+    def metric(self) -> str:
+        return self.spec.criterion.metric
+
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        """The engine's plan for ``settings`` (its fingerprint is the trial's identity)."""
+        if self.engine is None:
+            raise RuntimeError("planning a live trial needs an engine in the trial context")
+        return self.engine.plan(settings)
+
+
+@dataclass
+class TrialRecord:
+    """The outcome of one trial (measured now, or found in the store)."""
+
+    fingerprint: str
+    stage: str
+    status: str  # ok | failed | pruned
+    value: float | None  # the criterion metric (median over repeats)
+    metrics: dict[str, float]
+    effective: dict[str, Any]
+    run_id: str
+    cached: bool = False
+    failure_class: str | None = None
+    failure_detail: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    engine_s: float = 0.0  # seconds inside engine.run
+    wall_s: float = 0.0  # seconds in run_live_trial
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _effective_tag(effective: dict[str, Any]) -> dict[str, str]:
+    """The effective settings as a run tag when they fit one (else only in ``trial.json``)."""
+    text = json.dumps(effective, sort_keys=True)
+    return {"effective": text} if len(text) <= 7900 else {}
+
+
+def effective_of(tracking: Tracking, run) -> dict[str, Any]:
+    """A live run's effective settings: its tag, else its ``trial.json``."""
+    if "effective" in run.data.tags:
+        return json.loads(run.data.tags["effective"])
+    return json.loads(tracking.read_text(run.info.run_id, "trial.json"))["effective"]
+
+
+def run_metrics(run) -> dict[str, float]:
+    """A trial run's own metrics: without the ``system/*`` samples MLflow's system-metrics monitor adds."""
+    return {k: v for k, v in run.data.metrics.items() if not k.startswith(SYSTEM_PREFIX)}
+
+
+def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | None = None) -> TrialRecord | None:
+    """A finished live or baseline trial with this fingerprint (newest first), as a record; None if absent."""
+    run = tracking.find_fingerprint(fingerprint, parent_run_id=parent_run_id)
+    if run is None:
+        return None
+    tags = run.data.tags
+    value = tags.get("value")
+    return TrialRecord(
+        fingerprint=fingerprint, stage=tags.get("stage", ""), status=tags["outcome"],
+        value=float(value) if value not in (None, "None") else None, metrics=run_metrics(run),
+        effective=effective_of(tracking, run), run_id=run.info.run_id, cached=True,
+        failure_class=tags.get("failure_class"), failure_detail=tags.get("failure_detail"),
+    )
+
+
+def run_name(stage: str, effective: dict[str, Any], *, number: int | None = None, label: str | None = None) -> str:
+    """A readable run name: ``live 003 ids=1,5,9 steps=3 topk=1`` or ``baseline (no speculation)``.
+
+    ``label`` replaces the stage and number (e.g. ``probe 04 +num_steps``).
+    """
+    if effective.get("speculative_algorithm") == "none" and label is None:
+        return "baseline (no speculation)"
+    head = label or (f"{stage} {number:03d}" if number is not None else stage)
+    if effective.get("speculative_algorithm") == "none":
+        return f"{head} no speculation"
+    ids = effective.get(WIRING_SETTING)
+    wiring = "server-default" if ids is None else ",".join(str(i) for i in ids)
+    return f"{head} ids={wiring} steps={effective.get('num_steps')} topk={effective.get('topk')}"
+
+
+def scrubber_for(plan: TrialPlan) -> Scrubber:
+    """Scrubs the controller's and this trial's secret values (env, server args) from free text."""
+    return Scrubber(plan.settings.env, plan.settings.server_args)
+
+
+def _requests_csv(results: list[TrialResult]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["repeat", "id", "prompt_tokens", "completion_tokens", "verify_steps", "accept_length", "latency_s"])
+    for i, r in enumerate(results):
+        for q in r.requests:
+            w.writerow([i, q.id, q.prompt_tokens, q.completion_tokens, q.verify_steps, q.accept_length, q.latency_s])
+    return buf.getvalue()
+
+
+def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results: list[TrialResult]) -> None:
+    """Metrics, outcome tags, artifacts and the final status of a measured (or refused) trial."""
+    scrub = scrubber_for(plan)
+    files = {
+        "trial.json": json.dumps({
+            "fingerprint": record.fingerprint,
+            "requested": redact_mapping(plan.settings.model_dump(mode="json")),
+            "requested_explicit": plan.requested,
+            "plan": plan.to_json(),
+            "effective": record.effective,
+            "warnings": record.warnings,
+            "repeats": [{**_sanitized_result(r)} for r in results],
+        }, indent=2, default=str),
+    }
+    if any(r.requests for r in results):
+        files["requests.csv"] = _requests_csv(results)
+    for name, text in (results[-1].artifacts.items() if results else ()):
+        files[name] = text
+    ctx.tracking.log_texts(record.run_id, {k: scrub(v) for k, v in files.items()})
+    tags = {"outcome": record.status, "value": str(record.value)}
+    if record.failure_class:
+        tags["failure_class"] = record.failure_class
+        tags["failure_detail"] = scrub(record.failure_detail or "")[:7900]
+    if record.warnings:
+        tags["warnings"] = scrub(" | ".join(record.warnings))[:7900]
+    curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
+    ctx.tracking.log(record.run_id, metrics={k: v for k, v in record.metrics.items() if k not in curve}, tags=tags)
+    ctx.tracking.log_curve(record.run_id, ACCEPT_CURVE,
+                           values=[curve[k] for k in sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))])
+    if record.failure_class:
+        name = ctx.tracking.get_run(record.run_id).info.run_name
+        ctx.tracking.rename(record.run_id, f"{name} [failed: {record.failure_class}]")
+    ctx.tracking.finish(record.run_id, STATUS[record.status])
+
+
+def _sanitized_result(r: TrialResult) -> dict[str, Any]:
+    d = r.to_json()
+    d.pop("requests")
+    d.pop("artifacts")
+    d["requested"] = redact_mapping(d["requested"])
+    d["effective"] = redact_mapping(d["effective"])
+    return d
+
+
+def spec_of_study(tracking: Tracking, parent_run_id: str) -> Spec:
+    """The spec a study ran with (``spec.resolved.json`` of its parent run: absolute paths, no secrets)."""
+    d = json.loads(tracking.read_text(parent_run_id, "spec.resolved.json"))
+    source = d.pop("source", None)
+    spec = Spec.model_validate(d)
+    spec.source = source
+    return spec
+
+
+def settings_of_run(tracking: Tracking, run) -> tuple[LiveSettings, str]:
+    """The settings a logged live trial requested (as explicitly set) and its parent run id."""
+    from bisect_eagle.tracking.runs import PARENT_TAG
+
+    run_id = run.info.run_id
+    if run.data.tags.get("stage") not in ("live", "baseline", "reproduce"):
+        raise BadInput(
+            f"run {run_id}: expected a live, baseline or reproduce trial, found stage {run.data.tags.get('stage')!r}"
+        )
+    trial = json.loads(tracking.read_text(run_id, "trial.json"))
+    return settings_from(trial["requested_explicit"], f"run {run_id}: trial.json"), run.data.tags[PARENT_TAG]

@@ -1,0 +1,111 @@
+"""The tree is the architecture: every import (function-level ones included) goes down a layer, never up or
+sideways, and no command imports another.
+
+Layers, bottom to top (a package may import its own modules and any lower layer):
+
+0. ``errors``, ``poll``, ``stats``: the base;
+1. ``artifacts`` (what a deployment is made of), ``perf`` (the throughput model), ``tracking`` (MLflow, stores,
+   redaction);
+2. ``spec``: what the user asked for;
+3. ``engines``: plans and how they run;
+4. ``trials`` (one trial and its record), ``doctor``, ``inspect``: features over one plan;
+5. ``report``: reading a study's runs;
+6. ``search``, ``bisect``: many trials;
+7. ``cli``: thin commands over the rest.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "bisect_eagle"
+LAYERS = [
+    {"errors", "poll", "stats"},
+    {"artifacts", "perf", "tracking"},
+    {"spec"},
+    {"engines"},
+    {"trials", "doctor", "inspect"},
+    {"report"},
+    {"search", "bisect"},
+    {"cli"},
+]
+RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
+CLI_SHARED = {"__init__", "__main__", "common", "study"}
+
+
+def _modules() -> list[tuple[str, Path]]:
+    return [(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts), p) for p in sorted(PACKAGE.rglob("*.py"))]
+
+
+def _imports(path: Path, module: str) -> list[tuple[int, str]]:
+    """Every ``bisect_eagle`` module ``path`` imports, with the line: top-level and function-level alike."""
+    out = []
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("bisect_eagle")]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            if base == "bisect_eagle":
+                out += [(node.lineno, f"bisect_eagle.{a.name}") for a in node.names]
+            elif base.startswith("bisect_eagle."):
+                out.append((node.lineno, base))
+    return out
+
+
+def _top(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_top_level_module_has_a_layer():
+    tops = {_top(m) for m, _ in _modules() if m != "bisect_eagle.__init__"}
+    assert tops <= set(RANK), f"put these in a layer of {__name__}: {sorted(tops - set(RANK))}"
+
+
+def test_imports_go_only_down_the_layers():
+    bad = []
+    for module, path in _modules():
+        if module == "bisect_eagle.__init__":
+            continue
+        me = _top(module)
+        for line, target in _imports(path, module):
+            if target in ("bisect_eagle", "bisect_eagle.__version__"):  # the package's own metadata
+                continue
+            other = _top(target)
+            if other == me:
+                continue
+            if other not in RANK:
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {target} is in no layer")
+            elif RANK[other] >= RANK[me]:
+                how = "sideways" if RANK[other] == RANK[me] else "up"
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports {target} ({how}: {me} -> {other})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_command_imports_another():
+    bad = []
+    for module, path in _modules():
+        parts = module.split(".")
+        if parts[1] != "cli":
+            continue
+        for line, target in _imports(path, module):
+            t = target.split(".")
+            if len(t) > 2 and t[1] == "cli" and t[2] not in CLI_SHARED and t[2] != parts[-1] \
+                    and parts[-1] not in ("__init__", "__main__"):
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports the command {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_delta_debugging_core_loads_no_third_party_package():
+    code = ("import sys, bisect_eagle.bisect.ddmin; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    loaded = {m.strip(" '") for m in out.stdout.strip()[1:-1].split(",") if m.strip()}
+    loaded = {m for m in loaded if m != "bisect_eagle" and not m.startswith("_") and m != "__main__"}
+    assert not loaded, loaded
