@@ -43,17 +43,40 @@ def key_name(loc: tuple[str | int, ...], prefix: str = "") -> str:
     return out
 
 
+def validation_error(e: ValidationError, *, where: str | Path, prefix: str = "") -> BadInput:
+    """The one way a pydantic error reaches a user: one :class:`BadInput` line naming ``where`` and the key.
+
+    Args:
+        e: the error of a ``model_validate`` call; its first error is reported.
+        where: the file or flag the data came from.
+        prefix: the key the validated data sits under in that file (``eagle_config``), if any.
+
+    Returns:
+        The error to raise: a :class:`BadInput` that a validator raised, as it was; a rule over several keys
+        with its own message; else ``where: key 'k': expected E, found F`` (``F`` cut to 60 characters; a rule's own message in
+        place of ``expected E``).
+    """
+    err = e.errors()[0]
+    inner = err.get("ctx", {}).get("error")
+    if isinstance(inner, BadInput):
+        return inner
+    if not err["loc"]:  # a rule over several keys: its message names them (the input may hold secrets)
+        return BadInput(f"{where}: {inner or err['msg']}")
+    key = key_name(tuple(err["loc"]), prefix)
+    if err["type"] == "missing":
+        return BadInput(f"{where}: key {key!r} is missing")
+    found = repr(err.get("input"))
+    found = found if len(found) <= 60 else found[:57] + "..."
+    if err["type"] == "value_error":  # a rule's own message says what it expects
+        return BadInput(f"{where}: key {key!r}: {inner or err['msg']} (found {found})")
+    expected = str(err["msg"]).removeprefix("Input should be ")
+    expected = "an object" if expected.startswith("a valid dictionary") else _PLAIN.get(expected, expected)
+    return BadInput(f"{where}: key {key!r}: expected {expected}, found {found}")
+
+
 def validate_keys(model: type[M], data: dict, *, path: Path, prefix: str = "") -> M:
     """``data`` as ``model``; the first error becomes one line naming ``path`` and the key (under ``prefix``)."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        key = key_name(tuple(err["loc"]), prefix)
-        if err["type"] == "missing":
-            raise BadInput(f"{path}: key {key!r} is missing") from None
-        expected = str(err["msg"]).removeprefix("Input should be ").removeprefix("Value error, ")
-        expected = "an object" if expected.startswith("a valid dictionary") else _PLAIN.get(expected, expected)
-        found = repr(err.get("input"))
-        found = found if len(found) <= 60 else found[:57] + "..."
-        raise BadInput(f"{path}: key {key!r}: expected {expected}, found {found}") from None
+        raise validation_error(e, where=path, prefix=prefix) from None

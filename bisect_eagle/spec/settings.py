@@ -12,12 +12,11 @@ into the field, and giving both is refused, so one request never carries two mea
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from bisect_eagle.artifacts.configs import validation_error
 from bisect_eagle.errors import BadInput
 
 NUMERIC = ("num_steps", "topk", "num_draft_tokens", "max_new_tokens", "num_prompts", "warmup_prompts", "concurrency",
@@ -96,11 +95,7 @@ def parse_settings(values: dict[str, Any], where: str) -> LiveSettings:
     try:
         return LiveSettings.model_validate(values)
     except ValidationError as e:
-        err = e.errors()[0]
-        if not err["loc"]:  # a rule over several keys: its message names them (the input may hold secrets)
-            raise BadInput(f"{where}: {err.get('ctx', {}).get('error', err['msg'])}") from None
-        key = ".".join(str(p) for p in err["loc"])
-        raise BadInput(f"{where}: key {key!r}: {err['msg']} (found {err.get('input')!r})") from None
+        raise validation_error(e, where=where) from None
 
 
 def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
@@ -138,8 +133,3 @@ def adaptive_off_warning(reason: str) -> str:
     """The warning of a request for adaptive speculation that SGLang turns off, with SGLang's ``reason``."""
     return f"{ADAPTIVE} is turned off by SGLang: {reason}; it runs the static num_steps, with only a warning"
 
-
-def trial_fingerprint(effective: dict[str, Any]) -> str:
-    """Stable short hash of effective settings (sorted keys, canonical JSON)."""
-    blob = json.dumps(effective, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 REDACTED = "<redacted>"
@@ -122,3 +123,12 @@ class Scrubber:
 
     def __call__(self, text: str) -> str:
         return scrub(text, self.values)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (database URLs and ``http://user:pw@host`` alike)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.tracking.redact import Scrubber
+from bisect_eagle.tracking.redact import Scrubber, redact_url
 from bisect_eagle.tracking.sysmetrics import SystemMetrics
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,11 @@ MEASURED_STAGES = ("baseline", "live", "confirm", "reproduce")  # runs of an eng
 CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
 PACKAGES = ("bisect-eagle", "torch", "transformers", "optuna", "mlflow", "sglang")
 TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to spare)
+
+
+def tag_values(tags: Mapping[str, object]) -> dict[str, str]:
+    """Tag values as MLflow stores them: text, cut to :data:`TAG_LIMIT` (the one place tags are truncated)."""
+    return {k: str(v)[:TAG_LIMIT] for k, v in tags.items()}
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
@@ -80,15 +85,6 @@ def _use_wal(db: Path) -> None:
             conn.execute("PRAGMA journal_mode=WAL")
 
 
-def redact(url: str) -> str:
-    """A database URL without its password (safe to log and to print)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
 
 
 def owner_id() -> str:
@@ -216,7 +212,7 @@ class Tracking:
                 if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
                     client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
         except MlflowException as e:
-            raise BadInput(f"tracking URI {redact(uri)}: cannot open experiment {experiment!r} "
+            raise BadInput(f"tracking URI {redact_url(uri)}: cannot open experiment {experiment!r} "
                            f"({str(e).splitlines()[0]})") from None
         if db is not None:
             _use_wal(db)
@@ -238,7 +234,7 @@ class Tracking:
         try:
             run = client.get_run(run_id)
         except MlflowException:
-            raise BadInput(f"run {run_id!r} not found in the tracking store {redact(uri)} "
+            raise BadInput(f"run {run_id!r} not found in the tracking store {redact_url(uri)} "
                            "(give --tracking-uri or set MLFLOW_TRACKING_URI)") from None
         return cls(uri, run.info.experiment_id, client), run
 
@@ -247,7 +243,7 @@ class Tracking:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
         sampled into it until :meth:`finish` when its ``stage`` tag is one of :data:`MEASURED_STAGES`."""
         all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tag_values(all_tags))
         if params:
             self.log(run.info.run_id, params=params)
         if tags.get("stage") in MEASURED_STAGES:
@@ -263,7 +259,7 @@ class Tracking:
         ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()
               if v is not None and math.isfinite(float(v))]
         ps = [Param(k, str(v)) for k, v in (params or {}).items()]
-        ts = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        ts = [RunTag(k, v) for k, v in tag_values(tags or {}).items()]
         if ms or ps or ts:
             self.client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
 
@@ -344,7 +340,7 @@ class Tracking:
             detail = str(e)
         else:
             detail = f"{type(e).__name__}: {e}"
-        tags[detail_tag] = scrub(detail)[:TAG_LIMIT]
+        tags[detail_tag] = scrub(detail)
         self.log(run_id, tags=tags)
         self.finish(run_id, "KILLED" if interrupted else "FAILED")
 

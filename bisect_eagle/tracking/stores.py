@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bisect_eagle.errors import BadInput
+from bisect_eagle.tracking.redact import redact_url
 
 CONNECT_TIMEOUT_S = 4  # per store: both together, and the start-up, stay within 10 s
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
@@ -30,15 +31,6 @@ DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 
 class StoreUnreachable(BadInput):
     """A store that cannot be reached or logged into (the message holds no password)."""
-
-
-def hide_password(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (database URLs and ``http://user:pw@host`` alike)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 def _one_line(e: BaseException, secret: str | None) -> str:
@@ -70,12 +62,12 @@ def check_database(url: str, *, what: str, timeout_s: float = CONNECT_TIMEOUT_S)
     try:
         engine = sa.create_engine(url, connect_args=connect_args(url, timeout_s), poolclass=sa.pool.NullPool)
     except Exception as e:  # a bad URL or a missing driver
-        raise StoreUnreachable(f"{what} {hide_password(url)}: {_one_line(e, password)}") from None
+        raise StoreUnreachable(f"{what} {redact_url(url)}: {_one_line(e, password)}") from None
     try:
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
     except Exception as e:  # refused, timed out, unknown host, authentication failed, no such database
-        raise StoreUnreachable(f"{what} {hide_password(url)}: cannot connect within {timeout_s:g} s "
+        raise StoreUnreachable(f"{what} {redact_url(url)}: cannot connect within {timeout_s:g} s "
                                f"({_one_line(e, password)})") from None
     finally:
         engine.dispose()
@@ -89,10 +81,10 @@ def check_tracking_server(uri: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> 
     try:
         answer = httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s)
     except (httpx.HTTPError, OSError, socket.gaierror) as e:
-        raise StoreUnreachable(f"tracking URI {hide_password(uri)}: no MLflow server answers within {timeout_s:g} s "
+        raise StoreUnreachable(f"tracking URI {redact_url(uri)}: no MLflow server answers within {timeout_s:g} s "
                                f"({_one_line(e, password)})") from None
     if answer.status_code >= 500:
-        raise StoreUnreachable(f"tracking URI {hide_password(uri)}: the MLflow server answers /health with "
+        raise StoreUnreachable(f"tracking URI {redact_url(uri)}: the MLflow server answers /health with "
                                f"HTTP {answer.status_code}")
 
 

@@ -94,7 +94,8 @@ def run_live_trial(
     if on_start is not None:
         on_start(run_id)
     if plan.refusal is not None:
-        record = TrialRecord(fp, stage, "failed", None, {}, effective, run_id, failure_class="bad_arguments",
+        record = TrialRecord(fingerprint=fp, stage=stage, status="failed", value=None, metrics={},
+                             effective=effective, run_id=run_id, failure_class="bad_arguments",
                              failure_detail=plan.refusal, warnings=list(plan.warnings))
         _log_result(ctx, plan, record, [])
         record.wall_s = time.perf_counter() - start
@@ -115,8 +116,9 @@ def _record(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialR
     last = results[-1]
     all_warnings = list(dict.fromkeys([*plan.warnings, *(w for r in results for w in r.warnings)]))
     if not last.ok:
-        return TrialRecord(fp, stage, "failed", None, {}, effective, run_id, failure_class=last.failure_class,
-                           failure_detail=last.failure_detail, warnings=all_warnings)
+        return TrialRecord(fingerprint=fp, stage=stage, status="failed", value=None, metrics={}, effective=effective,
+                           run_id=run_id, failure_class=last.failure_class, failure_detail=last.failure_detail,
+                           warnings=all_warnings)
     metrics, _ = aggregate(results, ctx.metric)
     if ctx.baseline:
         metrics[ratio_name(ctx.metric)] = metrics[ctx.metric] / ctx.baseline
@@ -125,5 +127,5 @@ def _record(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialR
     ids = effective.get(WIRING_SETTING)
     if ids is not None and tuple(ids) in ctx.wiring_accuracy:
         metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
-    return TrialRecord(fp, stage, "pruned" if pruned else "ok", metrics[ctx.metric], metrics, effective, run_id,
-                       warnings=all_warnings)
+    return TrialRecord(fingerprint=fp, stage=stage, status="pruned" if pruned else "ok", value=metrics[ctx.metric],
+                       metrics=metrics, effective=effective, run_id=run_id, warnings=all_warnings)

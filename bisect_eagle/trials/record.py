@@ -1,4 +1,13 @@
-"""TODO
+"""The schema of a trial's MLflow run, written and read in one place.
+
+A live trial's run carries: params = the plan's effective settings (with ``requested.*`` beside the ones the
+engine changed), tags (``stage``, ``fingerprint``, ``outcome``, ``value``, ``effective`` when it fits a tag,
+failure class and detail, warnings), metrics (the criterion's median over repeats and its MAD, the ratios to
+the baseline, the per-position acceptance as one curve), and the artifact ``trial.json``, which holds each fact
+once: ``plan`` (the engine's plan: requested, effective, fingerprint, warnings, refusal, launch) and
+``repeats`` (what each measurement returned, without the settings the plan already states). Readers
+(:func:`find_cached`, :func:`effective_of`, :func:`settings_of_run`, :func:`spec_of_study`, the model's inputs)
+use only this module.
 """
 
 from __future__ import annotations
@@ -8,21 +17,22 @@ import io
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bisect_eagle.engines.base import Engine, TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec, settings_from
 from bisect_eagle.spec.settings import LiveSettings
-from bisect_eagle.tracking.redact import Scrubber, redact_mapping
-from bisect_eagle.tracking.runs import Tracking, owner_id
+from bisect_eagle.tracking.redact import Scrubber
+from bisect_eagle.tracking.runs import TAG_LIMIT, Tracking, owner_id
 from bisect_eagle.tracking.sysmetrics import PREFIX as SYSTEM_PREFIX
 
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
 POSITION_METRIC = "accept_rate_pos_"  # the engines' per-position acceptance, logged as one curve below
 ACCEPT_CURVE = "accept_rate_per_position"  # step = draft position
 DEPLOYMENT = ("target", "draft", "dump", "prompts")
+TRIAL_JSON = "trial.json"
 
 
 def ratio_name(metric: str) -> str:
@@ -66,13 +76,13 @@ class TrialContext:
         return self.engine.plan(settings)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrialRecord:
     """The outcome of one trial (measured now, or found in the store)."""
 
     fingerprint: str
     stage: str
-    status: str  # ok | failed | pruned
+    status: Literal["ok", "failed", "pruned"]
     value: float | None  # the criterion metric (median over repeats)
     metrics: dict[str, float]
     effective: dict[str, Any]
@@ -91,14 +101,24 @@ class TrialRecord:
 def _effective_tag(effective: dict[str, Any]) -> dict[str, str]:
     """The effective settings as a run tag when they fit one (else only in ``trial.json``)."""
     text = json.dumps(effective, sort_keys=True)
-    return {"effective": text} if len(text) <= 7900 else {}
+    return {"effective": text} if len(text) <= TAG_LIMIT else {}
+
+
+def read_trial(tracking: Tracking, run_id: str) -> dict[str, Any]:
+    """A trial run's ``trial.json``: ``{"plan": ..., "repeats": [...]}``."""
+    return json.loads(tracking.read_text(run_id, TRIAL_JSON))
 
 
 def effective_of(tracking: Tracking, run) -> dict[str, Any]:
     """A live run's effective settings: its tag, else its ``trial.json``."""
     if "effective" in run.data.tags:
         return json.loads(run.data.tags["effective"])
-    return json.loads(tracking.read_text(run.info.run_id, "trial.json"))["effective"]
+    return read_trial(tracking, run.info.run_id)["plan"]["effective"]
+
+
+def requested_of(tracking: Tracking, run_id: str) -> dict[str, Any]:
+    """The settings a logged trial requested explicitly (redacted), from its ``trial.json``."""
+    return read_trial(tracking, run_id)["plan"]["requested"]
 
 
 def run_metrics(run) -> dict[str, float]:
@@ -155,15 +175,8 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
     """Metrics, outcome tags, artifacts and the final status of a measured (or refused) trial."""
     scrub = scrubber_for(plan)
     files = {
-        "trial.json": json.dumps({
-            "fingerprint": record.fingerprint,
-            "requested": redact_mapping(plan.settings.model_dump(mode="json")),
-            "requested_explicit": plan.requested,
-            "plan": plan.to_json(),
-            "effective": record.effective,
-            "warnings": record.warnings,
-            "repeats": [{**_sanitized_result(r)} for r in results],
-        }, indent=2, default=str),
+        TRIAL_JSON: json.dumps({"plan": plan.to_json(), "repeats": [_repeat(r) for r in results]}, indent=2,
+                               default=str),
     }
     if any(r.requests for r in results):
         files["requests.csv"] = _requests_csv(results)
@@ -173,9 +186,9 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
     tags = {"outcome": record.status, "value": str(record.value)}
     if record.failure_class:
         tags["failure_class"] = record.failure_class
-        tags["failure_detail"] = scrub(record.failure_detail or "")[:7900]
+        tags["failure_detail"] = scrub(record.failure_detail or "")
     if record.warnings:
-        tags["warnings"] = scrub(" | ".join(record.warnings))[:7900]
+        tags["warnings"] = scrub(" | ".join(record.warnings))
     curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
     ctx.tracking.log(record.run_id, metrics={k: v for k, v in record.metrics.items() if k not in curve}, tags=tags)
     ctx.tracking.log_curve(record.run_id, ACCEPT_CURVE,
@@ -186,12 +199,11 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
     ctx.tracking.finish(record.run_id, STATUS[record.status])
 
 
-def _sanitized_result(r: TrialResult) -> dict[str, Any]:
+def _repeat(r: TrialResult) -> dict[str, Any]:
+    """One measurement as ``trial.json`` keeps it: what it returned, not the settings the plan states."""
     d = r.to_json()
-    d.pop("requests")
-    d.pop("artifacts")
-    d["requested"] = redact_mapping(d["requested"])
-    d["effective"] = redact_mapping(d["effective"])
+    for key in ("requests", "artifacts", "requested", "effective", "engine"):  # requests: requests.csv
+        d.pop(key, None)
     return d
 
 
@@ -213,5 +225,4 @@ def settings_of_run(tracking: Tracking, run) -> tuple[LiveSettings, str]:
         raise BadInput(
             f"run {run_id}: expected a live, baseline or reproduce trial, found stage {run.data.tags.get('stage')!r}"
         )
-    trial = json.loads(tracking.read_text(run_id, "trial.json"))
-    return settings_from(trial["requested_explicit"], f"run {run_id}: trial.json"), run.data.tags[PARENT_TAG]
+    return settings_from(requested_of(tracking, run_id), f"run {run_id}: trial.json"), run.data.tags[PARENT_TAG]

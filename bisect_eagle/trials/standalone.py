@@ -15,9 +15,9 @@ import torch
 from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.dumps import DumpReader, Sample
 from bisect_eagle.artifacts.wiring import EMB, parse_rule
+from bisect_eagle.engines.plan import canonical_hash
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import Spec
-from bisect_eagle.spec.settings import trial_fingerprint
 from bisect_eagle.trials.accuracy import StandaloneResult, evaluate
 from bisect_eagle.trials.record import TrialContext, deployment_tags
 
@@ -25,7 +25,7 @@ from bisect_eagle.trials.record import TrialContext, deployment_tags
 def standalone_fingerprint(spec: Spec, layer_ids: list[int], *, rule: str, source: str) -> str:
     """Identity of a standalone trial: the wiring, the states it is scored on and how it is scored."""
     st = spec.standalone
-    return trial_fingerprint({"stage": "standalone", "layer_ids": layer_ids, "rule": rule, "source": source,
+    return canonical_hash({"stage": "standalone", "layer_ids": layer_ids, "rule": rule, "source": source,
                               "samples": st.samples, "steps": st.steps, "metric": st.metric})
 
 

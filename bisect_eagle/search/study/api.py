@@ -30,7 +30,8 @@ from bisect_eagle.search.study.resume import Liveness, reap_dead_servers, reap_d
 from bisect_eagle.search.study.sampler import live_space, make_sampler, space_json
 from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
 from bisect_eagle.spec.schema import Spec
-from bisect_eagle.tracking.runs import Tracking, redact
+from bisect_eagle.tracking.redact import redact_url
+from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.tracking.stores import check_stores, first_open_lock
 from bisect_eagle.trials.record import TrialContext, settings_of_run
 
@@ -76,7 +77,7 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     if opts.resume:
         name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
         if name is None:
-            raise BadInput(f"--resume: no study of spec {spec.name!r} in {redact(opts.storage)}")
+            raise BadInput(f"--resume: no study of spec {spec.name!r} in {redact_url(opts.storage)}")
         study = load_study(storage, name)
         parent = study.user_attrs["parent_run_id"]
         notes += reap_dead_servers(opts.log_dir or default_log_dir(spec), tracking=tracking, parent_run_id=parent)
@@ -87,7 +88,8 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
                               url=opts.storage, named=name is not None)
         name = study.study_name
         parent = start_parent_run(tracking, spec=spec, study=name, storage=opts.storage)
-        for key, value in {"spec_name": spec.name, "parent_run_id": parent, "tracking_uri": redact(opts.tracking_uri),
+        for key, value in {"spec_name": spec.name, "parent_run_id": parent,
+                           "tracking_uri": redact_url(opts.tracking_uri),
                            "experiment_id": tracking.experiment_id}.items():
             study.set_user_attr(key, value)
     claims = Claims(opts.storage, name)
@@ -109,7 +111,7 @@ def _create_study(storage: optuna.storages.RDBStorage, *, name: str, url: str, n
     """A new study ``name``; a default name taken by a concurrent ``run`` of the same spec gets a suffix."""
     for n in range(1, 100):
         candidate = name if n == 1 else f"{name}-{n}"
-        taken = f"study {candidate!r} already exists in {redact(url)}"
+        taken = f"study {candidate!r} already exists in {redact_url(url)}"
         if candidate in optuna.get_all_study_names(storage):
             if named:
                 raise BadInput(f"{taken}; continue it with --resume, or give another --study-name")
@@ -120,7 +122,7 @@ def _create_study(storage: optuna.storages.RDBStorage, *, name: str, url: str, n
             if named:
                 raise BadInput(f"{taken}: another `run` created it a moment ago; join it with `bisect-eagle worker "
                                f"--study-name {candidate}`, or give another --study-name") from None
-    raise BadInput(f"study names {name!r} to {name}-99 are all taken in {redact(url)}; give --study-name")
+    raise BadInput(f"study names {name!r} to {name}-99 are all taken in {redact_url(url)}; give --study-name")
 
 
 def _liveness(storage: optuna.storages.RDBStorage, s: StudyRun) -> Liveness:
@@ -141,7 +143,7 @@ def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
     storage = open_storage(opts.storage)
     name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
     if name is None:
-        raise BadInput(f"worker: no study of spec {spec.name!r} in {redact(opts.storage)}; start one with "
+        raise BadInput(f"worker: no study of spec {spec.name!r} in {redact_url(opts.storage)}; start one with "
                        "`bisect-eagle run` first")
 
     def recorded(study_name: str = name) -> bool:  # its `run` may be starting right now
@@ -150,7 +152,7 @@ def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
 
     if not recorded() and not wait_until(recorded, timeout_s=wait_s, max_interval_s=WORKER_POLL_S,
                                          what=f"study {name!r}"):
-        raise BadInput(f"worker: no study {name!r} in {redact(opts.storage)} after {wait_s:g} s; start it with "
+        raise BadInput(f"worker: no study {name!r} in {redact_url(opts.storage)} after {wait_s:g} s; start it with "
                        "`bisect-eagle run` first")
     study = load_study(storage, name)
     attrs = study.user_attrs

@@ -216,7 +216,7 @@ class StudyRun:
                  "baseline_drift": verdict.baseline_drift}
         metrics = {k: v for k, v in named.items() if v is not None}
         self.ctx.tracking.log(self.ctx.parent_run_id, metrics=metrics,
-                              tags={"confirmation": verdict.summary()[:7900], "confirm_candidate_run_id": cand.run_id})
+                              tags={"confirmation": verdict.summary(), "confirm_candidate_run_id": cand.run_id})
         self.emit("confirm", f"run {cand.run_id[:8]}: {verdict.summary()}")
         return verdict
 

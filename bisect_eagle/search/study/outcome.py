@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import optuna
 
 from bisect_eagle.search.space import SearchSpace
-from bisect_eagle.tracking.runs import redact
+from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.trials.record import effective_of, run_metrics
 
 if TYPE_CHECKING:
@@ -119,8 +119,8 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
         target is not None and best is not None and best["value"] >= target)
     return StudyOutcome(
         target_reached=reached,
-        stop_reason=reason, study=run.name, storage=redact(run.storage_url),
-        tracking_uri=redact(ctx.tracking.uri), experiment_id=ctx.tracking.experiment_id,
+        stop_reason=reason, study=run.name, storage=redact_url(run.storage_url),
+        tracking_uri=redact_url(ctx.tracking.uri), experiment_id=ctx.tracking.experiment_id,
         parent_run_id=ctx.parent_run_id, metric=run.spec.criterion.metric, baseline=ctx.baseline,
         target=target, baseline_output_tok_s=ctx.baseline_tok_s, best=best, gate=run.attr("gate") or [],
         trials=trials, counts=counts, elapsed_s=run.elapsed(),

@@ -18,8 +18,8 @@ from typing import Any
 from bisect_eagle.report.study import write_report
 from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.spec.schema import Spec
-from bisect_eagle.tracking.redact import Scrubber, redact_mapping
-from bisect_eagle.tracking.runs import NOTE, Tracking, environment_info, redact
+from bisect_eagle.tracking.redact import Scrubber, redact_mapping, redact_url
+from bisect_eagle.tracking.runs import NOTE, Tracking, environment_info
 from bisect_eagle.trials.record import deployment_paths, deployment_tags, ratio_name
 
 HEADLINE = ("output_tok_s", "accept_length")  # shown beside the criterion metric
@@ -48,7 +48,7 @@ def start_parent_run(tracking: Tracking, *, spec: Spec, study: str, storage: str
               "criterion.ratio": str(spec.criterion.ratio), "baseline": str(spec.baseline),
               "gate.margin": str(spec.standalone.margin), "gate.reference": spec.standalone.reference,
               "search.model.enabled": str(spec.search.model.enabled)}
-    tags = {"role": "study", "study": study, "storage": redact(storage), **deployment_tags(spec),
+    tags = {"role": "study", "study": study, "storage": redact_url(storage), **deployment_tags(spec),
             NOTE: f"**Study running.** {spec.description}".strip()}
     run_id = tracking.start_run(study, tags=tags, params=params)
     tracking.client.set_experiment_tag(tracking.experiment_id, NOTE, experiment_description(spec))

@@ -22,7 +22,7 @@ import optuna
 
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import Spec
-from bisect_eagle.tracking.runs import redact
+from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.stores import check_database, connect_args, first_open_lock, is_database_url
 
 SQLITE_PREFIX = "sqlite:///"
@@ -101,7 +101,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             if attempt + 1 < CREATE_TRIES and _creation_race(e):
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            raise BadInput(f"--storage {redact(url)}: cannot open the Optuna storage "
+            raise BadInput(f"--storage {redact_url(url)}: cannot open the Optuna storage "
                            f"({str(e).splitlines()[0]})") from None
     raise AssertionError("unreachable: the last attempt returns or raises")
 

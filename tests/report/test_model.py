@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from bisect_eagle.report import study as report
 from bisect_eagle.report.model import adaptive_lines, model_error, prediction_points, read_artifact
 from bisect_eagle.report.study import find_parent, trials_frame, write_report
-from bisect_eagle.report import study as report
 from bisect_eagle.tracking.runs import Tracking
 
 SPEC = """\

@@ -18,7 +18,7 @@ from sglang_oracle import sglang_python
 
 from bisect_eagle.artifacts import layers
 
-SCRIPT = Path(__file__).resolve().parent / "sglang_env" / "capture_rules.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "sglang_env" / "capture_rules.py"
 
 
 @pytest.fixture(scope="module", params=[61, 12])

@@ -19,7 +19,7 @@ from bisect_eagle.engines.local import SpeculativeDecoder
 from bisect_eagle.errors import BadInput
 from bisect_eagle.inspect.layermatch import fetch_server_states, match_layers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MIN_SEPARATION = 10.0  # the runner-up is at least 10x farther than the match
 
 

@@ -18,6 +18,7 @@ from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effectiv
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.runs import (
     PARENT_TAG,
     Tracking,
@@ -26,7 +27,6 @@ from bisect_eagle.tracking.runs import (
     flat_params,
     owner_alive,
     owner_id,
-    redact,
     resolve_tracking_uri,
 )
 from bisect_eagle.trials.live import run_live_trial
@@ -68,7 +68,7 @@ def test_uri_precedence_and_artifact_root(monkeypatch, tmp_path):
     assert resolve_tracking_uri("sqlite:///flag.db", "sqlite:///spec.db") == "sqlite:///flag.db"
     assert artifact_root(f"sqlite:///{tmp_path}/mlruns/mlflow.db") == str(tmp_path.resolve() / "mlruns/artifacts")
     assert artifact_root("http://127.0.0.1:5000") is None
-    assert redact("postgresql://bob:hunter2@db:5432/optuna") == "postgresql://bob:***@db:5432/optuna"
+    assert redact_url("postgresql://bob:hunter2@db:5432/optuna") == "postgresql://bob:***@db:5432/optuna"
 
 
 def test_experiment_is_shown_as_runs_and_children_nest(tracking):

@@ -14,7 +14,7 @@ from bisect_eagle.inspect.capture_server import capture_args, capture_server
 from bisect_eagle.inspect.layermatch import load, match_layers
 from bisect_eagle.spec.load import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_capture_only_flags_follow_sglang_rules():

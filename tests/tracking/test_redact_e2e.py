@@ -18,7 +18,7 @@ import yaml
 
 pytestmark = pytest.mark.system
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV_SECRETS = {"HF_TOKEN": "hf-env-Zq81secret", "X_API_KEY": "xk-env-Pw27secret", "DB_PASSWORD": "db-env-Lm55secret"}
 SPEC_TOKEN = "hf-spec-Tx93secret"
 API_KEY = "sk-arg-Vb64secret"

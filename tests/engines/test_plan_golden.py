@@ -2,7 +2,7 @@
 
 The golden file was written before the package was re-layered; a move or a refactor that changes any trial's
 identity fails here. Regenerate only for a deliberate change of identity:
-``BISECT_EAGLE_REGEN_GOLDEN=1 .venv/bin/pytest tests/test_plan_golden.py``.
+``BISECT_EAGLE_REGEN_GOLDEN=1 .venv/bin/pytest tests/engines/test_plan_golden.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.schema import Param
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "plan_fingerprints.json"
 SPECS = ["tiny.yaml", "tiny-sglang.yaml", "glm5-8gpu.yaml"]
 PER_SPEC = 400  # glm5's space has ~27k configs: every n-th one, the same ones every time

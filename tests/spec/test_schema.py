@@ -11,7 +11,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.schema import DEFAULT_SPEC, settings_from
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BASE = """\
 name: t
@@ -66,7 +66,7 @@ standalone:
     ("standalone: {reference: training, wirings: [{rule: '[:-1]'}]}\n", ["training_accuracy"]),
     ("criterion: {metric: latency}\n", ["criterion.metric", "latency"]),
     ("baseline: fast\n", ["baseline", "fast"]),
-    ("standalone: {wirings: [{rule: '[:-1]', layer_ids: [1, 2, 3]}]}\n", ["standalone.wirings.0", "exactly one"]),
+    ("standalone: {wirings: [{rule: '[:-1]', layer_ids: [1, 2, 3]}]}\n", ["standalone.wirings[0]", "exactly one"]),
 ])
 def test_bad_specs_name_file_key_and_expectation(tmp_path, extra, words):
     path = write(tmp_path, extra)
@@ -158,7 +158,7 @@ engine: {kind: local, settings: {speculative_adaptive: true, server_args: {specu
     assert nulled.fixed_settings().speculative_adaptive is True
     with pytest.raises(BadInput, match="here: speculative_adaptive and server_args.speculative_adaptive are the same"):
         settings_from({"speculative_adaptive": False, "server_args.speculative_adaptive": True}, "here")
-    with pytest.raises(BadInput, match="here: key 'speculative_adaptive': Input should be a valid boolean"):
+    with pytest.raises(BadInput, match="here: key 'speculative_adaptive': expected true or false"):
         settings_from({"speculative_adaptive": 1}, "here")
 
 
@@ -170,7 +170,7 @@ engine: {kind: local, settings: {speculative_adaptive: true, server_args: {specu
      "server_args.speculative_adaptive: {type: categorical, choices: [true]}}\n", ["server_args.speculative_adaptive"]),
     ("groups: [[num_steps, server_args.speculative_adaptive]]\n", ["groups", "as 'speculative_adaptive'"]),
     ("space: {speculative_adaptive: {type: categorical, choices: [false, 'on']}}\n",
-     ["space.speculative_adaptive.choices[1]", "valid boolean"]),
+     ["space.speculative_adaptive.choices[1]", "true or false"]),
 ])
 def test_speculative_adaptive_named_twice_or_not_a_boolean_is_refused_at_load(tmp_path, extra, words):
     path = write(tmp_path, extra)

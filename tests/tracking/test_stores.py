@@ -16,8 +16,9 @@ import optuna
 import pytest
 
 from bisect_eagle.search.study.storage import open_storage
+from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.runs import Tracking
-from bisect_eagle.tracking.stores import StoreUnreachable, check_stores, hide_password
+from bisect_eagle.tracking.stores import StoreUnreachable, check_stores
 
 
 def closed_port() -> int:
@@ -27,9 +28,9 @@ def closed_port() -> int:
 
 
 def test_hide_password_covers_database_and_http_urls():
-    assert hide_password("postgresql://bob:hunter2@db:5432/x") == "postgresql://bob:***@db:5432/x"
-    assert hide_password("http://u:pw@h:5000") == "http://u:***@h:5000"
-    assert hide_password("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    assert redact_url("postgresql://bob:hunter2@db:5432/x") == "postgresql://bob:***@db:5432/x"
+    assert redact_url("http://u:pw@h:5000") == "http://u:***@h:5000"
+    assert redact_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
 
 
 @pytest.mark.parametrize("kind", ["storage", "tracking-http", "tracking-postgres"])
