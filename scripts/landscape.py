@@ -120,12 +120,13 @@ class LandscapeEngine(Engine):
         measured = value * math.exp(self.rng.gauss(0.0, self.noise)) if self.noise else value
         tokens = 256
         return TrialResult(
-            self.name,
-            "ok",
-            plan.requested,
-            plan.effective,
+            engine=self.name,
+            status="ok",
+            requested=plan.requested,
+            effective=plan.effective,
             output_tok_s=measured,
             accept_length=accept_length,
             wall_s=tokens / measured,
-            requests=[RequestRecord("p0", 32, tokens, round(tokens / accept_length), tokens / measured)],
+            requests=[RequestRecord(id="p0", prompt_tokens=32, completion_tokens=tokens,
+                                    verify_steps=round(tokens / accept_length), latency_s=tokens / measured)],
         )

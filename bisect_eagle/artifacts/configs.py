@@ -53,8 +53,8 @@ def validation_error(e: ValidationError, *, where: str | Path, prefix: str = "")
 
     Returns:
         The error to raise: a :class:`BadInput` that a validator raised, as it was; a rule over several keys
-        with its own message; else ``where: key 'k': expected E, found F`` (``F`` cut to 60 characters; a rule's own message in
-        place of ``expected E``).
+        with its own message; else ``where: key 'k': expected E, found F`` (``F`` cut to 60 characters; a
+        rule's own message in place of ``expected E``).
     """
     err = e.errors()[0]
     inner = err.get("ctx", {}).get("error")

@@ -159,14 +159,6 @@ class TargetHead:
         x = x.float()
         return self.norm_weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
-    def greedy_from_prenorm(self, final: torch.Tensor) -> torch.Tensor:
-        """Argmax token of pre-norm final states [..., H]."""
-        return (self.norm(final) @ self.lm_head.T).argmax(-1)
-
-    def greedy_from_normed(self, final: torch.Tensor) -> torch.Tensor:
-        """Argmax token of final states already passed through the final norm."""
-        return (final.float() @ self.lm_head.T).argmax(-1)
-
 
 def load_target(target_dir: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32):
     """(model, tokenizer) of a Hugging Face causal LM directory, in eval mode, loaded without network."""

@@ -48,9 +48,6 @@ class Rule:
             out.append(i % n)
         return out
 
-    def uses_embedding(self) -> bool:
-        return bool(self.items) and EMB in self.items
-
     def apply(
         self, states: list[torch.Tensor], input_ids: torch.Tensor, *, embed: torch.Tensor | None,
         out: torch.Tensor | None = None,

@@ -1,7 +1,9 @@
 """``bisect-eagle bisect``: which settings, changed from a good to a bad configuration, make it fail.
 
 Two answers, printed separately: the *breaking sets* (changes that, applied to the good configuration,
-break it) and the *repair set* (changes that, reverted from the bad configuration, repair it).
+break it) and the *repair set* (changes that, reverted from the bad configuration, repair it), each with the
+probe that verified it; a change hidden at one end by another setting says so ("hidden by"), and a repair that
+needs a masked change and its masker together says so in one line.
 """
 
 from __future__ import annotations
@@ -67,15 +69,18 @@ def _print(report) -> None:
     n = len(report.changes)
     console.print(f"{n} setting{'s differ' if n != 1 else ' differs'} as the engine runs them: {escape(report.good)} "
                   f"(good) vs {escape(report.bad)} (bad)")
-    table = Table(caption="breaks: applied to the good configuration, breaks it; repair: in the repair set")
+    table = Table(caption="breaks: applied to the good configuration, breaks it; repair: in the repair set; "
+                          "hidden by: inert alone at that end, masked there by these settings")
     table.add_column("setting", no_wrap=True, min_width=max((len(c.name) for c in report.changes), default=7))
-    for col in ("good", "bad", "breaks", "repair"):
+    for col in ("good", "bad", "breaks", "repair", "hidden by"):
         table.add_column(col, overflow="fold")
     culprits = {c.name for c in report.culprits}
     repair = set(report.repair or [])
     for c in report.changes:
+        hidden = "; ".join(f"{side}: {', '.join(by) or 'a combination'}" for side, by in c.masked_by.items())
         table.add_row(escape(c.name), _value(c.values("good")), _value(c.values("bad")),
-                      "[red]yes[/red]" if c.name in culprits else "", "[red]yes[/red]" if c.name in repair else "")
+                      "[red]yes[/red]" if c.name in culprits else "", "[red]yes[/red]" if c.name in repair else "",
+                      escape(hidden))
     console.print(table)
     j = report.judge
     limit = "-" if j["limit"] is None else f"{j['limit']:.4g}"
@@ -88,16 +93,30 @@ def _print(report) -> None:
         console.print(f"unresolved probes (skipped): {escape(str(report.unresolved))}")
     for note in report.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
+    checks = {(v["check"], tuple(v["changes"])): v for v in report.verification}
     for cause in report.breaking:
         console.print(f"[bold red]breaks the good configuration when applied to it:[/bold red] "
-                      f"{escape(' + '.join(cause))}")
+                      f"{escape(' + '.join(cause))}{_verified(checks.get(('breaking', tuple(cause))))}")
     if report.repair is not None:
         console.print(f"[bold red]repairs the bad configuration when reverted from it:[/bold red] "
-                      f"{escape(' + '.join(report.repair))}")
+                      f"{escape(' + '.join(report.repair))}{_verified(checks.get(('repair', tuple(report.repair))))}")
+    for line in report.interactions:
+        console.print(f"[bold yellow]interaction:[/bold yellow] {escape(line)}")
     if report.status.value != "isolated":
         console.print(f"[yellow]{report.status.value}[/yellow]")
     console.print(f"log (replay with --replay): {escape(report.log)}")
     console.print(f"MLflow: run {report.parent_run_id} in the experiment of the spec's bisects")
+
+
+def _verified(check: dict | None) -> str:
+    """`` (verified: probe N measured BAD, median M)``: the probe that checked an answer."""
+    if check is None:
+        return " [yellow](not verified)[/yellow]"
+    median = "" if check["median"] is None else f", median {check['median']:.4g}"
+    text = escape(f"probe {check['probe']} measured {check['outcome']}{median}")
+    if check["ok"]:
+        return f" (verified: {text})"
+    return f" [yellow](NOT verified, expected {check['expected']}: {text})[/yellow]"
 
 
 def _n(count: int, noun: str) -> str:

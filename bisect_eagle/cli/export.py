@@ -15,38 +15,23 @@ from bisect_eagle.cli.common import URI_HELP, print_json, quiet_libraries
 
 
 def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -> dict[str, Any]:
-    """The sglang plan of a logged trial (what was measured), for serving it with SGLang: argv, env, draft patch.
+    """How to serve a logged live trial: its engine's export (:meth:`~bisect_eagle.engines.base.Engine.export`) of
+    the settings it requested and the effective settings of its plan (what was measured), with its ``run_id``.
 
-    The argv is the one the installed SGLang accepts (flags adapted and checked by its own parser when it can
-    run here), with the layer ids in their meaningful order; secret values are never printed (``$NAME``).
+    Args:
+        tracking: the run's store.
+        run: the MLflow run of a live, baseline or reproduce trial.
+        port: the exported server's port.
+        sglang_python: an interpreter that has SGLang (its parser checks the command); default the spec's.
     """
-    from bisect_eagle.engines.sglang import SglangEngine
-    from bisect_eagle.spec.settings import apply_speculative_rules
-    from bisect_eagle.trials.record import settings_of_run, spec_of_study
+    from bisect_eagle.engines import engine_class
+    from bisect_eagle.trials.record import effective_of, settings_of_run, spec_of_study
 
     settings, parent_id = settings_of_run(tracking, run)
     spec = spec_of_study(tracking, parent_id)
-    server = spec.engine.sglang
-    if sglang_python:
-        server = server.model_copy(update={"python": sglang_python})
-    explicit = settings.model_dump(exclude_unset=True)
-    if spec.engine.kind == "local" and "dtype" not in settings.model_fields_set:
-        explicit["dtype"] = settings.dtype  # the local trial ran in its dtype; say so rather than let SGLang pick
-    if not settings.is_baseline:  # what was measured: the speculative rules applied (topk == 1 forces the count)
-        explicit["num_draft_tokens"] = apply_speculative_rules(settings)[0].num_draft_tokens
-    settings = settings.model_validate(explicit)
-    engine = SglangEngine(server, target=Path(spec.target), draft=Path(spec.draft), prompts=None,
-                          log_dir=Path(spec.draft).parent)
-    with engine:
-        plan = engine.planner.plan(settings, port=port, trial_dir=Path(spec.draft).parent / "trial")
-    argv = list(plan.argv or [])
-    if "--speculative-draft-model-path" in argv:
-        argv[argv.index("--speculative-draft-model-path") + 1] = str(spec.draft)
-    env = {k: (f"${k}" if v == "<redacted>" else v) for k, v in (plan.env or {}).items()}
-    return {"run_id": run.info.run_id, "argv": argv, "command": shlex.join(argv), "env": env,
-            "draft_config": None if settings.is_baseline else str(Path(spec.draft) / "config.json"),
-            "draft_config_patch": plan.config_patch, "checked": plan.checked, "refusal": plan.refusal,
-            "fingerprint": plan.fingerprint, "warnings": list(plan.warnings)}
+    out = engine_class(spec.engine.kind).export(spec, settings, effective=effective_of(tracking, run), port=port,
+                                                python=sglang_python)
+    return {"run_id": run.info.run_id, **out}
 
 
 def export(

@@ -8,18 +8,10 @@ divides (``accept_length ÷ baseline``, ``tok/s ÷ baseline``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from bisect_eagle.cli.common import load_spec_or_default, quiet_libraries, sigterm_as_exit
-from bisect_eagle.cli.study import EXIT_NOT_REACHED, Display, finish
-
-if TYPE_CHECKING:
-    pass
-
+from bisect_eagle.cli.study import study_command
 
 
 def run(
@@ -38,31 +30,9 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
 ) -> None:
     """Gate wirings by standalone accuracy, then search live settings to the target (exit 0 reached, 3 not)."""
-    from bisect_eagle.engines import make_engine
-    from bisect_eagle.search.study import Options, resolve_storage, run_study
-    from bisect_eagle.search.study.loop import BaselineFailed
-    from bisect_eagle.tracking.runs import resolve_tracking_uri
-
-    quiet_libraries()
-    sigterm_as_exit()
-    s = load_spec_or_default(spec)
-    if sglang_python:
-        s.engine.sglang.python = sglang_python
-    from bisect_eagle.tracking.stores import check_stores
-
-    check_stores(storage=storage or s.storage.optuna,  # an unreachable store fails in seconds, before the search
-                 tracking_uri=resolve_tracking_uri(tracking_uri, s.storage.tracking_uri))
-    with Display(enabled=not as_json) as display:
-        opts = Options(storage=resolve_storage(storage, s),
-                       tracking_uri=resolve_tracking_uri(tracking_uri, s.storage.tracking_uri),
-                       study_name=study_name, resume=resume, max_live_trials=max_live_trials,
-                       max_wall_s=max_wall_s, progress=display)
-        try:
-            out = run_study(s, options=opts, engine_factory=make_engine)
-        except BaselineFailed as e:
-            Console(stderr=True).print(f"[red]error[/red]: {escape(str(e))}")
-            raise typer.Exit(EXIT_NOT_REACHED) from None
-    finish(out, as_json)
+    study_command(spec=spec, storage=storage, tracking_uri=tracking_uri, sglang_python=sglang_python,
+                  as_json=as_json, study_name=study_name, resume=resume, max_live_trials=max_live_trials,
+                  max_wall_s=max_wall_s)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,8 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColu
 from rich.progress import Progress as ProgressBar
 from rich.table import Table
 
-# quiet_libraries, sigterm_as_exit and load_spec_or_default live in cli.common; imported from here by older code
-from bisect_eagle.cli.common import print_json
+from bisect_eagle.cli.common import load_spec_or_default, print_json, quiet_libraries, sigterm_as_exit
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study import StudyOutcome, StudyProgress
@@ -132,3 +131,51 @@ def finish(out: StudyOutcome, as_json: bool) -> None:
         print_outcome(out, Console())
     if not out.target_reached:
         raise typer.Exit(EXIT_NOT_REACHED)
+
+
+def study_command(*, spec: Path | None, storage: str | None, tracking_uri: str | None, sglang_python: str | None,
+                  as_json: bool, join_wait_s: float | None = None, **options: Any) -> None:
+    """The one body of ``run`` (a new or resumed study) and ``worker`` (joining one): exit 0 reached, 3 not.
+
+    Args:
+        spec: the spec file, or None for the embedded tiny scenario.
+        storage: the Optuna storage URL, or None for the spec's (``sqlite:///mlruns/optuna.db``).
+        tracking_uri: the MLflow tracking URI; None: ``$MLFLOW_TRACKING_URI``, else the spec's (``run``) or the
+            one the joined study was created with (``worker``).
+        sglang_python: an interpreter with SGLang, overriding ``engine.sglang.python``.
+        as_json: print one JSON object at the end instead of progress and a summary.
+        join_wait_s: join an existing study, waiting up to this long for it (``worker``); None starts one.
+        options: further :class:`~bisect_eagle.search.study.Options` fields (``resume``, ``study_name``, ...).
+    """
+    import os
+
+    from bisect_eagle.tracking.runs import resolve_tracking_uri
+    from bisect_eagle.tracking.stores import check_stores
+
+    quiet_libraries()
+    sigterm_as_exit()
+    s = load_spec_or_default(spec)
+    if sglang_python:
+        s.engine.sglang.python = sglang_python
+    if join_wait_s is None:
+        tracking_uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)
+    else:
+        tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    # an unreachable store fails in seconds, before the heavy imports and the search
+    check_stores(storage=storage or s.storage.optuna, tracking_uri=tracking_uri)
+
+    from bisect_eagle.engines import make_engine
+    from bisect_eagle.search.study import Options, join_study, resolve_storage, run_study
+    from bisect_eagle.search.study.loop import BaselineFailed
+
+    with Display(enabled=not as_json) as display:
+        opts = Options(storage=resolve_storage(storage, s), tracking_uri=tracking_uri, progress=display, **options)
+        try:
+            if join_wait_s is None:
+                out = run_study(s, options=opts, engine_factory=make_engine)
+            else:
+                out = join_study(s, options=opts, engine_factory=make_engine, wait_s=join_wait_s)
+        except BaselineFailed as e:
+            Console(stderr=True).print(f"[red]error[/red]: {escape(str(e))}")
+            raise typer.Exit(EXIT_NOT_REACHED) from None
+    finish(out, as_json)

@@ -113,12 +113,6 @@ def port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def free_ui_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) -> subprocess.Popen:
     """Start ``mlflow server`` in its own process group (output to ``log``, else inherited)."""
     if not tracking_uri.startswith(("sqlite:", "postgresql", "mysql", "mssql")):

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bisect_eagle.cli.common import load_spec_or_default, quiet_libraries, sigterm_as_exit
-from bisect_eagle.cli.study import Display, finish
+from bisect_eagle.cli.study import study_command
 
 
 def worker(
@@ -23,27 +22,8 @@ def worker(
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
 ) -> None:
     """Join a study's live search: shared budget and stop, never a config another worker ran (exit 0/3)."""
-    import os
-
-    from bisect_eagle.tracking.stores import check_stores
-
-    quiet_libraries()
-    sigterm_as_exit()
-    s = load_spec_or_default(spec)
-    if sglang_python:
-        s.engine.sglang.python = sglang_python
-    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    check_stores(storage=storage or s.storage.optuna, tracking_uri=tracking_uri)  # seconds, before the heavy imports
-
-    from bisect_eagle.engines import make_engine
-    from bisect_eagle.search.study import Options, join_study, resolve_storage
-
-    with Display(enabled=not as_json) as display:
-        opts = Options(storage=resolve_storage(storage, s),
-                       tracking_uri=tracking_uri,
-                       study_name=study_name, progress=display)
-        out = join_study(s, options=opts, engine_factory=make_engine, wait_s=wait_s)
-    finish(out, as_json)
+    study_command(spec=spec, storage=storage, tracking_uri=tracking_uri, sglang_python=sglang_python,
+                  as_json=as_json, join_wait_s=wait_s, study_name=study_name)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,11 +1,6 @@
-"""Stage 1: each candidate wiring's standalone accuracy, and the gate that decides which wirings go live.
-
-A rule is evaluated over the dump's own tensors. Layer ids (SGLang convention) that the dump holds become a
-rule over it; ids it does not hold are recomputed by the target for the dump's own ``input_ids`` (hooks at
-the canonical indices, see :mod:`bisect_eagle.artifacts.target`) and scored by the same batching as
-:func:`bisect_eagle.trials.accuracy.evaluate`. Every candidate maps to the SGLang layer ids stage 2 searches:
-the dump's states are ``dump_layer_ids`` plus the final state (id ``N - 1``), and ``emb`` is id ``-1``.
-"""
+"""Stage 1's gate: from every candidate's standalone verdict (:mod:`bisect_eagle.trials.standalone`), which
+wirings go live — within ``margin`` of the reference (the best candidate, or the draft's training accuracy) —
+recorded on the study's parent run."""
 
 from __future__ import annotations
 

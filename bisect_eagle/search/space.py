@@ -25,11 +25,6 @@ def encode(value: Any) -> Any:
     return value
 
 
-def decode_ids(text: str) -> list[int]:
-    """``"1,5,9"`` -> ``[1, 5, 9]``."""
-    return [int(x) for x in text.split(",")] if text else []
-
-
 def flatten(values: dict[str, Any]) -> dict[str, Any]:
     """Nested ``env``/``server_args`` mappings as dotted names (``env.NCCL_ALGO``), other names unchanged."""
     out: dict[str, Any] = {}

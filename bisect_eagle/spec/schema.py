@@ -22,7 +22,6 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, check_id_list, parse_settings
 
 WIRING_SETTING = "eagle_aux_hidden_state_layer_ids"
-CRITERION_METRICS = ("output_tok_s", "accept_length")
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "search" / "default_spec.yaml"
 SPECULATIVE_COUNTS = ("num_steps", "topk")  # >= 1 in every speculative trial (0 is the baseline's)
 ADAPTIVE_FLAG = f"server_args.{ADAPTIVE}"  # the field spelled as a flag, folded into it (settings.py)

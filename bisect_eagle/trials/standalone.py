@@ -1,4 +1,12 @@
-"""TODO
+"""One standalone trial: a candidate wiring scored by the draft's accuracy on the hidden states it was trained on.
+
+A rule is evaluated over the dump's own tensors. Layer ids (SGLang convention) that the dump holds become a
+rule over it; ids it does not hold are recomputed by the target for the dump's own ``input_ids`` (hooks at
+the canonical indices, see :mod:`bisect_eagle.artifacts.target`) and scored by the same batching as
+:func:`bisect_eagle.trials.accuracy.evaluate`. Every candidate maps to the SGLang layer ids stage 2 searches:
+the dump's states are ``dump_layer_ids`` plus the final state (id ``N - 1``), and ``emb`` is id ``-1``.
+Each scored candidate is one MLflow child run (:func:`run_standalone_trial`); the gate over all of them is
+:mod:`bisect_eagle.search.gate`.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ def standalone_fingerprint(spec: Spec, layer_ids: list[int], *, rule: str, sourc
     """Identity of a standalone trial: the wiring, the states it is scored on and how it is scored."""
     st = spec.standalone
     return canonical_hash({"stage": "standalone", "layer_ids": layer_ids, "rule": rule, "source": source,
-                              "samples": st.samples, "steps": st.steps, "metric": st.metric})
+                           "samples": st.samples, "steps": st.steps, "metric": st.metric})
 
 
 def run_standalone_trial(ctx: TrialContext, scorer, *, candidate) -> Any:

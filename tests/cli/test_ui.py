@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +25,6 @@ from bisect_eagle.cli.ui import (
     LIVE_VIEW_KEY,
     VIEW_PARAM,
     VIEW_TAG,
-    free_ui_port,
     live_view_state,
     run_url,
     runs_url,
@@ -48,6 +48,11 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
 RUNS_PAGE_FACETS = ("searchFilter", "orderByKey", "orderByAsc", "startTime", "lifecycleFilter", "modelVersionFilter",
                     "datasetsFilter")  # with any of these in the URL the runs page ignores a saved view
 
+
+def free_ui_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):

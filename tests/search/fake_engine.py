@@ -74,12 +74,13 @@ class FakeEngine(Engine):
             al, tok_s = expected(
                 eff.eagle_aux_hidden_state_layer_ids and sorted(eff.eagle_aux_hidden_state_layer_ids), eff.num_steps
             )
-        reqs = [RequestRecord(f"p{i}", 10, 64, round(64 / al), 0.1) for i in range(2)]
+        reqs = [RequestRecord(id=f"p{i}", prompt_tokens=10, completion_tokens=64, verify_steps=round(64 / al),
+                              latency_s=0.1) for i in range(2)]
         return TrialResult(
-            self.name,
-            "ok",
-            requested,
-            effective,
+            engine=self.name,
+            status="ok",
+            requested=requested,
+            effective=effective,
             output_tok_s=tok_s,
             accept_length=al,
             accept_length_hist={2: 3},

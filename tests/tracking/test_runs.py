@@ -48,7 +48,8 @@ class EchoEngine(Engine):
 
     def run(self, plan: TrialPlan) -> TrialResult:
         settings = plan.settings
-        return TrialResult(self.name, "ok", plan.requested, plan.effective, output_tok_s=50.0,
+        return TrialResult(engine=self.name, status="ok", requested=plan.requested, effective=plan.effective,
+                           output_tok_s=50.0,
                            accept_length=2.0, accept_rate_per_position=[0.5], wall_s=0.1,
                            artifacts={"launch_command.txt": f"env {settings.env}\n"})
 

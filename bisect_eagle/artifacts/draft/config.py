@@ -157,11 +157,6 @@ class DraftConfigFile(_Strict):
             return len(self.nested_ids), f"eagle_config.{IDS_KEY}"
         return SGLANG_DEFAULT_AUX, f"SGLang's default of {SGLANG_DEFAULT_AUX}"
 
-    @property
-    def sglang_fc_in_features(self) -> int:
-        """The input width of the ``fc`` SGLang builds for this config: aux count × target hidden size."""
-        return self.sglang_fc_aux()[0] * self.target_hidden_size
-
     def draft_config(self, num_aux: int) -> DraftConfig:
         """The network shapes for a draft fed ``num_aux`` aux states."""
         return DraftConfig(

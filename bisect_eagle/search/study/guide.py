@@ -23,8 +23,9 @@ distribution of a measurement is read as log-normal around the prediction with t
 upper half (speculation's risk is on the upside: an unseen wiring may accept more than stage 1 says), and never
 narrower than :data:`MISFIT`: the model's own structural error, which its posterior does not know about.
 
-Which model: the local engine's (finite generations, truncated drafts); every other engine is a server
-benchmarked in steady state (``ThroughputModel.for_engine("sglang")``: SGLang, the stand-in, test engines).
+Which model: the one the engine says fits it (:attr:`~bisect_eagle.engines.base.Engine.benchmark`: the local
+engine's finite generations with truncated drafts; a server's steady state for SGLang, the stand-in and test
+engines).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from bisect_eagle.engines import benchmark_of
+from bisect_eagle.engines.base import Engine
 from bisect_eagle.perf.model import Prediction, ThroughputModel
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.record import ACCEPT_CURVE, effective_of
@@ -93,8 +96,17 @@ def model_inputs(metrics: Mapping[str, float], effective: Mapping[str, Any], *,
 class ModelGuide:
     """One process's throughput model of a study, and the search decisions taken from it (module docstring)."""
 
-    def __init__(self, *, engine: str, metric: str, optimism: float, standalone_metric: str = "full_vocab"):
-        self.model = ThroughputModel.for_engine("local" if engine == "local" else "sglang")
+    def __init__(self, *, engine: Engine | str, metric: str, optimism: float, standalone_metric: str = "full_vocab"):
+        """A guide with an untaught model.
+
+        Args:
+            engine: the study's engine, whose :attr:`~bisect_eagle.engines.base.Engine.benchmark` picks the model
+                (or its name: :func:`~bisect_eagle.engines.benchmark_of`).
+            metric: the criterion metric forecast: ``output_tok_s`` or ``accept_length``.
+            optimism: the quantile of a measurement below which a config cannot reach the target, in (0, 1).
+            standalone_metric: which stage-1 per-position accuracy is the acceptance prior (``full_vocab`` ...).
+        """
+        self.model = ThroughputModel(benchmark=benchmark_of(engine))
         self.metric = metric
         self.optimism = optimism
         self.standalone_metric = standalone_metric

@@ -40,7 +40,7 @@ def test_specforge_layout(tiny):
     assert (cf.vocab_size, cf.draft_vocab_size, cf.target_hidden_size) == (257, 96, 192)
     assert (cf.nested_ids, cf.top_level_ids, cf.ids_found, cf.layer_ids) == ([1, 5, 9], None, "nested", [1, 5, 9])
     assert cf.path == tiny.draft / "config.json"
-    assert cf.sglang_fc_aux() == (3, NESTED) and cf.sglang_fc_in_features == 576
+    assert cf.sglang_fc_aux() == (3, NESTED) and cf.sglang_fc_aux()[0] * cf.target_hidden_size == 576
     assert cf.declared_ids("sglang") == cf.declared_ids("local") == ([1, 5, 9], "sglang")
     assert cf.declared_ids("vllm") == (None, "vllm")
     assert cf.draft_config(3) == DraftConfig(hidden_size=192, intermediate_size=512, num_attention_heads=4,
@@ -61,7 +61,8 @@ def test_speculators_layout_reads_the_nested_layer_keys_and_top_level_ids(tmp_pa
 def test_sglang_fc_precedence(tmp_path):
     cf = read_draft_config(_speculators(tmp_path, num_aux_hidden_states=4,
                                         eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2]}))
-    assert cf.sglang_fc_aux() == (4, "num_aux_hidden_states") and cf.sglang_fc_in_features == 4 * 16
+    assert cf.sglang_fc_aux() == (4, "num_aux_hidden_states")
+    assert cf.sglang_fc_aux()[0] * cf.target_hidden_size == 4 * 16
     assert cf.nested_ids == [1, 2] and cf.ids_found == "top-level"  # speculators: the top level first
 
 

@@ -17,6 +17,7 @@ GATE = [{"layer_ids": [1, 5, 9], "passed": True}, {"layer_ids": [5, 9, 11], "pas
 def spec(sampler: str = "tpe", wirings: bool = True) -> Spec:
     return Spec.model_validate({
         "name": "x",
+        "dump_layer_ids": [1, 5, 9],
         "standalone": {"wirings": [{"rule": "[:-1]"}] if wirings else []},
         "space": {"num_steps": {"type": "int", "low": 1, "high": 3}},
         "search": {"sampler": sampler},
