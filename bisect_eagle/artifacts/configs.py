@@ -8,6 +8,7 @@ turns the first validation error into one :class:`BadInput` line naming the file
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from bisect_eagle.errors import BadInput
 
 M = TypeVar("M", bound=BaseModel)
+_UNION_MEMBER = re.compile(r"^(constrained-)?(str|int|float|bool|none|list\[.*\]|dict\[.*\]|function-\w+.*)$")
 _PLAIN = {"a valid integer": "an integer", "a valid number": "a number", "a valid list": "a list",
           "a valid dictionary": "an object", "a valid boolean": "true or false", "a valid string": "a string",
           "greater than 0": "a number > 0"}
@@ -36,9 +38,12 @@ def read_config_json(directory: str | Path, what: str) -> dict:
 
 
 def key_name(loc: tuple[str | int, ...], prefix: str = "") -> str:
-    """A pydantic error location as the dotted key a user finds in the file: ``eagle_config.ids[1]``."""
+    """A pydantic error location as the dotted key a user finds in the file: ``eagle_config.ids[1]`` (the names
+    pydantic gives the members of a union, ``constrained-str`` or ``list[...]``, are not keys: left out)."""
     out = prefix
     for part in loc:
+        if isinstance(part, str) and _UNION_MEMBER.match(part):
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 

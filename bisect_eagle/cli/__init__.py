@@ -57,16 +57,27 @@ def _usage_line(e: UsageError) -> str:
 
 
 def main() -> None:
-    """Console-script entry point: exit 2 with one ``error:`` line on any bad input (flags, files, values)."""
+    """Console-script entry point: exit 2 with one ``error:`` line on any bad input (flags, files, values).
+
+    Every line printed on the way out passes the secret policy (:class:`~bisect_eagle.tracking.redact.Scrubber`:
+    the environment's secret values and value-shaped secrets), an unexpected error's traceback included.
+    """
+    from bisect_eagle.tracking.redact import Scrubber
+
     try:
         code = app(standalone_mode=False)
     except UsageError as e:
-        typer.echo(_usage_line(e), err=True)
+        typer.echo(Scrubber()(_usage_line(e)), err=True)
         sys.exit(2)
     except typer.Abort:
         typer.echo("Aborted!", err=True)
         sys.exit(1)
     except BadInput as e:
-        typer.echo(f"error: {' '.join(str(e).split())}", err=True)
+        typer.echo(Scrubber()(f"error: {' '.join(str(e).split())}"), err=True)
         sys.exit(2)
+    except Exception:  # a bug: its traceback is for the report, never with a secret in it
+        import traceback
+
+        typer.echo(Scrubber()(traceback.format_exc()).rstrip(), err=True)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

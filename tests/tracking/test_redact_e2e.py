@@ -1,5 +1,7 @@
 """No secret value is written or printed anywhere, end to end: secrets planted in the controller's environment
-(``HF_TOKEN``, ``X_API_KEY``, ``DB_PASSWORD``), in a spec's ``env.HF_TOKEN`` and in its ``server_args.api_key``
+(``HF_TOKEN``, ``X_API_KEY``, ``DB_PASSWORD``, ``GH_PAT``, and a Hugging Face-shaped token under a name that says
+nothing), in a spec's ``env.HF_TOKEN``, ``env.HF_AUTH``, the password of its ``env.DATABASE_URL`` and its
+``server_args.api_key``
 go through ``run`` (local engine, and the sglang engine with a stand-in server that prints its environment),
 ``live`` (``--dry-run --json`` too), ``export``, ``reproduce`` and ``bisect``; then every byte under the working
 directory (the MLflow and Optuna SQLite stores, artifacts, logs, bisect logs, trial directories) and every
@@ -19,11 +21,15 @@ import yaml
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV_SECRETS = {"HF_TOKEN": "hf-env-Zq81secret", "X_API_KEY": "xk-env-Pw27secret", "DB_PASSWORD": "db-env-Lm55secret"}
+SHAPED = "hf_" + "Yq7Lm2Pz9Xc4Vb8Nw3Kd"  # a Hugging Face token's shape, under a name that is not a secret's
+ENV_SECRETS = {"HF_TOKEN": "hf-env-Zq81secret", "X_API_KEY": "xk-env-Pw27secret", "DB_PASSWORD": "db-env-Lm55secret",
+               "GH_PAT": "ghpat-env-Rt42secret", "GREETING": SHAPED}
 SPEC_TOKEN = "hf-spec-Tx93secret"
+SPEC_AUTH = "hfauth-spec-Kq22secret"
+URL_PASSWORD = "pwDbUrl77secret"
 API_KEY = "sk-arg-Vb64secret"
 BISECT_TOKEN = "hf-bisect-Qr17secret"
-VALUES = [*ENV_SECRETS.values(), SPEC_TOKEN, API_KEY, BISECT_TOKEN]
+VALUES = [*ENV_SECRETS.values(), SPEC_TOKEN, SPEC_AUTH, URL_PASSWORD, API_KEY, BISECT_TOKEN]
 # the stand-in server, started through a shell that first prints the environment it was given (as some do)
 PRINTS_ENV = ["sh", "-c", 'env; exec "$0" serve "$@"', str(Path(sys.executable).parent / "bisect-eagle")]
 
@@ -49,8 +55,9 @@ class Session:
 
 def _spec(tmp: Path, name: str, edit) -> Path:
     raw = yaml.safe_load((ROOT / "experiments" / name).read_text())
-    raw["engine"]["settings"].update({"env.HF_TOKEN": SPEC_TOKEN, "num_prompts": 2, "warmup_prompts": 1,
-                                      "max_new_tokens": 8})
+    raw["engine"]["settings"].update({"env.HF_TOKEN": SPEC_TOKEN, "env.HF_AUTH": SPEC_AUTH,
+                                      "env.DATABASE_URL": f"postgresql://u:{URL_PASSWORD}@127.0.0.1/db",
+                                      "num_prompts": 2, "warmup_prompts": 1, "max_new_tokens": 8})
     raw["search"].update(max_live_trials=1, sampler="grid", max_wall_s=240, confirm={"enabled": False})
     raw.update(baseline=1.0, criterion={"metric": "accept_length", "ratio": 1.0})  # no baseline trial to wait for
     raw["space"] = {"num_steps": {"type": "int", "low": 2, "high": 3}}

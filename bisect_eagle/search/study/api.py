@@ -21,6 +21,7 @@ from bisect_eagle.engines.base import Engine
 from bisect_eagle.errors import BadInput
 from bisect_eagle.poll import wait_until
 from bisect_eagle.search.space import SearchSpace
+from bisect_eagle.search.study.binding import bind, check_bound
 from bisect_eagle.search.study.claims import Claims
 from bisect_eagle.search.study.guide import ModelGuide, summarize
 from bisect_eagle.search.study.loop import StudyRun
@@ -79,19 +80,21 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
         if name is None:
             raise BadInput(f"--resume: no study of spec {spec.name!r} in {redact_url(opts.storage)}")
         study = load_study(storage, name)
-        parent = study.user_attrs["parent_run_id"]
-        notes += reap_dead_servers(opts.log_dir or default_log_dir(spec), tracking=tracking, parent_run_id=parent)
-        tracking.reopen(parent)
+        check_bound(study, spec, what="--resume")
+        parent = study.user_attrs.get("parent_run_id")
+        if parent is None:  # killed between creating the study and recording its parent run
+            parent = _start_parent(study, tracking, spec=spec, opts=opts)
+        else:
+            notes += reap_dead_servers(opts.log_dir or default_log_dir(spec), tracking=tracking,
+                                       parent_run_id=parent)
+            tracking.reopen(parent)
     else:
         name = opts.study_name or spec.storage.study_name
         study = _create_study(storage, name=name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
                               url=opts.storage, named=name is not None)
+        bind(study, spec)  # first: a start killed from here on is found and finished by --resume
         name = study.study_name
-        parent = start_parent_run(tracking, spec=spec, study=name, storage=opts.storage)
-        for key, value in {"spec_name": spec.name, "parent_run_id": parent,
-                           "tracking_uri": redact_url(opts.tracking_uri),
-                           "experiment_id": tracking.experiment_id}.items():
-            study.set_user_attr(key, value)
+        parent = _start_parent(study, tracking, spec=spec, opts=opts)
     claims = Claims(opts.storage, name)
     ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=parent)
     s = _study_run(spec, study=study, claims=claims, ctx=ctx, opts=opts)
@@ -105,6 +108,15 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     finish_parent_run(tracking, out)
     study.set_user_attr("outcome", {"target_reached": out.target_reached, "stop_reason": out.stop_reason})
     return out
+
+
+def _start_parent(study: optuna.Study, tracking: Tracking, *, spec: Spec, opts: Options) -> str:
+    """The study's parent run, recorded on the study at once (with where its runs are)."""
+    parent = start_parent_run(tracking, spec=spec, study=study.study_name, storage=opts.storage)
+    for key, value in {"parent_run_id": parent, "tracking_uri": redact_url(opts.tracking_uri),
+                       "experiment_id": tracking.experiment_id}.items():
+        study.set_user_attr(key, value)
+    return parent
 
 
 def _create_study(storage: optuna.storages.RDBStorage, *, name: str, url: str, named: bool) -> optuna.Study:
@@ -155,6 +167,7 @@ def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
         raise BadInput(f"worker: no study {name!r} in {redact_url(opts.storage)} after {wait_s:g} s; start it with "
                        "`bisect-eagle run` first")
     study = load_study(storage, name)
+    check_bound(study, spec, what="worker")
     attrs = study.user_attrs
     uri = opts.tracking_uri or attrs["tracking_uri"]
     if "***" in uri:
