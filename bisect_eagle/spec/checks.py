@@ -140,7 +140,7 @@ def _id_lists(spec: Spec) -> Iterator[tuple[str, list[int]]]:
             yield f"space.{WIRING_SETTING}.choices[{i}]", choice
     for i, w in enumerate(spec.standalone.wirings):
         if w.layer_ids is not None:
-            yield f"standalone.wirings.{i}.layer_ids", w.layer_ids
+            yield f"standalone.wirings[{i}].layer_ids", w.layer_ids
 
 
 def _check_ids(spec: Spec, target: Path) -> None:

@@ -361,7 +361,7 @@ def _check_fixed(spec: Spec, path: Path) -> None:
     for i, w in enumerate(spec.standalone.wirings):
         if w.rule is None:
             continue
-        where = f"{path}: key 'standalone.wirings.{i}.rule'"
+        where = f"{path}: key 'standalone.wirings[{i}].rule'"
         try:
             rule = parse_rule(w.rule)
         except BadInput as e:

@@ -125,7 +125,7 @@ def test_an_sglang_spec_may_name_paths_of_another_machine_but_a_live_run_needs_t
     ("engine: {settings: {eagle_aux_hidden_state_layer_ids: '1,5,9'}}\n", ["found the string '1,5,9'"]),
     ("baseline: .nan\n", ["'baseline'", "positive finite"]),
     ("space: {num_steps: {type: int, low: -3, high: -1}}\n", ["space.num_steps.low", ">= 1"]),
-    ("standalone: {wirings: [{rule: '[emb,emb,0]'}]}\n", ["standalone.wirings.0.rule", "twice"]),
+    ("standalone: {wirings: [{rule: '[emb,emb,0]'}]}\n", ["standalone.wirings[0].rule", "twice"]),
     ("space: {eagle_aux_hidden_state_layer_ids: {type: categorical, choices: [[1, 5, 77]]}}\n",
      ["space.eagle_aux_hidden_state_layer_ids.choices[0]", "77", "12-layer"]),
     ("engine: {settings: {num_prompts: 30}}\n", ["key 'prompts'", "prompts.jsonl", "= 32 are needed"]),

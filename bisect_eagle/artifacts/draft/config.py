@@ -8,7 +8,9 @@
 What each engine reads (upstream: ``sglang/srt/models/llama_eagle3.py`` and SGLang's model runner;
 ``vllm/model_executor/models/llama_eagle3.py``): SGLang captures only the *nested* ids (none: its own
 defaults, silently) and sizes ``fc`` from ``num_aux_hidden_states``, else the nested ids' count, else 3 --
-top-level ids size nothing in SGLang. vLLM reads only the top-level ids.
+top-level ids size nothing in SGLang. vLLM reads the top-level ids, and without them the nested ids **verbatim as
+vLLM ids** (``vllm/v1/worker/gpu_model_runner.py``, ``_get_eagle3_aux_layers_from_config``, 0.32): a SpecForge /
+SGLang draft served by vLLM is fed states one layer shallower than it was trained on.
 
 Every key is type-checked; a bad one ends with one :class:`BadInput` line naming the config.json and the
 key. The reader does not judge which layout suits which engine: that is :mod:`bisect_eagle.doctor`'s job,
@@ -142,10 +144,13 @@ class DraftConfigFile(_Strict):
     def declared_ids(self, engine: Engine) -> tuple[list[int] | None, Convention]:
         """The ids ``engine`` reads from this draft and their convention.
 
-        vLLM (and the local engine on a speculators draft) reads the top level in vLLM's convention;
-        SGLang (and the local engine otherwise) reads only the nested ids, in SGLang's convention.
+        vLLM reads the top level, else the nested ids, both as vLLM ids (see the module docstring); the local
+        engine on a speculators draft reads the top level in vLLM's convention; SGLang (and the local engine
+        otherwise) reads only the nested ids, in SGLang's convention.
         """
-        if engine == "vllm" or (engine == "local" and self.layout == "speculators"):
+        if engine == "vllm":
+            return (self.top_level_ids if self.top_level_ids is not None else self.nested_ids), "vllm"
+        if engine == "local" and self.layout == "speculators":
             return self.top_level_ids, "vllm"
         return self.nested_ids, "sglang"
 

@@ -28,9 +28,9 @@ from bisect_eagle.search.study.loop import StudyRun
 from bisect_eagle.search.study.outcome import StudyOutcome, StudyProgress
 from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
 from bisect_eagle.search.study.resume import Liveness, reap_dead_servers, reap_dead_trials
-from bisect_eagle.search.study.sampler import live_space, make_sampler, space_json
+from bisect_eagle.search.study.sampler import live_space, make_sampler, refusals, space_json
 from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
-from bisect_eagle.spec.schema import Spec
+from bisect_eagle.spec.schema import WIRING_SETTING, Spec
 from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.tracking.stores import check_stores, first_open_lock
@@ -71,6 +71,8 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     if opts.tracking_uri is None:
         raise ValueError("run_study needs a tracking URI (see tracking.resolve_tracking_uri)")
     check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)
+    # before any store is written: a space the engine refuses whole is bad input, the rest is said
+    planned = [] if opts.resume else check_refusals(spec, engine_factory)
     storage = open_storage(opts.storage)
     with first_open_lock(opts.tracking_uri):
         tracking = Tracking.open(opts.tracking_uri, spec.name)
@@ -100,6 +102,8 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     s = _study_run(spec, study=study, claims=claims, ctx=ctx, opts=opts)
     if opts.resume:
         notes += reap_dead_trials(study, claims=claims, tracking=tracking, parent_run_id=parent)
+    for note in planned:
+        s.emit("plan", note)
     for note in notes:
         s.emit("resume", note)
     with tracking.run_guard(parent, detail_tag="stop_reason"), _liveness(storage, s) as live:
@@ -108,6 +112,24 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     finish_parent_run(tracking, out)
     study.set_user_attr("outcome", {"target_reached": out.target_reached, "stop_reason": out.stop_reason})
     return out
+
+
+def check_refusals(spec: Spec, engine_factory: EngineFactory) -> list[str]:
+    """The configs of the spec's space (wirings aside: stage 1 picks them) that the engine refuses, said before
+    anything runs: one note per reason; every config refused is :class:`BadInput`."""
+    space = SearchSpace({k: v for k, v in spec.space.items() if k != WIRING_SETTING}, spec.engine.settings,
+                        str(spec.source))
+    with engine_factory(spec) as engine:
+        found = refusals(space, plan=engine.plan)
+    if found is None or not found[1]:
+        return []
+    total, refused = found
+    if sum(refused.values()) == total:
+        reason, count = max(refused.items(), key=lambda kv: kv[1])
+        raise BadInput(f"{spec.source}: the {engine.name} engine refuses all {total} configs of the space "
+                       f"({count} of them: {reason})")
+    return [f"the {engine.name} engine refuses {count} of {total} configs: {reason}"
+            for reason, count in sorted(refused.items(), key=lambda kv: -kv[1])]
 
 
 def _start_parent(study: optuna.Study, tracking: Tracking, *, spec: Spec, opts: Options) -> str:

@@ -23,7 +23,7 @@ from bisect_eagle.trials.record import effective_of, run_metrics
 if TYPE_CHECKING:
     from bisect_eagle.search.study.loop import StudyRun
 
-ProgressStage = Literal["standalone", "baseline", "waiting", "resume", "live", "confirm", "done"]
+ProgressStage = Literal["plan", "standalone", "baseline", "waiting", "resume", "live", "confirm", "done"]
 
 
 @dataclass(kw_only=True)

@@ -80,3 +80,22 @@ def list_configs(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan
         if p.refusal is None:
             out.setdefault(p.fingerprint, (sampled, p.effective))
     return out
+
+
+def refusals(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan]) -> tuple[int, dict[str, int]] | None:
+    """How many configs ``space`` lists and, per reason, how many of them the engine refuses (bad values
+    included); None when the space cannot be listed. Planning is cheap: nothing runs."""
+    combos = space.enumerate()
+    if combos is None:
+        return None
+    total, refused = 0, {}
+    for sampled in combos:
+        total += 1
+        try:
+            reason = plan(space.settings(sampled)).refusal
+        except BadInput as e:
+            reason = str(e)
+        if reason is not None:
+            reason = " ".join(reason.split())
+            refused[reason] = refused.get(reason, 0) + 1
+    return total, refused

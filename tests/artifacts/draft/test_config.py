@@ -42,7 +42,7 @@ def test_specforge_layout(tiny):
     assert cf.path == tiny.draft / "config.json"
     assert cf.sglang_fc_aux() == (3, NESTED) and cf.sglang_fc_aux()[0] * cf.target_hidden_size == 576
     assert cf.declared_ids("sglang") == cf.declared_ids("local") == ([1, 5, 9], "sglang")
-    assert cf.declared_ids("vllm") == (None, "vllm")
+    assert cf.declared_ids("vllm") == ([1, 5, 9], "vllm")  # vLLM falls back to the nested ids, read as its own
     assert cf.draft_config(3) == DraftConfig(hidden_size=192, intermediate_size=512, num_attention_heads=4,
                                              num_key_value_heads=4, head_dim=48, vocab_size=257, draft_vocab_size=96,
                                              target_hidden_size=192, num_aux=3)
