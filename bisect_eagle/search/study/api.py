@@ -83,8 +83,8 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
             raise BadInput(f"--resume: no study of spec {spec.name!r} in {redact_url(opts.storage)}")
         study = load_study(storage, name)
         check_bound(study, spec, what="--resume")
-        parent = study.user_attrs.get("parent_run_id")
-        if parent is None:  # killed between creating the study and recording its parent run
+        parent = study.user_attrs.get("parent_run_id") or _unrecorded_parent(study, tracking)
+        if parent is None:  # killed between creating the study and its parent run
             parent = _start_parent(study, tracking, spec=spec, opts=opts)
         else:
             notes += reap_dead_servers(opts.log_dir or default_log_dir(spec), tracking=tracking,
@@ -130,6 +130,19 @@ def check_refusals(spec: Spec, engine_factory: EngineFactory) -> list[str]:
                        f"({count} of them: {reason})")
     return [f"the {engine.name} engine refuses {count} of {total} configs: {reason}"
             for reason, count in sorted(refused.items(), key=lambda kv: -kv[1])]
+
+
+def _unrecorded_parent(study: optuna.Study, tracking: Tracking) -> str | None:
+    """The parent run of a start killed before the study recorded it (found by its tags), recorded now."""
+    found = tracking.client.search_runs([tracking.experiment_id],
+                                        f"tags.role = 'study' AND tags.study = '{study.study_name}'", max_results=1)
+    if not found:
+        return None
+    parent = found[0].info.run_id
+    for key, value in {"parent_run_id": parent, "tracking_uri": redact_url(tracking.uri),
+                       "experiment_id": tracking.experiment_id}.items():
+        study.set_user_attr(key, value)
+    return parent
 
 
 def _start_parent(study: optuna.Study, tracking: Tracking, *, spec: Spec, opts: Options) -> str:
