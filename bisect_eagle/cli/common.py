@@ -91,9 +91,12 @@ def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: s
     """(tracking, parent run) of a spec's study (default: its newest)."""
     from bisect_eagle.report.study import find_parent
     from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
+    from bisect_eagle.tracking.stores import check_stores
 
     s = load_spec_or_default(spec, live=False)
-    tracking = Tracking.open(resolve_tracking_uri(tracking_uri, s.storage.tracking_uri), s.name)
+    uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)
+    check_stores(storage=None, tracking_uri=uri)  # an unreachable store is one line within seconds
+    tracking = Tracking.open(uri, s.name)
     return tracking, find_parent(tracking, study_name)
 
 

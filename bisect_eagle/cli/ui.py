@@ -109,8 +109,13 @@ def run_url(port: int, *, experiment_id: str, run_id: str) -> str:
 
 
 def port_free(port: int) -> bool:
+    """Whether the UI server could bind ``127.0.0.1:port``: nothing listens there and nothing holds it bound."""
     with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) -> subprocess.Popen:
@@ -119,7 +124,8 @@ def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) ->
         raise BadInput(f"--tracking-uri {tracking_uri}: the UI serves a database store; for an http(s) tracking "
                        "server open that server instead")
     if not port_free(port):
-        raise BadInput(f"--port {port}: something already listens on 127.0.0.1:{port}; give another --port")
+        raise BadInput(f"--port {port}: 127.0.0.1:{port} is taken (a process listens on it or holds it bound); "
+                       "give another --port")
     out = open(log, "w") if log else None  # noqa: SIM115 (owned by the child for its lifetime)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(server_argv(tracking_uri, port), stdout=out, stderr=subprocess.STDOUT if out else None,

@@ -37,6 +37,7 @@ from typing import Any
 
 from bisect_eagle.errors import BadInput
 from bisect_eagle.tracking.redact import Scrubber, redact_url
+from bisect_eagle.tracking.stores import check_stores
 from bisect_eagle.tracking.sysmetrics import SystemMetrics
 
 log = logging.getLogger(__name__)
@@ -230,6 +231,7 @@ class Tracking:
         if db is not None and not db.is_file():  # never create a store just to say the run is not in it
             raise BadInput(f"run {run_id!r}: the tracking store {db} does not exist (give --tracking-uri or set "
                            "MLFLOW_TRACKING_URI)")
+        check_stores(storage=None, tracking_uri=uri)  # unreachable: one line within seconds, not MLflow's retries
         client = MlflowClient(tracking_uri=uri)
         try:
             run = client.get_run(run_id)
