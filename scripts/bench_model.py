@@ -184,7 +184,7 @@ def measure(engine: LocalEngine, configs: list[tuple[str, int]], common: dict, r
 
 
 def new_model(prior: dict[str, list[float]], micro: list[tuple], clock: str) -> ThroughputModel:
-    model = ThroughputModel.for_engine("local")
+    model = ThroughputModel(benchmark=LocalEngine.benchmark)
     for name, acc in prior.items():
         model.set_standalone(WIRINGS[name], acc)
     for component, seconds, tokens in micro:

@@ -43,7 +43,8 @@ def bisect(
                                            "configurations not in it are probed."),
     tracking_uri: str = typer.Option(None, help=URI_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (breaking_sets, repair_set, "
-                                                        "changes, probes, unresolved, ...)."),
+                                                        "verification, changes with masked_by, interactions, "
+                                                        "probes, unresolved, ...)."),
 ) -> None:
     """Isolate the changes that break the good configuration and those whose reversal repairs the bad one."""
     from bisect_eagle.bisect.run import BisectOptions, run_bisect

@@ -120,3 +120,16 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         except yaml.YAMLError as e:
             raise BadInput(f"--set {item!r}: value is not a YAML scalar or list ({e.problem})") from None
     return values
+
+
+VLLM_PYTHON_HELP = "Interpreter that has vLLM (its own environment); overrides engine.vllm.python."
+SGLANG_PYTHON_HELP = "Interpreter that has SGLang (its own environment); overrides engine.sglang.python."
+
+
+def use_pythons(spec: Spec, *, sglang: str | None, vllm: str | None) -> None:
+    """``--sglang-python`` / ``--vllm-python``: the engines' interpreters for this invocation (plans are judged,
+    and servers started, by those)."""
+    if sglang:
+        spec.engine.sglang.python = sglang
+    if vllm:
+        spec.engine.vllm.python = vllm

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from bisect_eagle.cli.common import print_json
+from bisect_eagle.cli.common import VLLM_PYTHON_HELP, print_json, use_pythons
 
 STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
@@ -19,6 +19,7 @@ def doctor(
                                                   "one); some layer ids break on some versions."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
                                       "environment); overrides engine.sglang.python."),
+    vllm_python: str = typer.Option(None, "--vllm-python", help=VLLM_PYTHON_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (ok, counts, findings)."),
 ) -> None:
     """Check a spec's draft, ids, wiring and speculative settings; exit 1 on any error, 2 on unreadable input."""
@@ -27,8 +28,7 @@ def doctor(
     from bisect_eagle.spec.load import load_spec
 
     s = load_spec(spec, check_inputs=False)  # what the diagnosis explains is not refused before it
-    if sglang_python:
-        s.engine.sglang.python = sglang_python  # the plan check then asks that SGLang
+    use_pythons(s, sglang=sglang_python, vllm=vllm_python)  # the plan check then asks that engine
     findings = diagnose(s, sglang_version=sglang_version)
     report = summary(findings)
     if report["ok"]:

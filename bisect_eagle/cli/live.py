@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bisect_eagle.cli.common import parse_set, print_json, resolve_paths
+from bisect_eagle.cli.common import VLLM_PYTHON_HELP, parse_set, print_json, resolve_paths, use_pythons
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
@@ -56,6 +56,7 @@ def _print_plan(plan: TrialPlan) -> None:
 
 
 def _engine_for(spec_path: Path | None, paths: dict[str, Path] | None, *, sglang_python: str | None,
+                vllm_python: str | None,
                 dry_run: bool) -> tuple:
     """(engine, fixed settings of the spec) for a spec file, or the local engine for plain paths.
 
@@ -77,8 +78,7 @@ def _engine_for(spec_path: Path | None, paths: dict[str, Path] | None, *, sglang
     s = load_spec(spec_path)
     if not dry_run:
         check_live_inputs(s)
-    if sglang_python:
-        s.engine.sglang.python = sglang_python
+    use_pythons(s, sglang=sglang_python, vllm=vllm_python)
     return make_engine(s), dict(s.engine.settings)
 
 
@@ -97,6 +97,7 @@ def live(
                                  "nothing."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
                                       "environment); overrides engine.sglang.python."),
+    vllm_python: str = typer.Option(None, "--vllm-python", help=VLLM_PYTHON_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run one live trial (in-process, or a spec's engine) and report tok/s, accept length and effective settings."""
@@ -111,7 +112,8 @@ def live(
     if "device" in values and spec is None:  # the local engine runs here; a spec's engine refuses its own
         check_device(values["device"], "--set device")
     paths = None if spec is not None else resolve_paths(scenario, target=target, draft=draft, prompts=prompts)
-    engine, fixed = _engine_for(spec, paths, sglang_python=sglang_python, dry_run=dry_run)
+    engine, fixed = _engine_for(spec, paths, sglang_python=sglang_python, vllm_python=vllm_python,
+                                dry_run=dry_run)
     with engine:
         plan = engine.plan(settings_from({**fixed, **values}, "--set"))
         if dry_run:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 
+from bisect_eagle.cli.common import VLLM_PYTHON_HELP
 from bisect_eagle.cli.study import study_command
 
 
@@ -27,10 +28,12 @@ def run(
     max_wall_s: float = typer.Option(None, min=1, help="Override search.max_wall_s."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
                                       "environment); overrides engine.sglang.python."),
+    vllm_python: str = typer.Option(None, "--vllm-python", help=VLLM_PYTHON_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
 ) -> None:
     """Gate wirings by standalone accuracy, then search live settings to the target (exit 0 reached, 3 not)."""
     study_command(spec=spec, storage=storage, tracking_uri=tracking_uri, sglang_python=sglang_python,
+                  vllm_python=vllm_python,
                   as_json=as_json, study_name=study_name, resume=resume, max_live_trials=max_live_trials,
                   max_wall_s=max_wall_s)
 

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColu
 from rich.progress import Progress as ProgressBar
 from rich.table import Table
 
-from bisect_eagle.cli.common import load_spec_or_default, print_json, quiet_libraries, sigterm_as_exit
+from bisect_eagle.cli.common import load_spec_or_default, print_json, quiet_libraries, sigterm_as_exit, use_pythons
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study import StudyOutcome, StudyProgress
@@ -134,7 +134,7 @@ def finish(out: StudyOutcome, as_json: bool) -> None:
 
 
 def study_command(*, spec: Path | None, storage: str | None, tracking_uri: str | None, sglang_python: str | None,
-                  as_json: bool, join_wait_s: float | None = None, **options: Any) -> None:
+                  vllm_python: str | None, as_json: bool, join_wait_s: float | None = None, **options: Any) -> None:
     """The one body of ``run`` (a new or resumed study) and ``worker`` (joining one): exit 0 reached, 3 not.
 
     Args:
@@ -143,6 +143,7 @@ def study_command(*, spec: Path | None, storage: str | None, tracking_uri: str |
         tracking_uri: the MLflow tracking URI; None: ``$MLFLOW_TRACKING_URI``, else the spec's (``run``) or the
             one the joined study was created with (``worker``).
         sglang_python: an interpreter with SGLang, overriding ``engine.sglang.python``.
+        vllm_python: an interpreter with vLLM, overriding ``engine.vllm.python``.
         as_json: print one JSON object at the end instead of progress and a summary.
         join_wait_s: join an existing study, waiting up to this long for it (``worker``); None starts one.
         options: further :class:`~bisect_eagle.search.study.Options` fields (``resume``, ``study_name``, ...).
@@ -155,8 +156,7 @@ def study_command(*, spec: Path | None, storage: str | None, tracking_uri: str |
     quiet_libraries()
     sigterm_as_exit()
     s = load_spec_or_default(spec)
-    if sglang_python:
-        s.engine.sglang.python = sglang_python
+    use_pythons(s, sglang=sglang_python, vllm=vllm_python)
     if join_wait_s is None:
         tracking_uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)
     else:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from bisect_eagle.cli.common import VLLM_PYTHON_HELP
 from bisect_eagle.cli.study import study_command
 
 
@@ -19,10 +20,12 @@ def worker(
                                  "starting), its stage 1 and baseline."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
                                       "environment); overrides engine.sglang.python."),
+    vllm_python: str = typer.Option(None, "--vllm-python", help=VLLM_PYTHON_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
 ) -> None:
     """Join a study's live search: shared budget and stop, never a config another worker ran (exit 0/3)."""
     study_command(spec=spec, storage=storage, tracking_uri=tracking_uri, sglang_python=sglang_python,
+                  vllm_python=vllm_python,
                   as_json=as_json, join_wait_s=wait_s, study_name=study_name)
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from bisect_eagle.artifacts.draft import DraftConfigFile, read_draft_config, read_headers
 from bisect_eagle.artifacts.dumps import DumpReader
 from bisect_eagle.artifacts.wiring import check_width, parse_rule
+from bisect_eagle.engines import engine_class
 from bisect_eagle.errors import BadInput
+from bisect_eagle.spec.settings import apply_speculative_rules
 
 
 @dataclass
@@ -169,16 +171,23 @@ class ModelChecks:
             )
 
     def check_draft_tokens(self) -> None:
+        """A requested ``num_draft_tokens`` that SGLang's speculative rules override (``topk == 1``)."""
         s = self.settings
-        if s.is_baseline or s.topk != 1 or s.num_draft_tokens is None or s.num_draft_tokens == s.num_steps + 1:
+        if s.is_baseline or s.num_draft_tokens is None:
+            return
+        try:
+            forced = apply_speculative_rules(s)[0].num_draft_tokens
+        except BadInput:
+            return  # refused settings: the plan check reports them
+        if forced == s.num_draft_tokens:
             return
         self.add(
             "ndt-override",
             "warning",
             where=f"{self.src}: engine.settings.num_draft_tokens",
-            message=f"topk 1 forces num_draft_tokens = num_steps + 1 = {s.num_steps + 1}; the requested "
+            message=f"topk 1 forces num_draft_tokens = num_steps + 1 = {forced}; the requested "
             f"{s.num_draft_tokens} is overridden with only a warning in the server log",
-            fix=f"set num_draft_tokens: {s.num_steps + 1}, or raise num_steps to {s.num_draft_tokens - 1}, "
+            fix=f"set num_draft_tokens: {forced}, or raise num_steps to {s.num_draft_tokens - 1}, "
             "or use topk > 1",
         )
 
@@ -218,7 +227,7 @@ class ModelChecks:
                 fix="re-export the vocab map",
             )
         if "t2d" not in self.draft.shapes:
-            severity = "error" if self.engine == "local" else "info"
+            severity = "error" if engine_class(self.spec.engine.kind).reads_t2d else "info"
             self.add(
                 "vocab-map",
                 severity,

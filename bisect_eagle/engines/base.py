@@ -19,13 +19,19 @@ from __future__ import annotations
 
 import abc
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal, get_args
 
 from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.errors import BadInput
+from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
+from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
 
-FAILURE_CLASSES = (
+Status = Literal["ok", "failed"]
+FailureClass = Literal[
     "bad_arguments",  # the server exited before ready with an argument error
     "out_of_memory",
     "capture_error",  # aux hidden-state capture or draft config error ("captured 2 of 3 ...")
@@ -33,10 +39,11 @@ FAILURE_CLASSES = (
     "crash_during_benchmark",
     "hung_request",
     "launch_error",  # exited before ready for another reason
-)
+]
+FAILURE_CLASSES: tuple[FailureClass, ...] = get_args(FailureClass)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RequestRecord:
     """One measured request."""
 
@@ -51,12 +58,12 @@ class RequestRecord:
         return self.completion_tokens / self.verify_steps if self.verify_steps else float("nan")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrialResult:
     """What one live trial measured (or why it failed)."""
 
     engine: str
-    status: Literal["ok", "failed"]
+    status: Status
     requested: dict[str, Any]
     effective: dict[str, Any]
     output_tok_s: float = float("nan")
@@ -67,7 +74,7 @@ class TrialResult:
     wall_s: float = 0.0
     model_s: float = 0.0  # time inside model forwards (local engine), for overhead accounting
     server_accept_length: float | None = None  # the server's own counter, as a cross-check (sglang)
-    failure_class: str | None = None
+    failure_class: FailureClass | None = None
     failure_detail: str | None = None
     warnings: list[str] = field(default_factory=list)
     artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text (launch command, logs, ...)
@@ -95,7 +102,7 @@ class TrialResult:
         return d
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PairedResult:
     """A speculative trial and the baseline on the same prompts, interleaved per prompt (:meth:`Engine.run_paired`).
 
@@ -117,11 +124,21 @@ class PairedResult:
                 "ratios": self.ratios}
 
 
-def failed(engine: str, *, requested: dict, effective: dict, cls: str, detail: str, **extra: Any) -> TrialResult:
-    """A failed trial of a known class."""
+def failed(engine: str, *, requested: dict, effective: dict, cls: FailureClass, detail: str,
+           **extra: Any) -> TrialResult:
+    """A failed trial of a known class.
+
+    Args:
+        engine: the engine's name (:attr:`Engine.name`).
+        requested, effective: the plan's requested and effective settings (redacted).
+        cls: one of :data:`FAILURE_CLASSES` (anything else raises ``ValueError``).
+        detail: why, for a person (a server's log tail, the exception).
+        extra: any other :class:`TrialResult` field (``warnings``, ``artifacts`` ...).
+    """
     if cls not in FAILURE_CLASSES:
         raise ValueError(f"unknown failure class {cls!r}")
-    return TrialResult(engine, "failed", requested, effective, failure_class=cls, failure_detail=detail, **extra)
+    return TrialResult(engine=engine, status="failed", requested=requested, effective=effective, failure_class=cls,
+                       failure_detail=detail, **extra)
 
 
 class Engine(abc.ABC):
@@ -132,6 +149,39 @@ class Engine(abc.ABC):
     """
 
     name: str
+    benchmark: ClassVar[Benchmark] = STEADY_STATE  # how a trial's tok/s is measured: the throughput model to fit
+    reads_t2d: ClassVar[bool] = False  # whether decoding maps target tokens into the draft vocabulary with ``t2d``
+
+    @classmethod
+    def from_spec(cls, spec: Spec, log_dir: Path) -> Engine:
+        """The engine of ``spec`` (cheap: nothing loads, starts or is written), keeping per-trial logs in ``log_dir``.
+
+        Raises:
+            BadInput: the spec lacks what this engine needs, or this engine is not built from specs.
+        """
+        raise BadInput(f"the {cls.name} engine is not built from a spec")
+
+    @classmethod
+    def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
+               python: str | None = None) -> dict[str, Any]:
+        """How to serve a logged trial of this engine on a server: the launch that runs what it measured.
+
+        Args:
+            spec: the study's spec (its target, draft and ``engine.sglang`` server settings).
+            settings: the settings the trial requested (as logged: secret values redacted).
+            effective: the effective settings of the trial's plan (as logged): what was measured.
+            port: the exported server's port.
+            python: an interpreter that has the server (its parser checks the command); default the spec's.
+
+        Returns:
+            ``argv``, ``command`` (one shell line), ``env`` (secret values as ``$NAME``), ``draft_config`` and
+            ``draft_config_patch`` (None for the baseline / the draft's own ids), ``checked``, ``refusal``,
+            ``fingerprint`` and ``warnings`` of the served plan.
+
+        Raises:
+            BadInput: this engine has no export.
+        """
+        raise BadInput(f"the {cls.name} engine has no export")
 
     @abc.abstractmethod
     def plan(self, settings: LiveSettings) -> TrialPlan:

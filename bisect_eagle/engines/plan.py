@@ -72,11 +72,15 @@ class TrialPlan:
         return out
 
 
-def fingerprint(engine: str, effective_in_clear: dict[str, Any]) -> str:
-    """Stable short hash of an engine's effective settings; secret values enter only as hashes."""
-    body = {"engine": engine, **digest_mapping(effective_in_clear)}
+def canonical_hash(body: dict[str, Any]) -> str:
+    """The one identity hash of every trial: 16 hex digits of SHA-256 over canonical JSON (sorted keys)."""
     blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def fingerprint(engine: str, effective_in_clear: dict[str, Any]) -> str:
+    """A live trial's identity: the engine and its effective settings; secret values enter only as hashes."""
+    return canonical_hash({"engine": engine, **digest_mapping(effective_in_clear)})
 
 
 def make_plan(

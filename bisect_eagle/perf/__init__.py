@@ -6,13 +6,27 @@
 - :mod:`~bisect_eagle.perf.cost`: seconds of that work from fitted step costs, context factors, concurrency.
 - :mod:`~bisect_eagle.perf.model`: :class:`ThroughputModel` (``predict``, ``update``, ``error_report``).
 - :mod:`~bisect_eagle.perf.adaptive`: SGLang's ``--speculative-adaptive`` policy as a reference line.
+- :mod:`~bisect_eagle.perf.benchmark`: :class:`Benchmark`, how an engine measures (what the model mirrors).
+
+The names below load their module on first use, so ``bisect_eagle.perf.benchmark`` (which engines import)
+costs no numpy or scipy import.
 """
 
-from bisect_eagle.perf.acceptance import AcceptanceModel, chain_accept_length, tree_survival, wiring_key
-from bisect_eagle.perf.cost import CostModel, context_keys
-from bisect_eagle.perf.model import Config, ErrorReport, Prediction, ThroughputModel, metrics_from_result
+from __future__ import annotations
 
-__all__ = [
-    "AcceptanceModel", "Config", "CostModel", "ErrorReport", "Prediction", "ThroughputModel", "chain_accept_length",
-    "context_keys", "metrics_from_result", "tree_survival", "wiring_key",
-]
+import importlib
+from typing import Any
+
+_HOME = {
+    "AcceptanceModel": "acceptance", "chain_accept_length": "acceptance", "tree_survival": "acceptance",
+    "wiring_key": "acceptance", "Benchmark": "benchmark", "STEADY_STATE": "benchmark", "CostModel": "cost",
+    "context_keys": "cost", "Config": "model", "ErrorReport": "model", "Prediction": "model",
+    "ThroughputModel": "model", "metrics_from_result": "model",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)

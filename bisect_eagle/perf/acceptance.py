@@ -125,14 +125,22 @@ def tree_survival(
 
 
 def survival(
-    p: np.ndarray | Sequence[float], *, num_steps: int, topk: int = 1, num_draft_tokens: int | None = None,
-    rank_decay: float = 0.6,
+    p: np.ndarray | Sequence[float], *, num_steps: int, topk: int, num_draft_tokens: int, rank_decay: float = 0.6,
 ) -> np.ndarray:
-    """Chain or tree survival for one speculative setting (``num_draft_tokens`` defaults to the chain's)."""
-    ndt = num_steps + 1 if num_draft_tokens is None else num_draft_tokens
-    if topk == 1 and ndt >= num_steps + 1:
+    """Chain or tree survival ``[..., num_steps]`` of one speculative setting.
+
+    Args:
+        p: conditional per-position acceptance ``[..., n]`` (leading axes are draws).
+        num_steps, topk, num_draft_tokens: the setting as a plan's effective settings state it (the engine
+            applied SGLang's rules; nothing is filled in here).
+        rank_decay: ``ρ`` of :func:`rank_probabilities` (trees only).
+
+    A ``topk = 1`` setting that verifies every draft is the chain (a fast path: :func:`tree_survival` gives the
+    same); any other is a tree.
+    """
+    if topk == 1 and num_draft_tokens - 1 >= num_steps:  # keeps every one of the chain's drafts
         return chain_survival(p, num_steps)
-    return tree_survival(p, num_steps=num_steps, topk=topk, num_draft_tokens=ndt, rank_decay=rank_decay)
+    return tree_survival(p, num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens, rank_decay=rank_decay)
 
 
 def accept_length(surv: np.ndarray) -> np.ndarray | float:

@@ -29,12 +29,13 @@ import numpy as np
 
 from bisect_eagle.perf import acceptance as acc
 from bisect_eagle.perf import horizon
+from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
 from bisect_eagle.perf.cost import CostModel, component_work, context_keys, generation_work
 
 
 @dataclass(frozen=True)
 class Config:
-    """What the model needs from a configuration's effective settings (:meth:`from_effective`)."""
+    """What the model needs from a plan's effective settings (:meth:`from_effective`)."""
 
     wiring: tuple
     num_steps: int  # 0: the target alone
@@ -52,10 +53,21 @@ class Config:
     @classmethod
     def from_effective(cls, effective: Mapping[str, Any], *, concurrency: int | None = None,
                        finite_horizon: bool = False) -> Config:
-        """Read ``effective`` (keys: ``speculative_algorithm``, ``eagle_aux_hidden_state_layer_ids``,
-        ``num_steps``, ``topk``, ``num_draft_tokens``, ``concurrency``, ``env``, ``server_args``,
-        ``max_new_tokens``, ``speculative_adaptive``; missing ones take SGLang's defaults). ``concurrency``
-        overrides the settings' own. ``topk = 1`` forces ``num_draft_tokens = num_steps + 1`` as SGLang does.
+        """The model's view of a plan's effective settings.
+
+        Args:
+            effective: a plan's effective settings (:attr:`~bisect_eagle.engines.plan.TrialPlan.effective`), read
+                at ``speculative_algorithm``, ``eagle_aux_hidden_state_layer_ids``, ``num_steps``, ``topk``,
+                ``num_draft_tokens``, ``concurrency``, ``env``, ``server_args``, ``max_new_tokens`` and
+                ``speculative_adaptive``. ``num_draft_tokens`` is taken as the plan states it (the engine applied
+                SGLang's rules, ``topk == 1`` included); missing keys take SGLang's defaults, except
+                ``num_draft_tokens`` of a speculative config, which is required.
+            concurrency: overrides the settings' own ``concurrency``.
+            finite_horizon: read ``max_new_tokens`` as the tokens per request
+                (:attr:`~bisect_eagle.perf.benchmark.Benchmark.finite_horizon`).
+
+        Raises:
+            ValueError: concurrency below 1, or a speculative config without ``num_draft_tokens``.
         """
         algorithm = str(effective.get("speculative_algorithm") or "EAGLE3")
         steps = int(effective.get("num_steps") or 0) if algorithm != "none" else 0
@@ -65,11 +77,10 @@ class Config:
         topk = max(1, int(effective.get("topk") or 1))
         ndt = effective.get("num_draft_tokens")
         if steps == 0:
-            topk, ndt = 1, 1
-        elif topk == 1 or not ndt:
-            ndt = steps + 1 if topk == 1 else None
-        if ndt is None:
-            raise ValueError("num_draft_tokens is required when topk > 1")
+            topk, ndt = 1, 1  # the target alone: one token per forward
+        elif not ndt:
+            raise ValueError("num_draft_tokens is missing: a plan's effective settings state it (the engine's "
+                             "speculative rules applied)")
         tokens = effective.get("max_new_tokens") if finite_horizon else None
         return cls(
             wiring=acc.wiring_key(effective.get("eagle_aux_hidden_state_layer_ids"), algorithm),
@@ -164,20 +175,26 @@ def metrics_from_result(result: Any) -> dict[str, Any]:
 class ThroughputModel:
     """Predicts tok/s (with an interval) for effective settings; learns from trials as they arrive.
 
-    ``finite_horizon``: predict a benchmark of ``max_new_tokens`` tokens per request (prefills included)
-    instead of steady-state decoding; ``truncate_drafts``: the engine drafts only what still fits in the last
-    cycles (the local engine; see :mod:`~bisect_eagle.perf.horizon`). :meth:`for_engine` picks both.
+    Args:
+        benchmark: how the engine measures (:attr:`bisect_eagle.engines.base.Engine.benchmark`): a finite
+            generation of ``max_new_tokens`` per request (prefills included), with drafts truncated in the last
+            cycles where the engine does so, or steady-state decoding (the default, a server's benchmark).
+        acceptance: the acceptance posterior (default: a fresh :class:`~bisect_eagle.perf.acceptance.AcceptanceModel`).
+        cost: the step-cost fit (default: a fresh :class:`~bisect_eagle.perf.cost.CostModel`).
+        draws: joint draws of the posterior and the costs per prediction.
+        interval: the central share of a measurement's distribution that ``low``/``high`` bound, in (0, 1).
+        rank_decay: the tree's rank decay ``ρ`` until tree trials refit it.
+        seed: the draws' seed (a prediction is reproducible).
     """
 
-    def __init__(self, *, acceptance: acc.AcceptanceModel | None = None, cost: CostModel | None = None,
-                 finite_horizon: bool = False, truncate_drafts: bool = False, draws: int = 64,
-                 interval: float = 0.8, rank_decay: float = 0.6, seed: int = 0):
+    def __init__(self, *, benchmark: Benchmark = STEADY_STATE, acceptance: acc.AcceptanceModel | None = None,
+                 cost: CostModel | None = None, draws: int = 64, interval: float = 0.8, rank_decay: float = 0.6,
+                 seed: int = 0):
         if not 0 < interval < 1:
             raise ValueError(f"interval must be in (0, 1), got {interval}")
+        self.benchmark = benchmark
         self.acceptance = acceptance or acc.AcceptanceModel()
         self.cost = cost or CostModel()
-        self.finite_horizon = finite_horizon
-        self.truncate_drafts = truncate_drafts
         self.draws = draws
         self.interval = interval
         self.rank_decay = rank_decay
@@ -185,19 +202,11 @@ class ThroughputModel:
         self._tree_obs: list[tuple[tuple, int, int, int, float]] = []
         self._records: list[ErrorRecord] = []
 
-    @classmethod
-    def for_engine(cls, engine: str, **kwargs: Any) -> ThroughputModel:
-        """A model for an engine's benchmark: ``local`` (finite generation, truncated drafts) or ``sglang``."""
-        if engine == "local":
-            return cls(finite_horizon=True, truncate_drafts=True, **kwargs)
-        if engine == "sglang":
-            return cls(**kwargs)
-        raise ValueError(f"unknown engine {engine!r}; expected local or sglang")
-
     # -- inputs -----------------------------------------------------------------------------------------
 
     def config(self, effective: Mapping[str, Any], *, concurrency: int | None = None) -> Config:
-        return Config.from_effective(effective, concurrency=concurrency, finite_horizon=self.finite_horizon)
+        return Config.from_effective(effective, concurrency=concurrency,
+                                     finite_horizon=self.benchmark.finite_horizon)
 
     def set_standalone(self, layer_ids: Sequence[int] | None, per_position: Sequence[Any], *,
                        algorithm: str = "EAGLE3", metric: str = "full_vocab") -> None:
@@ -229,7 +238,7 @@ class ThroughputModel:
             return horizon.steady_state(surv, num_steps=cfg.num_steps, num_draft_tokens=cfg.num_draft_tokens)
         return horizon.finite_generation(surv, tokens=cfg.tokens, num_steps=cfg.num_steps,
                                          num_draft_tokens=cfg.num_draft_tokens,
-                                         truncate_drafts=self.truncate_drafts and cfg.topk == 1)
+                                         truncate_drafts=self.benchmark.truncate_drafts and cfg.topk == 1)
 
     def estimate(self, cfg: Config, *, rng: np.random.Generator | None = None) -> Estimate:
         """Expected tokens, cycles and seconds of ``cfg`` (point and ``draws`` joint draws)."""

@@ -93,6 +93,9 @@ def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
         value = getattr(spec, key)
         if value is not None and not value.is_absolute():
             setattr(spec, key, (base / value).resolve())
+    for server in (spec.engine.sglang, spec.engine.vllm):  # an interpreter given as a relative path, like a model
+        if server.python and "/" in server.python and not Path(server.python).expanduser().is_absolute():
+            server.python = str((base / server.python).resolve())
     spec.source = path
     if check_inputs:
         check_spec_inputs(spec)

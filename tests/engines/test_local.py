@@ -160,9 +160,11 @@ def test_trial_metrics_and_topk1_rule(engine):
 
 
 def test_accept_rate_per_position_is_conditional():
-    steps = Generation([0] * 7, 3, [4, 1, 2], 0.0, False, [3, 3, 3])
+    steps = Generation(tokens=[0] * 7, verify_steps=3, accepted_per_step=[4, 1, 2], model_s=0.0,
+                       finished_by_eos=False, drafted_per_step=[3, 3, 3])
     # an EOS that was itself an accepted draft: 2 tokens emitted, only the first draft counted as judged
-    eos_cut = Generation([0] * 2, 1, [2], 0.0, True, [1])
+    eos_cut = Generation(tokens=[0] * 2, verify_steps=1, accepted_per_step=[2], model_s=0.0, finished_by_eos=True,
+                         drafted_per_step=[1])
     assert accept_rates([steps], 3) == [2 / 3, 1 / 2, 1.0]
     assert accept_rates([steps, eos_cut], 4)[:3] == [3 / 4, 1 / 2, 1.0]
 

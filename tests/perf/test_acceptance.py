@@ -80,7 +80,9 @@ def test_tree_survival_is_a_probability_and_non_increasing_with_depth():
 
 def test_survival_dispatches_chain_and_tree():
     p = [0.8, 0.7, 0.6]
-    np.testing.assert_allclose(survival(p, num_steps=3), chain_survival(p, 3))
+    np.testing.assert_allclose(survival(p, num_steps=3, topk=1, num_draft_tokens=4), chain_survival(p, 3))
+    np.testing.assert_allclose(survival(p, num_steps=3, topk=1, num_draft_tokens=3),  # a chain cut short: a tree
+                               tree_survival(p, num_steps=3, topk=1, num_draft_tokens=3))
     assert accept_length(survival(p, num_steps=3, topk=4, num_draft_tokens=8)) > accept_length(
         survival(p, num_steps=3, topk=4, num_draft_tokens=3))
 

@@ -8,18 +8,29 @@ import numpy as np
 import pytest
 from synthetic_engine import effective, fitted_model, synthetic_trial
 
+from bisect_eagle.engines import benchmark_of
 from bisect_eagle.engines.base import RequestRecord, TrialResult
+from bisect_eagle.engines.local import LocalEngine
+from bisect_eagle.engines.plan import speculative_effective
+from bisect_eagle.engines.sglang import SglangEngine
+from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
 from bisect_eagle.perf.model import Config, ThroughputModel, metrics_from_result
+from bisect_eagle.spec.settings import LiveSettings
 
 
-def test_config_from_effective_applies_sglang_rules():
-    cfg = Config.from_effective(effective(steps=4, num_draft_tokens=16, concurrency=8, env={"NCCL_ALGO": "Tree"}))
+def test_config_reads_the_plans_effective_settings():
+    """num_draft_tokens is the plan's (the engine applied SGLang's topk == 1 rule), never filled in again."""
+    planned, _, _ = speculative_effective(LiveSettings(num_steps=4, num_draft_tokens=16, concurrency=8,
+                                                       env={"NCCL_ALGO": "Tree"}))
+    cfg = Config.from_effective(planned)
     assert (cfg.num_steps, cfg.topk, cfg.num_draft_tokens, cfg.batch) == (4, 1, 5, 8)
     assert cfg.context == ("env:NCCL_ALGO=Tree",)
     assert Config.from_effective(effective(steps=0)).speculative is False
     assert Config.from_effective(effective(steps=4), concurrency=2).batch == 2
-    with pytest.raises(ValueError):
-        Config.from_effective({**effective(steps=4), "topk": 4, "num_draft_tokens": None})
+    assert Config.from_effective({**effective(steps=4), "topk": 4, "num_draft_tokens": 8}).num_draft_tokens == 8
+    for missing in (None, 0):
+        with pytest.raises(ValueError, match="num_draft_tokens"):
+            Config.from_effective({**effective(steps=4), "num_draft_tokens": missing})
 
 
 def test_predicts_a_planted_engine_before_measuring_it():
@@ -90,18 +101,29 @@ def test_tree_prediction_and_rank_decay_update():
 
 
 def test_finite_horizon_local_engine_and_trial_result():
-    model = ThroughputModel.for_engine("local")
+    model = ThroughputModel(benchmark=LocalEngine.benchmark)
     model.set_standalone([1, 5, 9], [0.9, 0.9, 0.8])
-    reqs = [RequestRecord(str(i), 64, 48, 48, 0.5) for i in range(4)]
-    base = TrialResult("local", "ok", {}, {}, output_tok_s=96.0, accept_length=1.0, requests=reqs)
+    reqs = [RequestRecord(id=str(i), prompt_tokens=64, completion_tokens=48, verify_steps=48, latency_s=0.5)
+            for i in range(4)]
+    base = TrialResult(engine="local", status="ok", requested={}, effective={}, output_tok_s=96.0, accept_length=1.0,
+                       requests=reqs)
     model.update(effective(steps=0, max_new_tokens=48), base)
     m = metrics_from_result(base)
     assert (m["verify_steps"], m["completion_tokens"], m["num_requests"]) == (192, 192, 4)
     assert model.predict(effective(steps=0, max_new_tokens=48)).tok_s == pytest.approx(96.0, rel=0.02)
     pred = model.predict(effective(steps=3, max_new_tokens=48))
     assert 1 < pred.accept_length < 4 and pred.tok_s > 0
-    with pytest.raises(ValueError):
-        ThroughputModel.for_engine("vllm")
+
+
+def test_each_engine_says_which_model_fits_it():
+    """The local engine times whole finite generations with truncated drafts; a server is steady state."""
+    assert LocalEngine.benchmark == Benchmark(finite_horizon=True, truncate_drafts=True)
+    assert SglangEngine.benchmark == STEADY_STATE == ThroughputModel().benchmark
+    assert benchmark_of("local") == benchmark_of(LocalEngine) == LocalEngine.benchmark
+    assert benchmark_of("a-test-engine") == STEADY_STATE
+    local, server = ThroughputModel(benchmark=LocalEngine.benchmark), ThroughputModel()
+    assert local.config(effective(steps=3, max_new_tokens=48)).tokens == 48
+    assert server.config(effective(steps=3, max_new_tokens=48)).tokens is None
 
 
 def test_adaptive_settings_dispatch():

@@ -39,7 +39,7 @@ from bisect_eagle.errors import BadInput
 ALGORITHMS = ("EAGLE3", "EAGLE")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Generation:
     """One request's output and its speculative-decoding counters."""
 
@@ -193,7 +193,8 @@ class SpeculativeDecoder:
                 break
             ids = torch.tensor([[token]], device=self.device)
         n = len(out)
-        return Generation(out, n, [1] * n, model_s[0], bool(out) and out[-1] == eos, [0] * n)
+        return Generation(tokens=out, verify_steps=n, accepted_per_step=[1] * n, model_s=model_s[0],
+                          finished_by_eos=bool(out) and out[-1] == eos, drafted_per_step=[0] * n)
 
     def _generate_spec(self, input_ids: list[int], max_new: int, eos: int | None) -> Generation:
         """Speculative rounds as in the module docstring, the last round drafting no more than fits."""
@@ -230,7 +231,8 @@ class SpeculativeDecoder:
                 drafted.append(len(drafts) if len(emitted) == n + 1 else len(emitted) - 1)
                 if emitted[-1] == eos:
                     break
-        return Generation(out, len(accepted), accepted, model_s[0], bool(out) and out[-1] == eos, drafted)
+        return Generation(tokens=out, verify_steps=len(accepted), accepted_per_step=accepted, model_s=model_s[0],
+                          finished_by_eos=bool(out) and out[-1] == eos, drafted_per_step=drafted)
 
 
 def _accepted_prefix(drafts: list[int], greedy: list[int]) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from bisect_eagle.engines.base import Engine, PairedResult, RequestRecord, Trial
 from bisect_eagle.engines.local.decoder import Generation, SpeculativeDecoder, accept_rates
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
+from bisect_eagle.perf.benchmark import Benchmark
+from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.stats import paired_speedup
 
@@ -47,12 +50,32 @@ class LocalEngine(Engine):
     """
 
     name = "local"
+    benchmark = Benchmark(finite_horizon=True, truncate_drafts=True)  # whole requests, last drafts cut to fit
+    reads_t2d = True
 
     def __init__(self, target: Path, draft: Path, prompts: Path):
         self.target_path, self.draft_path, self.prompts_path = Path(target), Path(draft), Path(prompts)
         self._models: dict[tuple[str, str], tuple[Any, LoadedDraft]] = {}
         self._prompts: list[Prompt] | None = None
         self.eos_token_id: int | None = None
+
+    @classmethod
+    def from_spec(cls, spec: Spec, log_dir: Path | None = None) -> LocalEngine:
+        """The engine of an ``engine.kind: local`` spec: its target, draft and prompts (nothing is loaded; it
+        writes no logs, so ``log_dir`` is unused)."""
+        p = spec.paths()
+        return cls(p["target"], p["draft"], p["prompts"])
+
+    @classmethod
+    def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
+               python: str | None = None) -> dict[str, Any]:
+        """A local trial served by SGLang (:meth:`Engine.export`): the sglang engine's export of the trial, in the
+        dtype the local trial ran in unless it was requested explicitly (SGLang would pick its own)."""
+        from bisect_eagle.engines.sglang.export import export
+
+        if "dtype" not in settings.model_fields_set:
+            settings = settings.model_validate({**settings.model_dump(exclude_unset=True), "dtype": effective["dtype"]})
+        return export(spec, settings, effective=effective, port=port, python=python)
 
     # -- plan -------------------------------------------------------------------------------------------
 
@@ -139,7 +162,9 @@ class LocalEngine(Engine):
     def _one(self, decoder: SpeculativeDecoder, p: Prompt, max_new_tokens: int) -> tuple[RequestRecord, Generation]:
         t0 = time.perf_counter()
         g = decoder.generate(p.input_ids, max_new_tokens=max_new_tokens, eos_token_id=self.eos_token_id)
-        return RequestRecord(p.id, len(p.input_ids), len(g.tokens), g.verify_steps, time.perf_counter() - t0), g
+        record = RequestRecord(id=p.id, prompt_tokens=len(p.input_ids), completion_tokens=len(g.tokens),
+                               verify_steps=g.verify_steps, latency_s=time.perf_counter() - t0)
+        return record, g
 
     def _failure(self, plan: TrialPlan, effective: dict[str, Any], e: RuntimeError) -> TrialResult:
         if isinstance(e, torch.cuda.OutOfMemoryError):
@@ -204,7 +229,8 @@ class LocalEngine(Engine):
         speedup, lower, upper = paired_speedup(ratios, confidence=confidence)
         cand = self._result(plan, spec_eff, spec_dec, sides["spec"], sum(r.latency_s for r, _ in sides["spec"]))
         base = self._result(baseline, base_eff, base_dec, sides["base"], sum(r.latency_s for r, _ in sides["base"]))
-        return PairedResult(cand, base, ratios, speedup, lower, upper, confidence)
+        return PairedResult(candidate=cand, baseline=base, ratios=ratios, speedup=speedup, lower=lower, upper=upper,
+                            confidence=confidence)
 
     def _result(
         self,
@@ -220,10 +246,10 @@ class LocalEngine(Engine):
         tokens = sum(r.completion_tokens for r in records)
         verify = sum(r.verify_steps for r in records)
         return TrialResult(
-            self.name,
-            "ok",
-            requested,
-            effective,
+            engine=self.name,
+            status="ok",
+            requested=requested,
+            effective=effective,
             output_tok_s=tokens / wall,
             accept_length=tokens / verify if verify else float("nan"),
             accept_length_hist=dict(sorted(Counter(a for g in gens for a in g.accepted_per_step).items())),

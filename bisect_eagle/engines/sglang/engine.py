@@ -1,8 +1,10 @@
 """The ``sglang`` engine: one SGLang server per live trial, planned by SGLang itself, measured over HTTP, torn down.
 
 :meth:`SglangEngine.plan` is :mod:`.planner` (SGLang's parser and resolution decide before anything starts).
-:meth:`SglangEngine.run` of a plan: copy the draft directory for the trial's layer ids; start the server in its
-own process group on a free port with its output in ``<trial dir>/server.log``; wait for ``/health_generate``
+:meth:`SglangEngine.run` of a plan, never planned again: take its launch (:func:`~.launch.launch_of`: the plan's
+own flags, bound to its fingerprint) with the trial's port and draft copy; copy the draft directory with the plan's
+config patch; start the server in its own process group on a free port with its output in
+``<trial dir>/server.log``; wait for ``/health_generate``
 (failing fast when the process exits); read the effective settings back from ``/server_info``; warm up,
 ``POST /flush_cache``, run the measured requests (:mod:`.client`); read the server's own accept length as a
 cross-check; then SIGTERM, grace, SIGKILL of the whole group and wait for the port and the GPUs to be
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,7 @@ from bisect_eagle.engines.procs import gpus
 from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.sglang.client import BatchResult, RequestError, SglangClient
 from bisect_eagle.engines.sglang.failures import classify_failure
-from bisect_eagle.engines.sglang.launch import argv_tokens, launch_text, prepare_draft_dir
+from bisect_eagle.engines.sglang.launch import launch_of, launch_text, prepare_draft_dir
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.engines.sglang.readback import (
     effective_from_server,
@@ -83,6 +86,14 @@ class SglangEngine(Engine):
             raise BadInput(f"{spec.source}: key 'draft' is missing (give a path, or 'scenario: NAME')")
         return cls(server, target=target, draft=spec.draft, prompts=spec.prompts, log_dir=log_dir, check=check)
 
+    @classmethod
+    def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
+               python: str | None = None) -> dict[str, Any]:
+        """The SGLang launch of a logged trial (:meth:`Engine.export`; :mod:`.export`)."""
+        from bisect_eagle.engines.sglang.export import export
+
+        return export(spec, settings, effective=effective, port=port, python=python)
+
     # -- plan -------------------------------------------------------------------------------------------
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
@@ -90,7 +101,7 @@ class SglangEngine(Engine):
         if self._shown_port is None:  # the argv shows a port free now; each launch picks its own
             self._shown_port = procs.free_port(self.server.host)
         return self.planner.plan(settings, port=self._shown_port,
-                                 trial_dir=self.log_dir / f"{self._next_seq():03d}-trial")
+                                 draft_dir=self.log_dir / f"{self._next_seq():03d}-trial" / "draft")
 
     def _next_seq(self) -> int:
         if self._seq is None:
@@ -162,9 +173,18 @@ class SglangEngine(Engine):
     # -- one trial --------------------------------------------------------------------------------------
 
     def run(self, plan: TrialPlan) -> TrialResult:
-        """One live trial on a fresh server; failures come back as failed trials with a class."""
+        """One live trial on a fresh server; failures come back as failed trials with a class.
+
+        Args:
+            plan: a plan of this engine's :meth:`plan` (run as planned: never planned again).
+
+        Raises:
+            BadInput: ``plan`` is refused, or the draft cannot be copied for it.
+            RuntimeError: ``plan`` carries no launch of its own identity (:func:`~.launch.launch_of`; a bug).
+        """
         if plan.refusal is not None:
             raise BadInput(plan.refusal)
+        launch = launch_of(plan)
         settings = plan.settings
         requested, planned = plan.requested, dict(plan.effective)
         warnings = list(plan.warnings)
@@ -189,12 +209,9 @@ class SglangEngine(Engine):
             )
         prompts = self._load_prompts(settings.warmup_prompts + settings.num_prompts)
         port = procs.free_port(self.server.host)
-        launch = self.planner.plan(settings, port=port, trial_dir=trial_dir)
-        if launch.refusal is not None:
-            raise BadInput(launch.refusal)
-        argv = [*self.planner.command, *argv_tokens(launch.private["args"])]
+        argv = [*self.planner.command, *launch.argv(port=port, draft_dir=trial_dir / "draft")]
         if not settings.is_baseline:
-            prepare_draft_dir(self.draft, settings.eagle_aux_hidden_state_layer_ids, out_dir=trial_dir / "draft")
+            prepare_draft_dir(self.draft, config_patch=plan.config_patch, out_dir=trial_dir / "draft")
         trial_dir.mkdir(parents=True, exist_ok=True)
         version = self.planner.flags().version if self.planner.flags() else None
         command_text = (
@@ -324,7 +341,8 @@ class SglangEngine(Engine):
         for c in batch.completions:
             # SGLang omits spec_verify_ct for a request with no verify step (it ended on its prefill token)
             verify = c.verify_ct if spec else c.completion_tokens
-            records.append(RequestRecord(c.id, c.prompt_tokens, c.completion_tokens, verify or 0, c.latency_s))
+            records.append(RequestRecord(id=c.id, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+                                         verify_steps=verify or 0, latency_s=c.latency_s))
         tokens = sum(r.completion_tokens for r in records)
         verify_total = sum(r.verify_steps for r in records)
         accept = tokens / verify_total if verify_total else float("nan")
@@ -336,10 +354,10 @@ class SglangEngine(Engine):
                 "EAGLE with an EAGLE-3 draft (use EAGLE3); not a weak draft"
             )
         return TrialResult(
-            self.name,
-            "ok",
-            requested,
-            effective,
+            engine=self.name,
+            status="ok",
+            requested=requested,
+            effective=effective,
             output_tok_s=tokens / batch.wall_s if batch.wall_s > 0 else float("nan"),
             accept_length=accept,
             accept_length_hist=hist,

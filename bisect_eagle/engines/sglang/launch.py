@@ -2,16 +2,18 @@
 
 The launch command (``engine.sglang.launch_command``, default ``python -m sglang.launch_server``) gets
 ``--model-path``, the TP size, ``--host``/``--port``, the speculative flags and ``--speculative-draft-model-path``
-pointing at a per-trial copy of the draft directory (weights symlinked, ``config.json`` with the trial's ids
-in ``eagle_config.eagle_aux_hidden_state_layer_ids``, the only place SGLang reads them), then one flag per
-``settings.server_args`` entry (``disable_custom_all_reduce: true`` → ``--disable-custom-all-reduce``;
+pointing at a per-trial copy of the draft directory (weights symlinked, ``config.json`` with the plan's config
+patch: its ids in ``eagle_config.eagle_aux_hidden_state_layer_ids``, the only place SGLang reads them), then one
+flag per ``settings.server_args`` entry (``disable_custom_all_reduce: true`` → ``--disable-custom-all-reduce``;
 ``attention_backend: fa3`` → ``--attention-backend fa3``; false or null → flag left out, the server's
 default) and ``engine.sglang.extra_args`` verbatim. ``settings.env`` is set on top of the inherited environment.
 
 ``device`` and ``dtype`` become ``--device``/``--dtype`` only when the trial's settings set them explicitly:
 their defaults (cpu, float32) are the local engine's and would be wrong for a GPU server.
 
-Flags are adapted to the installed server and checked by :mod:`.flags` and :mod:`.oracle`.
+Flags are adapted to the installed server and checked by :mod:`.flags` and :mod:`.oracle`. A plan carries its
+:class:`Launch` (the flags in clear, bound to the plan's fingerprint); a trial starts from it with its own port
+and draft copy, never from a second plan.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bisect_eagle.artifacts.configs import read_config_json
 from bisect_eagle.artifacts.draft import parse_draft_config
+from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
@@ -45,6 +49,8 @@ MANAGED = {  # flags the engine sets itself -> the setting that controls them
     **{f: "engine.sglang.tp" for f in TP_FLAGS},
 }
 INHERITED_PREFIXES = ("NCCL_", "SGLANG_", "SGL_", "CUDA_", "TORCH_")  # inherited variables worth recording
+PORT_FLAG, DRAFT_FLAG = "--port", "--speculative-draft-model-path"  # what differs between a plan and its launch
+IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 
 
 @dataclass(frozen=True)
@@ -129,8 +135,46 @@ def trial_args(
     return args + _extra_args(list(server.extra_args))
 
 
-def argv_tokens(args: list[Arg]) -> list[str]:
+def argv_tokens(args: Sequence[Arg]) -> list[str]:
     return [token for arg in args for token in (arg.flag, *arg.values)]
+
+
+def with_values(args: Sequence[Arg], values: Mapping[str, str]) -> list[Arg]:
+    """``args`` with the flags named in ``values`` (flag -> its one value) set to those values; others unchanged."""
+    return [Arg(a.flag, (values[a.flag],), a.origin) if a.flag in values else a for a in args]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """How a planned trial's server starts: the plan's flags in clear (never logged), bound to its fingerprint.
+
+    Attributes:
+        fingerprint: the identity of the plan this launch belongs to (:func:`launch_of` checks it).
+        args: the flags after adaptation to the installed server, secrets in clear, with the plan's shown port
+            and draft directory (:meth:`argv` sets the trial's own).
+    """
+
+    fingerprint: str
+    args: tuple[Arg, ...]
+
+    def argv(self, *, port: int, draft_dir: Path) -> list[str]:
+        """The flags as launched: this trial's ``port`` and per-trial draft copy ``draft_dir``."""
+        return argv_tokens(with_values(self.args, {PORT_FLAG: str(port), DRAFT_FLAG: str(draft_dir)}))
+
+
+def launch_of(plan: TrialPlan) -> Launch:
+    """The launch of an sglang ``plan`` (made by :class:`~bisect_eagle.engines.sglang.planner.Planner`).
+
+    Raises:
+        RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
+            planning, or not made by the sglang planner): a bug, never a trial outcome.
+    """
+    launch = plan.private.get("launch")
+    if not isinstance(launch, Launch) or launch.fingerprint != plan.fingerprint:
+        have = launch.fingerprint if isinstance(launch, Launch) else "no launch"
+        raise RuntimeError(f"the {plan.engine} plan {plan.fingerprint} carries {have}: a launch is made only from "
+                           "the sglang planner's own plan (a bug)")
+    return launch
 
 
 def inherited_env(environ: dict[str, str]) -> dict[str, str]:
@@ -155,12 +199,32 @@ def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]
 
 
 def draft_config_patch(layer_ids: list[int]) -> dict:
-    """The config.json change that makes SGLang capture ``layer_ids``: nested under ``eagle_config``."""
+    """The config.json change that makes SGLang capture ``layer_ids``: nested under ``eagle_config``.
+
+    Raises:
+        BadInput: ``layer_ids`` empty, not integers, or repeating an id.
+    """
     if not layer_ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in layer_ids):
-        raise BadInput(f"eagle_aux_hidden_state_layer_ids: expected a non-empty list of integers, found {layer_ids!r}")
+        raise BadInput(f"{IDS_KEY}: expected a non-empty list of integers, found {layer_ids!r}")
     if len(set(layer_ids)) != len(layer_ids):
-        raise BadInput(f"eagle_aux_hidden_state_layer_ids: {layer_ids} repeats an id; each layer is captured once")
-    return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}
+        raise BadInput(f"{IDS_KEY}: {layer_ids} repeats an id; each layer is captured once")
+    return {"eagle_config": {IDS_KEY: list(layer_ids)}}
+
+
+def fc_width_refusal(layer_ids: list[int], *, trained: tuple[int, str], config: Path) -> str | None:
+    """Why ``layer_ids`` cannot feed the draft's ``fc``, or None.
+
+    Args:
+        layer_ids: the ids SGLang will capture (the plan's effective ids).
+        trained: (aux layer count ``fc`` was trained on, the config key that says so), from
+            :meth:`~bisect_eagle.artifacts.draft.DraftConfigFile.sglang_fc_aux`.
+        config: the draft's ``config.json``, named in the reason.
+    """
+    count, source = trained
+    if len(layer_ids) == count:
+        return None
+    return (f"{config}: key {source} gives {count} aux layers, the width fc was trained on; {IDS_KEY} {layer_ids} "
+            f"has {len(layer_ids)}")
 
 
 def _merge(base: dict, patch: dict) -> dict:
@@ -170,21 +234,29 @@ def _merge(base: dict, patch: dict) -> dict:
     return out
 
 
-def prepare_draft_dir(draft: Path, layer_ids: list[int] | None, *, out_dir: Path) -> Path:
-    """A copy of ``draft`` at ``out_dir``: every file symlinked except config.json, patched for ``layer_ids``.
+def prepare_draft_dir(draft: Path, *, config_patch: dict | None, out_dir: Path) -> Path:
+    """A copy of ``draft`` at ``out_dir``: every file symlinked except config.json, which gets ``config_patch``.
 
-    ``layer_ids`` None keeps the draft's own config. The id count must equal what the draft was trained on.
-    The directory is built beside ``out_dir`` and renamed into place, so it is never half-written.
+    Args:
+        draft: the draft directory.
+        config_patch: the plan's draft config change (:attr:`~bisect_eagle.engines.plan.TrialPlan.config_patch`,
+            from :func:`draft_config_patch`); None keeps the draft's own config. Its id count must be the one
+            ``fc`` was trained on (:func:`fc_width_refusal`).
+        out_dir: where the copy goes; it must not exist. The directory is built beside it and renamed into
+            place, so it is never half-written.
+
+    Raises:
+        BadInput: the draft's config is unreadable, the patch's ids do not fit ``fc``, or ``out_dir`` exists.
     """
     draft = Path(draft).resolve()
     cfg_path = draft / "config.json"
     config = read_config_json(draft, "the draft")
-    if layer_ids is not None:
-        count, source = parse_draft_config(config, cfg_path).sglang_fc_aux()
-        if len(layer_ids) != count:
-            raise BadInput(f"{cfg_path}: key {source} gives {count} aux layers, the width fc was trained on; "
-                           f"eagle_aux_hidden_state_layer_ids {layer_ids} has {len(layer_ids)}")
-        config = _merge(config, draft_config_patch(layer_ids))
+    if config_patch is not None:
+        trained = parse_draft_config(config, cfg_path).sglang_fc_aux()
+        refusal = fc_width_refusal(config_patch["eagle_config"][IDS_KEY], trained=trained, config=cfg_path)
+        if refusal is not None:
+            raise BadInput(refusal)
+        config = _merge(config, config_patch)
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise BadInput(f"{out_dir}: already exists; each trial gets a new draft directory")

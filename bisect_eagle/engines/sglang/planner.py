@@ -13,7 +13,9 @@ For a request the planner
 4. refuses trees that ask for more draft tokens than SGLang can select
    (``docs/sglang-facts.md#tree-candidate-bound``; SGLang itself fails only at CUDA-graph capture);
 5. writes the effective settings: resolved values, the environment SGLang will run with
-   (``docs/sglang-facts.md#environment-sglang-sets``), server args that differ from SGLang's defaults.
+   (``docs/sglang-facts.md#environment-sglang-sets``), server args that differ from SGLang's defaults;
+6. keeps the launch (:class:`~.launch.Launch`: the flags in clear, bound to the plan's fingerprint) in the plan,
+   so a trial starts from the plan it was given and is never planned twice.
 
 ``speculative_adaptive: true`` becomes ``--speculative-adaptive`` (speculative trials only) and
 ``speculative_adaptive: true`` in the effective settings when SGLang's resolution keeps it on; when
@@ -27,7 +29,8 @@ Without SGLang the same plan is built with the project's own rules and says ``no
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,18 @@ from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.draft import read_draft_config
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.engines.sglang import flags as flagmod
-from bisect_eagle.engines.sglang.launch import Arg, argv_tokens, flag_name, trial_args
+from bisect_eagle.engines.sglang.launch import (
+    DRAFT_FLAG,
+    PORT_FLAG,
+    Arg,
+    Launch,
+    argv_tokens,
+    draft_config_patch,
+    fc_width_refusal,
+    flag_name,
+    trial_args,
+    with_values,
+)
 from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter, parser_spec
 from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
 from bisect_eagle.errors import BadInput
@@ -159,8 +173,15 @@ class Planner:
 
     # -- the plan ----------------------------------------------------------------------------------------
 
-    def plan(self, settings: LiveSettings, *, port: int, trial_dir: Path) -> TrialPlan:
-        """The trial's plan; ``port`` and ``trial_dir`` only shape the shown argv, never the identity."""
+    def plan(self, settings: LiveSettings, *, port: int, draft_dir: Path) -> TrialPlan:
+        """The trial's plan, with its :class:`~.launch.Launch` in ``private["launch"]``.
+
+        Args:
+            settings: the request.
+            port: the port the shown argv names.
+            draft_dir: the draft directory the shown argv names (a trial's per-trial copy, or the draft itself
+                for an export). Neither ``port`` nor ``draft_dir`` enters the identity; a launch sets its own.
+        """
         effective, warnings, refusal = speculative_effective(settings)
         if refusal is not None:
             return make_plan(ENGINE, settings, effective=effective, refusal=refusal, checked=self.checked_by(False, ""))
@@ -168,9 +189,11 @@ class Planner:
         ids, id_warnings, refusal = self._ids(settings, cfg)
         warnings += id_warnings
         effective["eagle_aux_hidden_state_layer_ids"] = ids
-        draft_dir = None if settings.is_baseline else trial_dir / "draft"
         try:
-            args = trial_args(settings, server=self.server, target=self.target, draft_dir=draft_dir, port=port)
+            patch = None if settings.is_baseline or settings.eagle_aux_hidden_state_layer_ids is None \
+                else draft_config_patch(list(ids or []))
+            args = trial_args(settings, server=self.server, target=self.target,
+                              draft_dir=None if settings.is_baseline else draft_dir, port=port)
             args += self._negated_defaults(settings)
             if settings.speculative_adaptive and not settings.is_baseline:
                 args.append(Arg("--speculative-adaptive", (), ADAPTIVE))
@@ -203,12 +226,10 @@ class Planner:
         warnings += env_warnings + _resolved_adaptive(settings, effective, resolved)
         effective.update(self._server_fields(settings, resolved))
         effective["env"] = env
-        return make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal,
-                         argv=[*self.command, *argv_tokens(args)], env=dict(settings.env),
-                         config_patch=None if settings.is_baseline or settings.eagle_aux_hidden_state_layer_ids is None
-                         else {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids or [])}},
-                         checked=self.checked_by(resolved is not None, resolve_note),
-                         private={"args": args, "env": dict(settings.env)})
+        plan = make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal,
+                         argv=[*self.command, *argv_tokens(args)], env=dict(settings.env), config_patch=patch,
+                         checked=self.checked_by(resolved is not None, resolve_note))
+        return replace(plan, private={"launch": Launch(fingerprint=plan.fingerprint, args=tuple(args))})
 
     def _ids(self, s: LiveSettings, cfg: dict | None) -> tuple[list[int] | None, list[str], str | None]:
         """(ids SGLang will read, warnings, refusal): the request's, else the draft's own nested ids."""
@@ -222,10 +243,10 @@ class Planner:
                 warnings.append(f"{self.draft}/config.json has no eagle_config.eagle_aux_hidden_state_layer_ids: "
                                 "SGLang silently captures its default layers; set eagle_aux_hidden_state_layer_ids")
             return draft.ids, warnings, None
-        if draft.trained is not None and len(ids) != draft.trained[0]:
-            return ids, warnings, (f"{self.draft}/config.json: key {draft.trained[1]} gives {draft.trained[0]} aux "
-                                   f"layers, the width fc was trained on; eagle_aux_hidden_state_layer_ids {ids} "
-                                   f"has {len(ids)}")
+        too_wide = None if draft.trained is None else fc_width_refusal(ids, trained=draft.trained,
+                                                                       config=self.draft / "config.json")
+        if too_wide is not None:
+            return ids, warnings, too_wide
         n = cfg.get("num_hidden_layers") if cfg else None
         if isinstance(n, int):
             conv = layers.sglang_convention(cfg.get("model_type"))
@@ -281,15 +302,10 @@ class Planner:
 JUDGED_PORT = "30000"  # the port never changes SGLang's verdict: one value keeps the oracle's cache warm
 
 
-def _judged_argv(args: list[Arg], draft: Path) -> list[str]:
+def _judged_argv(args: Sequence[Arg], draft: Path) -> list[str]:
     """The argv SGLang judges: the trial's, with the draft read from its source directory (the per-trial copy is
     made only at launch; resolution reads the draft's config) and one fixed port."""
-    out = argv_tokens(args)
-    if "--speculative-draft-model-path" in out:
-        out[out.index("--speculative-draft-model-path") + 1] = str(draft)
-    if "--port" in out:
-        out[out.index("--port") + 1] = JUDGED_PORT
-    return out
+    return argv_tokens(with_values(args, {DRAFT_FLAG: str(draft), PORT_FLAG: JUDGED_PORT}))
 
 
 def _tree_bound(s: LiveSettings) -> str | None:

@@ -251,7 +251,7 @@ def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> Stud
     with engine_factory(s.spec) as engine:
         s.ctx.engine = engine
         if s.spec.search.model.enabled:
-            s.guide = ModelGuide(engine=engine.name, metric=s.spec.criterion.metric,
+            s.guide = ModelGuide(engine=engine, metric=s.spec.criterion.metric,
                                  optimism=s.spec.search.model.optimism, standalone_metric=s.spec.standalone.metric)
             s.guide.learn_gate(gate)
         if stage1:

@@ -96,14 +96,15 @@ def model_inputs(metrics: Mapping[str, float], effective: Mapping[str, Any], *,
 class ModelGuide:
     """One process's throughput model of a study, and the search decisions taken from it (module docstring)."""
 
-    def __init__(self, *, engine: Engine | str, metric: str, optimism: float, standalone_metric: str = "full_vocab"):
+    def __init__(self, *, engine: Engine | type[Engine] | str, metric: str, optimism: float,
+                 standalone_metric: str = "full_vocab"):
         """A guide with an untaught model.
 
         Args:
-            engine: the study's engine, whose :attr:`~bisect_eagle.engines.base.Engine.benchmark` picks the model
-                (or its name: :func:`~bisect_eagle.engines.benchmark_of`).
+            engine: the study's engine (or its class), whose :attr:`~bisect_eagle.engines.base.Engine.benchmark`
+                picks the model; an engine's name is looked up by :func:`~bisect_eagle.engines.benchmark_of`.
             metric: the criterion metric forecast: ``output_tok_s`` or ``accept_length``.
-            optimism: the quantile of a measurement below which a config cannot reach the target, in (0, 1).
+            optimism: the quantile of a config's measurement that must reach the target for it to run, in (0, 1).
             standalone_metric: which stage-1 per-position accuracy is the acceptance prior (``full_vocab`` ...).
         """
         self.model = ThroughputModel(benchmark=benchmark_of(engine))

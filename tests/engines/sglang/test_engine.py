@@ -6,6 +6,7 @@ scheduler; its fault is picked per trial through ``settings.env``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -70,6 +71,31 @@ def test_healthy_trial_measures_reads_back_and_records(engine):
     assert draft_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [5, 9, 10]
     assert json.loads(r.artifacts["teardown.json"])["signal"] == "SIGTERM"
     _gone(r)
+
+
+def test_a_trial_runs_as_planned_and_is_never_planned_again(engine, monkeypatch):
+    plan = engine.plan(settings(num_steps=2, eagle_aux_hidden_state_layer_ids=[2, 6, 10]))
+
+    def plan_again(*args, **kwargs):
+        raise AssertionError("run planned the trial a second time")
+
+    monkeypatch.setattr(engine.planner, "plan", plan_again)
+    r = engine.run(plan)
+    assert r.ok, r.failure_detail
+    trial_dir = engine.log_dir / next(p.name for p in sorted(engine.log_dir.iterdir()) if p.name.endswith(
+        plan.fingerprint))
+    draft_cfg = json.loads((trial_dir / "draft" / "config.json").read_text())
+    assert draft_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == \
+        plan.config_patch["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 6, 10]
+    assert f"--speculative-draft-model-path {trial_dir / 'draft'}" in r.artifacts["launch_command.txt"]
+    _gone(r)
+
+
+def test_a_plan_changed_after_planning_is_a_bug_not_a_trial(engine):
+    before = set(engine.log_dir.iterdir())
+    with pytest.raises(RuntimeError, match="a bug"):
+        engine.run(dataclasses.replace(engine.plan(settings()), fingerprint="0" * 16))
+    assert set(engine.log_dir.iterdir()) == before
 
 
 @pytest.mark.parametrize("fault,extra,cls", [

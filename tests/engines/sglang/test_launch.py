@@ -11,8 +11,10 @@ from sglang_helpers import FAKE, fake_draft, server, settings
 
 from bisect_eagle.engines.sglang.flags import ServerFlags, adapt_args, probe_help
 from bisect_eagle.engines.sglang.launch import (
+    Launch,
     argv_tokens,
     draft_config_patch,
+    launch_of,
     launch_text,
     prepare_draft_dir,
     trial_args,
@@ -29,7 +31,7 @@ def argv_of(s, *, srv=None, target="/m/target", draft="/d", port=31000) -> list[
 def test_argv_is_a_list_with_speculative_and_server_settings(tmp_path):
     s = settings(num_steps=4, topk=2, num_draft_tokens=8, env={"NCCL_ALGO": "Tree"},
                  server_args={"disable_custom_all_reduce": True, "attention_backend": "fa3",
-                              "enable_symm_mem": False, "json_model_override_args": {"a": 1}})
+                              "enable_symm_mem": False, "json_model_override_args": '{"a": 1}'})
     argv = argv_of(s, srv=server(tp=8), draft=str(tmp_path / "d"))
     assert all(isinstance(t, str) for t in argv)
     joined = " ".join(argv)
@@ -110,7 +112,7 @@ def test_secrets_are_never_written():
 
 def test_draft_copy_links_weights_and_nests_the_ids(tmp_path):
     draft = fake_draft(tmp_path)
-    out = prepare_draft_dir(draft, [2, 6, 10], out_dir=tmp_path / "trial" / "draft")
+    out = prepare_draft_dir(draft, config_patch=draft_config_patch([2, 6, 10]), out_dir=tmp_path / "trial" / "draft")
     assert (out / "model.safetensors").is_symlink()
     assert (out / "model.safetensors").resolve() == (draft / "model.safetensors").resolve()
     cfg = json.loads((out / "config.json").read_text())
@@ -127,8 +129,28 @@ def test_draft_copy_links_weights_and_nests_the_ids(tmp_path):
 def test_draft_copy_refuses_a_different_count_and_bad_ids(tmp_path):
     draft = fake_draft(tmp_path)
     with pytest.raises(BadInput, match=r"config.json.*3 aux layers.*\[1, 5\] has 2"):
-        prepare_draft_dir(draft, [1, 5], out_dir=tmp_path / "x")
+        prepare_draft_dir(draft, config_patch=draft_config_patch([1, 5]), out_dir=tmp_path / "x")
     assert not (tmp_path / "x").exists() and not (tmp_path / "x.partial").exists()
     with pytest.raises(BadInput, match="repeats"):
         draft_config_patch([1, 1, 5])
     assert draft_config_patch([-1, 2, 30]) == {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 2, 30]}}
+
+
+def test_a_launch_sets_its_own_port_and_draft_copy_and_belongs_to_one_plan(tmp_path):
+    from dataclasses import replace
+
+    from bisect_eagle.engines.plan import make_plan
+
+    s = settings(num_steps=4)
+    args = tuple(trial_args(s, server=server(), target=Path("/m"), draft_dir=Path("/shown/draft"), port=1))
+    plan = make_plan("sglang", s, effective={"num_steps": 4})
+    plan = replace(plan, private={"launch": Launch(fingerprint=plan.fingerprint, args=args)})
+    argv, shown = launch_of(plan).argv(port=31234, draft_dir=tmp_path / "draft"), argv_tokens(args)
+    port, draft = argv.index("--port") + 1, argv.index("--speculative-draft-model-path") + 1
+    assert (argv[port], argv[draft]) == ("31234", str(tmp_path / "draft"))
+    assert len(argv) == len(shown)
+    assert all(a == b for i, (a, b) in enumerate(zip(argv, shown, strict=True)) if i not in (port, draft))
+    with pytest.raises(RuntimeError, match="a bug"):
+        launch_of(replace(plan, fingerprint="0" * 16))  # changed after planning
+    with pytest.raises(RuntimeError, match="no launch"):
+        launch_of(make_plan("sglang", s, effective={}))

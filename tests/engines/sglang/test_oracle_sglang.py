@@ -175,7 +175,7 @@ def test_adaptive_is_resolved_turned_off_or_refused_by_sglang(tmp_path):
     planner = Planner(SglangServer(python=sglang_python()), tiny.target, tiny.draft, tmp_path)
 
     def plan(**kw):
-        return planner.plan(parse_settings({"device": "cpu", **kw}, "test"), port=30000, trial_dir=tmp_path / "t")
+        return planner.plan(parse_settings({"device": "cpu", **kw}, "test"), port=30000, draft_dir=tmp_path / "draft")
 
     try:
         on = plan(num_steps=3, speculative_adaptive=True)

@@ -19,7 +19,7 @@ from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.schema import SglangServer
-from bisect_eagle.spec.settings import parse_settings
+from bisect_eagle.spec.settings import ADAPTIVE, parse_settings
 
 SGLANG = ["python", "-m", "sglang.launch_server"]
 # Fingerprints of today's configs (before speculative_adaptive existed): a false value leaves each unchanged.
@@ -40,7 +40,7 @@ def planner(tmp_path_factory) -> Planner:
 
 
 def plan(planner: Planner, **settings):
-    return planner.plan(parse_settings(settings, "test"), port=30000, trial_dir=Path("/tmp/trial"))
+    return planner.plan(parse_settings(settings, "test"), port=30000, draft_dir=Path("/tmp/trial/draft"))
 
 
 @pytest.mark.parametrize("request_, fingerprint", FINGERPRINTS)
@@ -127,19 +127,37 @@ def test_the_stand_in_has_no_adaptive_mode_and_its_parser_refuses_the_flag(tmp_p
         stand_in.close()
 
 
-def test_export_prints_the_flag_of_a_logged_adaptive_trial(tmp_path, monkeypatch):
-    """A trial logged with the old spelling (``server_args.speculative_adaptive``) exports as the one flag."""
+def _export(tmp_path, monkeypatch, *, kind: str, logged: dict, effective: dict) -> dict:
+    """``export`` of a trial logged with ``logged`` requested and ``effective`` in its plan, under a ``kind`` spec."""
     from bisect_eagle.cli.export import export_plan
     from bisect_eagle.spec.schema import settings_from
     from bisect_eagle.trials import record as trials
 
-    raw = {"name": "adaptive", "scenario": "tiny",
-           "engine": {"kind": "sglang", "sglang": {"launch_command": SGLANG, "python": sys.executable}}}
+    raw = {"name": "exported", "scenario": "tiny",
+           "engine": {"kind": kind, "sglang": {"launch_command": SGLANG, "python": sys.executable}}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
     spec = load_spec(tmp_path / "spec.yaml")
-    logged = {"num_steps": 3, "server_args": {"speculative_adaptive": True}}
     monkeypatch.setattr(trials, "settings_of_run", lambda tracking, run: (settings_from(logged, "trial"), "parent"))
     monkeypatch.setattr(trials, "spec_of_study", lambda tracking, parent: spec)
-    out = export_plan(None, SimpleNamespace(info=SimpleNamespace(run_id="r1")), port=30000)
-    assert out["refusal"] is None and out["argv"].count("--speculative-adaptive") == 1
+    monkeypatch.setattr(trials, "effective_of", lambda tracking, run: effective)
+    return export_plan(None, SimpleNamespace(info=SimpleNamespace(run_id="r1")), port=30000)
+
+
+def test_export_prints_the_flag_of_a_logged_adaptive_trial(tmp_path, monkeypatch):
+    """A trial logged with the old spelling (``server_args.speculative_adaptive``) exports as the one flag."""
+    out = _export(tmp_path, monkeypatch, kind="sglang", logged={"num_steps": 3, "server_args": {ADAPTIVE: True}},
+                  effective={"num_steps": 3, "topk": 1, "num_draft_tokens": 4, ADAPTIVE: True})
+    assert out["refusal"] is None and out["argv"].count("--speculative-adaptive") == 1 and out["run_id"] == "r1"
     assert "--speculative-num-steps 3" in out["command"] and out["command"].endswith("--speculative-adaptive")
+
+
+@pytest.mark.parametrize("kind", ["sglang", "local"])
+def test_export_serves_what_the_trials_plan_measured(tmp_path, monkeypatch, kind):
+    """num_draft_tokens (and a local trial's dtype) come from the logged plan's effective settings."""
+    out = _export(tmp_path, monkeypatch, kind=kind, logged={"num_steps": 3, "num_draft_tokens": 8},
+                  effective={"num_steps": 3, "topk": 1, "num_draft_tokens": 4, "dtype": "float32"})
+    assert "--speculative-num-draft-tokens 4" in out["command"] and out["refusal"] is None
+    assert ("--dtype float32" in out["command"]) == (kind == "local")
+    draft = scenarios.get("tiny").draft
+    assert out["argv"][out["argv"].index("--speculative-draft-model-path") + 1] == str(draft)
+    assert out["draft_config"] == str(draft / "config.json") and out["draft_config_patch"] is None

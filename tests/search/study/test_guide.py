@@ -36,7 +36,7 @@ def _truth(steps: int, a: float = 0.7) -> dict:
 
 def _taught(metric: str = "output_tok_s") -> tuple[ModelGuide, FakeEngine]:
     """A guide that has seen the baseline and two chains of the true wiring (as a study would)."""
-    engine, guide = FakeEngine(), ModelGuide(engine="fake", metric=metric, optimism=0.98)
+    engine, guide = FakeEngine(), ModelGuide(engine=FakeEngine(), metric=metric, optimism=0.98)
     guide.model.update(_effective(engine, speculative_algorithm="none", num_steps=0),
                        {"output_tok_s": BASELINE_TOK_S, "accept_length": 1.0}, record=False)
     for steps in (2, 5):
@@ -91,7 +91,7 @@ def test_model_inputs_read_back_a_logged_trial():
 
 def test_priors_alone_rule_nothing_out():
     """Before a speculative live trial, even a config far below the target is not hopeless (stage 1 may be off)."""
-    engine, guide = FakeEngine(), ModelGuide(engine="fake", metric="output_tok_s", optimism=0.98)
+    engine, guide = FakeEngine(), ModelGuide(engine=FakeEngine(), metric="output_tok_s", optimism=0.98)
     guide.model.update(_effective(engine, speculative_algorithm="none", num_steps=0),
                        {"output_tok_s": BASELINE_TOK_S, "accept_length": 1.0}, record=False)
     fc = guide.forecast(_effective(engine, num_steps=1), target=50 * BASELINE_TOK_S)
@@ -104,7 +104,7 @@ def test_summarize_without_a_listed_space_names_the_measured_best(tmp_path: Path
     spec = load_spec(make_spec(tmp_path, "unlisted", ratio=2.0, model=True))
     out = search(spec, FakeEngine(), store)
     tracking = Tracking.open(store["tracking"], "unlisted")
-    guide = ModelGuide(engine="fake", metric="output_tok_s", optimism=0.98)
+    guide = ModelGuide(engine=FakeEngine(), metric="output_tok_s", optimism=0.98)
     guide.learn_runs(tracking, [r.info.run_id for r in tracking.child_runs(out.parent_run_id, "live")])
     assert guide.live_learned == out.counts["live_measured"]
     _, summary = summarize(guide, tracking=tracking, parent_run_id=out.parent_run_id, skipped=[], listed=None,
