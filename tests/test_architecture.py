@@ -109,3 +109,27 @@ def test_the_delta_debugging_core_loads_no_third_party_package():
     loaded = {m.strip(" '") for m in out.stdout.strip()[1:-1].split(",") if m.strip()}
     loaded = {m for m in loaded if m != "bisect_eagle" and not m.startswith("_") and m != "__main__"}
     assert not loaded, loaded
+
+
+ENGINE_KINDS = {"local", "sglang", "vllm"}
+KINDS_HOME = {"bisect_eagle/spec/schema.py"}  # the schema defines the kinds and says what each means
+
+
+def test_no_module_outside_the_engines_compares_an_engine_kind():
+    """Engine knowledge lives in ``engines/`` (and the schema's properties of a kind): elsewhere nothing branches
+    on ``kind == "sglang"`` or on an engine's name."""
+    bad = []
+    for _module, path in _modules():
+        rel = str(path.relative_to(PACKAGE.parent))
+        if rel.startswith("bisect_eagle/engines/") or rel in KINDS_HOME:
+            continue
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            kinds = [s for s in sides if isinstance(s, ast.Constant) and s.value in ENGINE_KINDS]
+            others = [ast.get_source_segment(text, s) or "" for s in sides if s not in kinds]
+            if kinds and any("kind" in o or "engine" in o for o in others):
+                bad.append(f"{rel}:{node.lineno}: {ast.get_source_segment(text, node)}")
+    assert not bad, "\n".join(bad)

@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bisect_eagle.engines import engine_class
 from bisect_eagle.engines.procs import server as procs
+from bisect_eagle.engines.sglang import SglangEngine
 from bisect_eagle.engines.sglang.client import SglangClient
 from bisect_eagle.engines.sglang.launch import Arg, argv_tokens
 from bisect_eagle.engines.sglang.planner import Planner
@@ -48,7 +50,7 @@ def capture_args(spec: Spec, *, ids: list[int] | None, port: int) -> list[Arg]:
 @contextmanager
 def capture_server(spec: Spec, *, ids: list[int] | None, log_dir: Path) -> Iterator[str]:
     """Start the capture-only server of an sglang ``spec``, yield its URL, stop it (and its group) on exit."""
-    if spec.engine.kind != "sglang":
+    if engine_class(spec.engine.kind) is not SglangEngine:
         raise BadInput(f"{spec.source}: key 'engine.kind' is {spec.engine.kind!r}; a capture server needs sglang")
     server = spec.engine.sglang
     if spec.target is None and server.model_path is None:

@@ -89,15 +89,15 @@ def validate_data(
 
 def _required(spec: Spec) -> tuple[str, ...]:
     """The path keys a spec must give: all four for the local engine or a stage 1 (it reads every one here)."""
-    if spec.engine.kind == "local" or spec.standalone.wirings:
+    if spec.engine.in_process or spec.standalone.wirings:
         return PATH_KEYS
-    return ("draft",) if spec.engine.sglang.model_path else ("target", "draft")
+    return ("draft",) if spec.engine.server.model_path else ("target", "draft")
 
 
 def _present(spec: Spec) -> dict[str, Path]:
     """The spec's paths that exist here; a missing one is an error unless the sglang engine only passes it on."""
     required = _required(spec)
-    local = spec.engine.kind == "local" or bool(spec.standalone.wirings)
+    local = spec.engine.in_process or bool(spec.standalone.wirings)
     out = {}
     for key in PATH_KEYS:
         value = getattr(spec, key)
@@ -147,7 +147,7 @@ def _check_ids(spec: Spec, target: Path) -> None:
     """Every layer id against the target's depth, read as SGLang reads ids for its model type."""
     cfg = read_target_config(target)
     n = cfg["num_hidden_layers"]
-    conv = layers.sglang_convention(cfg.get("model_type")) if spec.engine.kind == "sglang" else "sglang"
+    conv = layers.sglang_convention(cfg.get("model_type")) if spec.engine.family_capture_rules else "sglang"
     lists = [*_id_lists(spec), *([("dump_layer_ids", spec.dump_layer_ids)] if spec.dump_layer_ids else [])]
     for key, ids in lists:
         try:
@@ -167,7 +167,7 @@ def check_spec_inputs(spec: Spec) -> DataFacts:
     """
     present = _present(spec)
     fixed = spec.fixed_settings()
-    if spec.engine.kind == "local":
+    if spec.engine.in_process:
         check_device(fixed.device, f"{spec.source}: engine.settings.device")
         for i, choice in enumerate(spec.space["device"].choices or [] if "device" in spec.space else []):
             check_device(choice, f"{spec.source}: space.device.choices[{i}]")
@@ -177,7 +177,7 @@ def check_spec_inputs(spec: Spec) -> DataFacts:
             check_prompts(present["prompts"], need, what="warmup_prompts + num_prompts")
         except BadInput as e:
             raise BadInput(f"{spec.source}: key 'prompts': {e}") from None
-    reads_data = spec.engine.kind == "local" or bool(spec.standalone.wirings)
+    reads_data = spec.engine.in_process or bool(spec.standalone.wirings)
     facts = validate_data(target=present.get("target") if reads_data else None, draft=present.get("draft"),
                           dump=present.get("dump") if reads_data else None)
     target = present.get("target") or _model_path(spec)
@@ -207,8 +207,8 @@ def _check_wirings(spec: Spec, facts: DataFacts) -> None:
 
 
 def _model_path(spec: Spec) -> Path | None:
-    path = spec.engine.sglang.model_path
-    return Path(path) if spec.engine.kind == "sglang" and path and Path(path).is_dir() else None
+    path = spec.engine.server.model_path if spec.engine.server is not None else None
+    return Path(path) if path and Path(path).is_dir() else None
 
 
 def check_live_inputs(spec: Spec) -> None:

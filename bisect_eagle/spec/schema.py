@@ -193,6 +193,21 @@ class EngineSpec(_Strict):
     sglang: SglangServer = Field(default_factory=SglangServer)
     vllm: VllmServer = Field(default_factory=VllmServer)
 
+    @property
+    def in_process(self) -> bool:
+        """The engine runs in this process (``local``): it reads the target, draft, dump and device here."""
+        return self.kind == "local"
+
+    @property
+    def server(self) -> SglangServer | VllmServer | None:
+        """The server settings of an engine that serves each trial (``sglang``, ``vllm``); None in process."""
+        return {"sglang": self.sglang, "vllm": self.vllm}.get(self.kind)
+
+    @property
+    def family_capture_rules(self) -> bool:
+        """SGLang serves the target: its per-model-family capture rule says which state an id reads."""
+        return self.kind == "sglang"
+
 
 class Spec(_Strict):
     """A whole experiment."""

@@ -36,7 +36,7 @@ SPECULATORS_ARCH = "Eagle3Speculator"
 
 Layout = Literal["specforge", "speculators", "unknown"]
 IdsFound = Literal["nested", "top-level", "none"]
-Engine = Literal["sglang", "vllm", "local"]
+Reader = Literal["sglang", "vllm", "local"]  # whose loader reads the config: a framework, or bisect-eagle's own
 Convention = Literal["sglang", "vllm"]
 
 
@@ -141,16 +141,16 @@ class DraftConfigFile(_Strict):
         """The declared ids at :attr:`ids_found` (None when the config declares none)."""
         return {"nested": self.nested_ids, "top-level": self.top_level_ids, "none": None}[self.ids_found]
 
-    def declared_ids(self, engine: Engine) -> tuple[list[int] | None, Convention]:
-        """The ids ``engine`` reads from this draft and their convention.
+    def declared_ids(self, reader: Reader) -> tuple[list[int] | None, Convention]:
+        """The ids ``reader``'s loader takes from this draft and their convention.
 
         vLLM reads the top level, else the nested ids, both as vLLM ids (see the module docstring); the local
         engine on a speculators draft reads the top level in vLLM's convention; SGLang (and the local engine
         otherwise) reads only the nested ids, in SGLang's convention.
         """
-        if engine == "vllm":
+        if reader == "vllm":
             return (self.top_level_ids if self.top_level_ids is not None else self.nested_ids), "vllm"
-        if engine == "local" and self.layout == "speculators":
+        if reader == "local" and self.layout == "speculators":
             return self.top_level_ids, "vllm"
         return self.nested_ids, "sglang"
 
