@@ -12,9 +12,12 @@ For each seed (``--seeds``, at least 20), with every live measurement multiplied
   skips those it predicts cannot reach the target.
 * ``staged_no_model``: the same with ``search.model.enabled: false`` (TPE alone).
 * ``bisect``: :func:`~bisect_eagle.bisect.run_bisect` (ratio 0.9 of the good config) between a good
-  config and a bad one that adds a planted culprit (a wrong wiring; too many draft steps; or two changes
-  harmless alone that break it together) and harmless changes; correct when the culprits it names are exactly
-  the planted ones.
+  config and a bad one that adds planted culprits and harmless changes: a wrong wiring; too many draft steps;
+  two changes harmless alone that break it together; and *masked* culprits, a wrong wiring hidden on the bad
+  side by ``speculative_algorithm: EAGLE`` (which leaves the layer ids unused: :class:`MaskingLandscape`),
+  alone or next to too many draft steps. Correct when the bisect is isolated and verified, the culprits it
+  names are exactly the planted ones, and its repair set, reverted from the bad config, truly repairs it
+  (noise-free). ``--bisect-only`` runs only these, with the probes verification costs per case.
 
 Reported per sampler: median and p90 live trials to the target; ``false_success_rate`` (runs of the staged
 search, with and without the model, that declared success with a winner whose noise-free value misses the
@@ -24,12 +27,14 @@ object. Stores (Optuna, MLflow) live in a temporary directory.
 
     python scripts/bench_search.py --noise 0.02              # 20 seeds, a few minutes on 2 cores
     python scripts/bench_search.py --noise 0.02 --seeds 30
+    python scripts/bench_search.py --noise 0.02 --bisect-only  # the bisect cases alone (a minute or two)
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import sys
 import tempfile
@@ -46,9 +51,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from landscape import BASELINE_TOK_S, SPACE, TRUE_WIRING, WIRINGS, LandscapeEngine, gate, true_value  # noqa: E402
 
 from bisect_eagle.bisect.run import BisectOptions, run_bisect  # noqa: E402
+from bisect_eagle.engines.base import RequestRecord, TrialResult, failed  # noqa: E402
+from bisect_eagle.engines.plan import TrialPlan, make_plan  # noqa: E402
+from bisect_eagle.errors import BadInput  # noqa: E402
 from bisect_eagle.search.study import Options, live_space, make_sampler, run_study  # noqa: E402
 from bisect_eagle.spec.load import load_spec  # noqa: E402
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec  # noqa: E402
+from bisect_eagle.spec.settings import LiveSettings  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 RATIO = 1.0  # the mission: reach the baseline tok/s
@@ -60,7 +69,57 @@ GOOD = {WIRING_SETTING: TRUE_WIRING, "num_steps": 2, "topk": 1, "env.NCCL_ALGO":
 # cost 14 % (an interaction: one breaking set of two)
 CULPRITS = [{WIRING_SETTING: WIRINGS[2]}, {"num_steps": 6},
             {"server_args.disable_custom_all_reduce": True, "env.NCCL_ALGO": "Tree"}]
+# masked: EAGLE leaves the layer ids unused, so the wrong wiring changes nothing on the bad side until the algorithm
+# is reverted (the incident's shape); both must be reverted. The second adds an independent culprit next to them.
+MASKED = [{"speculative_algorithm": "EAGLE", WIRING_SETTING: WIRINGS[2]},
+          {"speculative_algorithm": "EAGLE", WIRING_SETTING: WIRINGS[6], "num_steps": 6}]
+CASES = [*CULPRITS, *MASKED]
 HARMLESS = [{"env.NCCL_DEBUG": "INFO"}, {"server_args.log_level": "warning"}, {"env.NCCL_IB_HCA": "mlx5"}]
+UNKNOWN_WIRING = [-1]  # in no wiring list: the landscape's collapsed acceptance
+
+
+class MaskingLandscape(LandscapeEngine):
+    """The landscape with SGLang's EAGLE path for an EAGLE-3 draft (docs/sglang-facts.md#algorithm-names).
+
+    ``speculative_algorithm: EAGLE`` feeds the draft the target's final hidden state and skips ``fc``: the layer
+    ids are unused (the plan says so, as the local engine's does: no ids) and acceptance collapses (the
+    landscape's acceptance of a wiring it does not know). Everything else is the landscape's.
+    """
+
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        plan = super().plan(settings)
+        if settings.speculative_algorithm != "EAGLE":
+            return plan
+        return make_plan(self.name, settings, effective={**plan.effective, WIRING_SETTING: []},
+                         warnings=plan.warnings, refusal=plan.refusal)
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        if plan.refusal is not None:
+            raise BadInput(plan.refusal)
+        self.runs += 1
+        effective = dict(plan.effective)
+        if effective.get("speculative_algorithm") == "EAGLE":
+            effective[WIRING_SETTING] = UNKNOWN_WIRING
+        value, accept_length, failure = true_value(effective)
+        if value is None:
+            return failed(self.name, requested=plan.requested, effective=plan.effective, cls=failure,
+                          detail="synthetic failure")
+        measured = value * math.exp(self.rng.gauss(0.0, self.noise)) if self.noise else value
+        tokens = 256
+        return TrialResult(engine=self.name, status="ok", requested=plan.requested, effective=plan.effective,
+                           output_tok_s=measured, accept_length=accept_length, wall_s=tokens / measured,
+                           requests=[RequestRecord(id="p0", prompt_tokens=32, completion_tokens=tokens,
+                                                   verify_steps=round(tokens / accept_length),
+                                                   latency_s=tokens / measured)])
+
+    def truth(self, settings: dict[str, Any]) -> float:
+        """The noise-free tok/s of flat settings (0 when it fails)."""
+        from bisect_eagle.spec.schema import settings_from
+
+        effective = dict(self.plan(settings_from(settings, "truth")).effective)
+        if effective.get("speculative_algorithm") == "EAGLE":
+            effective[WIRING_SETTING] = UNKNOWN_WIRING
+        return true_value(effective)[0] or 0.0
 
 
 def write_spec(tmp: Path, name: str, *, wirings: list[list[int]] | None = None, settings: dict | None = None,
@@ -146,17 +205,58 @@ def _settings(params: dict[str, Any]) -> dict[str, Any]:
     return settings_from({k: v for k, v in params.items() if v is not None}, "best").model_dump()
 
 
-def bisect_case(tmp: Path, store: dict[str, str], *, noise: float, seed: int) -> bool:
-    """One bisect with a planted culprit; True when it names exactly that culprit."""
-    culprit = CULPRITS[seed % len(CULPRITS)]
+def bisect_run(tmp: Path, store: dict[str, str], *, noise: float, seed: int) -> dict[str, Any]:
+    """One bisect with planted culprits (``CASES[seed % len(CASES)]``): whether it is correct, and its probes.
+
+    Correct: isolated and verified, naming exactly the planted culprits, with a repair set that, reverted from
+    the bad config, truly (noise-free) reaches 0.9 × the good config.
+    """
+    case = seed % len(CASES)
+    culprit = CASES[case]
     harmless = HARMLESS[: 1 + seed % len(HARMLESS)]
     bad = {**GOOD, **culprit, **{k: v for h in harmless for k, v in h.items()}}
     good_spec = write_spec(tmp, f"good-{seed}", settings=GOOD)
     bad_spec = write_spec(tmp, f"bad-{seed}", settings=bad)
+    engine = MaskingLandscape(noise=noise, seed=seed)
     report = run_bisect(BisectOptions(good=str(good_spec.source), bad=str(bad_spec.source),
                                       tracking_uri=store["mlflow"], log_path=tmp / f"bisect-{seed}.log"),
-                        engine_factory=lambda s: LandscapeEngine(noise=noise, seed=seed))
-    return sorted(c.name for c in report.culprits) == sorted(culprit)
+                        engine_factory=lambda s: engine)
+    reverted = {n for c in report.changes if c.name in (report.repair or []) for n in c.good}
+    repaired = None if report.repair is None else engine.truth(
+        {**{k: v for k, v in bad.items() if k not in reverted}, **{n: GOOD[n] for n in reverted if n in GOOD}})
+    named = sorted(c.name for c in report.culprits) == sorted(culprit)
+    repairs = repaired is not None and repaired >= 0.9 * engine.truth(GOOD)
+    body = report.to_json()
+    return {"case": case, "masked": culprit in MASKED, "correct": report.status.value == "isolated"
+            and report.verified and named and repairs, "named": named, "repairs": repairs,
+            "status": report.status.value, "probes": body["probes_used"],
+            "verification_probes": body["verification_probes"], "live_trials": report.live_trials,
+            "samples": report.samples, "probe_bound": report.probe_bound}
+
+
+def bisect_case(tmp: Path, store: dict[str, str], *, noise: float, seed: int) -> bool:
+    """One bisect with planted culprits; True when it is correct (:func:`bisect_run`)."""
+    return bisect_run(tmp, store, noise=noise, seed=seed)["correct"]
+
+
+def bisect_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The bisect rate, overall and for the masked cases, and what verification costs in probes."""
+    masked = [r for r in runs if r["masked"]]
+    return {
+        "bisect_correct_rate": sum(r["correct"] for r in runs) / len(runs),
+        "bisect_correct_rate_masked": sum(r["correct"] for r in masked) / len(masked) if masked else None,
+        "bisect_cases": len(runs), "bisect_masked_cases": len(masked),
+        "bisect_probes_median": statistics.median(r["probes"] for r in runs),
+        "bisect_verification_probes_median": statistics.median(r["verification_probes"] for r in runs),
+        "bisect_verification_probes_max": max(r["verification_probes"] for r in runs),
+        "bisect_within_bound": all(r["probes"] <= r["probe_bound"] for r in runs),
+        "bisect_per_case": {str(k): {
+            "culprits": sorted(CASES[k]), "correct": sum(r["correct"] for r in rs), "runs": len(rs),
+            "probes_median": statistics.median(r["probes"] for r in rs),
+            "verification_probes_median": statistics.median(r["verification_probes"] for r in rs),
+            "live_trials_median": statistics.median(r["live_trials"] for r in rs)}
+            for k in sorted({r["case"] for r in runs}) for rs in [[r for r in runs if r["case"] == k]]},
+    }
 
 
 def _p90(xs: list[int]) -> float:
@@ -167,6 +267,8 @@ def _p90(xs: list[int]) -> float:
 def main(
     noise: float = typer.Option(0.02, min=0.0, help="Relative measurement noise (sd of log samples)."),
     seeds: int = typer.Option(20, min=1, help="Seeds per sampler and bisects (the issue asks >= 20)."),
+    bisect_only: bool = typer.Option(False, "--bisect-only", help="Run only the bisect cases (planted and masked "
+                                                                  "culprits) and print their summary."),
 ) -> None:
     """Live trials to the target per sampler, false successes and bisect accuracy on the synthetic landscape."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -175,6 +277,16 @@ def main(
     with tempfile.TemporaryDirectory(prefix="bench-search-") as name:
         tmp = Path(name)
         store = {"optuna": f"sqlite:///{tmp}/optuna.db", "mlflow": f"sqlite:///{tmp}/mlflow.db"}
+        if bisect_only:
+            bisects = []
+            for seed in range(seeds):
+                bisects.append(bisect_run(tmp, store, noise=noise, seed=seed))
+                r = bisects[-1]
+                print(f"bisect seed {seed}: case {r['case']} {sorted(CASES[r['case']])}: "
+                      f"{'correct' if r['correct'] else 'WRONG'} ({r['status']}), {r['probes']} probes "
+                      f"({r['verification_probes']} verifying), {r['live_trials']} live trials", flush=True)
+            print(json.dumps({"noise": noise, "seeds": seeds, **bisect_summary(bisects)}))
+            return
         trials: dict[str, list[int]] = {"grid": [], "random": [], "tpe": [], "staged": [], "staged_no_model": []}
         naive_false: list[bool] = []
         runs, bare = [], []
@@ -190,7 +302,7 @@ def main(
             trials["staged_no_model"].append(bare[-1]["trials"])
             print(f"seed {seed}: " + ", ".join(f"{k} {v[-1]}" for k, v in trials.items())
                   + f" (confirmed: {runs[-1]['reached']}, {runs[-1]['confirm_samples']} confirm samples)", flush=True)
-        correct = [bisect_case(tmp, store, noise=noise, seed=seed) for seed in range(seeds)]
+        bisects = [bisect_run(tmp, store, noise=noise, seed=seed) for seed in range(seeds)]
     reached = [r for r in runs if r["reached"]]
     summary = {
         "noise": noise, "seeds": seeds,
@@ -205,7 +317,7 @@ def main(
         "configs_skipped_median": statistics.median(r["skipped"] for r in runs),
         "unconfirmed_false_success_rate": sum(naive_false) / len(naive_false),
         "confirm_samples_median": statistics.median(r["confirm_samples"] for r in runs),
-        "bisect_correct_rate": sum(correct) / seeds,
+        **bisect_summary(bisects),
     }
     print(f"\nlandscape: {len(WIRINGS)} wirings × {' × '.join(SPACE)}; baseline {BASELINE_TOK_S} tok/s; "
           f"noise {noise:.1%}; {seeds} seeds")

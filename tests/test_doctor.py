@@ -180,3 +180,23 @@ def test_final_layer_by_family(tiny, tmp_path, model_type, flagged):
                                             ids=[1, 5, 11], dump_layer_ids=[1, 5, 11]),
                                   check_inputs=False), sglang_version="0.5.23")
     assert any(f.code == "final-layer-id" for f in found) is flagged
+
+
+@pytest.mark.parametrize("kind", ["local", "sglang"])
+def test_a_wrong_wiring_hidden_by_eagle_is_a_latent_error(tmp_path, tiny, kind):
+    """EAGLE leaves the ids unused: the wiring changes nothing today, but the fix of the algorithm exposes it."""
+    settings = {"speculative_algorithm": "EAGLE", "eagle_aux_hidden_state_layer_ids": [0, 4, 8]}
+    findings = diagnose(load_spec(_spec_with_draft(tmp_path / "a", tiny, settings=settings, kind=kind),
+                                  check_inputs=False), sglang_version="0.5.23")
+    by_code = {f.code: f for f in findings}
+    assert set(by_code) == {"eagle-vs-eagle3", "dump-wiring"}, [f.message for f in findings]
+    wiring = by_code["dump-wiring"]
+    assert wiring.severity == "error" and wiring.latent and not by_code["eagle-vs-eagle3"].latent
+    assert "latent while speculative_algorithm is EAGLE" in wiring.message and "[1, 5, 9]" in wiring.fix
+    assert wiring.to_json()["latent"] is True
+    exposed = diagnose(load_spec(_spec_with_draft(tmp_path / "b", tiny, settings={
+        "eagle_aux_hidden_state_layer_ids": [0, 4, 8]}, kind=kind), check_inputs=False), sglang_version="0.5.23")
+    assert [(f.code, f.latent) for f in exposed] == [("dump-wiring", False)]  # the same finding, now live
+    right = diagnose(load_spec(_spec_with_draft(tmp_path / "c", tiny, settings={"speculative_algorithm": "EAGLE"},
+                                                kind=kind), check_inputs=False), sglang_version="0.5.23")
+    assert [f.code for f in right] == ["eagle-vs-eagle3"]  # the draft's own ids: nothing latent

@@ -1,19 +1,28 @@
 """The changes a bisect searches: what differs between the good and the bad configuration *as the engine runs them*.
 
 Settings are flat names as a spec writes them (LiveSettings fields, ``env.NAME``, ``server_args.flag``).
-A requested difference is a change only when the engine's plans tell it apart: the list is the smallest
-set of requested differences that, applied to the good configuration, plans to the bad configuration's
-fingerprint, trying to drop first the settings whose effective values are equal at both ends. So a setting
-the engine ignores (``env.*`` or ``concurrency`` on the local engine), an explicit default equal to the
-default, the draft's own layer ids written out, or a value the engine overrides from another change
-(``num_draft_tokens`` under ``topk == 1``) is not a change.
+A requested difference is set aside as *not a change* only when the engine's plans show it inert from **both**
+ends: applied alone to the good configuration it plans the good configuration's fingerprint, and reverted
+alone from the bad configuration it plans the bad one's (and the set of the rest still plans the bad
+configuration's fingerprint when applied to the good one). So a setting the engine ignores (``env.*`` or
+``concurrency`` on the local engine), an explicit default equal to the default, the draft's own layer ids
+written out, or a value the engine overrides at both ends (``num_draft_tokens`` under ``topk == 1`` on both
+sides) is not a change.
+
+A difference inert from one end only is a change, *masked* at that end by the settings that hide it there
+(:attr:`Change.masked_by`): under ``speculative_algorithm: EAGLE`` the layer ids are unused, so a wrong wiring
+in a bad configuration that also says ``EAGLE`` changes nothing until the algorithm is reverted; with
+``topk == 1`` in the good configuration, the bad one's ``num_draft_tokens`` matters only together with its
+``topk``. Dropping such a setting because one end ignores it gives a false repair set.
 
 A change is applied with its requested bad value (in clear: secrets must reach the engine); what is shown
-is the plan's effective value, where secrets are already redacted.
+is the plan's effective value, where secrets are already redacted (at a masked end: the value as it runs
+with the maskers flipped, i.e. as the repair exposes it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,6 +43,8 @@ class Change:
     good: dict[str, Any]  # setting -> requested value in the good configuration (None: unset); may be secret
     bad: dict[str, Any]  # setting -> requested value in the bad configuration (None: unset); may be secret
     shown: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # effective (good, bad), redacted
+    # end -> the changes whose values there hide this one (alone, it plans nothing new at that end)
+    masked_by: dict[Side, tuple[str, ...]] = field(default_factory=dict)
 
     def values(self, side: Side) -> Any:
         """The good or bad value as the engine runs it (a dict of values for a group); secrets redacted."""
@@ -44,7 +55,7 @@ class Change:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "settings": list(self.good), "good": self.values("good"),
-                "bad": self.values("bad")}
+                "bad": self.values("bad"), "masked_by": {side: list(m) for side, m in self.masked_by.items()}}
 
 
 def flat_settings(settings: LiveSettings) -> dict[str, Any]:
@@ -89,8 +100,56 @@ def apply_changes(base: dict[str, Any], changes: Sequence[Change]) -> dict[str, 
     return values
 
 
-def _apply_names(good: dict[str, Any], bad: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    return {**good, **{n: bad.get(n) for n in names}}
+def _apply_names(base: dict[str, Any], other: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """``base`` with ``names`` taken from ``other``."""
+    return {**base, **{n: other.get(n) for n in names}}
+
+
+class _Plans:
+    """Plans of flat settings, each planned once; a combination the engine cannot even plan is None."""
+
+    def __init__(self, plan: FlatPlanner):
+        self.plan = plan
+        self.memo: dict[str, TrialPlan | None] = {}
+
+    def __call__(self, flat: dict[str, Any]) -> TrialPlan | None:
+        key = json.dumps(flat, sort_keys=True, default=str)  # in memory only (values may be secret)
+        if key not in self.memo:
+            try:
+                self.memo[key] = self.plan(flat)
+            except Exception:  # the name stays a change: an unplannable combination is not "inert"
+                self.memo[key] = None
+        return self.memo[key]
+
+    def same(self, flat: dict[str, Any], fingerprint: str) -> bool:
+        p = self(flat)
+        return p is not None and p.fingerprint == fingerprint
+
+    def differ(self, a: dict[str, Any], b: dict[str, Any]) -> bool:
+        """Both plan, to different fingerprints."""
+        pa, pb = self(a), self(b)
+        return pa is not None and pb is not None and pa.fingerprint != pb.fingerprint
+
+
+def _maskers(name: str, start: dict[str, Any], other: dict[str, Any], candidates: list[str],
+             plans: _Plans) -> list[str]:
+    """The settings whose value at ``start`` hides ``name``: flipped to ``other``'s, ``name`` changes the plan.
+
+    Each single candidate that unmasks ``name`` alone; else a 1-minimal set of them that does together.
+    """
+    def unmasks(ms: Sequence[str]) -> bool:
+        base = _apply_names(start, other, ms)
+        return plans.differ(base, _apply_names(base, other, [name]))
+
+    single = [m for m in candidates if unmasks([m])]
+    if single or not candidates or not unmasks(candidates):
+        return single
+    kept = list(candidates)
+    for m in list(kept):
+        rest = [k for k in kept if k != m]
+        if rest and unmasks(rest):
+            kept = rest
+    return kept
 
 
 def list_changes(
@@ -98,35 +157,92 @@ def list_changes(
 ) -> list[Change]:
     """The changes from ``good`` to ``bad`` (flat requested settings), one per setting or group (module docstring).
 
-    ``plan`` turns flat settings into the engine's plan; the good and bad plans decide what differs.
+    Args:
+        good: the good configuration's flat requested settings.
+        bad: the bad configuration's.
+        plan: flat settings -> the engine's plan; the plans decide what differs and what masks what.
+        groups: settings applied together as one change.
     """
+    plans = _Plans(plan)
     good_plan, bad_plan = plan(good), plan(bad)
+    good_fp, bad_fp = good_plan.fingerprint, bad_plan.fingerprint
+    plans.memo[json.dumps(good, sort_keys=True, default=str)] = good_plan
+    plans.memo[json.dumps(bad, sort_keys=True, default=str)] = bad_plan
+    if good_fp == bad_fp:
+        return []
     good_eff, bad_eff = flat_effective(good_plan.effective), flat_effective(bad_plan.effective)
     requested = requested_differences(good, bad)
-    if good_plan.fingerprint == bad_plan.fingerprint:
-        return []
-    equal = [n for n in requested if good_eff.get(n) == bad_eff.get(n)]
+    inert = {n: {"good": plans.same(_apply_names(good, bad, [n]), good_fp),
+                 "bad": plans.same(_apply_names(bad, good, [n]), bad_fp)} for n in requested}
+    both = [n for n in requested if all(inert[n].values())]
+    equal = [n for n in both if good_eff.get(n) == bad_eff.get(n)]
     kept = list(requested)
-    for name in [*equal, *(n for n in requested if n not in equal)]:
+    for name in [*equal, *(n for n in both if n not in equal)]:  # set aside while the rest rebuilds the bad plan
         trial = [n for n in kept if n != name]
-        try:
-            same = plan(_apply_names(good, bad, trial)).fingerprint == bad_plan.fingerprint
-        except Exception:  # a combination the engine cannot even plan: the name stays a change
-            same = False
-        if same:
+        if plans.same(_apply_names(good, bad, trial), bad_fp):
             kept = trial
+    group_of = {n: next((list(g) for g in groups if n in g), [n]) for n in kept}
+    masks: dict[str, dict[Side, list[str]]] = {}
+    shown: dict[str, tuple[Any, Any]] = {}
+    for n in kept:
+        others = [k for k in kept if k not in group_of[n]]
+        masks[n] = {}
+        values = [good_eff.get(n), bad_eff.get(n)]
+        for i, (side, start, other) in enumerate((("good", good, bad), ("bad", bad, good))):
+            if not inert[n][side]:
+                continue
+            by = _maskers(n, start, other, others, plans)
+            masks[n][side] = by
+            unmasked = plans(_apply_names(start, other, by)) if by else None
+            if unmasked is not None:  # the value as it runs once the maskers are flipped (as the repair exposes it)
+                values[i] = flat_effective(unmasked.effective).get(n, values[i])
+        if n in good_eff or n in bad_eff:
+            shown[n] = (values[0], values[1])
     out: list[Change] = []
     taken: set[str] = set()
     for name in kept:
         if name in taken:
             continue
-        group = next((g for g in groups if name in g), [name])
-        members = [n for n in kept if n in group]
+        members = [n for n in kept if n in group_of[name]]
         taken.update(members)
-        shown = {n: (good_eff.get(n), bad_eff.get(n)) for n in members if n in good_eff or n in bad_eff}
         out.append(Change("+".join(members), {n: good.get(n) for n in members}, {n: bad.get(n) for n in members},
-                          shown))
-    return out
+                          {n: shown[n] for n in members if n in shown}))
+    change_of = {n: c.name for c in out for n in c.good}
+    final = []
+    for c in out:
+        masked: dict[Side, tuple[str, ...]] = {}
+        for side in ("good", "bad"):
+            if any(side in masks[n] for n in c.good):
+                by = [change_of[m] for n in c.good for m in masks[n].get(side, [])]
+                masked[side] = tuple(dict.fromkeys(by))
+        final.append(Change(c.name, c.good, c.bad, c.shown, masked))
+    return final
+
+
+def with_masks(good: dict[str, Any], bad: dict[str, Any], change: Change, *, plan: FlatPlanner,
+               changes: Sequence[Change]) -> Change:
+    """``change`` (a difference set aside as inert that turned out to matter) with what hides it at each end.
+
+    Args:
+        good: the good configuration's flat requested settings.
+        bad: the bad configuration's.
+        change: the difference, inert alone from both ends.
+        plan: flat settings -> the engine's plan.
+        changes: the other changes, which may hide it.
+    """
+    plans = _Plans(plan)
+    names = [n for c in changes if c.name != change.name for n in c.good]
+    change_of = {n: c.name for c in changes for n in c.good}
+    masked: dict[Side, tuple[str, ...]] = {}
+    for side, start, other in (("good", good, bad), ("bad", bad, good)):
+        by = {change_of[m] for n in change.good for m in _maskers(n, start, other, names, plans)}
+        masked[side] = tuple(c.name for c in changes if c.name in by)
+    return Change(change.name, change.good, change.bad, change.shown, masked)
+
+
+def not_changes(good: dict[str, Any], bad: dict[str, Any], *, changes: Sequence[Change]) -> list[Change]:
+    """The requested differences that are not changes, as changes (one per setting) that can still be applied."""
+    return [Change(n, {n: good.get(n)}, {n: bad.get(n)}) for n in explain_no_changes(good, bad, changes=changes)]
 
 
 def explain_no_changes(good: dict[str, Any], bad: dict[str, Any], *, changes: Sequence[Change]) -> list[str]:

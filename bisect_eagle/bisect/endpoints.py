@@ -44,7 +44,10 @@ def load_endpoint(text: str, *, flag: str, tracking_uri: str) -> Endpoint:
     except Exception as e:  # MLflow raises several types for a missing artifact
         raise BadInput(f"{flag} {text}: the run has no readable trial.json artifact ({type(e).__name__}); "
                        "give the run of a live trial") from None
-    requested = trial.get("requested")
+    plan = trial.get("plan") if isinstance(trial, dict) else None
+    requested = plan.get("requested") if isinstance(plan, dict) else None  # the plan's explicit request
+    if not isinstance(requested, dict):
+        requested = trial.get("requested") if isinstance(trial, dict) else None  # trial.json before the plan held it
     if not isinstance(requested, dict):
         raise BadInput(f"{flag} {text}: trial.json has no 'requested' settings")
     return Endpoint(f"run:{text}", flat_settings(parse_settings(requested, f"{flag} {text}: trial.json requested")),

@@ -1,10 +1,11 @@
 """The bisect log: git bisect's log/replay for configurations, one mark per probed configuration.
 
 Format (``# bisect-eagle bisect log v1``): header lines ``# key: value`` (good, bad, judge, set, reference,
-noise, changes; JSON except good and bad), the changes with their good and bad values as the engine runs
-them, then one mark per probe: ``good|bad|skip <change,change,... or -> [# note]``. Marks may be edited
-before ``--replay``. Nothing secret is written: values come from the plans (redacted) and the caller
-scrubs free text.
+noise, changes, inert; JSON except good and bad), the changes with their good and bad values as the engine runs
+them (a change masked at one end says by what), then one mark per probe: ``good|bad|skip <change,change,... or
+-> [# note]`` (a mark may name an inert difference: a verification applies them as the bad configuration holds
+them). Marks may be edited before ``--replay``. Nothing secret is written: values come from the plans
+(redacted) and the caller scrubs free text.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.tracking.redact import redact_mapping
 
 LOG_MAGIC = "# bisect-eagle bisect log v1"
-HEADER_KEYS = ("good", "bad", "judge", "set", "reference", "noise", "changes")
+HEADER_KEYS = ("good", "bad", "judge", "set", "reference", "noise", "changes", "inert")
 Mark = tuple[ProbeOutcome, tuple[str, ...], str]
 
 
@@ -35,6 +36,7 @@ class BisectLog:
     judge: dict[str, Any]
     overrides: dict[str, Any]  # --set values (secret ones are written redacted)
     changes: list[Change]
+    inert: list[str] = field(default_factory=list)  # requested differences that are not changes
     reference: dict[str, Any] | None = None  # {"samples": [...]}: the good configuration (ratio mode)
     noise: dict[str, Any] | None = None  # {"sd_log": s, "dof": ν}: the pooled noise estimate
     marks: list[Mark] = field(default_factory=list)
@@ -48,8 +50,12 @@ class BisectLog:
         if self.noise is not None:
             lines.append(f"# noise: {json.dumps(self.noise)}")
         lines.append(f"# changes: {json.dumps([c.name for c in self.changes])}")
+        if self.inert:
+            lines.append(f"# inert: {json.dumps(self.inert)}")
         for c in self.changes:
-            lines.append(f"#   {c.name}: {json.dumps(c.values('good'))} -> {json.dumps(c.values('bad'))}")
+            masked = "".join(f"  (hidden in the {side} configuration by {', '.join(by) or 'a combination'})"
+                             for side, by in c.masked_by.items())
+            lines.append(f"#   {c.name}: {json.dumps(c.values('good'))} -> {json.dumps(c.values('bad'))}{masked}")
         for outcome, applied, note in self.marks:
             note = " ".join(note.split())  # one line per mark
             lines.append(f"{outcome.value} {','.join(applied) or '-'}" + (f"  # {note}" if note else ""))

@@ -89,14 +89,17 @@ class Prober:
     def __init__(self, *, ctx: TrialContext, base: dict[str, Any], changes: list[Change], judge: Judge,
                  planner: FlatPlanner, log: BisectLog, log_path: Path,
                  replayed: dict[ChangeSet, tuple[ProbeOutcome, str]], scrub: Callable[[str], str],
-                 progress: BisectProgress | None = None):
+                 progress: BisectProgress | None = None, inert: list[Change] | None = None):
+        """``inert``: the requested differences that are not changes; a configuration may still apply them (the
+        bad configuration as it is, when an answer is verified)."""
         self.ctx, self.base, self.judge, self.planner = ctx, base, judge, planner
-        self.changes = {c.name: c for c in changes}
-        self.order = [c.name for c in changes]
+        self.changes = {c.name: c for c in [*changes, *(inert or [])]}
+        self.order = [c.name for c in [*changes, *(inert or [])]]
+        self.searched = frozenset(c.name for c in changes)  # a configuration holding them all is the bad endpoint
         self.log, self.log_path, self.replayed = log, log_path, dict(replayed)
         self.scrub, self.progress = scrub, progress
         self.seen: dict[str, Measurement] = {}
-        self.records: dict[ChangeSet, ProbeRecord] = {}
+        self.records: dict[ChangeSet, list[ProbeRecord]] = {}  # per configuration, one per time it was asked
         self.reference: Measurement | None = None
         self.measured = 0  # distinct plans measured (live or standalone trials started)
         self.samples = 0  # engine runs
@@ -108,6 +111,11 @@ class Prober:
     def standalone(self) -> bool:
         return self.judge.metric == STANDALONE_METRIC
 
+    def record(self, config: ChangeSet, time: int) -> ProbeRecord:
+        """The record of the ``time``-th answer (0-based) about ``config`` (a verification asks again)."""
+        records = self.records.get(config) or [ProbeRecord("replay")]
+        return records[min(time, len(records) - 1)]
+
     def applied(self, config: ChangeSet) -> str:
         return ",".join(n for n in self.order if n in config) or "-"
 
@@ -118,11 +126,11 @@ class Prober:
     def __call__(self, config: ChangeSet) -> Answer:
         if config in self.replayed:
             outcome, note = self.replayed[config]
-            self.records[config] = ProbeRecord("replay")
+            self.records.setdefault(config, []).append(ProbeRecord("replay"))
             return self._done(config, Answer(outcome, f"replayed: {note}" if note else "replayed", cached=True))
         if self.judge.relative and self.judge.reference is None and config:
             self._reference()
-        endpoint = config in (frozenset(), frozenset(self.order))
+        endpoint = not config or self.searched <= config
         self._started = None
         outcome, what = ProbeOutcome.UNRESOLVED, ""
         try:
@@ -139,7 +147,7 @@ class Prober:
             rec = ProbeRecord("measured", child_run_id=self._started,
                               failure=f"could not run: {type(e).__name__}: {reason}")
         self._flush()
-        self.records[config] = rec
+        self.records.setdefault(config, []).append(rec)
         m = rec.measurement
         failure = rec.failure or (m.failure if m else "")
         if failure:

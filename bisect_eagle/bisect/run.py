@@ -10,6 +10,14 @@ The report answers two questions separately (see :mod:`~bisect_eagle.bisect.ddmi
 They differ when changes interact: two changes that fail only together are one breaking set of two, and
 reverting either one repairs the bad configuration.
 
+A change may be *masked*: inert at one end, hidden by another setting there (a wrong wiring is unused while the
+bad configuration says ``speculative_algorithm: EAGLE``; see :mod:`~bisect_eagle.bisect.changes`). The report
+says, per change, what masks it, and in one line when a repair needs a masked change and its masker together.
+Every answer is verified by a probe before it is reported as ``isolated``: each breaking set applied to the good
+configuration judged BAD, the repair set reverted from the bad configuration as it is (its not-changes kept)
+judged GOOD (``verification`` in the report, per change and in all). A failed verification is followed (a
+not-change that matters becomes a change) or reported as ``interaction``.
+
 Its runs live in their own experiment (``<spec name> / bisect``), apart from the search's trials: a parent run
 whose description states the breaking sets, the repair set and the probe table, with a plot of the probes against
 the limit; a child per probe, named ``probe NN +changes: OUTCOME``.
@@ -21,16 +29,17 @@ values of both configurations and of this process's environment.
 
 from __future__ import annotations
 
+import collections
 import json
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bisect_eagle.bisect.changes import Change, explain_no_changes, list_changes
+from bisect_eagle.bisect.changes import Change, Side, explain_no_changes, list_changes, not_changes, with_masks
 from bisect_eagle.bisect.ddmin import (
     BisectProgress,
     BisectStatus,
@@ -38,12 +47,11 @@ from bisect_eagle.bisect.ddmin import (
     Culprits,
     ProbeOutcome,
     find_culprits,
-    probe_bound,
 )
 from bisect_eagle.bisect.endpoints import Endpoint, deployment, load_endpoint
 from bisect_eagle.bisect.judge import LIVE_METRICS, STANDALONE_METRIC, Judge
 from bisect_eagle.bisect.log import BisectLog, ParsedLog, parse_log
-from bisect_eagle.bisect.prober import Prober, ProbeRecord, make_planner
+from bisect_eagle.bisect.prober import Prober, make_planner
 from bisect_eagle.engines import make_engine
 from bisect_eagle.engines.base import Engine
 from bisect_eagle.errors import BadInput
@@ -94,15 +102,28 @@ class BisectReport:
     parent_run_id: str
     log: str
     not_changes: list[str] = field(default_factory=list)  # requested differences the plans do not tell apart
+    verification: list[dict[str, Any]] = field(default_factory=list)  # each answer's checking probe
+    verified: bool = False  # every answer checked and held (the repair set measured GOOD on the bad config)
+    interactions: list[str] = field(default_factory=list)  # one line per repair that needs a masked pair
+    promoted: list[str] = field(default_factory=list)  # not-changes alone that verification showed to matter
     scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)
 
+    def checks_of(self, name: str) -> list[dict[str, Any]]:
+        """The verification probes whose checked set holds the change ``name``."""
+        return [v for v in self.verification if name in v["changes"]]
+
     def to_json(self) -> dict[str, Any]:
+        def change(c: Change) -> dict[str, Any]:
+            return {**c.to_json(), "verification": self.checks_of(c.name)}
+
         body = {
             "status": self.status.value, "good": self.good, "bad": self.bad, "judge": self.judge,
-            "changes": [c.to_json() for c in self.changes], "not_changes": self.not_changes,
+            "changes": [change(c) for c in self.changes], "not_changes": self.not_changes,
             "breaking_sets": self.breaking, "repair_set": self.repair,
-            "culprits": [c.to_json() for c in self.culprits],
+            "culprits": [change(c) for c in self.culprits], "verified": self.verified,
+            "verification": self.verification, "interactions": self.interactions, "promoted": self.promoted,
             "probes": self.probes, "unresolved": self.unresolved, "probes_used": len(self.probes),
+            "verification_probes": sum(bool(p.get("verifies")) for p in self.probes),
             "probe_bound": self.probe_bound, "live_trials": self.live_trials, "samples": self.samples,
             "notes": self.notes, "parent_run_id": self.parent_run_id, "log": self.log,
         }
@@ -207,11 +228,12 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
         if not changes:
             raise _no_changes(good, bad, ignored, "standalone" if engine is None else engine.name)
         log_path = opts.log_path or Path("mlruns") / "bisect" / f"bisect-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        inert = not_changes(base, bad_values, changes=changes)
         log = BisectLog(_log_ref(opts.good), _log_ref(opts.bad), judge.settings(), dict(opts.overrides), changes,
-                        scrub=scrub)
+                        [c.name for c in inert], scrub=scrub)
         replayed: dict[ChangeSet, tuple[ProbeOutcome, str]] = {}
         if parsed is not None:
-            replayed = _check_replay(parsed, changes, opts.replay)
+            replayed = _check_replay(parsed, changes, opts.replay, inert=inert)
             judge.restore(parsed.header.get("reference"), parsed.header.get("noise"))
         tracking = Tracking.open(uri, bisect_experiment(spec.name), description=(
             f"bisect-eagle bisects of spec {spec.name!r}: which settings, changed from a good to a bad "
@@ -230,8 +252,12 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             ctx = TrialContext(spec=_probe_spec(spec, judge), tracking=tracking, study=f"bisect-{parent[:8]}",
                                parent_run_id=parent, engine=announced)
             prober = Prober(ctx=ctx, base=base, changes=changes, judge=judge, planner=planner, log=log,
-                            log_path=log_path, replayed=replayed, scrub=scrub, progress=say)
-            result = find_culprits([c.name for c in changes], prober, progress=say)
+                            log_path=log_path, replayed=replayed, scrub=scrub, progress=say, inert=inert)
+            result = find_culprits([c.name for c in changes], prober, inert=[c.name for c in inert], progress=say)
+            promoted = [with_masks(base, bad_values, c, plan=planner, changes=[*changes, *inert])
+                        for c in inert if c.name in result.promoted]
+            changes = [*changes, *promoted]
+            ignored = [n for n in ignored if n not in result.promoted]
             report = _report(result, prober, changes=changes, good=good, bad=bad, parent=parent, log_path=log_path)
             report.not_changes, report.scrub = ignored, scrub
             if ignored:
@@ -247,7 +273,12 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
                                           "samples": float(report.samples), "probe_bound": float(report.probe_bound)},
                          tags={"outcome": report.status.value, NOTE: bisect_description(body, tracking.experiment_id),
                                "culprits": ",".join(c.name for c in report.culprits)[:7900],
-                               "repair_set": ",".join(report.repair or [])[:7900]})
+                               "repair_set": ",".join(report.repair or [])[:7900],
+                               "verified": str(report.verified).lower(),
+                               "masked": ",".join(f"{c.name}<{side}:{'+'.join(by)}" for c in report.changes
+                                                  for side, by in c.masked_by.items())[:7900],
+                               **({"interactions": " | ".join(body["interactions"])[:7900]}
+                                  if body["interactions"] else {})})
             tracking.finish(parent, "FINISHED")
     return report
 
@@ -257,16 +288,19 @@ def _log_ref(text: str) -> str:
     return str(Path(text).resolve()) if Path(text).is_file() else text
 
 
-def _check_replay(parsed: ParsedLog, changes: list[Change], path: Path) -> dict[ChangeSet, tuple[ProbeOutcome, str]]:
+def _check_replay(parsed: ParsedLog, changes: list[Change], path: Path, *,
+                  inert: list[Change]) -> dict[ChangeSet, tuple[ProbeOutcome, str]]:
     names = {c.name for c in changes}
     logged = parsed.header.get("changes")
     if logged is not None and sorted(logged) != sorted(names):
         raise BadInput(f"{path}: header 'changes' lists {logged}, but the configurations now differ in "
                        f"{sorted(names)}; the specs changed since the log was written")
+    known = names | {c.name for c in inert}  # a verification applies the not-changes too
     for _, applied, _ in parsed.marks:
-        unknown = [a for a in applied if a not in names]
+        unknown = [a for a in applied if a not in known]
         if unknown:
-            raise BadInput(f"{path}: a mark applies {unknown}, which is not one of the changes {sorted(names)}")
+            raise BadInput(f"{path}: a mark applies {unknown}, which is not one of the changes {sorted(names)}"
+                           + (f" nor of the other differences {sorted(known - names)}" if known != names else ""))
     return {frozenset(applied): (outcome, note) for outcome, applied, note in parsed.marks}
 
 
@@ -274,20 +308,71 @@ def _report(result: Culprits, prober: Prober, *, changes: list[Change], good: En
             log_path: Path) -> BisectReport:
     by_name = {c.name: c for c in changes}
     probes = []
+    asked: collections.Counter[ChangeSet] = collections.Counter()
     for p in result.probes:
-        rec = prober.records.get(frozenset(p.applied)) or ProbeRecord("replay")
+        config = frozenset(p.applied)
+        rec = prober.record(config, asked[config])
+        asked[config] += 1
         probes.append({"applied": list(p.applied), "outcome": p.outcome.name, "detail": prober.scrub(p.detail),
-                       "cached": p.cached, **rec.to_json()})
+                       "cached": p.cached, "verifies": p.verifies, **rec.to_json()})
     culprits = [by_name[n] for n in result.culprits]
     judge = prober.judge
+    verification = [{"check": v.check, "changes": list(v.changes), "applied": list(v.applied),
+                     "expected": v.expected.name, "outcome": v.outcome.name, "ok": v.ok, "probe": v.probe,
+                     "median": probes[v.probe - 1].get("median"), "detail": prober.scrub(v.detail)}
+                    for v in result.verifications]
+    status, notes = result.status, [prober.scrub(n) for n in result.notes]
+    if status is BisectStatus.ISOLATED and result.repair is not None and not result.verified:  # never unverified
+        status = BisectStatus.INTERACTION
+        notes.append("the repair set was not measured GOOD on the bad configuration; the answer is not isolated")
+    repair = None if result.repair is None else list(result.repair)
     return BisectReport(
-        status=result.status, good=good.label, bad=bad.label,
+        status=status, good=good.label, bad=bad.label,
         judge={**judge.settings(), "limit": judge.limit, "noise": judge.noise.to_json()},
-        changes=changes, breaking=[list(c) for c in result.breaking],
-        repair=None if result.repair is None else list(result.repair), culprits=culprits, probes=probes,
-        unresolved=[list(u) for u in result.unresolved], live_trials=prober.measured, samples=prober.samples,
-        probe_bound=probe_bound(len(culprits), len(changes)), notes=[prober.scrub(n) for n in result.notes],
-        parent_run_id=parent, log=str(log_path))
+        changes=changes, breaking=[list(c) for c in result.breaking], repair=repair, culprits=culprits,
+        probes=probes, unresolved=[list(u) for u in result.unresolved], live_trials=prober.measured,
+        samples=prober.samples, probe_bound=result.probe_bound, notes=notes, parent_run_id=parent,
+        log=str(log_path), verification=verification, verified=result.verified,
+        interactions=[prober.scrub(line) for line in interactions(changes, breaking=result.breaking,
+                                                                  repair=result.repair, probes=probes)],
+        promoted=list(result.promoted))
+
+
+def interactions(changes: list[Change], *, breaking: list[tuple[str, ...]], repair: tuple[str, ...] | None,
+                 probes: list[dict[str, Any]]) -> list[str]:
+    """One line per answer that needs a masked change together with what masks it.
+
+    Args:
+        changes: the changes, with what masks each.
+        breaking: the breaking sets.
+        repair: the repair set (None: not established).
+        probes: the probes as reported (to quote the measured value of reverting the masker alone).
+    """
+    by_name = {c.name: c for c in changes}
+    searched = {c.name for c in changes}
+    out = []
+
+    def named(names: Sequence[str], side: Side) -> str:
+        return ", ".join(f"{n}={by_name[n].values(side)}" for n in names)
+
+    for c in changes:
+        hiders = [m for m in c.masked_by.get("bad", ()) if repair is not None and m in repair]
+        if hiders and repair is not None and c.name in repair:
+            line = f"{named(hiders, 'bad')} hides {c.name} in the bad configuration: revert both"
+            if len(hiders) > 1:
+                line = line.replace("revert both", "revert all of them")
+            alone = next((p for p in probes if set(p["applied"]) >= searched - set(hiders)
+                          and not set(p["applied"]) & set(hiders) and p["outcome"] != "UNRESOLVED"), None)
+            if alone is not None:
+                value = "" if alone.get("median") is None else f", median {alone['median']:.4g}"
+                line += f" (reverting {', '.join(hiders)} alone: {alone['outcome']}{value})"
+            out.append(line)
+        for cause in breaking:
+            hidden_by = [m for m in c.masked_by.get("good", ()) if m in cause]
+            if hidden_by and c.name in cause:
+                out.append(f"{c.name} breaks the good configuration only together with {', '.join(hidden_by)} "
+                           f"({named(hidden_by, 'good')} hides it there)")
+    return out
 
 
 def bisect_experiment(spec_name: str) -> str:
@@ -341,13 +426,28 @@ def bisect_description(body: dict[str, Any], experiment_id: str) -> str:
     if body["repair_set"] is not None:
         lines += ["", "**Repair set** (reverted from the bad configuration, repairs it): "
                   + (" + ".join(f"`{n}`" for n in body["repair_set"]) or "none")]
+    masked = [(c["name"], side, by) for c in body["changes"] for side, by in c.get("masked_by", {}).items()]
+    if masked:
+        lines += ["", "**Masked changes** (inert alone at one end, hidden there by other settings):"]
+        lines += [f"- `{n}`: hidden in the {side} configuration by "
+                  + (" + ".join(f"`{b}`" for b in by) or "a combination") for n, side, by in masked]
+    for line in body.get("interactions", []):
+        lines += ["", f"**Interaction:** {line}"]
+    if body.get("verification"):
+        lines += ["", "**Verification** (" + ("every answer held" if body.get("verified") else "NOT verified") + "):"]
+        for v in body["verification"]:
+            what = ("applied to the good configuration" if v["check"] == "breaking"
+                    else "reverted from the bad configuration")
+            lines.append(f"- {v['check']} set {' + '.join(f'`{n}`' for n in v['changes']) or 'none'} {what}: "
+                         f"{v['outcome']} (expected {v['expected']}; probe {v['probe']}, median {_cell(v['median'])})")
     limit = "-" if j.get("limit") is None else f"{j['limit']:.4g}"
     lines += ["", f"Judged by `{j['metric']}` against the limit {limit} (confidence {j['confidence']:g}).", "",
               "| probe | changes applied | outcome | median | samples | run |", "|---|---|---|---|---|---|"]
     for i, p in enumerate(body["probes"], 1):
         run = p.get("child_run_id") or p.get("run_id")
         link = f"[{run[:8]}](#/experiments/{experiment_id}/runs/{run})" if run else "-"
-        lines.append(f"| {i} | {', '.join(p['applied']) or '(good config)'} | {p['outcome']} | "
+        verifies = f" (verifies the {p['verifies']} set)" if p.get("verifies") else ""
+        lines.append(f"| {i}{verifies} | {', '.join(p['applied']) or '(good config)'} | {p['outcome']} | "
                      f"{_cell(p.get('median'))} | {len(p.get('samples') or [])} | {link} |")
     for note in body["notes"]:
         lines += ["", f"Note: {note}"]

@@ -9,6 +9,10 @@ different layers on llama and on GLM-5; ``-1`` and the final layer break on some
 overrides ``num_draft_tokens``; ``EAGLE`` with an EAGLE-3 draft runs at accept length 1.0; a draft vocabulary
 needs ``d2t``; and the draft must be fed the layers of the dump it was trained on.
 
+The checks see through masks: under ``speculative_algorithm: EAGLE`` the layer ids are unused, so a wrong
+wiring changes nothing today, but the fix of the algorithm (``EAGLE3``) exposes it. Its findings are reported
+anyway, as *latent* (``latent: true``, the message says what hides them).
+
 Modules: :mod:`.core` (findings, the spec's facts, the run), :mod:`.ids` (where and which layers),
 :mod:`.model` (draft, dump, algorithm, vocabulary).
 """
@@ -42,8 +46,9 @@ class Finding:
     where: str  # file and key
     message: str
     fix: str
+    latent: bool = False  # unused today (hidden by another setting); the fix of that setting exposes it
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -101,6 +106,23 @@ class Doctor(IdChecks, ModelChecks):
     def add(self, code: str, severity: Severity, *, where: str, message: str, fix: str) -> None:
         self.findings.append(Finding(code, severity, where, message, fix))
 
+    def check_fed_wiring(self) -> None:
+        """The ids fed to the draft: range, width, the dump's layers; latent while EAGLE leaves them unused."""
+        ids, conv, where = self.fed_ids()
+        algorithm = self.settings.speculative_algorithm
+        if ids is None or self.settings.is_baseline or (algorithm != "EAGLE3" and not self.draft.is_eagle3):
+            return  # an EAGLE (not EAGLE-3) draft reads no aux ids at all: nothing to expose
+        first = len(self.findings)
+        if self.check_ids(ids, conv, where=where) and self.check_fc_width(ids, where):
+            self.check_wiring(ids, conv, where=where)
+        if algorithm == "EAGLE3":
+            return
+        hidden = (f"latent while speculative_algorithm is {algorithm} (the ids are unused: the draft gets the final "
+                  "state)")
+        for i, f in enumerate(self.findings[first:], start=first):
+            self.findings[i] = Finding(f.code, f.severity, f.where, f"{hidden}; switching to EAGLE3 exposes it: "
+                                       f"{f.message}", f.fix + " (before switching to EAGLE3)", latent=True)
+
     def check_plan(self) -> None:
         """The engine's own plan of the fixed settings: a refusal that no other check explained is an error.
 
@@ -128,10 +150,7 @@ class Doctor(IdChecks, ModelChecks):
         self.check_location()
         self.check_vocab()
         self.check_draft_tokens()
-        ids, conv, where = self.fed_ids()
-        uses_aux = not self.settings.is_baseline and self.settings.speculative_algorithm == "EAGLE3"
-        if ids is not None and uses_aux and self.check_ids(ids, conv, where=where) and self.check_fc_width(ids, where):
-            self.check_wiring(ids, conv, where=where)
+        self.check_fed_wiring()
         space = self.spec.space.get(WIRING_SETTING)
         for i, choice in enumerate(space.choices or [] if space else []):
             if isinstance(choice, list):

@@ -60,8 +60,12 @@ def test_names_exactly_the_planted_culprits_within_the_bound(first):
     assert sorted(report["repair_set"]) == sorted(PLANTED)  # independent mistakes: both must be reverted
     wiring = next(x for x in report["culprits"] if x["name"] == "eagle_aux_hidden_state_layer_ids")
     assert (wiring["good"], wiring["bad"]) == ([1, 5, 9], [-1, 1, 5])
-    bound = 2 * c * (n - 1).bit_length() + 2 + c
+    b = len(report["breaking_sets"])
+    bound = 2 * c * (n - 1).bit_length() + 2 + c + b + 1  # + one verification probe per answer
     assert report["probes_used"] == len(report["probes"]) <= report["probe_bound"] == bound
+    assert report["verified"] and report["verification_probes"] == b + 1
+    repair = next(v for v in report["verification"] if v["check"] == "repair")
+    assert repair["outcome"] == "GOOD" and set(repair["applied"]) == set(report["not_changes"])  # bad as it is
     assert report["unresolved"] == []
     first_probe, second = report["probes"][:2]
     assert first_probe["applied"] == [] and first_probe["outcome"] == "GOOD"
@@ -152,6 +156,60 @@ def test_a_planted_token_appears_nowhere(first):
     assert "env.HF_TOKEN" in same.stderr and token not in same.stderr + same.stdout
 
 
+def test_a_wiring_hidden_by_eagle_is_reverted_with_the_algorithm(tiny, tmp_path):
+    """The incident's masked pair on the tiny scenario: the bad deployment says EAGLE (the layer ids are unused)
+    and feeds a wrong wiring, next to harmless not-changes. Reverting the algorithm alone exposes the wiring; the
+    repair set is both, and every answer is a probe shown in the output."""
+    import yaml
+
+    raw = yaml.safe_load(GOOD.read_text())
+    raw["name"] = "tiny-eagle-masked"
+    raw.pop("space")
+    raw["engine"]["settings"].update({"speculative_algorithm": "EAGLE", "eagle_aux_hidden_state_layer_ids": [-1, 1, 5],
+                                      "num_draft_tokens": 16, "env.NCCL_ALGO": "Tree",
+                                      "server_args.cuda_graph_max_bs": 8})
+    bad = tmp_path / "eagle-masked.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = _bisect(tmp_path, "--good", str(GOOD), "--bad", str(bad), "--log", str(tmp_path / "m.log"))
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    wiring, algo = "eagle_aux_hidden_state_layer_ids", "speculative_algorithm"
+    assert [c["name"] for c in report["changes"]] == [algo, wiring]  # the wiring is a change, masked by EAGLE
+    assert report["changes"][1]["masked_by"] == {"bad": [algo]}
+    assert (report["changes"][1]["good"], report["changes"][1]["bad"]) == ([1, 5, 9], [-1, 1, 5])
+    assert set(report["not_changes"]) == {"num_draft_tokens", "env.NCCL_ALGO", "server_args.cuda_graph_max_bs"}
+    assert report["status"] == "isolated" and report["verified"]
+    assert sorted(report["breaking_sets"]) == [[wiring], [algo]] and sorted(report["repair_set"]) == [wiring, algo]
+    limit = report["judge"]["limit"]
+    checks = {(v["check"], tuple(v["changes"])): v for v in report["verification"]}
+    for name in (algo, wiring):
+        v = checks[("breaking", (name,))]
+        assert v["applied"] == [name] and v["outcome"] == "BAD" and v["median"] < limit
+    repair = checks[("repair", tuple(report["repair_set"]))]
+    assert repair["outcome"] == "GOOD" and repair["median"] >= limit
+    assert set(repair["applied"]) == set(report["not_changes"])  # the bad deployment with both reverted, as it is
+    for v in report["verification"]:
+        assert report["probes"][v["probe"] - 1]["verifies"] == v["check"]
+    # with two changes, the bad configuration with the algorithm alone reverted is the wiring alone applied to good
+    only_algo = next(p for p in report["probes"] if p["applied"] == [wiring])
+    assert only_algo["outcome"] == "BAD" and only_algo["median"] < limit
+    assert report["interactions"] == [
+        f"{algo}=EAGLE hides {wiring} in the bad configuration: revert both (reverting {algo} alone: BAD, median "
+        f"{only_algo['median']:.4g})"]
+    assert report["probes_used"] <= report["probe_bound"]
+    human = subprocess.run([sys.executable, "-c", CLI, "bisect", "--metric", "accept_length", *FAST, "--tracking-uri",
+                            f"sqlite:///{tmp_path / 'mlflow.db'}", "--good", str(GOOD), "--bad", str(bad), "--log",
+                            str(tmp_path / "again.log")], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                           env={**ENV, "COLUMNS": "250"})
+    assert human.returncode == 0, human.stderr
+    text = " ".join(human.stdout.split())
+    assert f"interaction: {algo}=EAGLE hides {wiring} in the bad configuration: revert both" in text
+    assert re.search(rf"repairs the bad configuration when reverted from it: ({algo} \+ {wiring}|{wiring} \+ {algo}) "
+                     r"\(verified: probe \d+ measured GOOD, median [\d.]+\)", text), text
+    assert re.search(rf"breaks the good configuration when applied to it: {wiring} \(verified: probe \d+ measured "
+                     r"BAD", text)
+
+
 class ScriptedEngine(Engine):
     """Accept length 1.0 for the planted mistakes, 3.0 otherwise; crashes or fails where told.
 
@@ -181,7 +239,8 @@ class ScriptedEngine(Engine):
                           detail="captured 2 of 3 aux hidden states")
         broken = -1 in effective["eagle_aux_hidden_state_layer_ids"] or effective["num_steps"] == 1
         al = 1.0 if broken else 3.0
-        return TrialResult(self.name, "ok", plan.requested, effective, output_tok_s=10 * al, accept_length=al)
+        return TrialResult(engine=self.name, status="ok", requested=plan.requested, effective=effective,
+                           output_tok_s=10 * al, accept_length=al)
 
 
 def _crash(settings: LiveSettings) -> str | None:

@@ -38,7 +38,8 @@ def oracle(causes: list[set[str]], skip=lambda cfg: False, calls: list | None = 
 
 
 def bound(c: int, n: int) -> int:
-    return 2 * c * math.ceil(math.log2(n)) + 2 + c
+    """Isolation (endpoints included), the repair set's 1-minimality, and a verification per answer (b <= c)."""
+    return 2 * c * math.ceil(math.log2(n)) + 2 + c + c + 1
 
 
 def repairs(causes: list[set[str]], n: int, repair: tuple[str, ...]) -> bool:
@@ -63,9 +64,13 @@ def test_single_culprit_anywhere_is_found_within_the_bound(n):
 
 
 def test_binary_search_cost_for_one_culprit():
-    """At n = 2 one probe halves the difference: ceil(log2 n) probes plus the endpoints and two checks."""
+    """At n = 2 one probe halves the difference: ceil(log2 n) probes plus the endpoints, two checks and the two
+    verifications (the breaking set, the repair set)."""
     result = find_culprits(names(16), oracle([{"s11"}]))
-    assert len(result.probes) <= 2 + 4 + 2
+    assert len(result.probes) <= 2 + 4 + 2 + 2
+    assert [(p.applied, p.verifies) for p in result.probes[-2:]] == [(("s11",), "breaking"),
+                                                                     (tuple(n for n in names(16) if n != "s11"),
+                                                                      "repair")]
 
 
 @pytest.mark.parametrize("n", [2, 4, 7, 8])
@@ -104,7 +109,9 @@ def test_three_interacting_and_mixed_causes():
 def test_probes_are_memoised_per_configuration():
     calls: list = []
     result = find_culprits(names(8), oracle([{"s2"}, {"s6"}], calls=calls))
-    assert len(calls) == len(set(calls)) == len(result.probes)
+    search = [p.applied for p in result.probes if p.verifies is None]
+    assert len(calls) == len(result.probes) and len(search) == len(set(search))  # each asked once while searching
+    assert [p.verifies for p in result.probes if p.verifies] == ["breaking", "breaking", "repair"]  # then re-asked
     assert result.probes[0].applied == () and result.probes[0].outcome is ProbeOutcome.GOOD
     assert result.probes[1].applied == tuple(names(8)) and result.probes[1].outcome is ProbeOutcome.BAD
 
@@ -197,7 +204,8 @@ def test_every_repair_set_is_one_minimal():
 
 
 def test_probe_bound():
-    assert probe_bound(2, 7) == 16 and probe_bound(1, 1) == 3 and probe_bound(3, 16) == 29
+    assert probe_bound(2, 7) == 19 and probe_bound(1, 1) == 5 and probe_bound(3, 16) == 33
+    assert probe_bound(2, 7, breaking=1) == 18  # two interacting culprits: one breaking set to verify
 
 
 def test_the_module_imports_only_the_standard_library():

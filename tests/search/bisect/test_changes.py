@@ -6,7 +6,13 @@ from typing import Any
 
 from fake_engine import FakeEngine
 
-from bisect_eagle.bisect.changes import apply_changes, explain_no_changes, flat_settings, list_changes
+from bisect_eagle.bisect.changes import (
+    apply_changes,
+    explain_no_changes,
+    flat_settings,
+    list_changes,
+    not_changes,
+)
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.spec.schema import settings_from
 from bisect_eagle.spec.settings import LiveSettings
@@ -64,6 +70,62 @@ def test_a_setting_needed_to_rebuild_the_bad_plan_stays_a_change():
     changes = list_changes(good, bad, plan=server_like)
     assert [c.name for c in changes] == ["topk", "num_draft_tokens"]
     assert server_like(apply_changes(good, changes)).fingerprint == server_like(bad).fingerprint
+    topk, ndt = changes
+    assert topk.masked_by == {} and ndt.masked_by == {"good": ("topk",)}  # topk 1 hides it in the good one
+    assert (ndt.values("good"), ndt.values("bad")) == (8, 4)  # as it runs once topk is 2: the default 8
+
+
+def eagle_like(flat: dict[str, Any]) -> TrialPlan:
+    """A server engine that, like the local one, leaves the layer ids unused under speculative_algorithm EAGLE."""
+    settings = settings_from(flat, "test")
+    if settings.topk > 1 and settings.num_draft_tokens is None:
+        settings = settings.model_copy(update={"num_draft_tokens": 8})
+    effective, warnings, refusal = speculative_effective(settings)
+    ids = effective["eagle_aux_hidden_state_layer_ids"] or [1, 5, 9]
+    effective["eagle_aux_hidden_state_layer_ids"] = [] if settings.speculative_algorithm == "EAGLE" else ids
+    return make_plan("server", settings, effective=effective, warnings=warnings, refusal=refusal)
+
+
+def test_a_setting_hidden_in_the_bad_configuration_is_a_change_masked_there():
+    """EAGLE leaves the ids unused: reverting the wrong wiring alone from bad plans bad again, but applying it to
+    good does not plan good. It is a change, masked in the bad configuration by the algorithm."""
+    good = flat()
+    bad = flat(speculative_algorithm="EAGLE", eagle_aux_hidden_state_layer_ids=[-1, 1, 5], max_new_tokens=32,
+               **{"env.NCCL_ALGO": "Tree"})
+    changes = list_changes(good, bad, plan=eagle_like)
+    without_wiring = [c for c in changes if c.name != "eagle_aux_hidden_state_layer_ids"]
+    assert eagle_like(apply_changes(good, without_wiring)).fingerprint == eagle_like(bad).fingerprint  # yet a change
+    assert [c.name for c in changes] == ["speculative_algorithm", "eagle_aux_hidden_state_layer_ids",
+                                         "max_new_tokens", "env.NCCL_ALGO"]
+    algo, wiring = changes[:2]
+    assert wiring.masked_by == {"bad": ("speculative_algorithm",)} and algo.masked_by == {}
+    assert (wiring.values("good"), wiring.values("bad")) == ([1, 5, 9], [-1, 1, 5])  # bad: as the repair exposes it
+    assert wiring.to_json()["masked_by"] == {"bad": ["speculative_algorithm"]}
+    assert all(c.masked_by == {} for c in changes[2:])
+    assert explain_no_changes(good, bad, changes=changes) == []
+
+
+def test_a_difference_inert_from_both_ends_is_still_not_a_change():
+    """topk 1 at both ends: num_draft_tokens is overridden in both, whatever else differs."""
+    good, bad = flat(), flat(speculative_algorithm="EAGLE", num_draft_tokens=16)
+    changes = list_changes(good, bad, plan=eagle_like)
+    assert [c.name for c in changes] == ["speculative_algorithm"]
+    assert [c.name for c in not_changes(good, bad, changes=changes)] == ["num_draft_tokens"]
+
+
+def test_masked_by_several_settings_together():
+    """A plan that uses x only when both a and b are set at their bad values: reverting a or b alone unmasks x."""
+    def plan(values: dict[str, Any]) -> TrialPlan:
+        settings = settings_from(values, "test")
+        env = dict(settings.env)
+        if env.get("A") == "1" and env.get("B") == "1":
+            env.pop("X", None)
+        return make_plan("server", settings, effective={"env": env})
+
+    good = flat(**{"env.X": "0"})
+    bad = flat(**{"env.A": "1", "env.B": "1", "env.X": "9"})
+    x = next(c for c in list_changes(good, bad, plan=plan) if c.name == "env.X")
+    assert x.masked_by == {"bad": ("env.A", "env.B")}  # each one alone, reverted, exposes it
 
 
 def test_changes_show_effective_values_and_groups_apply_together():
@@ -78,7 +140,7 @@ def test_changes_show_effective_values_and_groups_apply_together():
     assert wiring.good == {"eagle_aux_hidden_state_layer_ids": None}  # applied as written: the draft's own ids
     assert changes[3].to_json() == {"name": "server_args.a+server_args.b", "settings": ["server_args.a",
                                     "server_args.b"], "good": {"server_args.a": 1, "server_args.b": 2},
-                                    "bad": {"server_args.a": 5, "server_args.b": 6}}
+                                    "bad": {"server_args.a": 5, "server_args.b": 6}, "masked_by": {}}
     assert apply_changes(good, changes[1:3]) == {**good, "num_steps": 1, "env.NCCL_ALGO": "Tree"}
 
 

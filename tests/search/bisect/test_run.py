@@ -49,7 +49,8 @@ class NoisyEngine(Engine):
     def run(self, plan: TrialPlan) -> TrialResult:
         self.runs[plan.fingerprint] += 1
         v = self.value(plan.effective) * (1 + self.noise * self.rng.gauss(0, 1))
-        return TrialResult(self.name, "ok", plan.requested, plan.effective, output_tok_s=v, accept_length=v / 30)
+        return TrialResult(engine=self.name, status="ok", requested=plan.requested, effective=plan.effective,
+                           output_tok_s=v, accept_length=v / 30)
 
 
 def write_spec(path: Path, **settings: Any) -> Path:
@@ -93,9 +94,11 @@ def test_configurations_that_plan_alike_are_measured_once(tmp_path, store):
     assert [c["name"] for c in out["changes"]] == ["topk", "num_draft_tokens"]
     assert out["breaking_sets"] == [["topk"]] and out["repair_set"] == ["topk"]
     good = out["probes"][0]
-    (alone,) = [p for p in out["probes"] if p["applied"] == ["num_draft_tokens"]]
+    alone, again = [p for p in out["probes"] if p["applied"] == ["num_draft_tokens"]]
     assert alone["source"] == "memory" and alone["fingerprint"] == good["fingerprint"]
     assert alone["outcome"] == "GOOD" and alone["samples"] == good["samples"]
+    assert again["verifies"] == "repair" and again["source"] == "memory"  # the repair set reverted: asked again
+    assert out["changes"][1]["masked_by"] == {"good": ["topk"]}  # topk 1 overrides it in the good configuration
     assert engine.runs[good["fingerprint"]] == len(good["samples"]) == 3  # no second trial of the good plan
     measured = [p["fingerprint"] for p in out["probes"] if p["source"] == "measured"]
     assert len(measured) == len(set(measured)) == out["live_trials"]
@@ -175,3 +178,80 @@ def test_replay_asks_again_for_a_secret_the_log_hides(tmp_path, store):
                        engine_factory=lambda spec: engine).to_json()
     assert again["breaking_sets"] == [["num_steps"]] and again["live_trials"] == 0
     assert all(p["source"] == "replay" for p in again["probes"])
+
+
+def reverted_value(engine: NoisyEngine, good: dict, bad: dict, names: list[str]) -> float:
+    """The noise-free value of the bad configuration with ``names`` set back to the good one's values."""
+    from bisect_eagle.spec.schema import settings_from
+
+    values = {**{k: v for k, v in bad.items() if k not in names}, **{n: good[n] for n in names if n in good}}
+    return engine.value(engine.plan(settings_from({"num_prompts": 2, **values}, "test")).effective)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_topk_1_hides_a_wrong_draft_token_count_in_the_bad_configuration(tmp_path, store, seed, capsys):
+    """Bad: topk 1 (slow) and 2 draft tokens (slow with a tree), hidden by topk 1. Reverting topk alone leaves
+    topk 2 with 2 draft tokens: still slow. The repair set is both, verified GOOD; each breaking set BAD."""
+    def value(eff: dict) -> float:
+        return 75.0 if eff["topk"] == 1 else 100.0 if eff["num_draft_tokens"] >= 4 else 70.0
+
+    engine = NoisyEngine(value, noise=0.02, seed=seed)
+    good, bad = {"topk": 2, "num_draft_tokens": 8}, {"topk": 1, "num_draft_tokens": 2, **HARMLESS}
+    report, out, seen = bisect(tmp_path, store, engine, good, bad, ratio=0.9)
+    assert out["status"] == "isolated" and out["verified"], out["notes"]
+    ndt = next(c for c in out["changes"] if c["name"] == "num_draft_tokens")
+    assert ndt["masked_by"] == {"bad": ["topk"]} and (ndt["good"], ndt["bad"]) == (8, 2)
+    assert sorted(out["breaking_sets"]) == [["num_draft_tokens"], ["topk"]]
+    assert sorted(out["repair_set"]) == ["num_draft_tokens", "topk"]
+    assert reverted_value(engine, good, bad, ["topk"]) < 90 <= reverted_value(engine, good, bad, out["repair_set"])
+    checks = {(v["check"], tuple(v["changes"])): v for v in out["verification"]}
+    assert {k: (v["expected"], v["outcome"]) for k, v in checks.items()} == {
+        ("breaking", ("topk",)): ("BAD", "BAD"), ("breaking", ("num_draft_tokens",)): ("BAD", "BAD"),
+        ("repair", tuple(out["repair_set"])): ("GOOD", "GOOD")}
+    for v in out["verification"]:  # each verification is a probe of its own, of the configuration it names
+        probe = out["probes"][v["probe"] - 1]
+        assert probe["verifies"] == v["check"] and probe["applied"] == v["applied"] and probe["outcome"] == v["outcome"]
+    repair = checks[("repair", tuple(out["repair_set"]))]
+    assert set(repair["applied"]) == set(HARMLESS)  # the bad configuration with both reverted
+    assert {v["check"] for v in ndt["verification"]} == {"breaking", "repair"}
+    assert out["interactions"][0].startswith("topk=1 hides num_draft_tokens in the bad configuration: revert both")
+    from bisect_eagle.cli.bisect import _print
+
+    _print(report)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "interaction: topk=1 hides num_draft_tokens in the bad configuration: revert both" in printed
+    assert f"(verified: probe {repair['probe']} measured GOOD" in printed
+    tracking, parent = Tracking.of_run(store, out["parent_run_id"])
+    assert parent.data.tags["verified"] == "true" and "num_draft_tokens<bad:topk" in parent.data.tags["masked"]
+    assert "**Verification** (every answer held)" in parent.data.tags["mlflow.note.content"]
+    assert json.loads(tracking.read_text(out["parent_run_id"], "result.json"))["verification"] == out["verification"]
+
+
+def test_a_not_change_that_matters_after_the_repair_is_followed(tmp_path, store):
+    """Bad: the baseline (no speculation), topk 2 and 16 draft tokens. The draft-token count is inert alone from
+    both ends (topk 1 in the good configuration, no speculation in the bad one), so it is no change; but reverting
+    the algorithm alone runs topk 2 with 16 draft tokens, which is slow. Verification measures that, the count
+    becomes a change, and the repair set that is reported repairs the bad configuration."""
+    def value(eff: dict) -> float:
+        if eff["speculative_algorithm"] == "none":
+            return 50.0
+        return 60.0 if eff["topk"] > 1 and eff["num_draft_tokens"] >= 16 else 100.0
+
+    engine = NoisyEngine(value, noise=0.02, seed=3)
+    good, bad = {}, {"speculative_algorithm": "none", "topk": 2, "num_draft_tokens": 16, "max_new_tokens": 32}
+    report, out, seen = bisect(tmp_path, store, engine, good, bad, ratio=0.9)
+    assert out["status"] == "isolated" and out["verified"], out["notes"]
+    assert out["promoted"] == ["num_draft_tokens"] and "num_draft_tokens" not in out["not_changes"]
+    assert any("bisect continues with num_draft_tokens as a change" in n for n in out["notes"])
+    first = next(p for p in out["probes"] if p["verifies"] == "repair")
+    assert first["outcome"] == "BAD" and "num_draft_tokens" in first["applied"]  # the answer it would have given
+    assert "speculative_algorithm" in out["repair_set"] and len(out["repair_set"]) == 2
+    assert reverted_value(engine, good, bad, ["speculative_algorithm"]) < 90
+    assert reverted_value(engine, good, bad, out["repair_set"]) >= 90
+    ndt = next(c for c in out["changes"] if c["name"] == "num_draft_tokens")
+    assert ndt["masked_by"] == {"good": ["topk"], "bad": ["speculative_algorithm"]}
+    assert "num_draft_tokens breaks the good configuration only together with topk (topk=1 hides it there)" in \
+        out["interactions"]
+    assert out["probes_used"] <= out["probe_bound"]
+    log = (tmp_path / "b.log").read_text()
+    assert '# inert: ["num_draft_tokens"]' in log and "bad topk,max_new_tokens,num_draft_tokens" in log
