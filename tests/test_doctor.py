@@ -106,13 +106,35 @@ def test_planted_draft_errors(tmp_path, tiny, edit, drop, code, text):
     assert text in findings[0].message and findings[0].fix
 
 
-def test_vllm_needs_top_level_ids(tmp_path, tiny):
+def _vllm_spec(tmp_path: Path, tiny, **settings) -> Path:
     path = _spec_with_draft(tmp_path, tiny)
     raw = yaml.safe_load(path.read_text())
-    raw["engine"]["sglang"] = {"launch_command": ["vllm", "serve"]}
+    raw["engine"] = {"kind": "vllm", "settings": {**raw["engine"].get("settings", {}), **settings}}
     path.write_text(yaml.safe_dump(raw))
-    findings = diagnose(load_spec(path, check_inputs=False))
-    assert [f.code for f in findings] == ["ids-location"] and "vLLM" in findings[0].message
+    return path
+
+
+def test_vllm_reads_the_shipped_nested_ids_one_layer_shallower(tmp_path, tiny):
+    """The shipped draft holds SGLang's [1, 5, 9] nested only: vLLM would read them as its own ids."""
+    findings = diagnose(load_spec(_vllm_spec(tmp_path, tiny), check_inputs=False))
+    # where the ids are read, then what that feeds the draft against the dump it was trained on
+    assert [(f.code, f.severity) for f in findings] == [("ids-location", "error"), ("dump-wiring", "error")]
+    assert "hidden_states[1, 5, 9]" in findings[1].message and "hidden_states[2, 6, 10]" in findings[1].message
+    assert "one layer shallower" in findings[0].message and "verbatim as vLLM ids" in findings[0].message
+    assert "eagle_aux_hidden_state_layer_ids: [2, 6, 10] at the top level" in findings[0].fix
+
+
+def test_vllm_with_the_spec_ids_written_by_the_engine_warns_only(tmp_path, tiny):
+    findings = diagnose(load_spec(_vllm_spec(tmp_path, tiny, eagle_aux_hidden_state_layer_ids=[1, 5, 9]),
+                                  check_inputs=False))
+    assert [(f.code, f.severity) for f in findings] == [("ids-location", "warning")]
+
+
+def test_minus_one_is_an_error_for_vllm(tmp_path, tiny):
+    findings = diagnose(load_spec(_vllm_spec(tmp_path, tiny, eagle_aux_hidden_state_layer_ids=[-1, 1, 5]),
+                                  check_inputs=False))
+    minus = [f for f in findings if f.code == "minus-one"]
+    assert [f.severity for f in minus] == ["error"] and "dies at the first request" in minus[0].message
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

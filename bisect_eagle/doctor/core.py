@@ -28,6 +28,7 @@ from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.target import read_target_config
 from bisect_eagle.doctor.ids import IdChecks
 from bisect_eagle.doctor.model import DraftInfo, ModelChecks, read_draft
+from bisect_eagle.engines import engine_class, make_engine
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec
 from bisect_eagle.spec.settings import LiveSettings
@@ -50,13 +51,6 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def engine_family(spec: Spec) -> str:
-    """sglang, vllm (a server launched with vllm) or local."""
-    if spec.engine.kind == "local":
-        return "local"
-    return "vllm" if any("vllm" in part for part in spec.engine.sglang.launch_command) else "sglang"
 
 
 def _version(text: str | None) -> tuple[int, ...] | None:
@@ -86,8 +80,8 @@ class Doctor(IdChecks, ModelChecks):
         self.spec = spec
         self.src = str(spec.source)
         self.findings: list[Finding] = []
-        self.engine = engine_family(spec)
-        self.version_text = sglang_version or (installed_sglang() if self.engine == "sglang" else None)
+        self.reader = engine_class(spec.engine.kind).id_reader  # whose loader reads the ids: sglang, vllm or local
+        self.version_text = sglang_version or (installed_sglang() if self.reader == "sglang" else None)
         self.version = _version(self.version_text)
         paths = spec.paths()
         self.target_cfg = read_target_config(paths["target"])
@@ -100,7 +94,7 @@ class Doctor(IdChecks, ModelChecks):
             raise BadInput(f"{paths['target']}/config.json: keys 'num_hidden_layers' and 'hidden_size' are "
                            "required") from None
         self.model_type = str(self.target_cfg.get("model_type") or "")
-        self.family = layers.sglang_convention(self.model_type) if self.engine == "sglang" else "sglang"
+        self.family = layers.sglang_convention(self.model_type) if self.reader == "sglang" else "sglang"
         self.settings: LiveSettings = spec.fixed_settings()
 
     def add(self, code: str, severity: Severity, *, where: str, message: str, fix: str) -> None:
@@ -129,10 +123,6 @@ class Doctor(IdChecks, ModelChecks):
         For an sglang spec this is SGLang's parser and resolution when they run here (invalid values, DSA
         constraints); its warnings are what the other checks report in detail.
         """
-        from bisect_eagle.engines import make_engine
-
-        if self.engine == "vllm":
-            return  # the sglang engine's plan does not describe a vLLM server
         where = f"{self.src}: engine.settings"
         with make_engine(self.spec) as engine:
             plan = engine.plan(self.settings)

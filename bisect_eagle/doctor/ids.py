@@ -21,7 +21,7 @@ class IdChecks:
         override = self.settings.eagle_aux_hidden_state_layer_ids
         if override is not None:
             return list(override), self.family, f"{self.src}: engine.settings.{WIRING_SETTING}"
-        ids, conv = self.draft.declared(self.engine)
+        ids, conv = self.draft.declared(self.reader)
         conv = self.family if conv == "sglang" else conv
         key = IDS_KEY if conv == "vllm" else f"eagle_config.{IDS_KEY}"
         return ids, conv, f"{self.draft.path / 'config.json'}: {key}"
@@ -31,12 +31,16 @@ class IdChecks:
         where = str(self.draft.path / "config.json")
         cfg = self.draft.config
         eagle = cfg.get("eagle_config")
-        if self.engine == "vllm" or (self.engine == "local" and self.draft.layout == "speculators"):
+        if self.reader == "vllm" and self.draft.top_ids is None and self.draft.nested_ids is not None:
+            self.check_vllm_reads_nested(where)
+            return
+        if self.reader == "vllm" or (self.reader == "local" and self.draft.layout == "speculators"):
             if self.draft.top_ids is None:
-                nested = " (they are nested under eagle_config, which vLLM ignores)" if self.draft.nested_ids else ""
+                defaults = layers.CONVENTIONS["vllm"].defaults(self.num_layers)
                 self.add("ids-location", "error", where=f"{where}: {IDS_KEY}",
-                         message=f"no top-level {IDS_KEY}{nested}; vLLM then captures its default layers silently",
-                         fix=f"write the ids at the top level of {where}")
+                         message=f"no {IDS_KEY} at the top level or under eagle_config; vLLM then captures its "
+                         f"default layers {defaults} silently",
+                         fix=f"write the ids (vLLM's numbering) at the top level of {where}")
             return
         if self.draft.nested_ids is not None:
             if isinstance(eagle, dict) and eagle.get("use_aux_hidden_state") is False:
@@ -51,11 +55,32 @@ class IdChecks:
             msg = f"{IDS_KEY} is at the top level; SGLang reads only eagle_config.{IDS_KEY} (top-level ids size fc)"
         else:
             msg = f"eagle_config.{IDS_KEY} is missing"
-        overridden = self.engine == "sglang" and self.settings.eagle_aux_hidden_state_layer_ids is not None
+        overridden = self.reader == "sglang" and self.settings.eagle_aux_hidden_state_layer_ids is not None
         self.add("ids-location", "warning" if overridden else "error", where=f"{where}: eagle_config.{IDS_KEY}",
                  message=f"{msg}; SGLang then silently captures its default layers "
                  f"{layers.CONVENTIONS['sglang'].defaults(self.num_layers)} without a log line",
                  fix=f"write the ids as eagle_config: {{{IDS_KEY}: [...]}} in {where}")
+
+    def check_vllm_reads_nested(self, where: str) -> None:
+        """vLLM without top-level ids reads the nested ids *verbatim as vLLM ids*
+        (``vllm/v1/worker/gpu_model_runner.py``, ``_get_eagle3_aux_layers_from_config``): SGLang-convention ids
+        (SpecForge's) then feed states one layer shallower than the draft was trained on."""
+        nested = list(self.draft.nested_ids or [])
+        overridden = self.settings.eagle_aux_hidden_state_layer_ids is not None  # the engine writes the top level
+        try:
+            canonical = layers.ids_to_canonical(nested, "sglang", num_layers=self.num_layers)
+            write = layers.canonical_to_ids(canonical, "vllm", num_layers=self.num_layers)
+        except layers.LayerIdError:
+            write = None
+        to_write = f" {IDS_KEY}: {write} at the top level" if write is not None else " the ids at the top level"
+        self.add("ids-location", "warning" if overridden else "error", where=f"{where}: eagle_config.{IDS_KEY}",
+                 message=f"no top-level {IDS_KEY}: vLLM reads the nested {nested} verbatim as vLLM ids, i.e. "
+                 f"hidden_states {nested}; in SGLang's convention they mean hidden_states "
+                 f"{[i + 1 for i in nested]}, so the draft is fed states one layer shallower than it was trained on "
+                 "(silently: a lower accept length, no error)"
+                 + (" — the vllm engine writes this spec's ids at the top level of each trial's draft copy"
+                    if overridden else ""),
+                 fix=f"write{to_write} of {where} (vLLM's numbering: id L = hidden_states[L])")
 
     def _in_range(self, ids: list[int], conv: str, where: str) -> bool:
         try:
@@ -70,8 +95,14 @@ class IdChecks:
 
     def check_ids(self, ids: list[int], conv: str, *, where: str) -> bool:
         """Range (by the family's rule), -1, repeats and the final layer; True when usable for further checks."""
-        sglang = conv.startswith("sglang") and self.engine != "vllm"
+        sglang = conv.startswith("sglang") and self.reader != "vllm"
         if sglang and -1 in ids and not self.check_minus_one(ids, where):
+            return False
+        if self.reader == "vllm" and -1 in ids:
+            self.add("minus-one", "error", where=where,
+                     message=f"id -1 in {ids}: vLLM has no embedding capture; it accepts -1 at start-up and its engine "
+                     "dies at the first request (shape error under the draft's fc), the server dead after that",
+                     fix="drop -1 (vLLM id 0 is the embedding: hidden_states[0])")
             return False
         if not self._in_range(ids, conv, where):
             return False
@@ -100,8 +131,8 @@ class IdChecks:
             if moe
             else "is never captured, so the draft gets one aux state fewer than fc takes: a shape error in fc at load"
         )
-        severity = "error" if self.engine == "sglang" else "warning"
-        engine_note = "" if self.engine == "sglang" else " (this spec's local engine captures it; SGLang would not)"
+        severity = "error" if self.reader == "sglang" else "warning"
+        engine_note = "" if self.reader == "sglang" else " (this spec's local engine captures it; SGLang would not)"
         self.add(
             "final-layer-id",
             severity,
@@ -113,7 +144,7 @@ class IdChecks:
 
     def check_minus_one(self, ids: list[int], where: str) -> bool:
         """-1 by model family and SGLang version; False when it makes the ids unusable."""
-        if self.engine != "sglang":
+        if self.reader != "sglang":
             return True
         v = self.version
         known = "" if self.version_text else " (SGLang version unknown: give --sglang-version)"

@@ -44,9 +44,9 @@ class DraftInfo:
     def is_eagle3(self) -> bool:
         return self.file.is_eagle3
 
-    def declared(self, engine: str) -> tuple[list[int] | None, str]:
-        """The ids this engine reads from the draft, and their convention."""
-        return self.file.declared_ids(engine)  # type: ignore[arg-type]
+    def declared(self, reader: str) -> tuple[list[int] | None, str]:
+        """The ids ``reader`` (sglang, vllm or local) takes from the draft, and their convention."""
+        return self.file.declared_ids(reader)  # type: ignore[arg-type]
 
 
 def read_draft(path: Path) -> DraftInfo:

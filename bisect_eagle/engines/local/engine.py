@@ -52,6 +52,7 @@ class LocalEngine(Engine):
     name = "local"
     benchmark = Benchmark(finite_horizon=True, truncate_drafts=True)  # whole requests, last drafts cut to fit
     reads_t2d = True
+    id_reader = "local"
 
     def __init__(self, target: Path, draft: Path, prompts: Path):
         self.target_path, self.draft_path, self.prompts_path = Path(target), Path(draft), Path(prompts)
