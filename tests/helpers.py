@@ -50,10 +50,10 @@ def write_fake_target(
 
 
 def load_fake_engine():
-    """The deterministic ``FakeEngine`` class of the search tests (``tests/search/fake_engine.py``)."""
+    """The deterministic ``FakeEngine`` class of the search tests (``tests/fake_engine.py``)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent / "search" / "fake_engine.py"
+    path = Path(__file__).resolve().parent / "fake_engine.py"
     spec = importlib.util.spec_from_file_location("fake_engine", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

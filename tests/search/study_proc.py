@@ -8,12 +8,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import optuna
-from fake_engine import FakeEngine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the fake engine (run as a script)
 
-from bisect_eagle.cli.common import sigterm_as_exit
-from bisect_eagle.search.study import Options, join_study, run_study
-from bisect_eagle.spec.load import load_spec
+import optuna  # noqa: E402
+from fake_engine import FakeEngine  # noqa: E402
+
+from bisect_eagle.cli.common import sigterm_as_exit  # noqa: E402
+from bisect_eagle.search.study import Options, join_study, run_study  # noqa: E402
+from bisect_eagle.spec.load import load_spec  # noqa: E402
 
 
 def main() -> None:

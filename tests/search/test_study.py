@@ -11,31 +11,14 @@ from pathlib import Path
 
 import optuna
 import pytest
-from fake_engine import FakeEngine
+from fake_engine import FakeEngine, make_spec, search
 
 from bisect_eagle.poll import wait_until
-from bisect_eagle.search.study import Claims, Options, StudyOutcome, run_study
+from bisect_eagle.search.study import Claims
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.tracking.runs import Tracking
 
 HERE = Path(__file__).resolve().parent
-
-SPEC = """\
-name: {name}
-target: t
-draft: d
-dump: u
-prompts: p.jsonl
-engine: {{kind: sglang}}  # the paths are not read (the fake engine replaces it); sglang specs may name absent ones
-baseline: measure
-criterion: {{metric: {metric}, ratio: {ratio}}}
-space:
-  eagle_aux_hidden_state_layer_ids: {{type: categorical, choices: [[1, 5, 9], [5, 9, 11], [-1, 1, 5]]}}
-  num_steps: {{type: int, low: 1, high: {high}}}
-  num_draft_tokens: {{type: categorical, choices: [null, 4, 8]}}
-search: {{sampler: {sampler}, max_live_trials: {budget}, startup_trials: 4, seed: {seed},
-          model: {{enabled: {model}}}}}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -44,21 +27,6 @@ def store(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("store")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return {"root": str(root), "storage": f"sqlite:///{root}/optuna.db", "tracking": f"sqlite:///{root}/mlflow.db"}
-
-
-def make_spec(tmp_path: Path, name: str, ratio: float = 2.0, high: int = 6, budget: int = 20,
-              sampler: str = "tpe", seed: int = 0, model: bool = False, metric: str = "output_tok_s") -> Path:
-    """A fake-engine spec; the throughput model is off unless ``model`` (these tests pin the sampler's loop)."""
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(SPEC.format(name=name, ratio=ratio, high=high, budget=budget, sampler=sampler, seed=seed,
-                                model=str(model).lower(), metric=metric))
-    return path
-
-
-def search(spec, engine: FakeEngine, store: dict[str, str], **options) -> StudyOutcome:
-    """``run_study`` of ``spec`` with ``engine`` in the module's stores."""
-    opts = Options(storage=store["storage"], tracking_uri=store["tracking"], **options)
-    return run_study(spec, options=opts, engine_factory=lambda s: engine)
 
 
 def live_fingerprints(engine: FakeEngine) -> list[tuple]:

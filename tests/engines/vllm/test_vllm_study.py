@@ -1,7 +1,8 @@
 """`bisect-eagle run experiments/tiny-vllm.yaml`: a whole study served by real vLLM servers (the CPU build), one
 per trial. The verdict is stated; every live trial's effective ids are vLLM's numbering; accept length and the
 per-position acceptance are vLLM's own counters; greedy output with speculation equals the baseline's; at most
-four servers start; no vLLM process or port is left; the study's parent run names vLLM's version."""
+four servers start; no vLLM process or port is left; the best trial exports as the launch it measured; the study's
+parent run names vLLM's version."""
 
 from __future__ import annotations
 
@@ -44,8 +45,6 @@ def test_a_study_served_by_real_vllm(tmp_path, vllm_python):
     assert 2 <= len(trials) <= 4  # every server start is one of these runs: at most four
     parent = client.get_run(out["parent_run_id"])
     assert parent.data.params.get("engine") == "vllm"
-    assert any(k.startswith("vllm") and v.startswith("0.32") for k, v in parent.data.params.items()), \
-        {k: v for k, v in parent.data.params.items() if "vllm" in k}
 
     outputs = {}
     for r in trials:
@@ -64,3 +63,18 @@ def test_a_study_served_by_real_vllm(tmp_path, vllm_python):
         assert value == baseline, key  # greedy: speculation changes speed, never the tokens
 
     assert not _vllm_processes()
+
+    # export of the best trial: the launch that serves what it measured, judged by vLLM itself (starts no server)
+    best = out["best"]["run_id"]
+    exported = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "export", best, "--tracking-uri",
+                               out["tracking_uri"], "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+    assert exported.returncode == 0, exported.stderr[-4000:]
+    body = json.loads(exported.stdout)
+    assert body["fingerprint"] == client.get_run(best).data.tags["fingerprint"] and body["refusal"] is None
+    assert body["checked"].startswith("vLLM 0.32") and body["draft_config_patch"] == {
+        "eagle_aux_hidden_state_layer_ids": [2, 6, 10]}
+
+    # the engine's own statement of its server's version (VllmEngine.versions), beside version.torch & co.
+    assert parent.data.params.get("version.vllm", "").startswith("0.32"), \
+        {k: v for k, v in parent.data.params.items() if "version" in k}

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from fake_engine import BASELINE_TOK_S, FakeEngine
-from test_study import make_spec, search
+from fake_engine import BASELINE_TOK_S, FakeEngine, make_spec, search
 
 from bisect_eagle.search.study.guide import ModelGuide, _curve, model_inputs, summarize
 from bisect_eagle.spec.load import load_spec

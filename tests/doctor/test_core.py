@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from bisect_eagle.doctor import diagnose
 from bisect_eagle.spec.load import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BROKEN = sorted((ROOT / "experiments" / "broken").glob("*.yaml"))
 CLI = ("import sys; from bisect_eagle import cli; from bisect_eagle.cli import doctor as m; "
        "'doctor' in {c.name for c in cli.app.registered_commands} or m.register(cli.app); cli.main()")

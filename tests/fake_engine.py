@@ -9,6 +9,7 @@ from pathlib import Path
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
+from bisect_eagle.search.study import Options, StudyOutcome, run_study
 from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
 
 TRUE_IDS = [1, 5, 9]
@@ -90,3 +91,36 @@ class FakeEngine(Engine):
             warnings=warnings,
             artifacts={"launch_command.txt": "fake --steps\n"},
         )
+
+
+SPEC = """\
+name: {name}
+target: t
+draft: d
+dump: u
+prompts: p.jsonl
+engine: {{kind: sglang}}  # the paths are not read (the fake engine replaces it); sglang specs may name absent ones
+baseline: measure
+criterion: {{metric: {metric}, ratio: {ratio}}}
+space:
+  eagle_aux_hidden_state_layer_ids: {{type: categorical, choices: [[1, 5, 9], [5, 9, 11], [-1, 1, 5]]}}
+  num_steps: {{type: int, low: 1, high: {high}}}
+  num_draft_tokens: {{type: categorical, choices: [null, 4, 8]}}
+search: {{sampler: {sampler}, max_live_trials: {budget}, startup_trials: 4, seed: {seed},
+          model: {{enabled: {model}}}}}
+"""
+
+
+def make_spec(tmp_path: Path, name: str, ratio: float = 2.0, high: int = 6, budget: int = 20,
+              sampler: str = "tpe", seed: int = 0, model: bool = False, metric: str = "output_tok_s") -> Path:
+    """A fake-engine spec; the throughput model is off unless ``model`` (these tests pin the sampler's loop)."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SPEC.format(name=name, ratio=ratio, high=high, budget=budget, sampler=sampler, seed=seed,
+                                model=str(model).lower(), metric=metric))
+    return path
+
+
+def search(spec, engine: FakeEngine, store: dict[str, str], **options) -> StudyOutcome:
+    """``run_study`` of ``spec`` with ``engine`` in the module's stores."""
+    opts = Options(storage=store["storage"], tracking_uri=store["tracking"], **options)
+    return run_study(spec, options=opts, engine_factory=lambda s: engine)

@@ -27,7 +27,7 @@ from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.procs.reap import ServerRecord, read_records, write_record
 from bisect_eagle.engines.procs.supervise import TOKEN_ENV, argv_digest
 
-HERE = Path(__file__).resolve().parent / "fake_servers"
+HERE = Path(__file__).resolve().parents[1] / "fake_servers"
 LISTENER = HERE / "listener.py"
 CONTROLLER = HERE / "controller.py"
 DEATH_S = 5.0  # how long a server may outlive its controller

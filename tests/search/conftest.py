@@ -1,6 +1,0 @@
-"""Search tests import the fake engine (``fake_engine.py``) that sits next to them."""
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
