@@ -75,9 +75,29 @@ def main() -> None:
     except BadInput as e:
         typer.echo(Scrubber()(f"error: {' '.join(str(e).split())}"), err=True)
         sys.exit(2)
-    except Exception:  # a bug: its traceback is for the report, never with a secret in it
-        import traceback
+    except Exception as e:
+        if _is_store_error(e):  # a full disk, a store that went away or refused a write: one line, not a traceback
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            typer.echo(Scrubber()(f"error: the tracking or study store failed: {type(e).__name__}: {first} (free "
+                                  "space or restore the store, then continue with --resume)"), err=True)
+            sys.exit(1)
+        import traceback  # a bug: its traceback is for the report, never with a secret in it
 
         typer.echo(Scrubber()(traceback.format_exc()).rstrip(), err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+STORE_ERROR_MODULES = ("mlflow.", "sqlalchemy.", "sqlite3", "optuna.storages", "psycopg")
+
+
+def _is_store_error(e: BaseException) -> bool:
+    """An error raised by a store's client (MLflow, SQLAlchemy, SQLite, Optuna's storage, psycopg), or an OS error
+    of a full disk, anywhere in its chain of causes."""
+    while e is not None:
+        module = type(e).__module__ or ""
+        if module.startswith(STORE_ERROR_MODULES) or type(e).__name__ == "StorageInternalError" or (
+                isinstance(e, OSError) and e.errno == 28):  # ENOSPC
+            return True
+        e = e.__cause__ or e.__context__
+    return False

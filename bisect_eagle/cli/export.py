@@ -1,5 +1,8 @@
-"""``bisect-eagle export [RUN_ID]``: the runnable SGLang launch command, its environment and the draft
-``config.json`` patch of a logged trial (default: the best trial of the spec's newest study)."""
+"""``bisect-eagle export [RUN_ID]``: the runnable launch command (its engine's: SGLang, vLLM), its environment and
+the draft ``config.json`` patch of a logged trial (default: the best trial of the spec's newest study).
+
+A trial that failed or was killed, or a plan the engine refuses, is not printed as a command to deploy: exit 3 and
+the reason on stderr (``--force``: printed, marked, exit 0)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any
 import typer
 
 from bisect_eagle.cli.common import URI_HELP, print_json, quiet_libraries
+from bisect_eagle.trials.record import trial_failure
 
 
 def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -> dict[str, Any]:
@@ -43,9 +47,12 @@ def export(
     port: int = typer.Option(30000, min=1, max=65535, help="Port for the exported server."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang; its parser "
                                       "checks the exported command."),
+    force: bool = typer.Option(False, "--force", help="Print the command of a trial that failed or was killed, or "
+                               "of a plan its engine refuses (exit 0); marked as such."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Print what to run to serve a trial's config with SGLang: command, environment and draft config patch."""
+    """Print what to run to serve a trial's config: command, environment and draft config patch (exit 3 when the
+    trial failed or its engine refuses the plan, unless --force)."""
     from bisect_eagle.errors import BadInput
     from bisect_eagle.report.study import best_row, trials_frame
     from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
@@ -64,11 +71,25 @@ def export(
         run_id = str(best["run_id"])
         uri = tracking.uri
     tracking, run = Tracking.of_run(uri, run_id)
+    failure = trial_failure(run)
     plan = export_plan(tracking, run, port=port, sglang_python=sglang_python)
+    plan["trial_failure"] = failure
+    blocked = [f"run {run_id}: {failure}" if failure else None,
+               f"run {run_id}: the engine refuses this launch: {plan['refusal']}" if plan.get("refusal") else None]
+    blocked = [b for b in blocked if b]
     if as_json:
         print_json(plan)
-        return
-    comment(f"SGLang launch for trial {run_id}")
+    else:
+        _print(plan, run_id, marked=blocked)
+    if blocked and not force:
+        typer.echo(f"error: {blocked[0]}; not a command to deploy (--force prints it as exit 0)", err=True)
+        raise typer.Exit(3)
+
+
+def _print(plan: dict[str, Any], run_id: str, *, marked: list[str]) -> None:
+    for text in marked:
+        comment(f"WARNING: {text}")
+    comment(f"launch for trial {run_id}")
     comment(f"checked by: {plan['checked']}")
     comment("environment:" if plan["env"] else "environment: nothing beyond your own")
     for key, value in sorted(plan["env"].items()):
@@ -78,8 +99,8 @@ def export(
     print(plan["command"])  # never wrapped: it is copied and pasted
     if plan["draft_config_patch"] is not None:
         print()
-        comment(f"merge into {plan['draft_config']} (or a copy of the draft directory; SGLang reads the ids only "
-                "from eagle_config):")
+        comment(f"merge into {plan['draft_config']} (or into a copy of the draft directory, where this engine "
+                "reads the ids):")
         print(json.dumps(plan["draft_config_patch"], indent=2))
     for w in plan["warnings"]:
         comment(f"note: {w}")

@@ -105,8 +105,28 @@ def _effective_tag(effective: dict[str, Any]) -> dict[str, str]:
 
 
 def read_trial(tracking: Tracking, run_id: str) -> dict[str, Any]:
-    """A trial run's ``trial.json``: ``{"plan": ..., "repeats": [...]}``."""
-    return json.loads(tracking.read_text(run_id, TRIAL_JSON))
+    """A trial run's ``trial.json``: ``{"plan": ..., "repeats": [...]}``.
+
+    Raises:
+        BadInput: the run has none: it was killed (or failed) before the trial was recorded; the message says so.
+    """
+    try:
+        return json.loads(tracking.read_text(run_id, TRIAL_JSON))
+    except Exception as e:  # MLflow raises its own errors for a missing artifact, by store
+        status = tracking.get_run(run_id).info.status
+        raise BadInput(f"run {run_id}: no readable {TRIAL_JSON} (the run ended {status} before its trial was "
+                       f"recorded: killed with its controller?); nothing to read back ({type(e).__name__})") from None
+
+
+def trial_failure(run) -> str | None:
+    """Why a logged trial did not measure ok (its status and failure class), or None when it did."""
+    tags = run.data.tags
+    if run.info.status == "FINISHED" and tags.get("outcome") == "ok":
+        return None
+    cls = tags.get("failure_class")
+    detail = " ".join((tags.get("failure_detail") or "").split())[:200]
+    return (f"the trial ended {run.info.status}" + (f" ({tags['outcome']})" if tags.get("outcome") else "")
+            + (f", failure class {cls}: {detail}" if cls else ""))
 
 
 def effective_of(tracking: Tracking, run) -> dict[str, Any]:
