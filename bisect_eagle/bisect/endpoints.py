@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts.target import read_target_config
 from bisect_eagle.bisect.changes import flat_settings
+from bisect_eagle.doctor.model import read_draft
+from bisect_eagle.engines import engine_class
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
@@ -78,12 +81,9 @@ def resolved_wiring(settings: dict[str, Any], spec: Spec) -> list[int]:
     ids = settings.get(WIRING)
     if ids is not None:
         return list(ids)
-    from bisect_eagle.artifacts.target import read_target_config
-    from bisect_eagle.doctor import engine_family, read_draft
-
     n = int(read_target_config(spec.paths()["target"])["num_hidden_layers"])
     info = read_draft(Path(spec.paths()["draft"]))
-    declared, conv = info.declared(engine_family(spec))
+    declared, conv = info.declared(engine_class(spec.engine.kind).id_reader)
     if declared is None:
         raise BadInput(f"{info.path / 'config.json'}: no layer ids the {spec.engine.kind} engine reads")
     return layers.canonical_to_ids(layers.ids_to_canonical(declared, conv, num_layers=n), "sglang", num_layers=n)

@@ -14,7 +14,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.devices import check_device
@@ -24,9 +23,7 @@ from bisect_eagle.artifacts.prompts import check_prompts
 from bisect_eagle.artifacts.target import TargetConfig, check_target_weights, read_target_config
 from bisect_eagle.artifacts.wiring import check_width, parse_rule
 from bisect_eagle.errors import BadInput
-
-if TYPE_CHECKING:
-    from bisect_eagle.spec.schema import Spec
+from bisect_eagle.spec.schema import WIRING_SETTING, Spec
 
 PATH_KEYS = ("target", "draft", "dump", "prompts")
 
@@ -129,8 +126,6 @@ def _largest(spec: Spec, name: str) -> int:
 
 def _id_lists(spec: Spec) -> Iterator[tuple[str, list[int]]]:
     """(key, ids) of every layer-id list the spec gives in SGLang's convention."""
-    from bisect_eagle.spec.schema import WIRING_SETTING
-
     fixed = spec.fixed_settings().eagle_aux_hidden_state_layer_ids
     if fixed is not None:
         yield f"engine.settings.{WIRING_SETTING}", fixed

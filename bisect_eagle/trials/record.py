@@ -25,7 +25,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec, settings_from
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber
-from bisect_eagle.tracking.runs import TAG_LIMIT, Tracking, owner_id
+from bisect_eagle.tracking.runs import PARENT_TAG, TAG_LIMIT, Tracking, owner_id
 from bisect_eagle.tracking.sysmetrics import PREFIX as SYSTEM_PREFIX
 
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
@@ -238,8 +238,6 @@ def spec_of_study(tracking: Tracking, parent_run_id: str) -> Spec:
 
 def settings_of_run(tracking: Tracking, run) -> tuple[LiveSettings, str]:
     """The settings a logged live trial requested (as explicitly set) and its parent run id."""
-    from bisect_eagle.tracking.runs import PARENT_TAG
-
     run_id = run.info.run_id
     if run.data.tags.get("stage") not in ("live", "baseline", "reproduce"):
         raise BadInput(
