@@ -303,9 +303,9 @@ def main(
                                         "order": [f"{n}|{s}" for n, s in order],
                                         "results": {f"{n}|{s}": v for (n, s), v in results.items()}}))
     cal = {(TRUE, s) for s in cal_steps if s in depths}
-    ev = evaluate(results, order, head=prior, rule=micro, samples=clock, steps=cal)
+    ev = evaluate(results, order, prior, micro, clock, cal)
     other = "wall" if clock == "cpu" else "cpu"
-    ev_other = evaluate(results, order, head=prior, rule=micro, samples=other, steps=cal)
+    ev_other = evaluate(results, order, prior, micro, other, cal)
 
     print(f"\n{clock} clock; tok/s = fastest of {repeats} passes")
     print(f"{'wiring':26s} {'steps':>5s} {'tok/s':>7s} {'median':>7s} {'AL':>5s} {'pred AL':>7s} "
