@@ -4,6 +4,7 @@ both the Optuna storage and MLflow's backend store (psycopg 3 under SQLAlchemy 2
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import shutil
 import socket
@@ -72,10 +73,14 @@ def _postgres_bin() -> str | None:
 def postgres():
     """A throwaway PostgreSQL server on 127.0.0.1 (Debian's package), with a password-protected role."""
     bin_dir = _postgres_bin()
-    if bin_dir is None or os.geteuid() != 0:
+    missing = ("PostgreSQL is not installed (apt-get install postgresql)" if bin_dir is None else
+               "not root: no server to test against" if os.geteuid() != 0 else
+               "the driver is not installed (pip install -e '.[postgres]')" if importlib.util.find_spec("psycopg") is None
+               else None)
+    if missing:
         if os.environ.get("BISECT_EAGLE_REQUIRE_POSTGRES") == "1":
-            pytest.fail("BISECT_EAGLE_REQUIRE_POSTGRES=1 but PostgreSQL (Debian's package) or root is missing")
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql) or not root: no server to test against")
+            pytest.fail(f"BISECT_EAGLE_REQUIRE_POSTGRES=1 but {missing}")
+        pytest.skip(missing)
     root = tempfile.mkdtemp(prefix="bisect-eagle-pg-")  # /tmp: the postgres user must reach it
     shutil.chown(root, "postgres")
     port = closed_port()
