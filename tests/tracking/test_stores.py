@@ -75,8 +75,8 @@ def postgres():
     bin_dir = _postgres_bin()
     missing = ("PostgreSQL is not installed (apt-get install postgresql)" if bin_dir is None else
                "not root: no server to test against" if os.geteuid() != 0 else
-               "the driver is not installed (pip install -e '.[postgres]')" if importlib.util.find_spec("psycopg") is None
-               else None)
+               "the psycopg driver is not installed (pip install -e '.[postgres]')"
+               if importlib.util.find_spec("psycopg") is None else None)
     if missing:
         if os.environ.get("BISECT_EAGLE_REQUIRE_POSTGRES") == "1":
             pytest.fail(f"BISECT_EAGLE_REQUIRE_POSTGRES=1 but {missing}")
