@@ -28,6 +28,7 @@ def quiet_libraries() -> None:
     import optuna
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # read when mlflow is imported: its store messages
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for name in ("mlflow", "alembic", "httpx"):
