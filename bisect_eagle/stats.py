@@ -1,5 +1,5 @@
 """The statistics every verdict uses, in one place: Student-t quantiles, intervals on log ratios, the doubling
-sampling schedule, and the median with its absolute deviation.
+sampling schedule, the median with its absolute deviation, and which metrics need no repeat.
 
 Throughput noise is relative to the value, so every interval is on logs: a geometric mean and a Student-t
 half-width ``t · s / √n``, exponentiated back to a ratio.
@@ -78,3 +78,12 @@ def median_mad(values: list[float]) -> tuple[float, float]:
     """(median, median absolute deviation) of one or more values."""
     med = statistics.median(values)
     return med, statistics.median(abs(v - med) for v in values)
+
+
+UNIT_BASELINE_METRIC = "accept_length"  # 1 without speculation, by definition: one token per verify step
+
+
+def deterministic(engine: object, metric: str) -> bool:
+    """Whether ``engine`` declares ``metric`` deterministic (``Engine.deterministic_metrics``): one measurement of a
+    configuration is its value, so repeats, pairs and noise estimates are skipped."""
+    return metric in tuple(getattr(engine, "deterministic_metrics", ()) or ())

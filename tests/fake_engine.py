@@ -28,7 +28,8 @@ class FakeEngine(Engine):
     name = "fake"
 
     def __init__(self, crash_steps: tuple[int, ...] = (), sleep_s: float = 0.0, log: Path | None = None,
-                 live_after: Path | None = None):
+                 live_after: Path | None = None, deterministic: tuple[str, ...] = ()):
+        self.deterministic_metrics = deterministic  # what it declares (its values are exact either way)
         self.crash_steps = crash_steps
         self.sleep_s = sleep_s
         self.log = log

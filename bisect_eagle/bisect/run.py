@@ -57,6 +57,7 @@ from bisect_eagle.engines.base import Engine
 from bisect_eagle.errors import BadInput
 from bisect_eagle.report.study import plot_probes
 from bisect_eagle.spec.schema import Spec, check_setting_name
+from bisect_eagle.stats import deterministic
 from bisect_eagle.tracking.redact import REDACTED, Scrubber, redact_mapping
 from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
 from bisect_eagle.trials.record import TrialContext, deployment_tags
@@ -186,6 +187,16 @@ def _judge(opts: BisectOptions, spec: Spec) -> Judge:
                  max(repeats, 2 * opts.max_samples))
 
 
+def _deterministic_judge(judge: Judge, engine: Engine | None) -> str | None:
+    """One sample per endpoint and per probe when ``engine`` declares the judge's metric deterministic (there is
+    no noise to estimate: the limit alone decides); why, for the progress output and the report, else None."""
+    if engine is None or judge.metric == STANDALONE_METRIC or not deterministic(engine, judge.metric):
+        return None
+    judge.repeats = judge.max_samples = judge.endpoint_samples = 1
+    return (f"{judge.metric} is deterministic on the {engine.name} engine (greedy decoding): one sample per "
+            "endpoint and per probe, no noise estimate")
+
+
 def _probe_spec(spec: Spec, judge: Judge) -> Spec:
     """The deployment spec with the judge's metric and one run per trial (the prober takes more samples)."""
     if judge.metric == STANDALONE_METRIC:
@@ -222,6 +233,9 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
     groups = [*(good.spec.groups if good.spec else []), *(bad.spec.groups if bad.spec else [])]
     standalone = judge.metric == STANDALONE_METRIC
     with (nullcontext() if standalone else engine_factory(spec)) as engine:
+        exact = _deterministic_judge(judge, engine)
+        if exact and say:
+            say(exact)
         planner = make_planner(spec, None if engine is None else engine.plan)
         changes = list_changes(base, bad_values, plan=planner, groups=groups)
         ignored = explain_no_changes(base, bad_values, changes=changes)
@@ -234,7 +248,7 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
         replayed: dict[ChangeSet, tuple[ProbeOutcome, str]] = {}
         if parsed is not None:
             replayed = _check_replay(parsed, changes, opts.replay, inert=inert)
-            judge.restore(parsed.header.get("reference"), parsed.header.get("noise"))
+            judge.restore(parsed.header.get("reference"), None if exact else parsed.header.get("noise"))
         tracking = Tracking.open(uri, bisect_experiment(spec.name), description=(
             f"bisect-eagle bisects of spec {spec.name!r}: which settings, changed from a good to a bad "
             "configuration, break it. The search's trials are in the experiment "
@@ -260,6 +274,8 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             ignored = [n for n in ignored if n not in result.promoted]
             report = _report(result, prober, changes=changes, good=good, bad=bad, parent=parent, log_path=log_path)
             report.not_changes, report.scrub = ignored, scrub
+            if exact:
+                report.notes.append(exact)
             if ignored:
                 report.notes.append(f"not changes (the engine runs both sides the same way, or they follow from the "
                                     f"other changes): {', '.join(ignored)}")
@@ -385,6 +401,7 @@ class Announced:
 
     def __init__(self, engine: Engine, say: Callable[[str], None] | None):
         self.engine, self.say, self.name = engine, say, engine.name
+        self.deterministic_metrics = tuple(getattr(engine, "deterministic_metrics", ()))
         self.runs = 0
 
     def plan(self, settings):

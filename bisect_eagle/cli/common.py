@@ -130,7 +130,10 @@ SGLANG_PYTHON_HELP = "Interpreter that has SGLang (its own environment); overrid
 def use_pythons(spec: Spec, *, sglang: str | None, vllm: str | None) -> None:
     """``--sglang-python`` / ``--vllm-python``: the engines' interpreters for this invocation (plans are judged,
     and servers started, by those)."""
+    def absolute(path: str) -> str:  # a path, not a name on PATH: from here, symlinks kept (a venv's python is one)
+        return os.path.abspath(path) if "/" in path else path
+
     if sglang:
-        spec.engine.sglang.python = sglang
+        spec.engine.sglang.python = absolute(sglang)
     if vllm:
-        spec.engine.vllm.python = vllm
+        spec.engine.vllm.python = absolute(vllm)

@@ -14,11 +14,12 @@ from typing import Any
 
 import typer
 
-from bisect_eagle.cli.common import URI_HELP, print_json, quiet_libraries
+from bisect_eagle.cli.common import URI_HELP, VLLM_PYTHON_HELP, print_json, quiet_libraries, use_pythons
 from bisect_eagle.trials.record import trial_failure
 
 
-def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -> dict[str, Any]:
+def export_plan(tracking, run, *, port: int, sglang_python: str | None = None,
+                vllm_python: str | None = None) -> dict[str, Any]:
     """How to serve a logged live trial: its engine's export (:meth:`~bisect_eagle.engines.base.Engine.export`) of
     the settings it requested and the effective settings of its plan (what was measured), with its ``run_id``.
 
@@ -27,14 +28,15 @@ def export_plan(tracking, run, *, port: int, sglang_python: str | None = None) -
         run: the MLflow run of a live, baseline or reproduce trial.
         port: the exported server's port.
         sglang_python: an interpreter that has SGLang (its parser checks the command); default the spec's.
+        vllm_python: an interpreter that has vLLM (likewise).
     """
     from bisect_eagle.engines import engine_class
     from bisect_eagle.trials.record import effective_of, settings_of_run, spec_of_study
 
     settings, parent_id = settings_of_run(tracking, run)
     spec = spec_of_study(tracking, parent_id)
-    out = engine_class(spec.engine.kind).export(spec, settings, effective=effective_of(tracking, run), port=port,
-                                                python=sglang_python)
+    use_pythons(spec, sglang=sglang_python, vllm=vllm_python)
+    out = engine_class(spec.engine.kind).export(spec, settings, effective=effective_of(tracking, run), port=port)
     return {"run_id": run.info.run_id, **out}
 
 
@@ -47,6 +49,7 @@ def export(
     port: int = typer.Option(30000, min=1, max=65535, help="Port for the exported server."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang; its parser "
                                       "checks the exported command."),
+    vllm_python: str = typer.Option(None, "--vllm-python", help=VLLM_PYTHON_HELP),
     force: bool = typer.Option(False, "--force", help="Print the command of a trial that failed or was killed, or "
                                "of a plan its engine refuses (exit 0); marked as such."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -72,7 +75,7 @@ def export(
         uri = tracking.uri
     tracking, run = Tracking.of_run(uri, run_id)
     failure = trial_failure(run)
-    plan = export_plan(tracking, run, port=port, sglang_python=sglang_python)
+    plan = export_plan(tracking, run, port=port, sglang_python=sglang_python, vllm_python=vllm_python)
     plan["trial_failure"] = failure
     blocked = [f"run {run_id}: {failure}" if failure else None,
                f"run {run_id}: the engine refuses this launch: {plan['refusal']}" if plan.get("refusal") else None]
@@ -99,8 +102,8 @@ def _print(plan: dict[str, Any], run_id: str, *, marked: list[str]) -> None:
     print(plan["command"])  # never wrapped: it is copied and pasted
     if plan["draft_config_patch"] is not None:
         print()
-        comment(f"merge into {plan['draft_config']} (or into a copy of the draft directory, where this engine "
-                "reads the ids):")
+        comment(plan.get("draft_note") or f"merge into {plan['draft_config']} (or into a copy of the draft directory, "
+                "where this engine reads the ids):")
         print(json.dumps(plan["draft_config_patch"], indent=2))
     for w in plan["warnings"]:
         comment(f"note: {w}")

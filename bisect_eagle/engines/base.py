@@ -154,6 +154,9 @@ class Engine(abc.ABC):
     # whose loader reads the draft's layer ids and whose capture rules apply: "sglang", "vllm" (the frameworks'
     # config readers, bisect_eagle.artifacts.draft.config) or "local" (bisect-eagle's own decoder)
     id_reader: ClassVar[str] = "sglang"
+    # metrics one measurement of a plan gives exactly (greedy accept length on an engine whose decoding is
+    # bit-reproducible): the confirmation and the bisect measure them once (bisect_eagle.stats.deterministic)
+    deterministic_metrics: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_spec(cls, spec: Spec, log_dir: Path) -> Engine:
@@ -163,6 +166,12 @@ class Engine(abc.ABC):
             BadInput: the spec lacks what this engine needs, or this engine is not built from specs.
         """
         raise BadInput(f"the {cls.name} engine is not built from a spec")
+
+    @classmethod
+    def versions(cls, spec: Spec) -> dict[str, str]:
+        """Versions of what this engine runs that this interpreter's packages do not name (a server in an
+        environment of its own), as a study's parent-run params (``version.<name>``); cheap, never raises."""
+        return {}
 
     @classmethod
     def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,

@@ -139,15 +139,26 @@ def _id_lists(spec: Spec) -> Iterator[tuple[str, list[int]]]:
 
 
 def _check_ids(spec: Spec, target: Path) -> None:
-    """Every layer id against the target's depth, read as SGLang reads ids for its model type."""
+    """Every layer id against the target's depth, read as SGLang reads ids for its model type.
+
+    A space choice that SGLang reads but cannot serve (``-1`` on a family that takes ids raw) is not an input
+    error: the plan of that trial refuses it with SGLang's reason. Ids outside every meaning are still refused.
+    """
     cfg = read_target_config(target)
-    n = cfg["num_hidden_layers"]
-    conv = layers.sglang_convention(cfg.get("model_type")) if spec.engine.family_capture_rules else "sglang"
+    n = layers.target_depth(cfg) or cfg["num_hidden_layers"]
+    family = spec.engine.family_capture_rules
+    conv = layers.sglang_convention(cfg.get("model_type"), layers.target_architecture(cfg)) if family else "sglang"
     lists = [*_id_lists(spec), *([("dump_layer_ids", spec.dump_layer_ids)] if spec.dump_layer_ids else [])]
     for key, ids in lists:
         try:
             layers.ids_to_canonical(ids, "sglang" if key == "dump_layer_ids" else conv, num_layers=n)
         except layers.LayerIdError as e:
+            if key.startswith("space.") and conv in layers.LIST_RULES:
+                try:  # a value SGLang's parser takes: its capture rule decides per trial
+                    layers.ids_to_canonical(ids, "sglang", num_layers=n)
+                    continue
+                except layers.LayerIdError:
+                    pass
             raise BadInput(f"{spec.source}: key {key!r}: {ids}: {e} ({target / 'config.json'})") from None
 
 

@@ -5,6 +5,7 @@ the inputs it names checked (:mod:`bisect_eagle.spec.checks`) before anything is
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -95,7 +96,7 @@ def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
             setattr(spec, key, (base / value).resolve())
     for server in (spec.engine.sglang, spec.engine.vllm):  # an interpreter given as a relative path, like a model
         if server.python and "/" in server.python and not Path(server.python).expanduser().is_absolute():
-            server.python = str((base / server.python).resolve())
+            server.python = os.path.normpath(base / server.python)  # not resolve(): a venv's python is a symlink
     spec.source = path
     if check_inputs:
         check_spec_inputs(spec)

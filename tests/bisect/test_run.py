@@ -255,3 +255,26 @@ def test_a_not_change_that_matters_after_the_repair_is_followed(tmp_path, store)
     assert out["probes_used"] <= out["probe_bound"]
     log = (tmp_path / "b.log").read_text()
     assert '# inert: ["num_draft_tokens"]' in log and "bad topk,max_new_tokens,num_draft_tokens" in log
+
+
+class GreedyEngine(NoisyEngine):
+    """The noisy engine without noise, declaring its accept length deterministic (as greedy decoding makes it)."""
+
+    deterministic_metrics = ("accept_length",)
+
+
+def test_a_deterministic_metric_takes_one_sample_per_endpoint_and_per_probe(tmp_path, store):
+    engine = GreedyEngine(lambda eff: 70.0 if eff["num_steps"] == 1 else 100.0)  # accept length 2.33 vs 3.33
+    seen: list[str] = []
+    good, bad = write_spec(tmp_path / "good.yaml"), write_spec(tmp_path / "bad.yaml", num_steps=1, **HARMLESS)
+    options = BisectOptions(good=str(good), bad=str(bad), metric="accept_length", tracking_uri=store,
+                            log_path=tmp_path / "b.log")
+    out = run_bisect(options, engine_factory=lambda spec: engine, progress=seen.append).to_json()
+    assert out["status"] == "isolated" and out["breaking_sets"] == [["num_steps"]], out["notes"]
+    assert out["judge"]["repeats"] == out["judge"]["max_samples"] == out["judge"]["endpoint_samples"] == 1
+    assert set(engine.runs.values()) == {1} and out["samples"] == out["live_trials"] == sum(engine.runs.values())
+    assert all(len(p["samples"]) == 1 for p in out["probes"] if p["source"] == "measured")
+    note = ("accept_length is deterministic on the noisy engine (greedy decoding): one sample per endpoint and per "
+            "probe, no noise estimate")
+    assert note in seen and note in out["notes"]
+    assert out["judge"]["noise"]["dof"] == 0

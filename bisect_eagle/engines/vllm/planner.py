@@ -142,8 +142,9 @@ class Planner:
 
     # -- the plan ----------------------------------------------------------------------------------------
 
-    def plan(self, settings: LiveSettings, *, port: int, trial_dir: Path) -> TrialPlan:
-        """The trial's plan; ``port`` and ``trial_dir`` only shape the shown argv, never the identity.
+    def plan(self, settings: LiveSettings, *, port: int, trial_dir: Path, draft_dir: Path | None = None) -> TrialPlan:
+        """The trial's plan; ``port`` and ``trial_dir`` (``draft_dir``: the draft the argv names, default
+        ``trial_dir/draft``) only shape the shown argv, never the identity.
 
         Writes nothing of the trial and starts only the oracle (once); to resolve the trial's own draft config, the
         oracle judges a throwaway copy in a temporary directory of its own, removed once it has answered.
@@ -153,7 +154,7 @@ class Planner:
         ids = _Ids(None, None, "baseline") if settings.is_baseline else self._ids(settings, n, model_type)
         warnings += ids.warnings
         refusal = refusal or ids.refusal
-        draft_dir = None if settings.is_baseline else trial_dir / "draft"
+        draft_dir = None if settings.is_baseline else Path(draft_dir) if draft_dir is not None else trial_dir / "draft"
         desc = self.description()
         env, env_notes = vllm_env(settings, host=self.server.host)  # what the server process gets
         warnings += env_notes

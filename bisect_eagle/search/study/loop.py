@@ -12,8 +12,10 @@ With ``search.model.enabled`` the throughput model picks the next config, skips 
 and puts ``predicted_*`` metrics on each live run (:mod:`bisect_eagle.search.study.guide`).
 
 A config measured at or above the target is a candidate: with ``search.confirm.enabled`` it is re-measured
-interleaved with the baseline (:mod:`bisect_eagle.search.study.confirm`) and the study stops only when that
-confirms it; a candidate that is not confirmed stays in the study but never stops it, and the search goes on.
+interleaved with the baseline (:mod:`bisect_eagle.search.study.confirm`; an accept-length baseline is 1 by
+definition, and a metric the engine declares deterministic counts the search's own measurement of the candidate
+as the one it needs) and the study stops only when that confirms it; a candidate that is not confirmed stays in
+the study but never stops it, and the search goes on.
 Verdicts are stored on the study (user attribute ``confirmations``, shared by all workers) and on the parent
 run (tags ``confirmation``, ``confirmed_run_id``; metrics ``confirm_bound``, ``confirm_estimate``, ...).
 
@@ -34,7 +36,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.search.gate import apply_gate, record_gate
 from bisect_eagle.search.space import SearchSpace, encode
 from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
-from bisect_eagle.search.study.confirm import Confirmation, confirm
+from bisect_eagle.search.study.confirm import Confirmation, confirm, confirm_schedule
 from bisect_eagle.search.study.guide import Forecast, ModelGuide
 from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
 from bisect_eagle.search.study.sampler import Listed, list_configs
@@ -206,17 +208,19 @@ class StudyRun:
         baseline = None
         if self.spec.baseline == "measure":
             baseline = self.ctx.plan(self.spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"}))
-        self.emit("confirm", f"confirming {cand.value:.4g} ≥ target {self.ctx.target:.4g}: candidate and baseline "
-                             f"interleaved, {settings.min_pairs}..{settings.max_pairs} pairs")
+        steps = confirm_schedule(self.ctx, baseline_measured=baseline is not None, settings=settings)
+        self.emit("confirm", f"confirming {cand.value:.4g} ≥ target {self.ctx.target:.4g}; {steps}")
+        known = (cand.value, cand.run_id) if plan.fingerprint == cand.fingerprint and cand.run_id else None
         verdict = confirm(self.ctx, candidate=plan, baseline=baseline, settings=settings,
-                          ratio=self.spec.criterion.ratio, first_baseline=self.ctx.baseline)
+                          ratio=self.spec.criterion.ratio, first_baseline=self.ctx.baseline, known=known)
         self.study.set_user_attr("confirmations", {**self.confirmations(), cand.fingerprint: verdict.to_json()})
         named = {"confirm_pairs": float(verdict.pairs), "confirm_bound": verdict.lower,
                  "confirm_estimate": verdict.estimate, "confirm_upper": verdict.upper,
                  "baseline_drift": verdict.baseline_drift}
         metrics = {k: v for k, v in named.items() if v is not None}
         self.ctx.tracking.log(self.ctx.parent_run_id, metrics=metrics,
-                              tags={"confirmation": verdict.summary(), "confirm_candidate_run_id": cand.run_id})
+                              tags={"confirmation": verdict.summary(), "confirm_candidate_run_id": cand.run_id,
+                                    "confirm_schedule": verdict.schedule})
         self.emit("confirm", f"run {cand.run_id[:8]}: {verdict.summary()}")
         return verdict
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bisect_eagle.engines import engine_class
 from bisect_eagle.report.study import write_report
 from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.spec.schema import Spec
@@ -42,7 +43,8 @@ def resolved_spec(spec: Spec) -> dict[str, Any]:
 def start_parent_run(tracking: Tracking, *, spec: Spec, study: str, storage: str) -> str:
     """The study's parent run: the spec (as written and resolved), environment, versions and search budget."""
     s = spec.search
-    params = {**environment_info(), "spec": str(Path(spec.source).resolve()), "engine": spec.engine.kind,
+    params = {**environment_info(), **engine_class(spec.engine.kind).versions(spec),
+              "spec": str(Path(spec.source).resolve()), "engine": spec.engine.kind,
               "sampler": s.sampler, "seed": str(s.seed), "max_live_trials": str(s.max_live_trials),
               "max_wall_s": str(s.max_wall_s), "repeats": str(s.repeats), "criterion.metric": spec.criterion.metric,
               "criterion.ratio": str(spec.criterion.ratio), "baseline": str(spec.baseline),

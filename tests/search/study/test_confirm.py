@@ -63,12 +63,13 @@ class LuckyEngine(FakeEngine):
         return result
 
 
-def spec_of(tmp_path: Path, name: str, *, baseline: str | float = "measure", enabled: bool = True) -> Spec:
+def spec_of(tmp_path: Path, name: str, *, baseline: str | float = "measure", enabled: bool = True,
+            metric: str = "output_tok_s", ratio: float = 2.0) -> Spec:
     path = tmp_path / f"{name}.yaml"
     path.write_text(json.dumps({
         "name": name, "target": "t", "draft": "d", "dump": "u", "prompts": "p.jsonl", "engine": {"kind": "sglang"},
         "baseline": baseline,
-        "criterion": {"metric": "output_tok_s", "ratio": 2.0},
+        "criterion": {"metric": metric, "ratio": ratio},  # accept length 2.8 (num_steps 3): above 2.0 × 1
         "space": {"eagle_aux_hidden_state_layer_ids": {"type": "categorical", "choices": [[1, 5, 9]]},
                   "num_steps": {"type": "categorical", "choices": [3]}},  # 193 tok/s: just below 200
         "search": {"sampler": "grid", "max_live_trials": 4, "confirm": {"enabled": enabled}},
@@ -110,3 +111,70 @@ def test_a_fixed_baseline_confirms_the_candidate_alone(stores, tmp_path):
     assert out.target_reached and out.stop_reason.startswith("target reached (confirmed, bound 2.146")
     assert out.confirmation["baseline"] == [] and out.confirmation["baseline_drift"] is None
     assert sum(s.is_baseline for s in engine.runs) == 0 and len(engine.runs) == 1 + 3
+
+
+GREEDY = ("accept_length",)
+
+
+@pytest.mark.parametrize(("metric", "declared", "stages", "roles"), [
+    # accept length declared deterministic: the search's measurement is the one, the baseline is 1 by definition
+    ("accept_length", GREEDY, {"baseline": 1, "live": 1}, {}),
+    # accept length not declared deterministic: the candidate alone, min_pairs times, against 1
+    ("accept_length", (), {"baseline": 1, "live": 1, "confirm": 3}, {"candidate": 3}),
+    # tok/s: interleaved pairs exactly as before, whatever the engine declares about accept length
+    ("output_tok_s", GREEDY, {"baseline": 1, "live": 1, "confirm": 6}, {"candidate": 3, "baseline": 3}),
+    ("output_tok_s", (), {"baseline": 1, "live": 1, "confirm": 6}, {"candidate": 3, "baseline": 3}),
+])
+def test_engine_runs_per_stage_follow_the_metrics_noise(stores, tmp_path, metric, declared, stages, roles):
+    engine = FakeEngine(deterministic=declared)
+    name = f"stages-{metric}-{len(declared)}"
+    spec = spec_of(tmp_path, name, metric=metric, ratio=2.0 if metric == "accept_length" else 1.5)  # 193 tok/s
+    out = run_study(spec, options=stores, engine_factory=lambda s: engine)
+    assert out.target_reached and out.counts["standalone"] == 0  # stage 1: no wirings, no engine run
+    tracking = Tracking.open(stores.tracking_uri, name)
+    children = tracking.child_runs(out.parent_run_id)
+    assert Counter(r.data.tags["stage"] for r in children) == stages
+    assert len(engine.runs) == sum(stages.values())  # one engine run per child run (repeats 1)
+    assert sum(s.is_baseline for s in engine.runs) == 1 + roles.get("baseline", 0)
+    assert Counter(r.data.tags["confirm_role"] for r in children if r.data.tags["stage"] == "confirm") == roles
+    c = Confirmation(**out.confirmation)
+    assert c.confirmed and c.pairs == max(1, roles.get("candidate", 0))
+    parent = tracking.get_run(out.parent_run_id)
+    if metric == "accept_length":
+        assert c.baseline == [] and c.candidate == [pytest.approx(2.8)] * c.pairs and c.lower >= 2.0
+        assert "the baseline is 1 by definition" in c.schedule and parent.data.tags["confirm_schedule"] == c.schedule
+    if declared and metric == "accept_length":
+        assert c.deterministic and c.lower == c.estimate == c.upper == pytest.approx(2.8)
+        assert c.schedule == ("confirmation: accept_length is deterministic under greedy decoding: one measurement "
+                              "of the candidate, the baseline is 1 by definition")
+        live = [r for r in children if r.data.tags["stage"] == "live"]
+        assert c.run_ids == [live[0].info.run_id] and "search's own measurement" in c.detail
+        assert out.stop_reason.startswith("target reached (confirmed, bound 2.800 ≥ 2 × baseline; deterministic")
+    else:
+        assert not c.deterministic
+
+
+def test_a_deterministic_value_is_confirmed_at_the_target_and_refused_below(stores, tmp_path):
+    """The bound of a deterministic metric is the value: confirmed at or above the ratio, never below; measured
+    once when the search's measurement is not of the same plan."""
+    from bisect_eagle.search.study.confirm import confirm
+    from bisect_eagle.spec.schema import Confirm
+    from bisect_eagle.trials.record import TrialContext
+
+    spec = spec_of(tmp_path, "exact", metric="accept_length")
+    tracking = Tracking.open(stores.tracking_uri, "exact")
+    parent = tracking.start_run("parent", tags={})
+    engine = FakeEngine(deterministic=GREEDY)
+    ctx = TrialContext(spec=spec, tracking=tracking, study="exact", parent_run_id=parent, engine=engine,
+                       baseline=1.0, target=2.0)
+    plan = engine.plan(spec.fixed_settings().model_copy(update={"eagle_aux_hidden_state_layer_ids": [1, 5, 9],
+                                                                  "num_steps": 3}))
+    settings = Confirm()
+    below = confirm(ctx, candidate=plan, baseline=None, settings=settings, ratio=2.81, first_baseline=1.0)
+    assert below.status == "not confirmed" and below.upper == pytest.approx(2.8) and below.pairs == 1
+    assert len(engine.runs) == 1 and "measured once" in below.detail
+    at = confirm(ctx, candidate=plan, baseline=None, settings=settings, ratio=2.8, first_baseline=1.0)
+    assert at.confirmed and len(engine.runs) == 2  # 2.8 / 1 == 2.8 up to rounding: at the target
+    reused = confirm(ctx, candidate=plan, baseline=None, settings=settings, ratio=2.0, first_baseline=1.0,
+                     known=(1.9, "run-x"))
+    assert reused.status == "not confirmed" and reused.run_ids == ["run-x"] and len(engine.runs) == 2
