@@ -1,47 +1,63 @@
-"""Run in SGLang's interpreter: what each model family's own ``set_eagle3_layers_to_capture`` captures.
+"""Run in SGLang's interpreter: what every model class of ``sglang.srt.models`` that implements EAGLE-3 capture
+makes of a grid of id lists, by SGLang's own ``set_eagle3_layers_to_capture``.
 
-Prints one JSON object: ``{model_type: {"ids as JSON": layers_to_capture, "null": default}}`` for a grid of
-id lists on a target of ``N`` layers (argv[1]). The method is SGLang's own, called on a minimal stand-in
-for the model object (its ``pp_group``, ``config`` and ``model`` attributes: all the method reads).
+The classes are discovered by importing every module of the package and taking each ``EntryClass`` (the classes
+SGLang serves) that has the hook, inherited or its own. Each is probed exactly as the sglang oracle probes a
+target (``bisect_eagle/engines/sglang/oracle_script.py`` :func:`capture`: a weightless stand-in, the decoder
+model's forward read for final-state capture). Prints one JSON object::
+
+    {"classes": {architecture: probe answer}, "import_errors": {module: error}, "hook_modules": [module, ...]}
+
+``hook_modules`` are the modules whose source defines the hook (a textual scan), so a test can tell a class that
+was never probed from one that does not exist. argv[1] is the target depth N.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
+import pkgutil
 import sys
-from types import SimpleNamespace
+from pathlib import Path
 
-FAMILIES = {  # model_type -> (module, class) that SGLang 0.5.23 serves it with
-    "llama": ("sglang.srt.models.llama", "LlamaForCausalLM"),
-    "qwen2": ("sglang.srt.models.qwen2", "Qwen2ForCausalLM"),
-    "qwen3": ("sglang.srt.models.qwen3", "Qwen3ForCausalLM"),
-    "glm4_moe": ("sglang.srt.models.glm4_moe", "Glm4MoeForCausalLM"),
-    "glm_moe_dsa": ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLM"),
-    "glm4_moe_lite": ("sglang.srt.models.glm4_moe_lite", "Glm4MoeLiteForCausalLM"),
-    "deepseek_v2": ("sglang.srt.models.deepseek_v2", "DeepseekV2ForCausalLM"),
-    "deepseek_v3": ("sglang.srt.models.deepseek_v2", "DeepseekV3ForCausalLM"),
-    "deepseek_v32": ("sglang.srt.models.deepseek_v2", "DeepseekV32ForCausalLM"),
-    "gpt_oss": ("sglang.srt.models.gpt_oss", "GptOssForCausalLM"),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bisect_eagle" / "engines" / "sglang"))
+import oracle_script  # noqa: E402  (SGLang's interpreter has no bisect_eagle: import the script by path)
 
 
-def captured(cls, ids, n: int):
-    me = SimpleNamespace(pp_group=SimpleNamespace(is_last_rank=True), config=SimpleNamespace(num_hidden_layers=n),
-                         model=SimpleNamespace(layers_to_capture=None), capture_aux_hidden_states=False)
-    cls.set_eagle3_layers_to_capture(me, ids)
-    return list(me.model.layers_to_capture)
+def grid(n: int) -> list:
+    return [None, [1, n // 2 - 1, n - 4], [2, n // 2, n - 3], [3, n // 2 + 1, n - 2], [-1, 2, n // 2],
+            [0, 5, 9], [2, n // 2, n - 2], [2, n // 2, n - 1], [2, n // 2, n], [1, n // 2, n - 1], [5, 1, 9]]
 
 
 def main() -> None:
     n = int(sys.argv[1])
-    grid = [None, [1, n // 2 - 1, n - 4], [2, n // 2, n - 3], [3, n // 2 + 1, n - 2], [-1, 2, n // 2],
-            [0, 5, 9], [2, n // 2, n - 1], [2, n // 2, n], [5, 1, 9]]
-    out = {}
-    for model_type, (module, name) in FAMILIES.items():
-        cls = getattr(importlib.import_module(module), name)
-        out[model_type] = {json.dumps(ids): captured(cls, ids, n) for ids in grid}
-    print(json.dumps(out))
+    import sglang.srt.models as models
+
+    root = Path(models.__path__[0])
+    hook_modules = sorted(p.stem for p in root.glob("*.py") if "def set_eagle3_layers_to_capture" in p.read_text())
+    classes: dict = {}
+    errors: dict = {}
+    for info in pkgutil.iter_modules(models.__path__):
+        name = f"sglang.srt.models.{info.name}"
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                module = importlib.import_module(name)
+        except BaseException as e:  # noqa: BLE001  (a module that cannot import on a CPU is reported, not fatal)
+            errors[info.name] = f"{type(e).__name__}: {e}"
+            continue
+        entry = getattr(module, "EntryClass", [])
+        for cls in entry if isinstance(entry, (list, tuple)) else [entry]:
+            if not isinstance(cls, type) or not hasattr(cls, "set_eagle3_layers_to_capture"):
+                continue
+            config = {"num_hidden_layers": n, "text_config": {"num_hidden_layers": n}}
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    classes[cls.__name__] = oracle_script.capture(cls.__name__, config, grid(n))
+            except Exception as e:
+                classes[cls.__name__] = {"probe_error": f"{type(e).__name__}: {e}", "module": info.name}
+    print(json.dumps({"classes": classes, "import_errors": errors, "hook_modules": hook_modules}))
 
 
 if __name__ == "__main__":

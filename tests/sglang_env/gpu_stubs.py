@@ -21,12 +21,19 @@ import types
 STUBBED = ("triton", "IPython", "torchvision", "tvm_ffi", "sentencepiece", "compressed_tensors", "gguf")
 
 
+def _no_gpu_target():
+    """``triton.runtime.driver.active.get_current_target()`` on a machine without a GPU: Triton raises."""
+    raise RuntimeError("0 active drivers (gpu_stubs: no GPU here)")
+
+
 class Stub(type):
     """A class that stands for anything: attributes, calls, subscripts and decorators give more stubs."""
 
     def __getattr__(cls, name: str) -> Stub:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
+        if name == "get_current_target":  # SGLang then picks its CPU path (fla/utils.py get_available_device)
+            return _no_gpu_target
         return Stub(name, (), {})
 
     def __call__(cls, *args, **kwargs):

@@ -179,6 +179,17 @@ class Oracle:
                                        answer.get("resolved"), answer.get("where", ""))
         return self._cache[key]
 
+    def capture(self, architecture: str, config: dict, ids: list[int] | None) -> dict | None:
+        """SGLang's own capture hook of ``architecture`` on ``ids`` (oracle_script ``capture``); None without an
+        oracle or when SGLang has no such class / cannot import it here."""
+        key = (("capture", architecture, json.dumps(config, sort_keys=True), json.dumps(ids)), True)
+        if key not in self._cache:
+            answer = self._ask({"op": "capture", "architecture": architecture, "config": config, "ids": [ids]})
+            if answer is None or not answer.get("ok"):
+                return None
+            self._cache[key] = answer  # type: ignore[assignment]
+        return self._cache[key]  # type: ignore[return-value]
+
     def close(self) -> None:
         with self._lock:
             if self._proc is not None:

@@ -14,18 +14,28 @@ Requests:
   resolved (``resolve_once``) with the resolved values of the speculative, attention, paging and scheduling
   fields, or the exception SGLang raised. When ``--speculative-adaptive`` was given and resolution turned it
   off (SGLang only logs a warning), ``resolved`` also carries SGLang's reason as ``ADAPTIVE_OFF``.
+  When resolution stops because this host has no accelerator, the answer is ``{"ok": true, "resolved": null,
+  "unresolved": reason}``: SGLang did not refuse the config, it could not resolve it here.
+- ``{"op": "capture", "architecture": A, "config": {...}, "ids": [[...] | null, ...]}`` → which hidden states
+  each id list captures on that target, by SGLang's own model class ``A`` (see :func:`capture`).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import importlib
+import inspect
 import io
 import json
 import logging
+import re
 import sys
+import textwrap
 import traceback
+from pathlib import Path
+from types import SimpleNamespace
 
 RESOLVED_FIELDS = (
     "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
@@ -34,6 +44,8 @@ RESOLVED_FIELDS = (
     "enable_symm_mem", "dtype", "device", "tp_size", "mem_fraction_static", "disable_overlap_schedule",
 )
 ADAPTIVE_OFF = "speculative_adaptive_off_reason"
+NO_ACCELERATOR = re.compile(r"No accelerator|Found no NVIDIA driver|get_device_capability|Torch not compiled with CUDA"
+                            r"|CUDA driver|no CUDA GPUs|nvidia-smi", re.IGNORECASE)
 
 
 class ParserError(Exception):
@@ -114,6 +126,9 @@ def resolve(parser: argparse.ArgumentParser, spec: str, argv: list[str], want_re
             args.resolve_once()
             resolved = args.resolved_dict()
     except Exception as e:  # SGLang's own refusal: its exception, as it would end the server
+        if NO_ACCELERATOR.search(f"{type(e).__name__}: {e}"):  # this host, not the config
+            out["unresolved"] = f"{type(e).__name__}: {e}"
+            return out
         frames = traceback.extract_tb(e.__traceback__)
         where = next((f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames)
                       if "sglang" in f.filename), "")
@@ -134,6 +149,156 @@ def _adaptive_off_reason(args) -> str | None:
         return None
 
 
+# -- layer capture, by SGLang's own model class ------------------------------------------------------------
+
+
+def model_class(architecture: str):
+    """SGLang's class for a config's ``architectures[0]``: the module of ``sglang.srt.models`` defining it."""
+    import sglang.srt.models as models
+
+    pattern = re.compile(rf"^class {re.escape(architecture)}\b", re.MULTILINE)
+    for path in sorted(Path(models.__path__[0]).glob("*.py")):
+        if pattern.search(path.read_text(errors="replace")):
+            return getattr(importlib.import_module(f"sglang.srt.models.{path.stem}"), architecture)
+    raise LookupError(f"no class {architecture} in sglang.srt.models")
+
+
+def _inner_class(cls, attr: str):
+    """The class ``cls.__init__`` (or a base's) assigns to ``self.<attr>`` (``self.model = DeepseekV2Model(...)``)."""
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None or not hasattr(init, "__code__"):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        names = sys.modules[klass.__module__].__dict__
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
+                continue
+            func = node.value.func
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) \
+                        and t.value.id == "self" and isinstance(func, ast.Name) \
+                        and isinstance(names.get(func.id), type):
+                    return names[func.id]
+    return None
+
+
+class _Cfg(SimpleNamespace):
+    """A config.json as attributes; a key missing here is looked up in ``text_config`` (multimodal wrappers)."""
+
+    def __getattr__(self, name):
+        text = self.__dict__.get("text_config")
+        if isinstance(text, _Cfg) and name in text.__dict__:
+            return getattr(text, name)
+        raise AttributeError(name)
+
+
+def _cfg(value):
+    if isinstance(value, dict):
+        return _Cfg(**{str(k): _cfg(v) for k, v in value.items()})
+    return value
+
+
+_UNSET: list = []
+
+
+def _standin(cls, cfg, n: int, pp, made: list, depth: int = 0):
+    """A weightless stand-in of ``cls``: a real instance (no ``__init__``) holding only what the capture hook reads
+    (config, pp_group, layers, layers_to_capture) and stand-ins of its ``model`` / ``language_model``."""
+    import torch
+
+    obj = cls.__new__(cls)
+    with contextlib.suppress(Exception):
+        torch.nn.Module.__init__(obj)
+    for name, value in (("config", cfg), ("pp_group", pp), ("capture_aux_hidden_states", False),
+                        ("layers_to_capture", _UNSET), ("layers", [SimpleNamespace() for _ in range(n)]),
+                        ("start_layer", 0), ("end_layer", n)):
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(obj, name, value)
+    made.append(obj)
+    for attr in ("model", "language_model"):
+        inner = _inner_class(cls, attr) if depth < 3 else None
+        inner_cfg = cfg.__dict__.get("text_config", cfg) if attr == "language_model" else cfg
+        if inner is not None:
+            stub = _standin(inner, inner_cfg, n, pp, made, depth + 1)
+        elif attr == "model":
+            stub = SimpleNamespace(config=cfg, layers_to_capture=_UNSET, layers=[SimpleNamespace() for _ in range(n)],
+                                   start_layer=0, end_layer=n)
+            made.append(stub)
+        else:
+            continue
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(obj, attr, stub)
+    return obj
+
+
+def _source(fn) -> str:
+    try:
+        return " ".join(inspect.getsource(fn).split())
+    except (OSError, TypeError):
+        return ""
+
+
+def capture(architecture: str, config: dict, grid: list) -> dict:
+    """What SGLang's own ``set_eagle3_layers_to_capture`` of ``architecture`` makes of each id list of ``grid``.
+
+    The hook runs on a weightless stand-in; the decoder model it set ``layers_to_capture`` on is then read: its
+    ``forward`` captures the *input* of layer ``e`` (``hidden_states[e]``) for each entry ``0 <= e < N``, the final
+    pre-norm state (``hidden_states[N]``) for ``e == N`` only where it checks ``end_layer in layers_to_capture``,
+    and nothing else. Per list: ``{"layers_to_capture": [...], "captures": [index or null per entry]}`` or
+    ``{"error": ...}`` (an exception of the hook itself, e.g. ``IndexError`` on ``self.layers[N]``).
+    """
+    cls = model_class(architecture)
+    cfg = _cfg(config)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    n = int(config.get("num_hidden_layers") or text.get("num_hidden_layers"))
+    pp = SimpleNamespace(is_last_rank=True, is_first_rank=True, world_size=1, rank_in_group=0)
+    patched = []
+    for klass in cls.__mro__:
+        module = sys.modules.get(klass.__module__)
+        for name, fake in (("get_parallel", lambda: SimpleNamespace(pp_group=pp)), ("get_pp_group", lambda: pp)):
+            if module is not None and name in vars(module):
+                patched.append((module, name, vars(module)[name]))
+                setattr(module, name, fake)
+    out: dict = {"class": f"{cls.__module__}.{cls.__qualname__}", "num_layers": n, "answers": {}}
+    try:
+        for ids in grid:
+            made: list = []
+            obj = _standin(cls, cfg, n, pp, made)
+            try:
+                cls.set_eagle3_layers_to_capture(obj, None if ids is None else list(ids))
+            except Exception as e:
+                where = next((f"{f.filename.split('site-packages/')[-1]}:{f.lineno}"
+                              for f in reversed(traceback.extract_tb(e.__traceback__)) if "sglang" in f.filename), "")
+                out["answers"][json.dumps(ids)] = {"error": f"{type(e).__name__}: {e}", "where": where}
+                continue
+            model = next((m for m in reversed(made) if getattr(m, "layers_to_capture", _UNSET) is not _UNSET), None)
+            if model is None:
+                out["answers"][json.dumps(ids)] = {"error": "the hook set no layers_to_capture", "where": ""}
+                continue
+            forward = _source(getattr(type(model), "forward", None))
+            final = bool(re.search(r"end_layer in self\.layers_to_capture", forward))
+            flags = "_is_layer_to_capture" in forward
+            flagged = [i for i, layer in enumerate(model.layers) if getattr(layer, "_is_layer_to_capture", False)]
+            entries = [int(e) for e in model.layers_to_capture]
+            captures = []
+            for e in entries:
+                hit = (e % n if -n <= e < n and e % n in flagged else None) if flags else e if 0 <= e < n else None
+                captures.append(n if e == n and final else hit)
+            out["answers"][json.dumps(ids)] = {"layers_to_capture": entries, "captures": captures}
+            out["model"] = f"{type(model).__module__}.{type(model).__qualname__}"
+            out["final_captured"] = final
+            out["counted"] = "AuxHiddenStatePacker" in forward  # fewer states than ids: 'captured k of n'
+            out["flags"] = flags
+    finally:
+        for module, name, value in patched:
+            setattr(module, name, value)
+    return out
+
+
 def main() -> int:
     spec = sys.argv[1] if len(sys.argv) > 1 else "sglang"
     try:
@@ -147,6 +312,10 @@ def main() -> int:
             req = json.loads(line)
             if req.get("op") == "describe":
                 answer = describe(parser, spec)
+            elif req.get("op") == "capture":
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    answer = {"ok": True, **capture(str(req["architecture"]), dict(req["config"]),
+                                                    list(req["ids"]))}
             else:
                 answer = resolve(_parser(spec), spec, list(req["argv"]), bool(req.get("resolve", True)))
         except Exception as e:  # the oracle never dies on one request

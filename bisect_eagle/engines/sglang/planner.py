@@ -247,14 +247,60 @@ class Planner:
                                                                        config=self.draft / "config.json")
         if too_wide is not None:
             return ids, warnings, too_wide
-        n = cfg.get("num_hidden_layers") if cfg else None
+        n = layers.target_depth(cfg) if cfg else None
         if isinstance(n, int):
-            conv = layers.sglang_convention(cfg.get("model_type"))
+            conv = layers.sglang_convention(cfg.get("model_type"), layers.target_architecture(cfg))
             try:
                 layers.ids_to_canonical(ids, conv, num_layers=n)
             except layers.LayerIdError as e:
-                return ids, warnings, f"eagle_aux_hidden_state_layer_ids {ids}: {e} ({conv} rule)"
+                if not (conv == "sglang-deepseek" and -1 in ids):  # SGLang takes -1 raw there: its rule decides
+                    return ids, warnings, f"eagle_aux_hidden_state_layer_ids {ids}: {e} ({conv} rule)"
+            # SGLang's own capture rule, for SGLang launches (the stand-in server has its own capture)
+            refusal = self._captured(list(ids), cfg, n) if parser_spec(list(self.server.launch_command)) == "sglang" \
+                else None
+            if refusal is not None:
+                return ids, warnings, refusal
         return ids, warnings, None
+
+    def capture(self, ids: list[int] | None, cfg: dict, n: int) -> layers.SglangCapture:
+        """Which hidden states SGLang captures for ``ids`` on this target: SGLang's own hook of the target's
+        model class when the oracle runs it, else the project's table (labelled not checked against SGLang)."""
+        arch = layers.target_architecture(cfg)
+        rule = layers.capture_rule(cfg.get("model_type"), arch)
+        predicted = layers.predicted_capture(ids, rule, num_layers=n)
+        oracle = self.oracle()
+        if arch is None or oracle is None or oracle.parser != "sglang" or not oracle.available:
+            return predicted
+        answer = oracle.capture(arch, cfg, ids)
+        one = (answer or {}).get("answers", {}).get(json.dumps(ids))
+        if not one:
+            return predicted
+        desc = self.description()
+        who = f"SGLang {desc.version} {answer['class']}" if desc and desc.version else f"SGLang {answer['class']}"
+        failure = "counted" if answer.get("counted") else ("index" if one.get("error") else rule.failure)
+        final = bool(answer.get("final_captured"))
+        reach = f"hidden_states[{n}] (the final state) is captured" if final else \
+            f"only hidden_states[0..{n - 1}] (layer inputs) are captured"
+        words = f"{answer['class']}.set_eagle3_layers_to_capture maps ids to layers_to_capture " \
+                f"{one.get('layers_to_capture')}; {reach}"
+        return layers.SglangCapture(ids, one.get("layers_to_capture"), list(one.get("captures") or []),
+                                    one.get("error"), words, who, failure)
+
+    def _captured(self, ids: list[int], cfg: dict, n: int) -> str | None:
+        """A refusal when SGLang would never capture one of ``ids`` (a launch that can only fail)."""
+        cap = self.capture(ids, cfg, n)
+        if cap.error is not None:
+            return (f"eagle_aux_hidden_state_layer_ids {ids}: SGLang's capture hook raises {cap.error} at start-up "
+                    f"({cap.rule}; {cap.checked})")
+        if not cap.missed:
+            return None
+        how = {"counted": "start-up fails at the first forward with 'captured "
+                          f"{len(ids) - len(cap.missed)} of {len(ids)} aux hidden states'",
+               "index": "start-up fails with IndexError"}.get(
+            cap.failure, f"the draft gets {len(ids) - len(cap.missed)} aux states where fc takes {len(ids)}: a shape "
+                         "error in fc")
+        return (f"eagle_aux_hidden_state_layer_ids {ids}: SGLang never captures the state of id(s) {cap.missed} on "
+                f"this {n}-layer target ({cap.rule}), so {how}; checked by {cap.checked}")
 
     def _negated_defaults(self, s: LiveSettings) -> list[Arg]:
         """``server_args.x: false`` for a flag that defaults on: ``--no-x`` (a plain omission would keep it on)."""
