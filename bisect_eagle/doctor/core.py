@@ -87,14 +87,18 @@ class Doctor(IdChecks, ModelChecks):
         self.target_cfg = read_target_config(paths["target"])
         self.draft: DraftInfo = read_draft(Path(paths["draft"]))
         self.dump = Path(paths["dump"])
-        try:
-            self.num_layers = int(self.target_cfg["num_hidden_layers"])
-            self.hidden = int(self.target_cfg["hidden_size"])
+        text = self.target_cfg.get("text_config") if isinstance(self.target_cfg.get("text_config"), dict) else {}
+        try:  # a multimodal wrapper (Kimi-K2.5) keeps its depth and width in text_config
+            self.num_layers = int(layers.target_depth(self.target_cfg))
+            self.hidden = int(self.target_cfg.get("hidden_size", text.get("hidden_size")))
         except (KeyError, TypeError, ValueError):
             raise BadInput(f"{paths['target']}/config.json: keys 'num_hidden_layers' and 'hidden_size' are "
-                           "required") from None
+                           "required (at the top level or in text_config)") from None
         self.model_type = str(self.target_cfg.get("model_type") or "")
-        self.family = layers.sglang_convention(self.model_type) if self.reader == "sglang" else "sglang"
+        architecture = layers.target_architecture(self.target_cfg)
+        # SGLang's capture rule of the target's model class (the table kept equal to SGLang's own hook)
+        self.capture = layers.capture_rule(self.model_type, architecture)
+        self.family = self.capture.rule if self.reader == "sglang" else "sglang"
         self.settings: LiveSettings = spec.fixed_settings()
 
     def add(self, code: str, severity: Severity, *, where: str, message: str, fix: str) -> None:

@@ -119,18 +119,18 @@ class IdChecks:
         return True
 
     def check_final_layer(self, ids: list[int], conv: str, *, where: str) -> None:
-        """SGLang captures layer *inputs* 0..N-1: hs[N] (the final state) only on gpt-oss."""
+        """SGLang captures layer *inputs* 0..N-1: hs[N] (the final state) only where the model class captures it
+        at the final norm (gpt-oss, MiniMax-M3); elsewhere the class's failure (``layers.CaptureRule.failure``)."""
         if (
             self.num_layers not in layers.ids_to_canonical(ids, conv, num_layers=self.num_layers)
-            or conv == "sglang-gptoss"
+            or self.capture.final
         ):
             return
-        moe = self.model_type in ("qwen2_moe", "qwen3_moe")
-        how = (
-            "raises IndexError at start-up (qwen2/3-MoE)"
-            if moe
-            else "is never captured, so the draft gets one aux state fewer than fc takes: a shape error in fc at load"
-        )
+        how = {
+            "index": f"raises IndexError at start-up ({self.capture.source or self.model_type})",
+            "counted": "is never captured: start-up fails with 'captured 2 of 3 aux hidden states'",
+        }.get(self.capture.failure,
+              "is never captured, so the draft gets one aux state fewer than fc takes: a shape error in fc at load")
         severity = "error" if self.reader == "sglang" else "warning"
         engine_note = "" if self.reader == "sglang" else " (this spec's local engine captures it; SGLang would not)"
         self.add(

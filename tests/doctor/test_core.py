@@ -222,3 +222,31 @@ def test_a_wrong_wiring_hidden_by_eagle_is_a_latent_error(tmp_path, tiny, kind):
     right = diagnose(load_spec(_spec_with_draft(tmp_path / "c", tiny, settings={"speculative_algorithm": "EAGLE"},
                                                 kind=kind), check_inputs=False), sglang_version="0.5.23")
     assert [f.code for f in right] == ["eagle-vs-eagle3"]  # the draft's own ids: nothing latent
+
+
+def _kimi_shaped(tmp_path: Path, tiny, served: list[int]) -> Path:
+    """The Kimi-K2.5 fixture's config (model class, 61 layers, text_config) at the tiny pair's widths, with a dump
+    captured at the outputs of layers 2, 30 and 58 (the incident's), served ``served``."""
+    cfg = json.loads((ROOT / "tests" / "fixtures" / "targets" / "kimi-k25" / "config.json").read_text())
+    width = json.loads((tiny.target / "config.json").read_text())
+    for d in (cfg, cfg["text_config"]):
+        d.update(hidden_size=width["hidden_size"], vocab_size=width["vocab_size"])
+    target = tmp_path / "kimi"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(cfg))
+    spec = tmp_path / "kimi.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "kimi", "target": str(target), "draft": str(tiny.draft), "dump": str(tiny.dump),
+        "prompts": str(tiny.prompts), "dump_layer_ids": [2, 30, 58],
+        "engine": {"kind": "sglang", "settings": {"eagle_aux_hidden_state_layer_ids": served}}}))
+    return spec
+
+
+@pytest.mark.parametrize("served, wrong", [([2, 30, 58], True), ([3, 31, 59], False)])
+def test_kimi_k25_reads_ids_by_the_deepseek_rule(tmp_path, tiny, served, wrong):
+    """Kimi-K2.5 (the incident's target) takes the DeepSeek rule: ids are captured as given unless the first is 1,
+    so the incident's [2, 30, 58] feed hidden_states 2, 30, 58 -- one layer shallower than the dump's outputs of
+    layers 2, 30, 58 -- and [3, 31, 59] are right (a +1 table would say the opposite)."""
+    findings = diagnose(load_spec(_kimi_shaped(tmp_path, tiny, served), check_inputs=False),
+                        sglang_version="0.5.23")
+    assert ("dump-wiring" in [f.code for f in findings]) == wrong, [(f.code, f.message) for f in findings]
