@@ -157,7 +157,7 @@ class Prober:
             answer = Answer(outcome, self.scrub(what + where), cached=rec.source != "measured")
         if rec.child_run_id:
             self.ctx.tracking.log(rec.child_run_id, tags={"bisect_outcome": answer.outcome.name,
-                                                          "bisect_detail": answer.detail[:7900]})
+                                                          "bisect_detail": answer.detail})
         return self._done(config, answer)
 
     def _done(self, config: ChangeSet, answer: Answer) -> Answer:

@@ -288,12 +288,12 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             tracking.log(parent, metrics={"probes": float(len(report.probes)), "live_trials": float(report.live_trials),
                                           "samples": float(report.samples), "probe_bound": float(report.probe_bound)},
                          tags={"outcome": report.status.value, NOTE: bisect_description(body, tracking.experiment_id),
-                               "culprits": ",".join(c.name for c in report.culprits)[:7900],
-                               "repair_set": ",".join(report.repair or [])[:7900],
+                               "culprits": ",".join(c.name for c in report.culprits),
+                               "repair_set": ",".join(report.repair or []),
                                "verified": str(report.verified).lower(),
                                "masked": ",".join(f"{c.name}<{side}:{'+'.join(by)}" for c in report.changes
-                                                  for side, by in c.masked_by.items())[:7900],
-                               **({"interactions": " | ".join(body["interactions"])[:7900]}
+                                                  for side, by in c.masked_by.items()),
+                               **({"interactions": " | ".join(body["interactions"])}
                                   if body["interactions"] else {})})
             tracking.finish(parent, "FINISHED")
     return report
