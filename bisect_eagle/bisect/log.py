@@ -81,7 +81,10 @@ def parse_log(path: Path) -> ParsedLog:
     """Read a bisect log; errors name the file, the line and what was expected."""
     if not path.is_file():
         raise BadInput(f"{path}: bisect log not found")
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not a bisect log (not UTF-8 text: {e.reason} at byte {e.start})") from None
     if not lines or lines[0].strip() != LOG_MAGIC:
         raise BadInput(f"{path}:1: expected {LOG_MAGIC!r}, found {lines[0] if lines else 'an empty file'!r}")
     header: dict[str, Any] = {}

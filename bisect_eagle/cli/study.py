@@ -34,17 +34,19 @@ class Display:
         self.task = self.bar.add_task("search", total=1, stage="start", best="-", target="-", left="-")
 
     def __enter__(self) -> Display:
-        if self.enabled:
-            self.bar.start()
+        self.started = False  # the bar appears with the first event: an input refused before one prints one line
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.enabled:
+        if self.started:
             self.bar.stop()
 
     def __call__(self, p: StudyProgress) -> None:
         if not self.enabled:
             return
+        if not self.started:
+            self.bar.start()
+            self.started = True
         self.bar.console.print(f"[dim]{p.stage:<10}[/dim] {escape(p.message)}")
         left = max(0.0, p.max_wall_s - p.elapsed_s)
         self.bar.update(self.task, total=max(p.total, 1), completed=p.done, stage=p.stage,

@@ -206,6 +206,9 @@ SPEC_CASES: list[tuple[str, Callable[[Path], Bad]]] = [
     ("wiring-rule-empty-slice", spec_case(wirings({"rule": "[5:2]"}), "standalone.wirings[0]")),
     ("wiring-rule-too-few-states", spec_case(wirings({"rule": "[0,1]"}), "standalone.wirings[0]")),
     ("wiring-ids-too-few", spec_case(wirings({"layer_ids": [1, 5]}), "standalone.wirings[0]")),
+    ("space-refused-whole", spec_case(lambda raw: (raw["engine"]["settings"].update(speculative_adaptive=True,
+                                                                                  topk=2)),
+                                      "refuses all")),
 ]
 
 
@@ -304,6 +307,10 @@ FLAG_CASES: list[tuple[str, Callable[[Path], Bad]]] = [
                                         culprit="--tracking-uri")),
     ("tracking-uri-malformed", flags("run", "--tracking-uri", "http://[::1", culprit="--tracking-uri")),
     ("storage-not-a-database", flags("run", "--storage", "ftp://user:password@127.0.0.1/x", culprit="--storage")),
+    ("bisect-replay-not-utf8", lambda tmp: (tmp.joinpath("b.log").write_bytes(b"\xff\xfe not a log\n"),
+                                            Bad(["bisect", "--replay", str(tmp / "b.log")], tmp / "b.log", None))[1]),
+    ("report-postgres-unreachable", flags("report", "--tracking-uri", "postgresql://u:pw@127.0.0.1:9/mlflow",
+                                          culprit="tracking URI")),
     ("bisect-set-no-equals", flags("bisect", "--good", str(ROOT / "experiments" / "tiny.yaml"), "--bad",
                                    str(ROOT / "experiments" / "tiny-broken.yaml"), "--set", "oops", culprit="--set")),
 ]
