@@ -10,26 +10,19 @@ the only ratio that compares across SGLang versions), its per-step distribution 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from bisect_eagle.engines.httpclient import BatchResult, HttpClient, RequestError
 from bisect_eagle.poll import wait_until
 
+__all__ = ["BatchResult", "Completion", "RequestError", "SglangClient", "parse_completion"]
+
 HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
-
-
-class RequestError(Exception):
-    """A request that got no usable answer; ``timed_out`` when the client gave up waiting."""
-
-    def __init__(self, message: str, timed_out: bool = False):
-        super().__init__(message)
-        self.timed_out = timed_out
 
 
 @dataclass
@@ -43,14 +36,6 @@ class Completion:
     histogram: list[int] | None  # verify steps by number of correct drafts
     latency_s: float
     meta: dict[str, Any]
-
-
-@dataclass
-class BatchResult:
-    """A batch of answered requests and its wall-clock window."""
-
-    completions: list[Completion]
-    wall_s: float
 
 
 def parse_completion(rid: str, body: dict, *, latency_s: float) -> Completion:
@@ -72,22 +57,8 @@ def parse_completion(rid: str, body: dict, *, latency_s: float) -> Completion:
     )
 
 
-class SglangClient:
+class SglangClient(HttpClient):
     """Talks to one server at ``base_url``; requests give up after ``request_timeout_s``."""
-
-    def __init__(self, base_url: str, request_timeout_s: float, *, api_key: str | None = None):
-        self.base_url = base_url.rstrip("/")
-        self.request_timeout_s = request_timeout_s
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,  # SGLang's --api-key
-            timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
-            trust_env=False,  # never route 127.0.0.1 through a proxy from the environment
-        )
-
-    def close(self) -> None:
-        self._http.close()
 
     def wait_ready(self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.25) -> str:
         """Poll /health_generate until 200: "ready", or "exited" when the process died, or "timeout".
@@ -95,23 +66,7 @@ class SglangClient:
         ``exited`` is checked before every probe, so a dead process is reported even once the time is up. Probes
         start quickly and come at most ``poll_s`` apart; none is sent past the deadline.
         """
-        deadline = time.monotonic() + timeout_s
-
-        def state() -> str | None:
-            if exited():
-                return "exited"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return "timeout"
-            try:
-                r = self._http.get("/health_generate", timeout=max(0.1, min(remaining, 30.0)))
-            except httpx.HTTPError:
-                return None
-            return "ready" if r.status_code == 200 else None
-
-        # wait_until's own deadline falls a hair after ours, so ``state`` ends the wait; a None is a timeout too
-        return wait_until(state, timeout_s=timeout_s, max_interval_s=poll_s,
-                          what=f"{self.base_url}/health_generate") or "timeout"
+        return self._wait_health("/health_generate", exited, timeout_s=timeout_s, poll_s=poll_s)
 
     def server_info(self) -> dict:
         """GET /server_info (``/get_server_info`` on servers that predate it)."""
@@ -171,24 +126,5 @@ class SglangClient:
         self, requests: Sequence[tuple[str, list[int]]], sampling_params: dict, *, concurrency: int
     ) -> BatchResult:
         """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first failure is raised."""
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        stop = threading.Event()
-
-        def one(rid: str, ids: list[int]) -> Completion | None:
-            if stop.is_set():
-                return None
-            return self.generate(rid, ids, sampling_params=sampling_params)
-
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench")
-        start = time.perf_counter()
-        futures = [pool.submit(one, rid, ids) for rid, ids in requests]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        wall = time.perf_counter() - start
-        failure = next((f.exception() for f in futures if f.done() and f.exception() is not None), None)
-        if failure is not None:
-            stop.set()
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise failure
-        pool.shutdown(wait=True)
-        return BatchResult([f.result() for f in futures], wall)
+        return self._concurrent(requests, lambda rid, ids: self.generate(rid, ids, sampling_params=sampling_params),
+                                concurrency=concurrency, thread_name_prefix="bench")

@@ -18,9 +18,6 @@ and draft copy, never from a second plan.
 
 from __future__ import annotations
 
-import json
-import shlex
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +25,20 @@ from typing import Any
 
 from bisect_eagle.artifacts.configs import read_config_json
 from bisect_eagle.artifacts.draft import parse_draft_config
+from bisect_eagle.engines import launch as shared
+from bisect_eagle.engines.launch import (
+    Arg,
+    argv_tokens,
+    check_layer_ids,
+    flag_name,
+    grouped_args,
+    value_arg,
+    write_draft_copy,
+)
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
-from bisect_eagle.tracking.redact import is_secret_name, redact_argv
 
 TP_FLAGS = ("--tp-size", "--tensor-parallel-size")  # preferred first; both mean the same in SGLang
 MANAGED = {  # flags the engine sets itself -> the setting that controls them
@@ -53,22 +59,8 @@ PORT_FLAG, DRAFT_FLAG = "--port", "--speculative-draft-model-path"  # what diffe
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 
 
-@dataclass(frozen=True)
-class Arg:
-    """One flag of the launch command, its values and the setting it came from."""
-
-    flag: str
-    values: tuple[str, ...]
-    origin: str
-
-
 # ---------------------------------------------------------------------------------------------------
 # argv and environment
-
-
-def flag_name(key: str) -> str:
-    """``server_args`` key → flag: ``disable_custom_all_reduce`` → ``--disable-custom-all-reduce``."""
-    return "--" + key.strip().lstrip("-").replace("_", "-")
 
 
 def server_arg(key: str, value: Any) -> Arg | None:
@@ -77,30 +69,12 @@ def server_arg(key: str, value: Any) -> Arg | None:
     flag = flag_name(key)
     if flag in MANAGED:
         raise BadInput(f"{origin}: {flag} is set by the engine; use {MANAGED[flag]} instead")
-    if value is None or value is False:
-        return None
-    if value is True:
-        return Arg(flag, (), origin)
-    if isinstance(value, dict):
-        return Arg(flag, (json.dumps(value, sort_keys=True),), origin)
-    if isinstance(value, list):
-        if not value or any(isinstance(v, (dict, list)) for v in value):
-            raise BadInput(f"{origin}: expected a scalar or a non-empty list of scalars, found {value!r}")
-        return Arg(flag, tuple(str(v) for v in value), origin)
-    return Arg(flag, (str(value),), origin)
+    return value_arg(flag, value, origin)
 
 
 def _extra_args(extra: list[str]) -> list[Arg]:
     """``engine.sglang.extra_args`` grouped into flags with their values (``--a=1`` kept as one token)."""
-    args: list[Arg] = []
-    for token in extra:
-        if token.startswith("--"):
-            args.append(Arg(token, (), "engine.sglang.extra_args"))
-        elif not args:
-            raise BadInput(f"engine.sglang.extra_args: expected a flag (--name) first, found {token!r}")
-        else:
-            args[-1] = Arg(args[-1].flag, (*args[-1].values, token), args[-1].origin)
-    return args
+    return grouped_args(extra, origin="engine.sglang.extra_args", is_flag=lambda token: token.startswith("--"))
 
 
 def trial_args(
@@ -133,10 +107,6 @@ def trial_args(
         if arg is not None:
             args.append(arg)
     return args + _extra_args(list(server.extra_args))
-
-
-def argv_tokens(args: Sequence[Arg]) -> list[str]:
-    return [token for arg in args for token in (arg.flag, *arg.values)]
 
 
 def with_values(args: Sequence[Arg], values: Mapping[str, str]) -> list[Arg]:
@@ -179,19 +149,12 @@ def launch_of(plan: TrialPlan) -> Launch:
 
 def inherited_env(environ: dict[str, str]) -> dict[str, str]:
     """Inherited variables that change how a server runs (NCCL_*, SGLANG_*, CUDA_* ...), secrets left out."""
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(INHERITED_PREFIXES) and not is_secret_name(k)}
+    return shared.inherited_env(environ, INHERITED_PREFIXES)
 
 
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]) -> str:
     """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones."""
-    lines = ["# command", shlex.join(redact_argv(argv)), "", "# environment set for this trial"]
-    lines += [f"{k}={v}" for k, v in sorted(env.items()) if not is_secret_name(k)]
-    hidden = sum(1 for k in env if is_secret_name(k))
-    if hidden:
-        lines.append(f"# ({hidden} secret variable(s) set, not shown)")
-    lines += ["", "# inherited environment that affects the server"]
-    lines += [f"{k}={v}" for k, v in inherited_env(environ).items() if k not in env]
-    return "\n".join(lines) + "\n"
+    return shared.launch_text(argv, env, environ=environ, prefixes=INHERITED_PREFIXES)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -204,10 +167,7 @@ def draft_config_patch(layer_ids: list[int]) -> dict:
     Raises:
         BadInput: ``layer_ids`` empty, not integers, or repeating an id.
     """
-    if not layer_ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in layer_ids):
-        raise BadInput(f"{IDS_KEY}: expected a non-empty list of integers, found {layer_ids!r}")
-    if len(set(layer_ids)) != len(layer_ids):
-        raise BadInput(f"{IDS_KEY}: {layer_ids} repeats an id; each layer is captured once")
+    check_layer_ids(IDS_KEY, layer_ids)
     return {"eagle_config": {IDS_KEY: list(layer_ids)}}
 
 
@@ -257,16 +217,4 @@ def prepare_draft_dir(draft: Path, *, config_patch: dict | None, out_dir: Path) 
         if refusal is not None:
             raise BadInput(refusal)
         config = _merge(config, config_patch)
-    out_dir = Path(out_dir)
-    if out_dir.exists():
-        raise BadInput(f"{out_dir}: already exists; each trial gets a new draft directory")
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    for entry in sorted(draft.iterdir()):
-        if entry.name != "config.json":
-            (tmp / entry.name).symlink_to(entry.resolve())
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    tmp.rename(out_dir)
-    return out_dir
+    return write_draft_copy(draft, config, out_dir=out_dir)

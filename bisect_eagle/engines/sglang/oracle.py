@@ -15,52 +15,22 @@ oracle; its flags are checked against its ``--help`` only (:mod:`.flags`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bisect_eagle.engines.oracle import Description, Option, OracleProcess
 from bisect_eagle.errors import BadInput
+
+__all__ = ["Description", "Option", "Oracle", "SglangVerdict", "interpreter", "parser_spec"]
 
 SCRIPT = Path(__file__).resolve().parent / "oracle_script.py"
 STAND_IN_PARSER = "bisect_eagle.engines.serve:build_parser"
 START_TIMEOUT_S = 180.0  # importing SGLang's server_args takes seconds, more on a cold disk
 ANSWER_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option of the server's parser."""
-
-    flags: tuple[str, ...]
-    dest: str
-    default: Any
-    choices: tuple[Any, ...] | None
-    takes_value: bool
-    boolean_optional: bool  # --x / --no-x
-
-
-@dataclass
-class Description:
-    """The server's parser as its own code builds it."""
-
-    prog: str
-    version: str | None
-    options: list[Option]
-    by_flag: dict[str, Option] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.by_flag = {f: o for o in self.options for f in o.flags}
-
-    @property
-    def flags(self) -> frozenset[str]:
-        return frozenset(self.by_flag)
 
 
 @dataclass(frozen=True)
@@ -87,84 +57,27 @@ def parser_spec(launch_command: list[str]) -> str | None:
     return None
 
 
-class Oracle:
-    """A long-lived oracle process; thread-safe; :meth:`close` (or process exit) ends it."""
+class Oracle(OracleProcess):
+    """SGLang's oracle process (:class:`~bisect_eagle.engines.oracle.OracleProcess`) for one parser."""
+
+    script = SCRIPT
+    start_timeout_s = START_TIMEOUT_S
+    answer_timeout_s = ANSWER_TIMEOUT_S
 
     def __init__(self, *, python: str, parser: str):
-        self.python, self.parser = python, parser
-        self._proc: subprocess.Popen | None = None
-        self._lock = threading.Lock()
-        self._description: Description | None = None
+        super().__init__(python=python)
+        self.parser = parser
         self._cache: dict[tuple[tuple[str, ...], bool], SglangVerdict] = {}
-        self.failure: str | None = None  # why the oracle could not start (then plans say "not checked")
 
-    def _start(self) -> subprocess.Popen | None:
-        if self._proc is not None or self.failure is not None:
-            return self._proc
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SGLANG_LOG_LEVEL": "error"}
-        try:
-            proc = subprocess.Popen([self.python, str(SCRIPT), self.parser], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                                    start_new_session=True)
-        except OSError as e:
-            self.failure = f"cannot run {self.python}: {e}"
-            return None
-        first = self._read(proc, START_TIMEOUT_S)
-        if first is None or not first.get("ok"):
-            why = (first or {}).get("error", "no answer")
-            self.failure = f"{self.python} cannot import the server's parser ({self.parser}): {why}"
-            _kill(proc)
-            return None
-        self._proc = proc
-        return proc
+    def _argv(self) -> list[str]:
+        return [self.parser]
 
-    @staticmethod
-    def _read(proc: subprocess.Popen, timeout_s: float) -> dict | None:
-        box: list[str] = []
-        reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout_s)
-        if not box or not box[0]:
-            return None
-        try:
-            return json.loads(box[0])
-        except json.JSONDecodeError:
-            return None
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1", "SGLANG_LOG_LEVEL": "error"}
 
-    def _ask(self, request: dict) -> dict | None:
-        with self._lock:
-            proc = self._start()
-            if proc is None:
-                return None
-            try:
-                proc.stdin.write(json.dumps(request) + "\n")
-                proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                self.failure = "the oracle process exited"
-                self._proc = None
-                return None
-            answer = self._read(proc, ANSWER_TIMEOUT_S)
-            if answer is None:
-                self.failure = f"the oracle gave no answer within {ANSWER_TIMEOUT_S:.0f} s"
-                _kill(proc)
-                self._proc = None
-            return answer
-
-    @property
-    def available(self) -> bool:
-        """Whether the server's own parser answers (starts the oracle on first use)."""
-        return self.describe() is not None
-
-    def describe(self) -> Description | None:
-        """The parser's options, defaults and choices (None when the oracle cannot run)."""
-        if self._description is None and self.failure is None:
-            answer = self._ask({"op": "describe"})
-            if answer is not None and answer.get("ok"):
-                self._description = Description(answer["prog"], answer.get("version"), [
-                    Option(tuple(o["flags"]), o["dest"], o["default"],
-                           None if o["choices"] is None else tuple(o["choices"]), o["takes_value"],
-                           o["boolean_optional"]) for o in answer["options"]])
-        return self._description
+    def _start_failure(self, first: dict | None) -> str:
+        why = (first or {}).get("error", "no answer")
+        return f"{self.python} cannot import the server's parser ({self.parser}): {why}"
 
     def judge(self, argv: list[str], *, resolve: bool) -> SglangVerdict | None:
         """SGLang's verdict on ``argv`` (the arguments after the launch command); None without an oracle."""
@@ -189,24 +102,6 @@ class Oracle:
                 return None
             self._cache[key] = answer  # type: ignore[assignment]
         return self._cache[key]  # type: ignore[return-value]
-
-    def close(self) -> None:
-        with self._lock:
-            if self._proc is not None:
-                _kill(self._proc)
-                self._proc = None
-
-    def __del__(self) -> None:
-        proc = getattr(self, "_proc", None)
-        if proc is not None:
-            _kill(proc)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
 
 
 def interpreter(*, launch_command: list[str], python: str | None, parser: str) -> str:

@@ -26,6 +26,7 @@ import argparse
 import ast
 import contextlib
 import importlib
+import importlib.util
 import inspect
 import io
 import json
@@ -36,6 +37,12 @@ import textwrap
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
+
+# the scripts' shared stdlib-only helpers, loaded by file path: this interpreter need not have bisect_eagle
+_COMMON_SPEC = importlib.util.spec_from_file_location(
+    "bisect_eagle_oracle_common", Path(__file__).resolve().parents[1] / "oracle_common.py")
+_common = importlib.util.module_from_spec(_COMMON_SPEC)
+_COMMON_SPEC.loader.exec_module(_common)
 
 RESOLVED_FIELDS = (
     "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
@@ -74,30 +81,11 @@ def _version(spec: str) -> str | None:
         return None
 
 
-def _plain(value):
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return str(value)
+_plain = _common.plain
 
 
 def describe(parser: argparse.ArgumentParser, spec: str) -> dict:
-    options = []
-    for action in parser._actions:
-        if not action.option_strings or isinstance(action, argparse._HelpAction):
-            continue
-        options.append({
-            "flags": list(action.option_strings),
-            "dest": action.dest,
-            "default": _plain(action.default),
-            "choices": None if action.choices is None else [_plain(c) for c in action.choices],
-            "takes_value": action.nargs != 0,
-            "boolean_optional": isinstance(action, argparse.BooleanOptionalAction),
-        })
-    return {"ok": True, "prog": parser.prog, "version": _version(spec), "options": options}
+    return {"ok": True, "prog": parser.prog, "version": _version(spec), "options": _common.parser_options(parser)}
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -37,6 +37,7 @@ from typing import Any
 
 from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.draft import read_draft_config
+from bisect_eagle.engines.launch import explicit_server_args, negated_keys
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.engines.sglang import flags as flagmod
 from bisect_eagle.engines.sglang.launch import (
@@ -304,13 +305,8 @@ class Planner:
 
     def _negated_defaults(self, s: LiveSettings) -> list[Arg]:
         """``server_args.x: false`` for a flag that defaults on: ``--no-x`` (a plain omission would keep it on)."""
-        desc = self.description()
-        out = []
-        for key, value in s.server_args.items():
-            opt = desc.by_flag.get(flag_name(key)) if desc is not None else None
-            if value is False and opt is not None and opt.boolean_optional and opt.default is True:
-                out.append(Arg("--no-" + flag_name(key)[2:], (), f"settings.server_args.{key}"))
-        return out
+        return [Arg("--no-" + flag_name(key)[2:], (), f"settings.server_args.{key}")
+                for key in negated_keys(s.server_args, self.description())]
 
     def _server_fields(self, s: LiveSettings, resolved: dict[str, Any] | None) -> dict[str, Any]:
         """device, dtype, concurrency, server_args and ``server``: explicit defaults dropped, resolved values in."""
@@ -319,16 +315,8 @@ class Planner:
         for key in ("device", "dtype"):
             explicit = getattr(s, key) if key in s.model_fields_set else None
             out[key] = (resolved or {}).get(key) or explicit or "auto"
-        server_args = {}
-        for key, value in s.server_args.items():
-            opt = desc.by_flag.get(flag_name(key)) if desc is not None else None
-            if resolved is not None and opt is not None and opt.dest in RESOLVED_SERVER:
-                continue  # its resolved value is in "server", for every trial alike
-            default = opt.default if opt is not None else None
-            if value is None or value == default or (value is False and not default):
-                continue
-            server_args[key] = value
-        out["server_args"] = server_args
+        out["server_args"] = explicit_server_args(s.server_args, desc, resolved=resolved is not None,
+                                                  resolved_dests=RESOLVED_SERVER)
         if resolved is not None:
             out["num_steps"] = resolved.get("speculative_num_steps") or 0 if not s.is_baseline else 0
             if not s.is_baseline:

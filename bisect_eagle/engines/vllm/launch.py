@@ -19,19 +19,25 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shlex
-import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bisect_eagle.artifacts.configs import read_config_json
+from bisect_eagle.engines import launch as shared
+from bisect_eagle.engines.launch import (
+    Arg,
+    check_layer_ids,
+    flag_name,
+    grouped_args,
+    value_arg,
+    write_draft_copy,
+)
+from bisect_eagle.engines.launch import argv_tokens as argv_tokens  # the engine's, planner's and tests' name
 from bisect_eagle.engines.vllm.ids import IDS_KEY, draft_ids
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import VllmServer
 from bisect_eagle.spec.settings import LiveSettings
-from bisect_eagle.tracking.redact import is_secret_name, redact_argv
 
 METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle"}  # speculative_algorithm -> vLLM's SpeculativeConfig.method
 MANAGED = {  # parser dest the engine sets itself -> the setting that controls it
@@ -53,20 +59,6 @@ MANAGED_FLAGS = {"--model": "model", "--host": "host", "--port": "port", "--spec
 INHERITED_PREFIXES = ("VLLM_", "CUDA_", "NCCL_", "TORCH_", "OMP_", "HF_")  # inherited variables worth recording
 
 
-@dataclass(frozen=True)
-class Arg:
-    """One flag of the launch command, its values and the setting it came from."""
-
-    flag: str
-    values: tuple[str, ...]
-    origin: str
-
-
-def flag_name(key: str) -> str:
-    """``server_args`` key → flag: ``max_model_len`` → ``--max-model-len`` (a dotted key keeps its dots)."""
-    return "--" + key.strip().lstrip("-").replace("_", "-")
-
-
 def managed_dest(flag: str) -> str | None:
     """The engine-set parser dest a flag (or its dotted JSON form, ``--speculative-config.method``) targets."""
     head = flag.split("=", 1)[0]
@@ -84,33 +76,18 @@ def server_arg(key: str, value: Any, *, dest_of: dict[str, str] | None = None) -
     dest = managed_dest(flag) or (dest_of or {}).get(flag.split(".", 1)[0])
     if dest in MANAGED:
         raise BadInput(f"{origin}: {flag} is set by the engine; use {MANAGED[dest]} instead")
-    if value is None or value is False:
-        return None
-    if value is True:
-        return Arg(flag, (), origin)
-    if isinstance(value, dict):
-        return Arg(flag, (json.dumps(value, sort_keys=True),), origin)
-    if isinstance(value, list):
-        if not value or any(isinstance(v, (dict, list)) for v in value):
-            raise BadInput(f"{origin}: expected a scalar or a non-empty list of scalars, found {value!r}")
-        return Arg(flag, tuple(str(v) for v in value), origin)
-    return Arg(flag, (str(value),), origin)
+    return value_arg(flag, value, origin)
 
 
 def extra_args(tokens: Iterable[str]) -> list[Arg]:
     """``engine.vllm.extra_args`` grouped into flags with their values (``--a=1`` kept as one token)."""
-    args: list[Arg] = []
-    for token in tokens:
-        if token.startswith("-"):
-            dest = managed_dest(token)
-            if dest in MANAGED:
-                raise BadInput(f"engine.vllm.extra_args: {token} is set by the engine; use {MANAGED[dest]} instead")
-            args.append(Arg(token, (), "engine.vllm.extra_args"))
-        elif not args:
-            raise BadInput(f"engine.vllm.extra_args: expected a flag (--name) first, found {token!r}")
-        else:
-            args[-1] = Arg(args[-1].flag, (*args[-1].values, token), args[-1].origin)
-    return args
+    def check(token: str) -> None:
+        dest = managed_dest(token)
+        if dest in MANAGED:
+            raise BadInput(f"engine.vllm.extra_args: {token} is set by the engine; use {MANAGED[dest]} instead")
+
+    return grouped_args(tokens, origin="engine.vllm.extra_args", is_flag=lambda token: token.startswith("-"),
+                        check=check)
 
 
 def speculative_config(settings: LiveSettings, draft_dir: Path | str) -> dict[str, Any]:
@@ -156,10 +133,6 @@ def trial_args(
     return args + extra_args(server.extra_args)
 
 
-def argv_tokens(args: list[Arg]) -> list[str]:
-    return [token for arg in args for token in (arg.flag, *arg.values)]
-
-
 def vllm_env(settings: LiveSettings, *, host: str) -> tuple[dict[str, str], list[str]]:
     """The variables set for the trial (``settings.env`` plus ``VLLM_HOST_IP``) and notes about them."""
     env = dict(settings.env)
@@ -177,19 +150,12 @@ def vllm_env(settings: LiveSettings, *, host: str) -> tuple[dict[str, str], list
 
 def inherited_env(environ: dict[str, str]) -> dict[str, str]:
     """Inherited variables that change how a server runs (VLLM_*, CUDA_*, NCCL_* ...), secrets left out."""
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(INHERITED_PREFIXES) and not is_secret_name(k)}
+    return shared.inherited_env(environ, INHERITED_PREFIXES)
 
 
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]) -> str:
     """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones."""
-    lines = ["# command", shlex.join(redact_argv(argv)), "", "# environment set for this trial"]
-    lines += [f"{k}={v}" for k, v in sorted(env.items()) if not is_secret_name(k)]
-    hidden = sum(1 for k in env if is_secret_name(k))
-    if hidden:
-        lines.append(f"# ({hidden} secret variable(s) set, not shown)")
-    lines += ["", "# inherited environment that affects the server"]
-    lines += [f"{k}={v}" for k, v in inherited_env(environ).items() if k not in env]
-    return "\n".join(lines) + "\n"
+    return shared.launch_text(argv, env, environ=environ, prefixes=INHERITED_PREFIXES)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -198,10 +164,7 @@ def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]
 
 def draft_config_patch(vllm_ids: list[int]) -> dict[str, list[int]]:
     """The config.json change that makes vLLM capture ``vllm_ids``: the top-level key, read before any other."""
-    if not vllm_ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in vllm_ids):
-        raise BadInput(f"{IDS_KEY}: expected a non-empty list of integers, found {vllm_ids!r}")
-    if len(set(vllm_ids)) != len(vllm_ids):
-        raise BadInput(f"{IDS_KEY}: {vllm_ids} repeats an id; each layer is captured once")
+    check_layer_ids(IDS_KEY, vllm_ids)
     return {IDS_KEY: list(vllm_ids)}
 
 
@@ -220,16 +183,4 @@ def prepare_draft_dir(draft: Path, vllm_ids: list[int] | None, *, out_dir: Path)
             raise BadInput(f"{draft / 'config.json'}: key {info.fc_source} gives {info.fc_width} aux layers, the width "
                            f"fc takes; {IDS_KEY} {vllm_ids} has {len(vllm_ids)}")
         config = {**config, **draft_config_patch(vllm_ids)}
-    out_dir = Path(out_dir)
-    if out_dir.exists():
-        raise BadInput(f"{out_dir}: already exists; each trial gets a new draft directory")
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    for entry in sorted(draft.iterdir()):
-        if entry.name != "config.json":
-            (tmp / entry.name).symlink_to(entry.resolve())
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    tmp.rename(out_dir)
-    return out_dir
+    return write_draft_copy(draft, config, out_dir=out_dir)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import logging
@@ -58,7 +59,14 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 from types import SimpleNamespace
+
+# the scripts' shared stdlib-only helpers, loaded by file path: this interpreter need not have bisect_eagle
+_COMMON_SPEC = importlib.util.spec_from_file_location(
+    "bisect_eagle_oracle_common", Path(__file__).resolve().parents[1] / "oracle_common.py")
+_common = importlib.util.module_from_spec(_COMMON_SPEC)
+_COMMON_SPEC.loader.exec_module(_common)
 
 PROG = "api_server.py"  # the prog vLLM's parser prints when started as ``python -m vllm.entrypoints.openai.api_server``
 USAGE_CONTEXT = "OPENAI_API_SERVER"
@@ -97,19 +105,8 @@ def _parser():
 def describe() -> dict:
     """The api_server parser's options as vLLM builds them."""
     parser = _parser()
-    options = []
-    for action in parser._actions:
-        if not action.option_strings or isinstance(action, argparse._HelpAction):
-            continue
-        options.append({
-            "flags": list(action.option_strings),
-            "dest": action.dest,
-            "default": _plain(action.default),
-            "choices": None if action.choices is None else [_plain(c) for c in action.choices],
-            "takes_value": action.nargs != 0,
-            "boolean_optional": isinstance(action, argparse.BooleanOptionalAction),
-        })
-    return {"ok": True, "prog": parser.prog, "vllm_version": _version(), "options": options}
+    return {"ok": True, "prog": parser.prog, "vllm_version": _version(),
+            "options": _common.parser_options(parser, to_json=_plain)}
 
 
 class _Collect(logging.Handler):

@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from bisect_eagle.artifacts.layers import LayerIdError
+from bisect_eagle.engines.launch import explicit_server_args, negated_keys
 from bisect_eagle.engines.plan import TrialPlan, make_plan
 from bisect_eagle.engines.vllm import ids as idmod
-from bisect_eagle.engines.vllm.launch import Arg, argv_tokens, flag_name, managed_dest, trial_args, vllm_env
+from bisect_eagle.engines.vllm.launch import Arg, argv_tokens, managed_dest, trial_args, vllm_env
 from bisect_eagle.engines.vllm.oracle import Description, Oracle, VllmVerdict, interpreter, resolve_executable
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import VllmServer
@@ -257,14 +258,7 @@ class Planner:
 
     def _negated(self, s: LiveSettings, desc: Description | None) -> list[str]:
         """``server_args.x: false`` for a ``--x/--no-x`` flag that defaults on (a plain omission would keep it on)."""
-        if desc is None:
-            return []
-        out = []
-        for key, value in s.server_args.items():
-            opt = desc.by_flag.get(flag_name(key))
-            if value is False and opt is not None and opt.boolean_optional and opt.default is True:
-                out.append(key)
-        return out
+        return negated_keys(s.server_args, desc)
 
     def _server_fields(self, s: LiveSettings, resolved: dict[str, Any] | None,
                        desc: Description | None) -> dict[str, Any]:
@@ -273,16 +267,8 @@ class Planner:
         explicit_dtype = s.dtype if "dtype" in s.model_fields_set else None
         out["dtype"] = (resolved or {}).get("dtype") or explicit_dtype or "auto"
         out["device"] = (resolved or {}).get("device_type") or "auto"
-        server_args = {}
-        for key, value in s.server_args.items():
-            opt = desc.by_flag.get(flag_name(key)) if desc is not None else None
-            if resolved is not None and opt is not None and opt.dest in RESOLVED_SERVER:
-                continue  # its resolved value is in "server", for every trial alike
-            default = opt.default if opt is not None else None
-            if value is None or value == default or (value is False and not default):
-                continue
-            server_args[key] = value
-        out["server_args"] = server_args
+        out["server_args"] = explicit_server_args(s.server_args, desc, resolved=resolved is not None,
+                                                  resolved_dests=RESOLVED_SERVER)
         if resolved is not None:
             server = {k: resolved[k] for k in RESOLVED_SERVER if k in resolved}
             out["server"] = server

@@ -18,8 +18,8 @@ import pytest
 from sglang_helpers import server, settings
 
 from bisect_eagle.engines.procs import server as procs
+from bisect_eagle.engines.served import Leftover
 from bisect_eagle.engines.sglang import SglangEngine
-from bisect_eagle.engines.sglang.engine import _Leftover
 from bisect_eagle.errors import BadInput
 
 
@@ -142,7 +142,7 @@ def test_a_server_that_will_not_go_away_blocks_the_next_launch(engine):
     holder.bind(("127.0.0.1", 0))
     holder.listen()
     port = holder.getsockname()[1]
-    engine._leftover = _Leftover(old, "127.0.0.1", port, f"port {port} still taken")
+    engine._leftover = Leftover(old, "127.0.0.1", port, f"port {port} still taken")
     try:
         r = run(engine, settings())
         assert r.failure_class == "launch_error" and "refusing to start another" in r.failure_detail

@@ -1,0 +1,152 @@
+"""Launch and flag helpers shared by the engines that start a server per trial (``sglang``, ``vllm``).
+
+Both build a server's argv as :class:`Arg` s (a flag, its values, the setting it came from), turn
+``settings.server_args`` entries and ``engine.<kind>.extra_args`` into flags the same way, write
+launch_command.txt the same way (secrets hidden, the inherited variables that matter listed) and make the
+per-trial draft copy the same way (symlinks, a new config.json, renamed into place). What differs (the flags an
+engine manages, where the draft's ids go, which inherited variables matter) stays in each engine's ``launch``
+module. Shared so the two engines cannot drift apart in how they quote, hide or copy.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bisect_eagle.errors import BadInput
+from bisect_eagle.tracking.redact import is_secret_name, redact_argv
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One flag of the launch command, its values and the setting it came from."""
+
+    flag: str
+    values: tuple[str, ...]
+    origin: str
+
+
+def flag_name(key: str) -> str:
+    """``server_args`` key → flag: ``max_model_len`` → ``--max-model-len`` (a dotted key keeps its dots)."""
+    return "--" + key.strip().lstrip("-").replace("_", "-")
+
+
+def value_arg(flag: str, value: Any, origin: str) -> Arg | None:
+    """``flag`` with a setting's ``value``: None for false/null (the server's own default), no value for true,
+    JSON for a mapping, one value per item of a list of scalars."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Arg(flag, (), origin)
+    if isinstance(value, dict):
+        return Arg(flag, (json.dumps(value, sort_keys=True),), origin)
+    if isinstance(value, list):
+        if not value or any(isinstance(v, (dict, list)) for v in value):
+            raise BadInput(f"{origin}: expected a scalar or a non-empty list of scalars, found {value!r}")
+        return Arg(flag, tuple(str(v) for v in value), origin)
+    return Arg(flag, (str(value),), origin)
+
+
+def grouped_args(tokens: Iterable[str], *, origin: str, is_flag: Callable[[str], bool],
+                 check: Callable[[str], None] = lambda token: None) -> list[Arg]:
+    """``extra_args`` tokens grouped into flags with their values (``--a=1`` kept as one token).
+
+    Args:
+        tokens: the tokens, verbatim.
+        origin: the setting they came from (``engine.<kind>.extra_args``).
+        is_flag: whether a token starts a flag.
+        check: called on each flag token; raises :class:`BadInput` for one the engine sets itself.
+    """
+    args: list[Arg] = []
+    for token in tokens:
+        if is_flag(token):
+            check(token)
+            args.append(Arg(token, (), origin))
+        elif not args:
+            raise BadInput(f"{origin}: expected a flag (--name) first, found {token!r}")
+        else:
+            args[-1] = Arg(args[-1].flag, (*args[-1].values, token), args[-1].origin)
+    return args
+
+
+def argv_tokens(args: Sequence[Arg]) -> list[str]:
+    return [token for arg in args for token in (arg.flag, *arg.values)]
+
+
+def inherited_env(environ: dict[str, str], prefixes: tuple[str, ...]) -> dict[str, str]:
+    """Inherited variables starting with one of ``prefixes`` (those that change how a server runs), secrets left
+    out."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(prefixes) and not is_secret_name(k)}
+
+
+def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str], prefixes: tuple[str, ...]) -> str:
+    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones."""
+    lines = ["# command", shlex.join(redact_argv(argv)), "", "# environment set for this trial"]
+    lines += [f"{k}={v}" for k, v in sorted(env.items()) if not is_secret_name(k)]
+    hidden = sum(1 for k in env if is_secret_name(k))
+    if hidden:
+        lines.append(f"# ({hidden} secret variable(s) set, not shown)")
+    lines += ["", "# inherited environment that affects the server"]
+    lines += [f"{k}={v}" for k, v in inherited_env(environ, prefixes).items() if k not in env]
+    return "\n".join(lines) + "\n"
+
+
+def check_layer_ids(key: str, layer_ids: list[int]) -> None:
+    """:class:`BadInput` unless ``layer_ids`` is a non-empty list of distinct integers (``key`` names them)."""
+    if not layer_ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in layer_ids):
+        raise BadInput(f"{key}: expected a non-empty list of integers, found {layer_ids!r}")
+    if len(set(layer_ids)) != len(layer_ids):
+        raise BadInput(f"{key}: {layer_ids} repeats an id; each layer is captured once")
+
+
+def write_draft_copy(draft: Path, config: dict, *, out_dir: Path) -> Path:
+    """A copy of the (resolved) ``draft`` directory at ``out_dir``: every file symlinked except config.json, which
+    is ``config``. Built beside ``out_dir`` and renamed into place, so it is never half-written; :class:`BadInput`
+    when ``out_dir`` exists."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        raise BadInput(f"{out_dir}: already exists; each trial gets a new draft directory")
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for entry in sorted(draft.iterdir()):
+        if entry.name != "config.json":
+            (tmp / entry.name).symlink_to(entry.resolve())
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def negated_keys(server_args: dict[str, Any], desc: Any) -> list[str]:
+    """The ``server_args`` keys set to false whose flag is a ``--x/--no-x`` flag that defaults on in ``desc`` (the
+    server's parser, :class:`~bisect_eagle.engines.oracle.Description`, or None): a plain omission would keep them
+    on."""
+    out = []
+    for key, value in server_args.items():
+        opt = desc.by_flag.get(flag_name(key)) if desc is not None else None
+        if value is False and opt is not None and opt.boolean_optional and opt.default is True:
+            out.append(key)
+    return out
+
+
+def explicit_server_args(server_args: dict[str, Any], desc: Any, *, resolved: bool,
+                         resolved_dests: Iterable[str]) -> dict[str, Any]:
+    """``server_args`` without the entries that set the parser's default (per ``desc``; None: nothing known) and,
+    when ``resolved``, without those whose resolved value is reported for every trial alike (``resolved_dests``)."""
+    dests = set(resolved_dests)
+    out = {}
+    for key, value in server_args.items():
+        opt = desc.by_flag.get(flag_name(key)) if desc is not None else None
+        if resolved and opt is not None and opt.dest in dests:
+            continue  # its resolved value is in "server", for every trial alike
+        default = opt.default if opt is not None else None
+        if value is None or value == default or (value is False and not default):
+            continue
+        out[key] = value
+    return out

@@ -1,0 +1,176 @@
+"""The long-lived oracle subprocess protocol shared by the sglang and vllm engines.
+
+Both engines ask the server's own code (its parser, its settings resolution) from the server's own interpreter:
+a script runs once there, in its own process group, answers one JSON line on start and then one JSON line per
+JSON request on stdin. :class:`OracleProcess` holds that protocol (start, read with a timeout, ask, describe,
+close) and the parser's shape (:class:`Option`, :class:`Description`); each engine's ``oracle`` module subclasses
+it with its script, timeouts, environment and its own ``judge``. Shared so that the two engines start, time out
+and kill their oracles in one way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the server's parser."""
+
+    flags: tuple[str, ...]
+    dest: str
+    default: Any
+    choices: tuple[Any, ...] | None
+    takes_value: bool
+    boolean_optional: bool  # --x / --no-x
+
+
+@dataclass
+class Description:
+    """The server's parser as its own code builds it."""
+
+    prog: str
+    version: str | None
+    options: list[Option]
+    by_flag: dict[str, Option] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.by_flag = {f: o for o in self.options for f in o.flags}
+
+    @property
+    def flags(self) -> frozenset[str]:
+        return frozenset(self.by_flag)
+
+    def dest_of(self) -> dict[str, str]:
+        return {f: o.dest for f, o in self.by_flag.items()}
+
+
+class OracleProcess:
+    """A long-lived oracle process; thread-safe; :meth:`close` (or process exit) ends it.
+
+    Subclasses set :attr:`script`, the timeouts and :attr:`version_key`, and may override :meth:`_argv`,
+    :meth:`_env`, :meth:`_start_failure` and :meth:`_ready`.
+    """
+
+    script: ClassVar[Path]
+    start_timeout_s: ClassVar[float]
+    answer_timeout_s: ClassVar[float]
+    version_key: ClassVar[str] = "version"  # the describe answer's key for the server's version
+
+    def __init__(self, *, python: str):
+        self.python = python
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._description: Description | None = None
+        self._cache: dict = {}
+        self.failure: str | None = None  # why the oracle could not start (then plans say "not checked")
+
+    def _argv(self) -> list[str]:
+        """The script's arguments after its path."""
+        return []
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def _start_failure(self, first: dict | None) -> str:
+        """Why the oracle did not start, from its first answer (None: no answer in time)."""
+        why = (first or {}).get("error", "no answer")
+        return f"{self.python} cannot start its oracle: {why}"
+
+    def _ready(self, first: dict) -> None:
+        """The oracle's first answer, when it is ok."""
+
+    def _start(self) -> subprocess.Popen | None:
+        if self._proc is not None or self.failure is not None:
+            return self._proc
+        try:
+            proc = subprocess.Popen([self.python, str(self.script), *self._argv()], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self._env(),
+                                    start_new_session=True)
+        except OSError as e:
+            self.failure = f"cannot run {self.python}: {e}"
+            return None
+        first = self._read(proc, self.start_timeout_s)
+        if first is None or not first.get("ok"):
+            self.failure = self._start_failure(first)
+            kill(proc)
+            return None
+        self._ready(first)
+        self._proc = proc
+        return proc
+
+    @staticmethod
+    def _read(proc: subprocess.Popen, timeout_s: float) -> dict | None:
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        if not box or not box[0]:
+            return None
+        try:
+            answer = json.loads(box[0])
+        except json.JSONDecodeError:
+            return None
+        return answer if isinstance(answer, dict) else None
+
+    def _ask(self, request: dict) -> dict | None:
+        with self._lock:
+            proc = self._start()
+            if proc is None:
+                return None
+            try:
+                proc.stdin.write(json.dumps(request) + "\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                self.failure = "the oracle process exited"
+                self._proc = None
+                return None
+            answer = self._read(proc, self.answer_timeout_s)
+            if answer is None:
+                self.failure = f"the oracle gave no answer within {self.answer_timeout_s:.0f} s"
+                kill(proc)
+                self._proc = None
+            return answer
+
+    @property
+    def available(self) -> bool:
+        """Whether the server's own parser answers (starts the oracle on first use)."""
+        return self.describe() is not None
+
+    def describe(self) -> Description | None:
+        """The parser's options, defaults and choices (None when the oracle cannot run)."""
+        if self._description is None and self.failure is None:
+            answer = self._ask({"op": "describe"})
+            if answer is not None and answer.get("ok"):
+                self._description = Description(answer["prog"], answer.get(self.version_key), [
+                    Option(tuple(o["flags"]), o["dest"], o["default"],
+                           None if o["choices"] is None else tuple(o["choices"]), o["takes_value"],
+                           o["boolean_optional"]) for o in answer["options"]])
+        return self._description
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None:
+                kill(self._proc)
+                self._proc = None
+
+    def __del__(self) -> None:
+        proc = getattr(self, "_proc", None)
+        if proc is not None:
+            kill(proc)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s whole process group and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
