@@ -109,3 +109,23 @@ def tiny_fake_bisect(root: Path, uri: str, fake):
                                     metric="accept_length", repeats=1, tracking_uri=uri,
                                     log_path=root / "bisect.log"),
                       engine_factory=lambda s: fake())
+
+
+def engine_python(found: str | None, *, engine: str, require: str, setup: str) -> str:
+    """An engine's own interpreter, or skip the calling test; where CI requires the engine (``require=1``), fail.
+
+    Args:
+        found: the interpreter found (None: none here).
+        engine: its name for the message (SGLang, vLLM).
+        require: the environment variable CI sets to require it.
+        setup: the script that makes the environment.
+    """
+    import os
+
+    import pytest
+
+    if found is None:
+        if os.environ.get(require) == "1":
+            pytest.fail(f"{require}=1 but no {engine} environment (bash {setup})")
+        pytest.skip(f"no {engine} environment: bash {setup}")
+    return found

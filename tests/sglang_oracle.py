@@ -8,7 +8,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-import pytest
+from helpers import engine_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,9 +26,5 @@ def _found() -> str | None:
 
 def sglang_python() -> str:
     """SGLang's interpreter, or skip the calling test (CI sets BISECT_EAGLE_REQUIRE_SGLANG=1: then fail)."""
-    python = _found()
-    if python is None:
-        if os.environ.get("BISECT_EAGLE_REQUIRE_SGLANG") == "1":
-            pytest.fail("BISECT_EAGLE_REQUIRE_SGLANG=1 but no SGLang environment (scripts/setup_sglang_env.sh)")
-        pytest.skip("no SGLang environment (run scripts/setup_sglang_env.sh)")
-    return python
+    return engine_python(_found(), engine="SGLang", require="BISECT_EAGLE_REQUIRE_SGLANG",
+                         setup="scripts/setup_sglang_env.sh")

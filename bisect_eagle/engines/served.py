@@ -73,6 +73,18 @@ class ServedEngine(Engine):
         self._gpu_before: dict[int, int] | None = None  # device memory before the last launch (gpus.device_baseline)
 
     @classmethod
+    def from_spec(cls, spec: Any, log_dir: Path, *, check: bool = True) -> ServedEngine:
+        """The engine of a spec of this kind (``spec.engine.<name>``); nothing is probed or written until used.
+
+        Args:
+            spec: the validated spec.
+            log_dir: where the per-trial server logs and draft copies go.
+            check: judge plans by the server's own parser (its oracle) when it is at hand.
+        """
+        server, target = cls._served_args(spec)
+        return cls(server, target=target, draft=spec.draft, prompts=spec.prompts, log_dir=log_dir, check=check)
+
+    @classmethod
     def _served_args(cls, spec: Any) -> tuple[Any, Path]:
         """``(engine.<name>, target)`` of a spec; :class:`BadInput` when the target or the draft is missing."""
         server = getattr(spec.engine, cls.name)

@@ -55,12 +55,6 @@ class SglangEngine(ServedEngine):
         self.planner = Planner(server, self.target, self.draft, self.log_dir, check=check)
 
     @classmethod
-    def from_spec(cls, spec: Spec, log_dir: Path, *, check: bool = True) -> SglangEngine:
-        """The engine of an ``engine.kind: sglang`` spec (nothing is probed or written until used)."""
-        server, target = cls._served_args(spec)
-        return cls(server, target=target, draft=spec.draft, prompts=spec.prompts, log_dir=log_dir, check=check)
-
-    @classmethod
     def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
                python: str | None = None) -> dict[str, Any]:
         """The SGLang launch of a logged trial (:meth:`Engine.export`; :mod:`.export`)."""

@@ -79,12 +79,6 @@ class VllmEngine(ServedEngine):
         self.planner = Planner(server, self.target, self.draft, check=check)
 
     @classmethod
-    def from_spec(cls, spec: Any, log_dir: Path, *, check: bool = True) -> VllmEngine:
-        """The engine of an ``engine.kind: vllm`` spec (``spec.engine.vllm``: :class:`VllmServer`)."""
-        server, target = cls._served_args(spec)
-        return cls(server, target=target, draft=spec.draft, prompts=spec.prompts, log_dir=log_dir, check=check)
-
-    @classmethod
     def export(cls, spec: Any, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
                python: str | None = None) -> dict[str, Any]:
         """The vLLM launch of a logged trial (:meth:`Engine.export`; :mod:`.export`)."""

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import engine_python
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO = Path(__file__).resolve().parents[3]
 
@@ -33,11 +35,8 @@ def vllm_python_path() -> Path | None:
 @pytest.fixture(scope="session")
 def vllm_python() -> str:
     path = vllm_python_path()
-    if path is None:
-        if os.environ.get("BISECT_EAGLE_REQUIRE_VLLM") == "1":
-            pytest.fail("BISECT_EAGLE_REQUIRE_VLLM=1 but no vLLM environment (bash scripts/setup_vllm_env.sh)")
-        pytest.skip("no vLLM environment: bash scripts/setup_vllm_env.sh")
-    return str(path)
+    return engine_python(None if path is None else str(path), engine="vLLM", require="BISECT_EAGLE_REQUIRE_VLLM",
+                         setup="scripts/setup_vllm_env.sh")
 
 
 def draft_copy(draft: Path, out: Path, *, top_level: list[int] | None = None,
