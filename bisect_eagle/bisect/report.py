@@ -1,0 +1,202 @@
+"""A bisect's report: the answers with their verification and interactions, as JSON, as the parent run's tags
+and description, and as the probes' run names."""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bisect_eagle.bisect.changes import Change, Side
+from bisect_eagle.bisect.culprits import Culprits
+from bisect_eagle.bisect.ddmin import BisectStatus, ChangeSet
+from bisect_eagle.bisect.endpoints import Endpoint
+from bisect_eagle.bisect.prober import Prober
+from bisect_eagle.tracking.runs import Tracking
+
+
+@dataclass
+class BisectReport:
+    """The result of a bisect, as printed and logged (the module docstring says what each set means)."""
+
+    status: BisectStatus
+    good: str
+    bad: str
+    judge: dict[str, Any]
+    changes: list[Change]
+    breaking: list[list[str]]  # each, applied to the good configuration, breaks it
+    repair: list[str] | None  # removed from the bad configuration, repairs it (None: not established)
+    culprits: list[Change]  # the changes of all breaking sets
+    probes: list[dict[str, Any]]
+    unresolved: list[list[str]]
+    live_trials: int  # distinct plans measured
+    samples: int  # engine runs
+    probe_bound: int
+    notes: list[str]
+    parent_run_id: str
+    log: str
+    not_changes: list[str] = field(default_factory=list)  # requested differences the plans do not tell apart
+    verification: list[dict[str, Any]] = field(default_factory=list)  # each answer's checking probe
+    verified: bool = False  # every answer checked and held (the repair set measured GOOD on the bad config)
+    interactions: list[str] = field(default_factory=list)  # one line per repair that needs a masked pair
+    promoted: list[str] = field(default_factory=list)  # not-changes alone that verification showed to matter
+    scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)
+
+    def checks_of(self, name: str) -> list[dict[str, Any]]:
+        """The verification probes whose checked set holds the change ``name``."""
+        return [v for v in self.verification if name in v["changes"]]
+
+    def to_json(self) -> dict[str, Any]:
+        def change(c: Change) -> dict[str, Any]:
+            return {**c.to_json(), "verification": self.checks_of(c.name)}
+
+        body = {
+            "status": self.status.value, "good": self.good, "bad": self.bad, "judge": self.judge,
+            "changes": [change(c) for c in self.changes], "not_changes": self.not_changes,
+            "breaking_sets": self.breaking, "repair_set": self.repair,
+            "culprits": [change(c) for c in self.culprits], "verified": self.verified,
+            "verification": self.verification, "interactions": self.interactions, "promoted": self.promoted,
+            "probes": self.probes, "unresolved": self.unresolved, "probes_used": len(self.probes),
+            "verification_probes": sum(bool(p.get("verifies")) for p in self.probes),
+            "probe_bound": self.probe_bound, "live_trials": self.live_trials, "samples": self.samples,
+            "notes": self.notes, "parent_run_id": self.parent_run_id, "log": self.log,
+        }
+        return _scrubbed(json.loads(json.dumps(body, default=str)), self.scrub)
+
+
+def _report(result: Culprits, prober: Prober, *, changes: list[Change], good: Endpoint, bad: Endpoint, parent: str,
+            log_path: Path) -> BisectReport:
+    by_name = {c.name: c for c in changes}
+    probes = []
+    asked: collections.Counter[ChangeSet] = collections.Counter()
+    for p in result.probes:
+        config = frozenset(p.applied)
+        rec = prober.record(config, asked[config])
+        asked[config] += 1
+        probes.append({"applied": list(p.applied), "outcome": p.outcome.name, "detail": prober.scrub(p.detail),
+                       "cached": p.cached, "verifies": p.verifies, **rec.to_json()})
+    culprits = [by_name[n] for n in result.culprits]
+    judge = prober.judge
+    verification = [{"check": v.check, "changes": list(v.changes), "applied": list(v.applied),
+                     "expected": v.expected.name, "outcome": v.outcome.name, "ok": v.ok, "probe": v.probe,
+                     "median": probes[v.probe - 1].get("median"), "detail": prober.scrub(v.detail)}
+                    for v in result.verifications]
+    status, notes = result.status, [prober.scrub(n) for n in result.notes]
+    if status is BisectStatus.ISOLATED and result.repair is not None and not result.verified:  # never unverified
+        status = BisectStatus.INTERACTION
+        notes.append("the repair set was not measured GOOD on the bad configuration; the answer is not isolated")
+    repair = None if result.repair is None else list(result.repair)
+    return BisectReport(
+        status=status, good=good.label, bad=bad.label,
+        judge={**judge.settings(), "limit": judge.limit, "noise": judge.noise.to_json()},
+        changes=changes, breaking=[list(c) for c in result.breaking], repair=repair, culprits=culprits,
+        probes=probes, unresolved=[list(u) for u in result.unresolved], live_trials=prober.measured,
+        samples=prober.samples, probe_bound=result.probe_bound, notes=notes, parent_run_id=parent,
+        log=str(log_path), verification=verification, verified=result.verified,
+        interactions=[prober.scrub(line) for line in interactions(changes, breaking=result.breaking,
+                                                                  repair=result.repair, probes=probes)],
+        promoted=list(result.promoted))
+
+
+def interactions(changes: list[Change], *, breaking: list[tuple[str, ...]], repair: tuple[str, ...] | None,
+                 probes: list[dict[str, Any]]) -> list[str]:
+    """One line per answer that needs a masked change together with what masks it.
+
+    Args:
+        changes: the changes, with what masks each.
+        breaking: the breaking sets.
+        repair: the repair set (None: not established).
+        probes: the probes as reported (to quote the measured value of reverting the masker alone).
+    """
+    by_name = {c.name: c for c in changes}
+    searched = {c.name for c in changes}
+    out = []
+
+    def named(names: Sequence[str], side: Side) -> str:
+        return ", ".join(f"{n}={by_name[n].values(side)}" for n in names)
+
+    for c in changes:
+        hiders = [m for m in c.masked_by.get("bad", ()) if repair is not None and m in repair]
+        if hiders and repair is not None and c.name in repair:
+            line = f"{named(hiders, 'bad')} hides {c.name} in the bad configuration: revert both"
+            if len(hiders) > 1:
+                line = line.replace("revert both", "revert all of them")
+            alone = next((p for p in probes if set(p["applied"]) >= searched - set(hiders)
+                          and not set(p["applied"]) & set(hiders) and p["outcome"] != "UNRESOLVED"), None)
+            if alone is not None:
+                value = "" if alone.get("median") is None else f", median {alone['median']:.4g}"
+                line += f" (reverting {', '.join(hiders)} alone: {alone['outcome']}{value})"
+            out.append(line)
+        for cause in breaking:
+            hidden_by = [m for m in c.masked_by.get("good", ()) if m in cause]
+            if hidden_by and c.name in cause:
+                out.append(f"{c.name} breaks the good configuration only together with {', '.join(hidden_by)} "
+                           f"({named(hidden_by, 'good')} hides it there)")
+    return out
+
+
+def name_probes(tracking: Tracking, report: BisectReport) -> None:
+    """Name each probe's run after its number, the changes it applied and its outcome."""
+    for i, p in enumerate(report.probes, 1):
+        if p.get("child_run_id"):
+            applied = "+" + ",".join(p["applied"]) if p["applied"] else "good config"
+            tracking.rename(p["child_run_id"], f"probe {i:02d} {applied}: {p['outcome']}")
+            tracking.log(p["child_run_id"], tags={"role": "bisect-probe", "probe": str(i)})
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value).replace("|", "/")
+
+
+def bisect_description(body: dict[str, Any], experiment_id: str) -> str:
+    """The bisect parent run's markdown: the culprits, the judge, and the probes as evidence (with run links)."""
+    j = body["judge"]
+    lines = [f"## Bisect: {body['status']}", "", f"Good: `{body['good']}`; bad: `{body['bad']}`.", ""]
+    if body["breaking_sets"]:
+        lines.append("**Breaking sets** (each, applied to the good configuration, breaks it):")
+        lines += [f"- {' + '.join(f'`{n}`' for n in b)}" for b in body["breaking_sets"]]
+    else:
+        lines.append("No breaking set found.")
+    if body["repair_set"] is not None:
+        lines += ["", "**Repair set** (reverted from the bad configuration, repairs it): "
+                  + (" + ".join(f"`{n}`" for n in body["repair_set"]) or "none")]
+    masked = [(c["name"], side, by) for c in body["changes"] for side, by in c.get("masked_by", {}).items()]
+    if masked:
+        lines += ["", "**Masked changes** (inert alone at one end, hidden there by other settings):"]
+        lines += [f"- `{n}`: hidden in the {side} configuration by "
+                  + (" + ".join(f"`{b}`" for b in by) or "a combination") for n, side, by in masked]
+    for line in body.get("interactions", []):
+        lines += ["", f"**Interaction:** {line}"]
+    if body.get("verification"):
+        lines += ["", "**Verification** (" + ("every answer held" if body.get("verified") else "NOT verified") + "):"]
+        for v in body["verification"]:
+            what = ("applied to the good configuration" if v["check"] == "breaking"
+                    else "reverted from the bad configuration")
+            lines.append(f"- {v['check']} set {' + '.join(f'`{n}`' for n in v['changes']) or 'none'} {what}: "
+                         f"{v['outcome']} (expected {v['expected']}; probe {v['probe']}, median {_cell(v['median'])})")
+    limit = "-" if j.get("limit") is None else f"{j['limit']:.4g}"
+    lines += ["", f"Judged by `{j['metric']}` against the limit {limit} (confidence {j['confidence']:g}).", "",
+              "| probe | changes applied | outcome | median | samples | run |", "|---|---|---|---|---|---|"]
+    for i, p in enumerate(body["probes"], 1):
+        run = p.get("child_run_id") or p.get("run_id")
+        link = f"[{run[:8]}](#/experiments/{experiment_id}/runs/{run})" if run else "-"
+        verifies = f" (verifies the {p['verifies']} set)" if p.get("verifies") else ""
+        lines.append(f"| {i}{verifies} | {', '.join(p['applied']) or '(good config)'} | {p['outcome']} | "
+                     f"{_cell(p.get('median'))} | {len(p.get('samples') or [])} | {link} |")
+    for note in body["notes"]:
+        lines += ["", f"Note: {note}"]
+    return "\n".join(lines)
+
+
+def _scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (JSON data) with every string scrubbed."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [_scrubbed(v, scrub) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, scrub) for k, v in value.items()}
+    return value
