@@ -1,6 +1,8 @@
-"""SIGKILL of `bisect-eagle run` (the default tiny scenario, local engine) at every stage boundary -- just after
-the study's parent run exists, in stage 1, in the baseline, in a live trial, in confirmation -- then
-`run --resume`: it finishes, no MLflow run is left RUNNING, and no finished trial is measured twice."""
+"""SIGKILL of `bisect-eagle run` (the tiny scenario, local engine) at every stage boundary -- just after the
+study's parent run exists, in stage 1, in the baseline, in a live trial, in confirmation -- then `run --resume`:
+it finishes, no MLflow run is left RUNNING, and no finished trial is measured twice. The default spec confirms its
+deterministic accept length with the search's own measurement (no confirmation run), so the confirmation case
+searches on tok/s, which confirmation re-measures in interleaved pairs."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 
 pytestmark = pytest.mark.system
 
+ROOT = Path(__file__).resolve().parents[2]
 RUNNING_STAGE = """SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid
                    WHERE r.status = 'RUNNING' AND t.key = ?"""
 
@@ -33,9 +36,9 @@ def _running(db: Path, key: str) -> set[str]:
         return set()
 
 
-def _kill_when(cwd: Path, env: dict, *, key: str, value: str, timeout_s: float = 600) -> bool:
+def _kill_when(cwd: Path, env: dict, spec: list[str], *, key: str, value: str, timeout_s: float = 600) -> bool:
     """Start `run`, SIGKILL it once a RUNNING run has tag ``key = value``; False when it finished first."""
-    proc = subprocess.Popen([sys.executable, "-m", "bisect_eagle.cli", "run", "--json"], cwd=cwd, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "bisect_eagle.cli", "run", *spec, "--json"], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     db = cwd / "mlruns" / "mlflow.db"
     deadline = time.monotonic() + timeout_s
@@ -58,8 +61,15 @@ def _kill_when(cwd: Path, env: dict, *, key: str, value: str, timeout_s: float =
 def test_kill_at_a_stage_boundary_then_resume(tmp_path, key, value):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env["OMP_NUM_THREADS"] = "1"
-    assert _kill_when(tmp_path, env, key=key, value=value), f"the run finished before a {key}={value} run started"
-    done = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "run", "--resume", "--json"], cwd=tmp_path,
+    spec = []
+    if value == "confirm":
+        text = (ROOT / "experiments" / "tiny.yaml").read_text()
+        path = tmp_path / "tiny-tok-s.yaml"
+        path.write_text(text.replace("criterion: {metric: accept_length, ratio: 4.5}",
+                                     "criterion: {metric: output_tok_s, ratio: 1.0}"))
+        spec = [str(path)]
+    assert _kill_when(tmp_path, env, spec, key=key, value=value), f"the run finished before a {key}={value} run"
+    done = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "run", *spec, "--resume", "--json"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode in (0, 3), done.stderr[-3000:]
     assert "Traceback" not in done.stderr
