@@ -209,7 +209,7 @@ class ServedEngine(Engine):
         port = procs.free_port(self.server.host)
         launch = self._launch(plan, trial_dir=trial_dir, port=port)
         argv = launch.argv
-        (trial_dir / "launch_command.txt").write_text(launch.saved_text)
+        (trial_dir / "launch_command.txt").write_text(scrub(launch.saved_text))  # secrets by value too
         self._gpu_before = gpus.device_baseline({**os.environ, **launch.env})
         try:
             server = procs.start_server(argv, launch.process_env, log_path=trial_dir / "server.log",
@@ -220,7 +220,7 @@ class ServedEngine(Engine):
         except OSError as e:
             return failed(self.name, requested=requested, effective=planned, cls="launch_error",
                           detail=f"cannot start {argv[0]}: {e}", warnings=warnings,
-                          artifacts={"launch_command.txt": launch.text, "effective.json": dump(planned),
+                          artifacts={"launch_command.txt": scrub(launch.text), "effective.json": dump(planned),
                                      "server.log": ""})
         client = self.client_class(f"http://{self.server.host}:{port}", self.server.request_timeout_s,
                                    api_key=settings.server_args.get("api_key"))
@@ -233,8 +233,9 @@ class ServedEngine(Engine):
         result.warnings += teardown_warnings
         log_text = scrub(procs.read_log(server.log_path))
         server.log_path.write_text(log_text)  # the local copy too: no secret the server printed stays on disk
-        result.artifacts.update({"launch_command.txt": launch.saved_text, "effective.json": dump(result.effective),
-                                 "server.log": log_text, "teardown.json": dump(teardown)})
+        result.artifacts.update({"launch_command.txt": scrub(launch.saved_text),
+                                 "effective.json": dump(result.effective), "server.log": log_text,
+                                 "teardown.json": dump(teardown)})
         (trial_dir / "effective.json").write_text(result.artifacts["effective.json"])
         body = {k: v for k, v in result.to_json().items() if k != "artifacts"}
         (trial_dir / "result.json").write_text(scrub(dump(body)))
