@@ -40,7 +40,7 @@ cleanup() {
     for n in "${NODES[@]}"; do ip netns del "$TAG-$n" 2>/dev/null; done
     ip link del "$BR" 2>/dev/null
   fi
-  rm -rf "$WORK"
+  [ -n "${BISECT_EAGLE_KEEP_WORK:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
 
