@@ -8,16 +8,8 @@ import math
 
 import pytest
 
-from bisect_eagle.bisect.ddmin import (
-    Answer,
-    BisectStatus,
-    ProbeMemo,
-    ProbeOutcome,
-    find_culprits,
-    isolate,
-    probe_bound,
-    shrink,
-)
+from bisect_eagle.bisect.culprits import find_culprits
+from bisect_eagle.bisect.ddmin import Answer, BisectStatus, ProbeMemo, ProbeOutcome, isolate, probe_bound, shrink
 
 
 def names(n: int) -> list[str]:

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from bisect_eagle.bisect.ddmin import Answer, BisectStatus, ProbeOutcome, find_culprits
+from bisect_eagle.bisect.culprits import find_culprits
+from bisect_eagle.bisect.ddmin import Answer, BisectStatus, ProbeOutcome
 
 
 def names(n: int) -> list[str]:
