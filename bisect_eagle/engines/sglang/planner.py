@@ -53,10 +53,10 @@ from bisect_eagle.engines.sglang.launch import (
     with_values,
 )
 from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter, parser_spec
-from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
+from bisect_eagle.engines.sglang.rules import adaptive_steps, resolved_adaptive, tree_bound
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
-from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, adaptive_off_warning
+from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings
 
 ENGINE = "sglang"
 SET_BY_SGLANG = {  # variables SGLang's launcher overwrites whatever the trial sets (0.5.23, entrypoints/engine.py)
@@ -66,7 +66,6 @@ IGNORED_ENV = ("SGLANG_ENABLE_SPEC_V2",)  # read nowhere in SGLang 0.5.23
 RESOLVED_SERVER = ("attention_backend", "speculative_draft_attention_backend", "page_size", "max_running_requests",
                    "cuda_graph_max_bs_decode", "disable_custom_all_reduce", "speculative_adaptive",
                    "mem_fraction_static", "disable_overlap_schedule")
-ADAPTIVE_STEPS = (0, 1, 3, 5, 7)  # candidate_steps of every bucket of SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG
 
 
 @dataclass
@@ -204,7 +203,7 @@ class Planner:
             return make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=str(e),
                              checked=self.checked_by(False, ""))
         warnings += notes
-        refusal = refusal or _tree_bound(settings)
+        refusal = refusal or tree_bound(settings)
         resolved, resolve_note = None, "resolution skipped"
         oracle = self.oracle()
         if refusal is None and oracle is not None and oracle.available:
@@ -222,9 +221,9 @@ class Planner:
                 if resolved is None and can_resolve:
                     resolve_note = "this parser has no settings resolution"
         if refusal is None and resolved is None:
-            refusal = _adaptive_steps(settings)
+            refusal = adaptive_steps(settings)
         env, env_warnings = sglang_env(settings)
-        warnings += env_warnings + _resolved_adaptive(settings, effective, resolved)
+        warnings += env_warnings + resolved_adaptive(settings, effective, resolved)
         effective.update(self._server_fields(settings, resolved))
         effective["env"] = env
         plan = make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal,
@@ -340,43 +339,6 @@ def _judged_argv(args: Sequence[Arg], draft: Path) -> list[str]:
     """The argv SGLang judges: the trial's, with the draft read from its source directory (the per-trial copy is
     made only at launch; resolution reads the draft's config) and one fixed port."""
     return argv_tokens(with_values(args, {DRAFT_FLAG: str(draft), PORT_FLAG: JUDGED_PORT}))
-
-
-def _tree_bound(s: LiveSettings) -> str | None:
-    """SGLang selects ``num_draft_tokens - 1`` of ``topk + (num_steps - 1)·topk²`` tree candidates."""
-    if s.is_baseline or s.topk <= 1 or s.num_draft_tokens is None:
-        return None
-    candidates = s.topk + (s.num_steps - 1) * s.topk ** 2
-    if s.num_draft_tokens - 1 > candidates:
-        return (f"num_draft_tokens {s.num_draft_tokens} with topk {s.topk} and num_steps {s.num_steps}: SGLang "
-                f"selects num_draft_tokens - 1 = {s.num_draft_tokens - 1} of topk + (num_steps - 1)·topk² = "
-                f"{candidates} candidates (srt/speculative/eagle_utils.py organize_draft_results) and fails at "
-                "draft CUDA-graph capture; lower num_draft_tokens or raise num_steps")
-    return None
-
-
-def _adaptive_steps(s: LiveSettings) -> str | None:
-    """SGLang's start-up check of adaptive ``num_steps`` against its default config's candidates (when the
-    server's own resolution did not run and no ``speculative_adaptive_config`` replaces the defaults)."""
-    if not s.speculative_adaptive or s.is_baseline or s.topk != 1 or "speculative_adaptive_config" in s.server_args:
-        return None
-    if s.num_steps in ADAPTIVE_STEPS:
-        return None
-    return (f"--speculative-num-steps={s.num_steps} is not in the adaptive config candidate_steps "
-            f"{list(ADAPTIVE_STEPS)}. Pass one of those values. (SGLang 0.5.23 refuses to start: "
-            "srt/arg_groups/speculative_hook.py _init_adaptive_speculative_params)")
-
-
-def _resolved_adaptive(s: LiveSettings, effective: dict[str, Any], resolved: dict[str, Any] | None) -> list[str]:
-    """``speculative_adaptive`` as SGLang resolved it, in ``effective`` (the key only when on); a warning when
-    SGLang turned off a mode the project's own rules kept on (those that turned it off already warned)."""
-    if resolved is None or s.is_baseline or not effective.get(ADAPTIVE):
-        return []
-    if resolved.get(ADAPTIVE):
-        effective[ADAPTIVE] = True
-        return []
-    effective.pop(ADAPTIVE, None)
-    return [adaptive_off_warning(resolved.get(ADAPTIVE_OFF) or "its settings resolution disabled it")]
 
 
 def sglang_env(s: LiveSettings) -> tuple[dict[str, str], list[str]]:
