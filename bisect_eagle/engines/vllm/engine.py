@@ -43,10 +43,14 @@ from bisect_eagle.engines.vllm.oracle import interpreter
 from bisect_eagle.engines.vllm.planner import Planner
 from bisect_eagle.engines.vllm.readback import effective_from_server, readback_differences
 from bisect_eagle.errors import BadInput
+from bisect_eagle.poll import wait_until
 from bisect_eagle.spec.schema import VllmServer
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber
 
+# how long a server whose request failed may take to finish dying before its log is classified (vLLM answers the
+# HTTP 500 of an EngineDeadError first and exits a moment later; one that stays up costs the whole grace, once)
+DEATH_GRACE_S = 5.0
 
 @dataclass
 class _Measured:
@@ -132,6 +136,10 @@ class VllmEngine(ServedEngine):
         done = {"n": 0}  # requests answered so far (warm-up included)
 
         def fail(phase: str, effective: dict, timed_out: bool = False, reason: str = "") -> TrialResult:
+            if phase == "benchmark" and not timed_out:
+                # a request vLLM failed (HTTP 500 from a dead EngineCore) is answered while the engine is still
+                # writing its traceback and exiting: the log is classified once it has exited, or after a grace
+                wait_until(server.exited, timeout_s=DEATH_GRACE_S, what="vLLM to exit after a failed request")
             log = procs.read_log(server.log_path)
             cls, why = classify_failure(phase, log, timed_out=timed_out)
             code = server.popen.poll()

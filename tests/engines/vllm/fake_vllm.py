@@ -114,6 +114,8 @@ def main() -> int:
             if mode == "dead":
                 answer = json.loads((FIXTURES / "engine-dead-first-request.http500.json").read_text())
                 self._send(answer["status"], json.dumps(answer["body"]))
+                # vLLM's order: the API server answers 500 while the EngineCore's traceback is still being written
+                time.sleep(0.3)
                 sys.stdout.write((FIXTURES / "engine-dead-first-request.log").read_text())
                 sys.stdout.flush()
                 threading.Thread(target=lambda: (time.sleep(0.2), os._exit(0)), daemon=True).start()
