@@ -173,8 +173,11 @@ def _create_study(storage: optuna.storages.RDBStorage, *, name: str, url: str, n
 
 
 def _liveness(storage: optuna.storages.RDBStorage, s: StudyRun) -> Liveness:
-    return Liveness(storage, study_name=s.name, owner=s.ctx.owner, claims=s.claims, tracking=s.ctx.tracking,
+    """The heartbeats of ``s``'s trials; each trial's first beat is recorded as it is asked."""
+    live = Liveness(storage, study_name=s.name, owner=s.ctx.owner, claims=s.claims, tracking=s.ctx.tracking,
                     parent_run_id=s.ctx.parent_run_id)
+    s.first_beat = live.beat_trial
+    return live
 
 
 def _show_reaped(s: StudyRun, live: Liveness) -> None:

@@ -82,6 +82,9 @@ class StudyRun:
     guide: ModelGuide | None = None  # the throughput model (search.model.enabled)
     listed: Listed | None = None  # every runnable config, when the space can be listed (set by loop)
     skips_in_row: int = 0  # consecutive proposals the model predicted below the target
+    # records a trial's first heartbeat the moment it is asked (Liveness.beat_trial): a process killed before its
+    # heartbeat thread's next tick would otherwise leave a trial Optuna never sees as stale, never reaped
+    first_beat: Callable[[int], None] = field(default=lambda trial_id: None)
 
     @property
     def name(self) -> str:
@@ -317,6 +320,7 @@ class StudyRun:
     def one_trial(self, space: SearchSpace) -> tuple[TrialKind, TrialRecord | None]:
         """One Optuna trial: what it came to (:data:`TrialKind`) and the record when measured."""
         trial = self.study.ask()
+        self.first_beat(trial._trial_id)
         trial.set_user_attr("owner", self.ctx.owner)
         sampled = space.suggest(trial)
         try:

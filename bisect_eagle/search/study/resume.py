@@ -110,6 +110,12 @@ class Liveness:
                 self._beaten[t._trial_id] = now
         self._beaten = {k: v for k, v in self._beaten.items() if k in {t._trial_id for t in mine}}
 
+    def beat_trial(self, trial_id: int) -> None:
+        """Record a heartbeat now for a trial this process has just asked (its first: a trial Optuna holds no
+        heartbeat for is never stale, so a process killed before the thread's next tick would leave it RUNNING)."""
+        self.storage.record_heartbeat(trial_id)
+        self._beaten[trial_id] = time.monotonic()
+
     def reap(self, study: optuna.Study) -> None:
         """Fail the study's trials whose heartbeats stopped for the grace period (``_reaped`` runs for each)."""
         with warnings.catch_warnings():

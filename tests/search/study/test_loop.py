@@ -59,3 +59,38 @@ def test_a_failed_baseline_fails_the_parent_run_with_its_class(tmp_path):
     (parent,) = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'study'")
     assert parent.info.status == "FAILED" and parent.data.tags["failure_class"] == "out_of_memory"
     assert parent.data.tags["baseline_run_id"] == caught.value.run_id
+
+
+class BeatChecking(FakeEngine):
+    """Records, at each live trial, which RUNNING Optuna trials hold a heartbeat row in the study's database."""
+
+    def __init__(self, db: str) -> None:
+        super().__init__()
+        self.db = db
+        self.unbeaten: list[int] = []
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        import sqlite3
+
+        with sqlite3.connect(self.db) as c:
+            self.unbeaten += [row[0] for row in c.execute(
+                "select t.trial_id from trials t left join trial_heartbeats h on h.trial_id = t.trial_id "
+                "where t.state = 'RUNNING' and h.trial_id is null")]
+        return super().run(plan)
+
+
+def test_a_trial_holds_a_heartbeat_before_its_engine_runs(tmp_path):
+    """A process SIGKILLed in its first second of a trial must leave a trial Optuna sees as stale: Optuna never
+    fails a RUNNING trial that holds no heartbeat, so the first beat is recorded as the trial is asked."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path = tmp_path / "beats.yaml"
+    path.write_text(json.dumps({
+        "name": "beats", "target": "t", "draft": "d", "dump": "u", "prompts": "p.jsonl",
+        "engine": {"kind": "sglang"}, "baseline": "measure",
+        "search": {"sampler": "grid", "max_live_trials": 3, "model": {"enabled": False}},
+        "space": {"num_steps": {"type": "int", "low": 1, "high": 3}}}))
+    opts = Options(storage=f"sqlite:///{tmp_path}/optuna.db", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    engine = BeatChecking(str(tmp_path / "optuna.db"))
+    run_study(load_spec(path), options=opts, engine_factory=lambda s: engine)
+    assert len(engine.runs) >= 2
+    assert engine.unbeaten == []
