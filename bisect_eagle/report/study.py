@@ -101,8 +101,12 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
     # constrained layout: rotated tick labels, legends and a suptitle
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False, layout="constrained")
     for ax, name in zip(axes[0], settings or [None], strict=True):
-        if name is None:
-            ax.text(0.5, 0.5, "no setting varied", ha="center", va="center", transform=ax.transAxes)
+        if name is None:  # every trial had the same settings: one point per trial, named by its run
+            values = live[["run_id", metric]].dropna()
+            ax.scatter(range(len(values)), values[metric], color="#08519c", zorder=3, s=18)
+            ax.set_xticks(range(len(values)), [str(r)[:8] for r in values["run_id"]], rotation=30, ha="right",
+                          fontsize=8)
+            ax.set_xlabel("live trial (no setting varied)", fontsize=9)
         else:
             values = live[[name, metric]].dropna()
             order = sorted(values[name].unique(), key=_sort_key)

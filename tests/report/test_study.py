@@ -115,3 +115,19 @@ def test_report_command_fits_80_columns(study, monkeypatch):
     assert f"best: run {out.best['run_id']}" in done.output
     assert not any(line.startswith("model:") for line in lines)  # search.model.enabled: false, nothing to say
     assert not any(len(x) > 8 for line in lines for x in line.split() if x.replace(".", "").isdigit())
+
+
+def test_a_single_trial_is_drawn_as_a_point_with_its_lines(tmp_path):
+    """No setting varied (one trial): the plot still shows the measurement, not an empty panel."""
+    from matplotlib.image import imread
+
+    from bisect_eagle.report.study import plot_per_setting
+
+    live = pd.DataFrame({"run_id": ["7ca37e03aa"], "accept_length": [2.5]})
+    drawn = imread(plot_per_setting(live, "accept_length", settings=[], out=tmp_path,
+                                    lines={"baseline": 1.0, "target": 3.0}))
+    point = (abs(drawn[..., 0] - 0x08 / 255) < 0.05) & (abs(drawn[..., 1] - 0x51 / 255) < 0.05) & (
+        abs(drawn[..., 2] - 0x9c / 255) < 0.05)
+    assert point.sum() > 20  # the trial's marker
+    red = (drawn[..., 0] > 0.75) & (drawn[..., 1] < 0.3) & (drawn[..., 2] < 0.3)
+    assert red.sum() > 50  # the target line
