@@ -20,7 +20,7 @@ from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import parse_settings
 from bisect_eagle.tracking.runs import Tracking
 
-RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+RUN_ID = re.compile(r"^[0-9a-fA-F]{6,32}$")  # a run id or a prefix of it (Tracking.of_run resolves it)
 DEPLOYMENT_KEYS = ("target", "draft", "prompts")
 
 
@@ -34,14 +34,20 @@ class Endpoint:
 
 
 def load_endpoint(text: str, *, flag: str, tracking_uri: str) -> Endpoint:
-    """A spec file's fixed settings, or the requested settings of a logged live trial."""
+    """A spec file's fixed settings, or the requested settings of a logged live trial (its run id or a unique prefix
+    of at least 6 characters)."""
     path = Path(text)
     if path.is_file():
         spec = load_spec(path)
         return Endpoint(str(path), flat_settings(spec.fixed_settings()), spec)
     if not RUN_ID.fullmatch(text):
-        raise BadInput(f"{flag} {text}: not a spec file, nor an MLflow run id (32 hex digits)")
-    tracking, _ = Tracking.of_run(tracking_uri, text)
+        raise BadInput(f"{flag} {text}: not a spec file, nor an MLflow run id (32 hex digits, or a unique prefix "
+                       "of at least 6)")
+    try:
+        tracking, run = Tracking.of_run(tracking_uri, text)
+    except BadInput as e:
+        raise BadInput(f"{flag} {e}") from None
+    text = run.info.run_id  # the whole id of a prefix
     try:
         trial = json.loads(tracking.read_text(text, "trial.json"))
     except Exception as e:  # MLflow raises several types for a missing artifact

@@ -23,8 +23,10 @@ def _value(v: object) -> str:
 
 
 def bisect(
-    good: str = typer.Option(None, help="Good configuration: a spec file or the MLflow run id of a live trial."),
-    bad: str = typer.Option(None, help="Bad configuration: a spec file or the MLflow run id of a live trial."),
+    good: str = typer.Option(None, help="Good configuration: a spec file or the MLflow run id of a live trial "
+                                        "(or a unique prefix of it, at least 6 characters)."),
+    bad: str = typer.Option(None, help="Bad configuration: a spec file or the MLflow run id of a live trial "
+                                       "(or a unique prefix of it, at least 6 characters)."),
     spec: Path = typer.Option(None, help="Spec for target, draft, prompts and engine (needed when both "
                                          "--good and --bad are run ids)."),
     metric: str = typer.Option(None, help="output_tok_s, accept_length (live probes) or standalone_accuracy "

@@ -41,7 +41,8 @@ def export_plan(tracking, run, *, port: int, sglang_python: str | None = None,
 
 
 def export(
-    run_id: str = typer.Argument(None, help="MLflow run id of a live trial (default: the best of the newest study)."),
+    run_id: str = typer.Argument(None, help="MLflow run id of a live trial, or any unique prefix of it (at least 6 "
+                                 "characters); default: the best of the newest study."),
     spec: Path = typer.Option(None, help="Spec whose newest study's best trial to export (default: the embedded "
                               "tiny scenario spec)."),
     study_name: str = typer.Option(None, help="Study whose best trial to export (default: the spec's newest)."),
@@ -74,6 +75,7 @@ def export(
         run_id = str(best["run_id"])
         uri = tracking.uri
     tracking, run = Tracking.of_run(uri, run_id)
+    run_id = run.info.run_id  # the whole id of a prefix
     failure = trial_failure(run)
     plan = export_plan(tracking, run, port=port, sglang_python=sglang_python, vllm_python=vllm_python)
     plan["trial_failure"] = failure

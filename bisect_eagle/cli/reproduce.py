@@ -38,7 +38,8 @@ def verdict(*, metric: str, old_ratio: float | None, new_ratio: float | None, to
 
 
 def reproduce(
-    run_id: str = typer.Argument(..., help="MLflow run id of a live trial."),
+    run_id: str = typer.Argument(..., help="MLflow run id of a live trial, or any unique prefix of it (at least 6 "
+                                 "characters, e.g. the 8 every table shows)."),
     tracking_uri: str = typer.Option(None, help=URI_HELP),
     repeats: int = typer.Option(None, min=1, help="Measurements (median) instead of the study's search.repeats."),
     tolerance: float = typer.Option(0.1, min=0, help="Largest relative difference of the ratio to the baseline "
@@ -56,6 +57,7 @@ def reproduce(
     sigterm_as_exit()
     say = (lambda m: None) if as_json else (lambda m: typer.echo(m, err=True))
     store, run = Tracking.of_run(resolve_tracking_uri(tracking_uri), run_id)
+    run_id = run.info.run_id  # the whole id of a prefix
     settings, parent_id = settings_of_run(store, run)
     spec = spec_of_study(store, parent_id)
     if repeats:

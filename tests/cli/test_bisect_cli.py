@@ -293,7 +293,8 @@ def test_bad_input_is_one_line_and_exit_2(tiny, tmp_path):
         cwd=tmp_path,
     )
     assert out.returncode == 2
-    assert out.stderr.strip() == "error: --bad nope.yaml: not a spec file, nor an MLflow run id (32 hex digits)"
+    assert out.stderr.strip() == ("error: --bad nope.yaml: not a spec file, nor an MLflow run id (32 hex digits, or a "
+                                  "unique prefix of at least 6)")
     same = subprocess.run(
         [
             sys.executable,

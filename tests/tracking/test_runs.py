@@ -287,3 +287,43 @@ def test_mlflow_switch_turns_system_metrics_off(tracking, monkeypatch):
     assert run_id not in tracking.system_metrics.running() and not new_monitor_threads(before)
     tracking.finish(run_id, "FINISHED")
     assert not any(k.startswith("system/") for k in tracking.get_run(run_id).data.metrics)
+
+
+def _runs_with_ids(monkeypatch, tracking: Tracking, ids: list[str], *, experiment: str | None = None) -> list[str]:
+    """Runs created with these exact ids (MLflow's own id generator patched), in ``experiment`` when given."""
+    import types
+
+    from mlflow.store.tracking import sqlalchemy_store
+
+    queue = list(ids)
+    monkeypatch.setattr(sqlalchemy_store, "uuid", types.SimpleNamespace(uuid4=lambda: types.SimpleNamespace(
+        hex=queue.pop(0))))
+    target = Tracking.open(tracking.uri, experiment) if experiment else tracking
+    made = [target.start_run(f"r{i}", tags={"role": "unit"}) for i in range(len(ids))]
+    monkeypatch.undo()
+    return made
+
+
+def test_a_unique_prefix_of_six_or_more_characters_names_its_run_in_any_experiment(tracking, monkeypatch):
+    a, b = _runs_with_ids(monkeypatch, tracking, ["c0ffee01" + "0" * 24, "c0ffee02" + "1" * 24], experiment="other")
+    for text in ("c0ffee01", "C0FFEE01", "c0ffee0211", b):
+        store, run = Tracking.of_run(tracking.uri, text)
+        assert run.info.run_id == (a if text.lower().startswith("c0ffee01") else b)
+        assert store.experiment_id == run.info.experiment_id != tracking.experiment_id
+
+
+def test_an_ambiguous_prefix_names_its_candidates_in_one_line(tracking, monkeypatch):
+    a, b = _runs_with_ids(monkeypatch, tracking, ["facade11" + "2" * 24, "facade19" + "3" * 24])
+    with pytest.raises(BadInput) as e:
+        Tracking.of_run(tracking.uri, "facade1")
+    text = str(e.value)
+    assert "\n" not in text and "ambiguous" in text and "2 runs" in text
+    assert a[:9] in text and b[:9] in text
+
+
+@pytest.mark.parametrize("text, says", [("abc12", "at least 6"), ("zzzzzzzz", "at least 6"),
+                                        ("0123456789", "not found"), ("f" * 32, "not found")])
+def test_a_short_foreign_or_unknown_run_id_is_one_line(tracking, text, says):
+    with pytest.raises(BadInput) as e:
+        Tracking.of_run(tracking.uri, text)
+    assert says in str(e.value) and "\n" not in str(e.value)
