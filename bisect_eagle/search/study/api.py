@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,7 @@ class Options:
     resume: bool = False
     max_live_trials: int | None = None  # overrides the spec's search.max_live_trials
     max_wall_s: float | None = None  # overrides the spec's search.max_wall_s
+    max_launches: int | None = None  # overrides the spec's search.max_launches
     log_dir: Path | None = None  # where the engine records its servers (default engines.default_log_dir(spec))
     progress: Callable[[StudyProgress], None] = field(default=_no_progress)
 
@@ -95,6 +97,9 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
         study = _create_study(storage, name=name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
                               url=opts.storage, named=name is not None)
         bind(study, spec)  # first: a start killed from here on is found and finished by --resume
+        with warnings.catch_warnings():  # experimental since Optuna 3.2; optuna-dashboard names the objective by it
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([spec.criterion.metric])
         name = study.study_name
         parent = _start_parent(study, tracking, spec=spec, opts=opts)
     claims = Claims(opts.storage, name)
@@ -238,7 +243,7 @@ def _study_run(spec: Spec, *, study: optuna.Study, claims: Claims, ctx: TrialCon
     return StudyRun(spec=spec, study=study, claims=claims, ctx=ctx, storage_url=opts.storage,
                     max_live_trials=opts.max_live_trials or spec.search.max_live_trials,
                     max_wall_s=opts.max_wall_s or spec.search.max_wall_s, progress=opts.progress,
-                    seed=spec.search.seed + seed_offset)
+                    max_launches=opts.max_launches or spec.search.max_launches, seed=spec.search.seed + seed_offset)
 
 
 def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> StudyOutcome:

@@ -94,3 +94,21 @@ def test_a_trial_holds_a_heartbeat_before_its_engine_runs(tmp_path):
     run_study(load_spec(path), options=opts, engine_factory=lambda s: engine)
     assert len(engine.runs) >= 2
     assert engine.unbeaten == []
+
+
+def test_optuna_dashboard_sees_the_objective_by_name_and_the_target(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path = tmp_path / "named.yaml"
+    path.write_text(json.dumps({
+        "name": "named", "target": "t", "draft": "d", "dump": "u", "prompts": "p.jsonl",
+        "engine": {"kind": "sglang"}, "baseline": "measure", "criterion": {"metric": "output_tok_s"},
+        "search": {"sampler": "grid", "max_live_trials": 1, "model": {"enabled": False}},
+        "space": {"num_steps": {"type": "int", "low": 1, "high": 2}}}))
+    opts = Options(storage=f"sqlite:///{tmp_path}/optuna.db", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    spec = load_spec(path)
+    run_study(spec, options=opts, engine_factory=lambda s: FakeEngine())
+    (study,) = [optuna.load_study(storage=opts.storage, study_name=n)
+                for n in optuna.get_all_study_names(opts.storage)]
+    assert study.metric_names == ["output_tok_s"]
+    assert study.user_attrs["baseline"] > 0
+    assert study.user_attrs["target"] == pytest.approx(study.user_attrs["baseline"] * spec.criterion.ratio)
