@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bisect_eagle.cli.common import URI_HELP, print_json
+from bisect_eagle.cli.common import URI_HELP, plural, print_json
 
 
 def _value(v: object) -> str:
@@ -70,8 +70,8 @@ def bisect(
 def _print(report) -> None:
     console = Console(highlight=False)
     n = len(report.changes)
-    console.print(f"{n} setting{'s differ' if n != 1 else ' differs'} as the engine runs them: {escape(report.good)} "
-                  f"(good) vs {escape(report.bad)} (bad)")
+    console.print(f"{plural(n, 'setting')} {'differs' if n == 1 else 'differ'} as the engine runs them: "
+                  f"{escape(report.good)} (good) vs {escape(report.bad)} (bad)")
     table = Table(caption="breaks: applied to the good configuration, breaks it; repair: in the repair set; "
                           "hidden by: inert alone at that end, masked there by these settings")
     table.add_column("setting", no_wrap=True, min_width=max((len(c.name) for c in report.changes), default=7))
@@ -89,8 +89,8 @@ def _print(report) -> None:
     limit = "-" if j["limit"] is None else f"{j['limit']:.4g}"
     noise = j["noise"]
     console.print(f"judged by {j['metric']} (limit {limit}, confidence {j['confidence']:g}, noise "
-                  f"{100 * noise['sd_log']:.2f}% over {noise['dof']} dof): {_n(len(report.probes), 'probe')}, "
-                  f"{_n(report.live_trials, 'plan')} measured in {_n(report.samples, 'sample')}, bound "
+                  f"{100 * noise['sd_log']:.2f}% over {noise['dof']} dof): {plural(len(report.probes), 'probe')}, "
+                  f"{plural(report.live_trials, 'plan')} measured in {plural(report.samples, 'sample')}, bound "
                   f"{report.probe_bound}")
     if report.unresolved:
         console.print(f"unresolved probes (skipped): {escape(str(report.unresolved))}")
@@ -120,10 +120,6 @@ def _verified(check: dict | None) -> str:
     if check["ok"]:
         return f" (verified: {text})"
     return f" [yellow](NOT verified, expected {check['expected']}: {text})[/yellow]"
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def register(app: typer.Typer) -> None:

@@ -109,6 +109,22 @@ def num(value: object) -> str:
     return f"{v:.1f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
+RATIO_HEADER = "× baseline"  # the column of ratios to the baseline, beside the metric they divide
+
+
+def times_baseline(ratio: float | None, baseline: float | None = None) -> str:
+    """A ratio to the baseline in the one notation every command prints: ``1.04× baseline``, with the baseline's
+    own value when given (``1.04× baseline 90.0``); '-' when absent."""
+    if ratio is None or (isinstance(ratio, float) and pd.isna(ratio)):
+        return "-"
+    return f"{float(ratio):.2f}× baseline" + ("" if baseline is None else f" {num(baseline)}")
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 error``, ``2 errors``, ``0 errors``: a count with its noun in the right number."""
+    return f"{count} {noun if count == 1 else plural_form or noun + 's'}"
+
+
 def parse_set(items: list[str]) -> dict[str, Any]:
     """``key=value`` flags to a mapping; values are YAML scalars or lists (``[5,9,11]``, ``4``, ``bfloat16``)."""
     values: dict[str, Any] = {}

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from bisect_eagle.cli.common import VLLM_PYTHON_HELP, print_json, use_pythons
+from bisect_eagle.cli.common import VLLM_PYTHON_HELP, plural, print_json, use_pythons
 
 STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
@@ -41,7 +41,8 @@ def doctor(
             console.print(f"[{STYLE[f.severity]}]{f.severity}[/] {escape(f'[{f.code}] {f.where}: {f.message}')}")
             console.print(f"    fix: {escape(f.fix)}", style="dim")
         c = report["counts"]
-        console.print(f"{spec}: {c['error']} errors, {c['warning']} warnings, {c['info']} notes")
+        console.print(f"{spec}: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, "
+                      f"{plural(c['info'], 'note')}")
     if not report["ok"]:
         raise typer.Exit(1)
 

@@ -64,7 +64,7 @@ def fingerprint(
         table.add_row(
             f"{m.source} {m.position} ({m.role})", m.label, _id(m.ids["sglang"]), _id(m.ids["vllm"]),
             _id(m.ids["specforge"]), f"{m.similarity:.5f}", f"{m.norm_ratio:.3f}", f"{m.error:.4f}",
-            f"{m.runner_up} ({m.runner_up_similarity:.4f}, {m.runner_up_error:.4f})", f"{m.separation:.0f}x",
+            f"{m.runner_up} ({m.runner_up_similarity:.4f}, {m.runner_up_error:.4f})", f"{m.separation:.0f}×",
             f"{m.first_values} / {m.target_first_values}",
         )
     console = Console()

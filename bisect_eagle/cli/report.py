@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import typer
 
-from bisect_eagle.cli.common import URI_HELP, num, open_study_run, print_json, quiet_libraries
+from bisect_eagle.cli.common import (
+    RATIO_HEADER,
+    URI_HELP,
+    num,
+    open_study_run,
+    print_json,
+    quiet_libraries,
+    times_baseline,
+)
 from bisect_eagle.report.model import INTERVAL, best_measured, measured_per_concurrency, per_concurrency
 
 if TYPE_CHECKING:
@@ -44,7 +52,7 @@ def summary_lines(parent, rep) -> list[str]:
     tags = parent.data.tags
     lines = [f"study {tags.get('study', parent.info.run_name)} (run {parent.info.run_id})"]
     if target is not None:
-        ratio = f" = {target / baseline:.2f}x baseline {num(baseline)}" if baseline else ""
+        ratio = f" ({times_baseline(target / baseline)}; baseline {metric} {num(baseline)})" if baseline else ""
         lines += wrapped(f"target: {metric} >= {num(target)}{ratio}")
     verdict = (f"target {tags['verdict']}" if "verdict" in tags else tags.get("outcome")) or (
         "still running" if parent.info.status == "RUNNING" else "unknown")
@@ -60,7 +68,7 @@ def summary_lines(parent, rep) -> list[str]:
         if name in best and pd.notna(best[name]):
             ratio = best.get(f"{name}_ratio_to_baseline")
             shown.append(f"{name} {num(best[name])}" + ("" if ratio is None or pd.isna(ratio) else
-                                                          f" ({ratio:.2f}x baseline)"))
+                                                          f" ({times_baseline(ratio)})"))
     lines += wrapped("  " + ", ".join(shown), indent="    ")
     settings = [c for c in SETTING_COLUMNS if c in best and pd.notna(best[c])]
     lines += wrapped("  " + setting_text(best, settings), indent="    ")
@@ -81,14 +89,14 @@ def trial_lines(frame: pd.DataFrame, metric: str, *, settings: list[str]) -> lis
         live = live.sort_values(metric, ascending=False, na_position="last")
     other = "accept_length" if metric == "output_tok_s" else "output_tok_s"
     lines = [f"live trials ({len(live)}), best first:",
-             f"{'run':<8} {metric[:13]:>13} {'x base':>6} {other[:13]:>13}  settings"]
+             f"{'run':<8} {metric[:13]:>13} {RATIO_HEADER:>10} {other[:13]:>13}  settings"]
     ratio = f"{metric}_ratio_to_baseline"
     for _, r in live.iterrows():
-        cells = f"{str(r['run_id'])[:8]:<8} {num(r.get(metric)):>13} {num(r.get(ratio)):>6} {num(r.get(other)):>13}  "
+        cells = f"{str(r['run_id'])[:8]:<8} {num(r.get(metric)):>13} {num(r.get(ratio)):>10} {num(r.get(other)):>13}  "
         failure = r.get("failure_class")
         state = f" FAILED: {failure}" if isinstance(failure, str) else ""
         state = state or ("" if r.get("outcome") == "ok" else f" ({r.get('outcome')})")
-        lines += wrapped(cells + setting_text(r, settings) + state, indent=" " * 45)
+        lines += wrapped(cells + setting_text(r, settings) + state, indent=" " * 49)
     return lines
 
 
@@ -129,7 +137,7 @@ def adaptive_text(adaptive: Adaptive | None, *, best: float | None) -> list[str]
                 "beats it" if best > adaptive.high else "loses to it" if best < adaptive.low
                 else "is inside that interval: no clear winner")
         elif best is not None:
-            text += f"; the best measured config: {num(best)} ({best / adaptive.predicted:.2f}x)"
+            text += f"; the best measured config: {num(best)} ({best / adaptive.predicted:.2f}× the prediction)"
         lines += wrapped(text)
     if adaptive.measured is not None:
         lines += wrapped(f"SGLang adaptive measured: {num(adaptive.measured)} tok/s "
@@ -153,7 +161,7 @@ def concurrency_lines(artifact: dict | None, frame: pd.DataFrame, *, settings: l
     for r in predicted:
         interval = f" ({INTERVAL}: {num(r.get('low'))} to {num(r.get('high'))})" if r.get("low") is not None else ""
         value, base = r.get("predicted_output_tok_s"), r.get("baseline_predicted_output_tok_s")
-        ratio = f", {value / base:.2f}x baseline {num(base)}" if value and base else ""
+        ratio = f", {times_baseline(value / base, base)}" if value and base else ""
         ran = f"; measured in run {r['measured_run_id'][:8]}" if r.get("measured_run_id") else "; not measured"
         lines += wrapped(f"  concurrency {r['concurrency']}: {num(value)} tok/s{interval}"
                          f"{ratio}; {params_text(r.get('best_params') or {}, settings)}{ran}", indent="    ")

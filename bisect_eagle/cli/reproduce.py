@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from bisect_eagle.cli.common import URI_HELP, num, print_json, quiet_libraries, sigterm_as_exit
+from bisect_eagle.cli.common import URI_HELP, num, print_json, quiet_libraries, sigterm_as_exit, times_baseline
 
 
 def compare(old: dict[str, float], new: dict[str, float]) -> list[dict[str, float | str | None]]:
@@ -31,7 +31,7 @@ def verdict(*, metric: str, old_ratio: float | None, new_ratio: float | None, to
                 "text": f"not reproduced: no {metric} ratio to compare (a trial or a baseline failed)"}
     diff = new_ratio / old_ratio - 1
     within = abs(diff) <= tolerance
-    ratios = f"{metric} {new_ratio:.2f}x baseline now, {old_ratio:.2f}x when logged"
+    ratios = f"{metric} {times_baseline(new_ratio)} now, {times_baseline(old_ratio)} when logged"
     text = (f"reproduced within {100 * abs(diff):.1f} % ({ratios})" if within else
             f"not reproduced: off by {100 * diff:+.1f} %, more than {100 * tolerance:g} % ({ratios})")
     return {"reproduced": within, "diff": diff, "text": text}

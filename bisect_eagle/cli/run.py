@@ -1,8 +1,8 @@
 """``bisect-eagle run``: the staged search of a spec (default: the embedded tiny scenario), logged to MLflow.
 
 Exit 0 when the target was reached and confirmed, 3 when not (or when the baseline trial failed: one line says
-why, and the study's parent run ends FAILED with the failure class). Every ratio printed names the metric it
-divides (``accept_length ÷ baseline``, ``tok/s ÷ baseline``).
+why, and the study's parent run ends FAILED with the failure class). Every ratio to the baseline is printed in one
+notation, after the metric it divides (``accept_length 4.62 (4.62× baseline)``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColu
 from rich.progress import Progress as ProgressBar
 from rich.table import Table
 
-from bisect_eagle.cli.common import load_spec_or_default, print_json, quiet_libraries, sigterm_as_exit, use_pythons
+from bisect_eagle.cli.common import (
+    RATIO_HEADER,
+    load_spec_or_default,
+    print_json,
+    quiet_libraries,
+    sigterm_as_exit,
+    times_baseline,
+    use_pythons,
+)
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study import StudyOutcome, StudyProgress
@@ -67,7 +75,7 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     live = [t for t in out.trials if t["value"] is not None or t["failure_class"]]
     if live:
         table = Table(title=f"stage 2: live trials ({out.metric})")
-        for col in ("trial", "params", out.metric, f"{_unit(out.metric)} ÷ baseline", "state", "run"):
+        for col in ("trial", "params", out.metric, RATIO_HEADER, "state", "run"):
             table.add_column(col, overflow="fold")
         for t in live:
             ratio = f"{t['value'] / out.baseline:.2f}" if t["value"] is not None and out.baseline else "-"
@@ -87,13 +95,12 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
         console.print(f"baseline {out.metric} {out.baseline:.2f}{tok_s}, target {out.target:.2f}")
     if out.best:
         b = out.best
-        unit = _unit(out.metric)
-        ratio = f" ({unit} ÷ baseline = {b['value'] / out.baseline:.2f})" if out.baseline else ""
+        ratio = f" ({times_baseline(b['value'] / out.baseline)})" if out.baseline else ""
         tok_s = b["metrics"].get("output_tok_s")
         tok_ratio = b["metrics"].get("output_tok_s_ratio_to_baseline")
         extra = ""
         if tok_s and out.metric != "output_tok_s":
-            extra = f", {tok_s:.1f} tok/s" + (f" (tok/s ÷ baseline = {tok_ratio:.2f})" if tok_ratio else "")
+            extra = f", {tok_s:.1f} tok/s" + (f" ({times_baseline(tok_ratio)})" if tok_ratio else "")
         console.print(f"best: {out.metric} {b['value']:.2f}{ratio}{extra} (run {b['run_id']})")
         for key, value in sorted(b["params"].items()):
             if value not in ({}, None):
@@ -114,11 +121,6 @@ def ui_command(uri: str) -> str:
     if db is not None and db.is_relative_to(Path.cwd()):
         uri = f"sqlite:///{db.relative_to(Path.cwd())}"
     return f"bisect-eagle ui --tracking-uri {uri}"
-
-
-def _unit(metric: str) -> str:
-    """The short name of a metric in ratios: ``tok/s`` or ``accept_length``."""
-    return "tok/s" if metric == "output_tok_s" else metric
 
 
 def _short(params: dict[str, Any]) -> str:

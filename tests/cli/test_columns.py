@@ -15,6 +15,7 @@ from bisect_eagle.cli import COMMAND_MODULES, app
 from helpers import tiny_fake_bisect, tiny_fake_study
 
 LONG_FLOAT = re.compile(r"\d+\.\d{5,}")  # an unrounded float (16 digits in the old report)
+OTHER_RATIOS = re.compile(r"÷|\dx\b|x base")  # every ratio to the baseline reads "1.04× baseline"
 
 
 def fits(text: str) -> None:
@@ -50,6 +51,7 @@ def test_run_outcome_fits(store, monkeypatch):
     print_outcome(out, Console(file=buf, width=80))
     text = buf.getvalue()
     fits(text)
+    assert "× baseline" in text and not OTHER_RATIOS.search(text)
     assert "[:-1] (standardize_data_v1)" in text.replace("\n", " ") or "standardize_data_v1" in text
     assert "  bisect-eagle ui\n" in text
 
@@ -75,7 +77,8 @@ def test_report_fits_and_states_target_verdict_and_best(store):
     done = CliRunner().invoke(app, ["report", "--tracking-uri", uri, "--out", str(root / "report")])
     assert done.exit_code == 0, done.output
     fits(done.output)
-    assert "target: accept_length >= 4.5" in done.output and "verdict: target" in done.output
+    assert "× baseline" in done.output and not OTHER_RATIOS.search(done.output)
+    assert "target: accept_length >= 4.5 (4.50× baseline; baseline accept_length 1)" in done.output and "verdict: target" in done.output
     assert f"best: run {out.best['run_id']}" in done.output
 
 
