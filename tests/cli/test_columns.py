@@ -78,7 +78,8 @@ def test_report_fits_and_states_target_verdict_and_best(store):
     assert done.exit_code == 0, done.output
     fits(done.output)
     assert "× baseline" in done.output and not OTHER_RATIOS.search(done.output)
-    assert "target: accept_length >= 4.5 (4.50× baseline; baseline accept_length 1)" in done.output and "verdict: target" in done.output
+    assert "target: accept_length >= 4.5 (4.50× baseline; baseline accept_length 1)" in done.output
+    assert "verdict: target" in done.output
     assert f"best: run {out.best['run_id']}" in done.output
 
 
