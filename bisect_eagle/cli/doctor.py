@@ -1,16 +1,27 @@
-"""``bisect-eagle doctor``: static checks of a spec before any GPU time; exit 1 when an error is found."""
+"""``bisect-eagle doctor``: static checks of a spec before any GPU time; exit 1 when an error is found.
+
+Every finding and its fix are wrapped to the terminal's width (``COLUMNS``; 80 when not a terminal).
+"""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from bisect_eagle.cli.common import VLLM_PYTHON_HELP, plural, print_json, use_pythons
 
 STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def wrap(text: str, width: int, *, indent: str) -> list[str]:
+    """``text`` as lines of at most ``width`` characters, continuations indented by ``indent``; words are kept
+    whole unless one alone is wider than a line (a long path), which is then split, never cut."""
+    return textwrap.wrap(text, max(width, len(indent) + 20), subsequent_indent=indent, break_on_hyphens=False,
+                         drop_whitespace=True) or [""]
 
 
 def doctor(
@@ -36,13 +47,20 @@ def doctor(
     if as_json:
         print_json({"spec": str(spec), **report})
     else:
-        console = Console(highlight=False, soft_wrap=True)
+        console = Console(highlight=False)
         for f in findings:
-            console.print(f"[{STYLE[f.severity]}]{f.severity}[/] {escape(f'[{f.code}] {f.where}: {f.message}')}")
-            console.print(f"    fix: {escape(f.fix)}", style="dim")
+            lines = wrap(f"{f.severity} [{f.code}] {f.where}: {f.message}", console.width, indent="    ")
+            first = Text(lines[0])
+            first.stylize(STYLE[f.severity], 0, len(f.severity))
+            console.print(first, soft_wrap=True)
+            for line in lines[1:]:
+                console.print(line, markup=False, soft_wrap=True)
+            for line in wrap(f"    fix: {f.fix}", console.width, indent=" " * 9):
+                console.print(line, style="dim", markup=False, soft_wrap=True)
         c = report["counts"]
-        console.print(f"{spec}: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, "
-                      f"{plural(c['info'], 'note')}")
+        for line in wrap(f"{spec}: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, "
+                         f"{plural(c['info'], 'note')}", console.width, indent="  "):
+            console.print(line, markup=False, soft_wrap=True)
     if not report["ok"]:
         raise typer.Exit(1)
 
