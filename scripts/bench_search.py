@@ -19,6 +19,15 @@ For each seed (``--seeds``, at least 20), with every live measurement multiplied
   names are exactly the planted ones, and its repair set, reverted from the bad config, truly repairs it
   (noise-free). ``--bisect-only`` runs only these, with the probes verification costs per case.
 
+Launches are the unit of cost (one launch of a 744B model is minutes to half an hour): for the staged search,
+with and without the model, ``launches_to_confirmed`` gives the median and p90 of the server launches a study made
+until its winner was confirmed (baseline, live trials and confirmation re-measurements, split in
+``live_median``, ``confirm_median``, ``baseline_median``); a study that confirms nothing within its budget counts
+as never confirmed (infinite), so a median of ``null`` says more than half never were.
+``launches_to_confirmed_with_model`` is the staged search's median. ``tool_cpu_s_per_live_trial`` is the process
+CPU seconds of each whole study (the landscape engine costs next to nothing) per live trial, and
+``tool_overhead_s_per_trial`` the study's own figure (wall time outside the engine), both medians.
+
 Reported per sampler: median and p90 live trials to the target; ``false_success_rate`` (runs of the staged
 search, with and without the model, that declared success with a winner whose noise-free value misses the
 noise-free target), ``live_trials_to_target_with_model`` (the staged search's median), the model's median
@@ -38,6 +47,7 @@ import math
 import statistics
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -177,8 +187,10 @@ def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int, model: 
     spec = write_spec(tmp, name, wirings=gate(),
                       search={"seed": seed, "max_live_trials": BUDGET, "model": {"enabled": model}})
     engine = LandscapeEngine(noise=noise, seed=seed)
+    cpu0 = time.process_time()
     out = run_study(spec, options=Options(storage=store["optuna"], tracking_uri=store["mlflow"]),
                     engine_factory=lambda s: engine)
+    cpu = time.process_time() - cpu0
     false = False
     if out.target_reached:
         effective = engine.plan(spec.fixed_settings().model_copy(update=_settings(out.best["params"]))).effective
@@ -193,9 +205,30 @@ def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int, model: 
             m = run.data.metrics
             if "predicted_output_tok_s" in m and m.get("output_tok_s"):
                 errors.append(abs(m["predicted_output_tok_s"] - m["output_tok_s"]) / m["output_tok_s"])
-    return {"trials": out.counts["live_measured"] if out.target_reached else BUDGET + 1,
+    live = out.counts["live_measured"]
+    return {"trials": live if out.target_reached else BUDGET + 1,
             "reached": out.target_reached, "false": false, "confirm_samples": confirm_samples,
-            "skipped": out.counts["skipped"], "errors": errors}
+            "skipped": out.counts["skipped"], "errors": errors, "launches": out.launches,
+            "cpu_per_trial": cpu / live if live else None, "overhead_per_trial": out.tool_overhead_s_per_trial}
+
+
+def launch_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Launches to a confirmed winner over ``runs`` of :func:`staged`: median and p90 (a run never confirmed
+    counts as infinite: null when the quantile falls there), and the medians of each stage's launches."""
+    to_confirmed = [r["launches"]["total"] if r["reached"] else math.inf for r in runs]
+
+    def finite(x: float) -> float | None:
+        return None if math.isinf(x) else x
+
+    return {"median": finite(statistics.median(to_confirmed)), "p90": finite(_p90(to_confirmed)),
+            **{f"{k}_median": statistics.median(r["launches"][k] for r in runs)
+               for k in ("live", "confirm", "baseline")},
+            "spent_median": statistics.median(r["launches"]["total"] for r in runs)}
+
+
+def _median(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
 
 
 def _settings(params: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +292,11 @@ def bisect_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _p90(xs: list[int]) -> float:
+def _p90(xs: list[float]) -> float:
+    if len(xs) < 2:
+        return xs[0]
+    if any(math.isinf(x) for x in xs):  # quantiles interpolate: rank by order instead
+        return sorted(xs)[min(len(xs) - 1, math.ceil(0.9 * len(xs)) - 1)]
     return statistics.quantiles(xs, n=10, method="inclusive")[-1]
 
 
@@ -301,7 +338,9 @@ def main(
             bare.append(staged(tmp, store, noise=noise, seed=seed, model=False))
             trials["staged_no_model"].append(bare[-1]["trials"])
             print(f"seed {seed}: " + ", ".join(f"{k} {v[-1]}" for k, v in trials.items())
-                  + f" (confirmed: {runs[-1]['reached']}, {runs[-1]['confirm_samples']} confirm samples)", flush=True)
+                  + f" (confirmed: {runs[-1]['reached']}, {runs[-1]['confirm_samples']} confirm samples; launches "
+                  f"{runs[-1]['launches']['total']} with the model, {bare[-1]['launches']['total']} without)",
+                  flush=True)
         bisects = [bisect_run(tmp, store, noise=noise, seed=seed) for seed in range(seeds)]
     reached = [r for r in runs if r["reached"]]
     summary = {
@@ -317,6 +356,12 @@ def main(
         "configs_skipped_median": statistics.median(r["skipped"] for r in runs),
         "unconfirmed_false_success_rate": sum(naive_false) / len(naive_false),
         "confirm_samples_median": statistics.median(r["confirm_samples"] for r in runs),
+        "launches_to_confirmed": {"staged": launch_summary(runs), "staged_no_model": launch_summary(bare)},
+        "launches_to_confirmed_with_model": launch_summary(runs)["median"],
+        "tool_cpu_s_per_live_trial": {"staged": _median([r["cpu_per_trial"] for r in runs]),
+                                      "staged_no_model": _median([r["cpu_per_trial"] for r in bare])},
+        "tool_overhead_s_per_trial": {"staged": _median([r["overhead_per_trial"] for r in runs]),
+                                      "staged_no_model": _median([r["overhead_per_trial"] for r in bare])},
         **bisect_summary(bisects),
     }
     print(f"\nlandscape: {len(WIRINGS)} wirings × {' × '.join(SPACE)}; baseline {BASELINE_TOK_S} tok/s; "
@@ -324,11 +369,21 @@ def main(
     print(f"{'sampler':<15} {'median':>7} {'p90':>7}   live trials to the target")
     for k, v in summary["live_trials_to_target"].items():
         print(f"{k:<15} {v['median']:>7.1f} {v['p90']:>7.1f}")
+    print(f"\n{'search':<15} {'median':>7} {'p90':>7} {'live':>5} {'confirm':>7} {'base':>5} {'cpu/trial':>9}   "
+          "launches to a confirmed winner")
+    for k, v in summary["launches_to_confirmed"].items():
+        cpu = summary["tool_cpu_s_per_live_trial"][k]
+        print(f"{k:<15} {_cell(v['median']):>7} {_cell(v['p90']):>7} {v['live_median']:>5.1f} "
+              f"{v['confirm_median']:>7.1f} {v['baseline_median']:>5.1f} {_cell(cpu):>9}")
     print(f"staged: reached and confirmed in {len(reached)}/{seeds}; "
           f"false successes {summary['false_success_rate']:.2f} "
           f"(without confirmation: {summary['unconfirmed_false_success_rate']:.2f}); bisect correct "
           f"{summary['bisect_correct_rate']:.2f}")
     print(json.dumps(summary))
+
+
+def _cell(x: float | None) -> str:
+    return "never" if x is None else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from bisect_eagle.bisect.ddmin import BisectStatus, ChangeSet
 from bisect_eagle.bisect.endpoints import Endpoint
 from bisect_eagle.bisect.prober import Prober
 from bisect_eagle.tracking.runs import Tracking
+from bisect_eagle.trials.launches import launch_unit
 
 
 @dataclass
@@ -35,6 +36,8 @@ class BisectReport:
     live_trials: int  # distinct plans measured
     samples: int  # engine runs
     probe_bound: int
+    launches: int  # what the engine runs cost: server launches (the local engine's runs; standalone: 0)
+    launch_unit: str  # "launches" or "runs" (trials.launches.launch_unit)
     notes: list[str]
     parent_run_id: str
     log: str
@@ -62,6 +65,7 @@ class BisectReport:
             "probes": self.probes, "unresolved": self.unresolved, "probes_used": len(self.probes),
             "verification_probes": sum(bool(p.get("verifies")) for p in self.probes),
             "probe_bound": self.probe_bound, "live_trials": self.live_trials, "samples": self.samples,
+            "launches": self.launches, "launch_unit": self.launch_unit,
             "notes": self.notes, "parent_run_id": self.parent_run_id, "log": self.log,
         }
         return _scrubbed(json.loads(json.dumps(body, default=str)), self.scrub)
@@ -94,7 +98,8 @@ def _report(result: Culprits, prober: Prober, *, changes: list[Change], good: En
         judge={**judge.settings(), "limit": judge.limit, "noise": judge.noise.to_json()},
         changes=changes, breaking=[list(c) for c in result.breaking], repair=repair, culprits=culprits,
         probes=probes, unresolved=[list(u) for u in result.unresolved], live_trials=prober.measured,
-        samples=prober.samples, probe_bound=result.probe_bound, notes=notes, parent_run_id=parent,
+        samples=prober.samples, probe_bound=result.probe_bound, launches=0 if prober.standalone else prober.samples,
+        launch_unit=launch_unit(prober.ctx.spec), notes=notes, parent_run_id=parent,
         log=str(log_path), verification=verification, verified=result.verified,
         interactions=[prober.scrub(line) for line in interactions(changes, breaking=result.breaking,
                                                                   repair=result.repair, probes=probes)],
@@ -178,6 +183,9 @@ def bisect_description(body: dict[str, Any], experiment_id: str) -> str:
             lines.append(f"- {v['check']} set {' + '.join(f'`{n}`' for n in v['changes']) or 'none'} {what}: "
                          f"{v['outcome']} (expected {v['expected']}; probe {v['probe']}, median {_cell(v['median'])})")
     limit = "-" if j.get("limit") is None else f"{j['limit']:.4g}"
+    if body.get("launches") is not None:
+        lines += ["", f"Cost: {body['launches']} {body.get('launch_unit', 'launches')} for {body['live_trials']} "
+                      f"live trials and {len(body['probes'])} probes."]
     lines += ["", f"Judged by `{j['metric']}` against the limit {limit} (confidence {j['confidence']:g}).", "",
               "| probe | changes applied | outcome | median | samples | run |", "|---|---|---|---|---|---|"]
     for i, p in enumerate(body["probes"], 1):

@@ -220,7 +220,8 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
                 plot_probes(body["probes"], judge=body["judge"], out=Path(tmp) / "probes.png")
                 tracking.log_files(parent, Path(tmp))
             tracking.log(parent, metrics={"probes": float(len(report.probes)), "live_trials": float(report.live_trials),
-                                          "samples": float(report.samples), "probe_bound": float(report.probe_bound)},
+                                          "samples": float(report.samples), "probe_bound": float(report.probe_bound),
+                                          "launches": float(report.launches)},
                          tags={"outcome": report.status.value, NOTE: bisect_description(body, tracking.experiment_id),
                                "culprits": ",".join(c.name for c in report.culprits),
                                "repair_set": ",".join(report.repair or []),

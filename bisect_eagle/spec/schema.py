@@ -134,6 +134,11 @@ class Search(_Strict):
     startup_trials: int = Field(10, ge=1, description="TPE's random start-up trials")
     max_live_trials: int = Field(20, ge=1)
     max_wall_s: float = Field(1800, gt=0)
+    max_launches: int | None = Field(
+        None, ge=1,
+        description="engine runs the study may spend (server launches; the local engine's runs): the baseline, "
+        "each live trial's repeats and the confirmations; checked before each live trial, like max_live_trials "
+        "(a confirmation started within it runs to its verdict)")
     repeats: int = Field(1, ge=1, description="measurements per live config (median, MAD)")
     prune_below: float | None = Field(
         None, gt=0, le=1,
@@ -396,3 +401,9 @@ def _check_criterion(spec: Spec, path: Path) -> None:
                        "SGLang layer ids to be searched live")
     if spec.search.prune_below is not None and spec.search.repeats < 2:
         raise BadInput(f"{path}: key 'search.prune_below' needs search.repeats >= 2 (found {spec.search.repeats})")
+    budget, repeats = spec.search.max_launches, spec.search.repeats
+    least = repeats * (2 if spec.baseline == "measure" else 1)  # the baseline (when measured) and one live trial
+    if budget is not None and budget < least:
+        raise BadInput(f"{path}: key 'search.max_launches' is {budget}, fewer than the {least} launches of "
+                       + ("the baseline and one live trial" if spec.baseline == "measure" else "one live trial")
+                       + f" (search.repeats {repeats} each); no live trial could run")

@@ -54,8 +54,12 @@ def _measure(ctx: TrialContext, plan: TrialPlan) -> tuple[list[TrialResult], flo
     engine_s = 0.0
     for i in range(search.repeats):
         t0 = time.perf_counter()
-        result = ctx.engine.run(plan)
-        engine_s += time.perf_counter() - t0
+        try:
+            result = ctx.engine.run(plan)
+        finally:  # an interrupted run was a launch too
+            seconds = time.perf_counter() - t0
+            engine_s += seconds
+            ctx.meter.add(seconds)
         results.append(result)
         if not result.ok:
             return results, engine_s, False

@@ -3,7 +3,8 @@
 A live trial's run carries: params = the plan's effective settings (with ``requested.*`` beside the ones the
 engine changed), tags (``stage``, ``fingerprint``, ``outcome``, ``value``, ``effective`` when it fits a tag,
 failure class and detail, warnings), metrics (the criterion's median over repeats and its MAD, the ratios to
-the baseline, the per-position acceptance as one curve), and the artifact ``trial.json``, which holds each fact
+the baseline, the per-position acceptance as one curve, ``launches``: the engine runs the trial made,
+:mod:`bisect_eagle.trials.launches`), and the artifact ``trial.json``, which holds each fact
 once: ``plan`` (the engine's plan: requested, effective, fingerprint, warnings, refusal, launch) and
 ``repeats`` (what each measurement returned, without the settings the plan already states). Readers
 (:func:`find_cached`, :func:`effective_of`, :func:`settings_of_run`, :func:`spec_of_study`, the model's inputs)
@@ -27,6 +28,7 @@ from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber
 from bisect_eagle.tracking.runs import PARENT_TAG, TAG_LIMIT, Tracking, owner_id
 from bisect_eagle.tracking.sysmetrics import PREFIX as SYSTEM_PREFIX
+from bisect_eagle.trials.launches import LAUNCHES, Meter
 
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
 POSITION_METRIC = "accept_rate_pos_"  # the engines' per-position acceptance, logged as one curve below
@@ -64,6 +66,7 @@ class TrialContext:
     baseline_tok_s: float | None = None  # output tok/s without speculation (the headline ratio)
     wiring_accuracy: dict[tuple[int, ...], float] = field(default_factory=dict)  # stage-1 accuracy per wiring
     owner: str = field(default_factory=owner_id)
+    meter: Meter = field(default_factory=Meter)  # this process's engine runs and their seconds (shared by copies)
 
     @property
     def metric(self) -> str:
@@ -210,7 +213,8 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
     if record.warnings:
         tags["warnings"] = scrub(" | ".join(record.warnings))
     curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
-    ctx.tracking.log(record.run_id, metrics={k: v for k, v in record.metrics.items() if k not in curve}, tags=tags)
+    metrics = {**{k: v for k, v in record.metrics.items() if k not in curve}, LAUNCHES: float(len(results))}
+    ctx.tracking.log(record.run_id, metrics=metrics, tags=tags)
     ctx.tracking.log_curve(record.run_id, ACCEPT_CURVE,
                            values=[curve[k] for k in sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))])
     if record.failure_class:

@@ -102,8 +102,10 @@ def test_configurations_that_plan_alike_are_measured_once(tmp_path, store):
     assert engine.runs[good["fingerprint"]] == len(good["samples"]) == 3  # no second trial of the good plan
     measured = [p["fingerprint"] for p in out["probes"] if p["source"] == "measured"]
     assert len(measured) == len(set(measured)) == out["live_trials"]
-    assert sum(engine.runs.values()) == out["samples"]
+    assert sum(engine.runs.values()) == out["samples"] == out["launches"]  # every engine run is one launch
+    assert out["launch_unit"] == "runs"  # a local spec: the in-process engine's runs
     tracking, _ = Tracking.of_run(store, out["parent_run_id"])
+    assert tracking.get_run(out["parent_run_id"]).data.metrics["launches"] == sum(engine.runs.values())
     live = [r for r in tracking.child_runs(out["parent_run_id"]) if r.data.tags["stage"] == "live"]
     assert collections.Counter(r.data.tags["fingerprint"] for r in live) == collections.Counter(measured)
 

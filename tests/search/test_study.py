@@ -108,6 +108,7 @@ def test_prune_below_stops_repeating_a_hopeless_config(tmp_path, store):
     tracking = Tracking.open(store["tracking"], "prune")
     statuses = Counter((r.data.tags["outcome"], r.info.status) for r in tracking.child_runs(out.parent_run_id, "live"))
     assert statuses == {("ok", "FINISHED"): 2, ("pruned", "KILLED"): 4}
+    assert out.launches["live"] == 2 * 2 + 4 * 1 == len(live_fingerprints(engine))  # repeats launch, pruning saves
     study = optuna.load_study(storage=store["storage"], study_name=out.study)
     assert sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials) >= 4
 

@@ -177,3 +177,23 @@ def test_speculative_adaptive_named_twice_or_not_a_boolean_is_refused_at_load(tm
     with pytest.raises(BadInput) as e:
         load_spec(path)
     assert str(path) in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("search: {max_launches: 0}\n", ["'search.max_launches'", "greater than or equal to 1"]),
+    ("search: {max_launches: 1}\n", ["'search.max_launches' is 1", "the 2 launches of the baseline and one live"]),
+    ("search: {max_launches: 5, repeats: 3}\n", ["is 5", "6 launches", "search.repeats 3 each"]),
+    ("baseline: 90\nsearch: {max_launches: 2, repeats: 3}\n", ["is 2", "3 launches of one live trial"]),
+])
+def test_a_launch_budget_that_cannot_run_one_live_trial_is_refused_at_load(tmp_path, extra, words):
+    path = write(tmp_path, extra)
+    with pytest.raises(BadInput) as e:
+        load_spec(path)
+    for w in [str(path), *words]:
+        assert w in str(e.value), str(e.value)
+
+
+def test_a_launch_budget_is_optional_and_read_as_given(tmp_path):
+    assert load_spec(write(tmp_path, "")).search.max_launches is None
+    assert load_spec(write(tmp_path, "search: {max_launches: 2}\n")).search.max_launches == 2
+    assert load_spec(write(tmp_path, "baseline: 90\nsearch: {max_launches: 1}\n")).search.max_launches == 1

@@ -6,18 +6,21 @@ Optuna: a measured value; a duplicate's known value without running anything; cr
 infeasibility constraint (TPE ignores FAIL trials and would propose them again); interrupted trials as FAIL
 (measured again after ``--resume``). It stops at the first of: target reached and confirmed, every distinct
 config of the space measured, the live-trial budget, the wall-clock budget, too many proposals of measured
-configs in a row, or (with ``search.model``) no untried config left whose optimistic prediction reaches the target.
+configs in a row, the launch budget (``search.max_launches``: :mod:`bisect_eagle.search.study.spend`), or (with
+``search.model``) no untried config left whose optimistic prediction reaches the target.
 
 With ``search.model.enabled`` the throughput model picks the next config, skips those predicted below the target
 and puts ``predicted_*`` metrics on each live run (:mod:`bisect_eagle.search.study.guide`).
 
 A config measured at or above the target is a candidate: with ``search.confirm.enabled`` it is re-measured
-interleaved with the baseline (:mod:`bisect_eagle.search.study.confirm`; an accept-length baseline is 1 by
-definition, and a metric the engine declares deterministic counts the search's own measurement of the candidate
-as the one it needs) and the study stops only when that confirms it; a candidate that is not confirmed stays in
-the study but never stops it, and the search goes on.
-Verdicts are stored on the study (user attribute ``confirmations``, shared by all workers) and on the parent
-run (tags ``confirmation``, ``confirmed_run_id``; metrics ``confirm_bound``, ``confirm_estimate``, ...).
+interleaved with the baseline (:mod:`bisect_eagle.search.study.candidates`, :mod:`bisect_eagle.search.study.confirm`;
+an accept-length baseline is 1 by definition, and a metric the engine declares deterministic counts the search's
+own measurement of the candidate as the one it needs) and the study stops only when that confirms it; a candidate
+that is not confirmed stays in the study but never stops it, and the search goes on.
+
+The tool's own time per live trial (``tool_overhead_s_per_trial``) is every step of the loop (stopping,
+confirming, steering with the model, asking, planning, recording) less the engine's seconds in it
+(:class:`~bisect_eagle.search.study.spend.Spend`).
 
 A baseline trial that fails raises :class:`BaselineFailed` (the parent run ends FAILED with its failure class).
 """
@@ -35,12 +38,14 @@ from optuna.trial import TrialState
 from bisect_eagle.errors import BadInput
 from bisect_eagle.search.gate import apply_gate, record_gate
 from bisect_eagle.search.space import SearchSpace, encode
+from bisect_eagle.search.study.candidates import reached
 from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
-from bisect_eagle.search.study.confirm import Confirmation, confirm, confirm_schedule
 from bisect_eagle.search.study.guide import Forecast, ModelGuide
 from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
 from bisect_eagle.search.study.sampler import Listed, list_configs
+from bisect_eagle.search.study.spend import Spend
 from bisect_eagle.spec.schema import Spec
+from bisect_eagle.trials.launches import Launches, launch_unit
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached
 from bisect_eagle.trials.standalone import Scorer, Verdict, run_standalone_trial
@@ -77,14 +82,17 @@ class StudyRun:
     progress: Callable[[StudyProgress], None]
     seed: int = 0
     started: float = field(default_factory=time.monotonic)
-    overhead_s: float = 0.0  # wall time of measured trials outside the engine (the tool's own cost)
-    measured_here: int = 0
+    max_launches: int | None = None  # search.max_launches: engine runs of the whole study
+    spend: Spend = field(init=False)  # launches and the tool's own seconds (set from ctx in __post_init__)
     guide: ModelGuide | None = None  # the throughput model (search.model.enabled)
     listed: Listed | None = None  # every runnable config, when the space can be listed (set by loop)
     skips_in_row: int = 0  # consecutive proposals the model predicted below the target
     # records a trial's first heartbeat the moment it is asked (Liveness.beat_trial): a process killed before its
     # heartbeat thread's next tick would otherwise leave a trial Optuna never sees as stale, never reaped
     first_beat: Callable[[int], None] = field(default=lambda trial_id: None)
+
+    def __post_init__(self) -> None:
+        self.spend = Spend(meter=self.ctx.meter, unit=launch_unit(self.spec))
 
     @property
     def name(self) -> str:
@@ -106,6 +114,11 @@ class StudyRun:
 
     def outcome(self, reason: str, space: SearchSpace | None) -> StudyOutcome:
         return study_outcome(self, reason=reason, space=space)
+
+    def launches(self) -> Launches:
+        """The study's launches so far, all workers (:meth:`Spend.launches`)."""
+        state = (tuple((c.fingerprint, c.state) for c in self.claims.all()), tuple(self.attr("confirmations") or ()))
+        return self.spend.launches(self.ctx.tracking, self.ctx.parent_run_id, state=state)
 
     # -- stage 1 ---------------------------------------------------------------------------------------
 
@@ -176,70 +189,13 @@ class StudyRun:
         self.ctx.baseline, self.ctx.target = self.attr("baseline"), self.attr("target")
         self.ctx.baseline_tok_s = self.attr("baseline_output_tok_s")
 
-    # -- confirmation ----------------------------------------------------------------------------------
-
-    def confirmations(self) -> dict[str, dict[str, Any]]:
-        """Every confirmation of this study so far: fingerprint -> :meth:`Confirmation.to_json`."""
-        return self.attr("confirmations") or {}
-
-    def candidates(self) -> list[Claim]:
-        """Measured configs at or above the target that were not refused by a confirmation, best first."""
-        target = self.ctx.target
-        if target is None:
-            return []
-        refused = {fp for fp, c in self.confirmations().items() if c["status"] != "confirmed"}
-        ok = [c for c in self.claims.all() if c.state == "ok" and c.value is not None and c.value >= target
-              and c.fingerprint not in refused]
-        return sorted(ok, key=lambda c: c.value, reverse=True)
-
-    def reached(self) -> str | None:
-        """"target reached (...)" once a candidate is confirmed (or without confirmation, at the first one)."""
-        settings = self.spec.search.confirm
-        for cand in self.candidates():
-            if not settings.enabled:
-                return "target reached (not confirmed: search.confirm.enabled is false)"
-            known = self.confirmations().get(cand.fingerprint)
-            verdict = Confirmation(**known) if known else self.confirm(cand)
-            if verdict.confirmed:
-                return f"target reached ({verdict.summary()})"
-        return None
-
-    def confirm(self, cand: Claim) -> Confirmation:
-        """Re-measure ``cand`` interleaved with the baseline; store and log the verdict."""
-        settings = self.spec.search.confirm
-        plan = self.ctx.plan(self._settings_of(cand))
-        baseline = None
-        if self.spec.baseline == "measure":
-            baseline = self.ctx.plan(self.spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"}))
-        steps = confirm_schedule(self.ctx, baseline_measured=baseline is not None, settings=settings)
-        self.emit("confirm", f"confirming {cand.value:.4g} ≥ target {self.ctx.target:.4g}; {steps}")
-        known = (cand.value, cand.run_id) if plan.fingerprint == cand.fingerprint and cand.run_id else None
-        verdict = confirm(self.ctx, candidate=plan, baseline=baseline, settings=settings,
-                          ratio=self.spec.criterion.ratio, first_baseline=self.ctx.baseline, known=known)
-        self.study.set_user_attr("confirmations", {**self.confirmations(), cand.fingerprint: verdict.to_json()})
-        named = {"confirm_pairs": float(verdict.pairs), "confirm_bound": verdict.lower,
-                 "confirm_estimate": verdict.estimate, "confirm_upper": verdict.upper,
-                 "baseline_drift": verdict.baseline_drift}
-        metrics = {k: v for k, v in named.items() if v is not None}
-        self.ctx.tracking.log(self.ctx.parent_run_id, metrics=metrics,
-                              tags={"confirmation": verdict.summary(), "confirm_candidate_run_id": cand.run_id,
-                                    "confirm_schedule": verdict.schedule})
-        self.emit("confirm", f"run {cand.run_id[:8]}: {verdict.summary()}")
-        return verdict
-
-    def _settings_of(self, cand: Claim):
-        """The settings a claimed config was measured with (its run's ``trial.json``)."""
-        from bisect_eagle.trials.record import settings_of_run
-
-        return settings_of_run(self.ctx.tracking, self.ctx.tracking.get_run(cand.run_id))[0]
-
     # -- stage 2 ---------------------------------------------------------------------------------------
 
     def stop_reason(self, listed: Listed | None, duplicates_in_row: int) -> str | None:
         """Why the loop stops now, or None to go on (with the model, it also enqueues the next config)."""
         claims = self.claims.all()
-        if reached := self.reached():
-            return reached
+        if verdict := reached(self):
+            return verdict
         untried = None
         if listed is not None:  # every listed config neither claimed nor measured outside stage 2 (the baseline)
             taken = {c.fingerprint for c in claims} | self._cached_outside(set(listed))
@@ -252,6 +208,8 @@ class StudyRun:
             return f"budget: max_live_trials ({self.max_live_trials}) used"
         if self.elapsed() >= self.max_wall_s:
             return f"budget: max_wall_s ({self.max_wall_s:g} s) used"
+        if self.max_launches is not None and (used := self.launches().total) >= self.max_launches:
+            return f"budget: max_launches ({self.max_launches}) used: {used} {self.spend.unit}"
         if duplicates_in_row >= DUPLICATE_LIMIT:
             if self.skips_in_row >= DUPLICATE_LIMIT:
                 return (f"the throughput model predicted the last {self.skips_in_row} proposals below the target; "
@@ -298,24 +256,25 @@ class StudyRun:
         return {fp} & fps
 
     def loop(self, space: SearchSpace) -> str:
-        """Ask, deduplicate, claim, measure, tell, until a stop reason; returns it."""
-        listed = self.listed = list_configs(space, plan=self.ctx.plan)
+        """Ask, deduplicate, claim, measure, tell, until a stop reason; returns it. All of it but the engine's
+        seconds is the tool's own time (:meth:`Spend.tool_time`), listing the space included."""
+        with self.spend.tool_time():
+            listed = self.listed = list_configs(space, plan=self.ctx.plan)
         duplicates_in_row = 0
         while True:
-            reason = self.stop_reason(listed, duplicates_in_row)
-            if reason:
-                return reason
-            t0 = time.perf_counter()
-            kind, record = self.one_trial(space)
-            if kind == "budget":
-                continue
-            duplicates_in_row = duplicates_in_row + 1 if kind in ("duplicate", "invalid", "skipped") else 0
-            self.skips_in_row = self.skips_in_row + 1 if kind == "skipped" else 0
-            if kind == "measured" and record is not None:
-                self.measured_here += 1
-                self.overhead_s += time.perf_counter() - t0 - record.engine_s
-                shown = f"{record.value:.2f}" if record.value is not None else record.failure_class
-                self.emit("live", f"trial {record.run_id[:8]}: {shown} ({record.status})")
+            with self.spend.tool_time():
+                reason = self.stop_reason(listed, duplicates_in_row)
+                if reason:
+                    return reason
+                kind, record = self.one_trial(space)
+                if kind == "budget":
+                    continue
+                duplicates_in_row = duplicates_in_row + 1 if kind in ("duplicate", "invalid", "skipped") else 0
+                self.skips_in_row = self.skips_in_row + 1 if kind == "skipped" else 0
+                if kind == "measured" and record is not None:
+                    self.spend.measured += 1
+                    shown = f"{record.value:.2f}" if record.value is not None else record.failure_class
+                    self.emit("live", f"trial {record.run_id[:8]}: {shown} ({record.status})")
 
     def one_trial(self, space: SearchSpace) -> tuple[TrialKind, TrialRecord | None]:
         """One Optuna trial: what it came to (:data:`TrialKind`) and the record when measured."""

@@ -7,6 +7,12 @@ be confused with the bisect's outcome and progress (:mod:`bisect_eagle.bisect`),
 (:mod:`bisect_eagle.search.study.confirm`), or at the first candidate when ``search.confirm.enabled`` is false;
 ``best`` is then that candidate, else the best measured config. ``confirmation`` is the verdict on ``best``
 (None when it was never a candidate); ``confirmations`` every verdict of the study.
+
+``launches`` is what the study cost (:meth:`~bisect_eagle.trials.launches.Launches.to_json`: ``total``, ``live``,
+``confirm``, ``baseline`` and ``unit``, "launches" of a server or the local engine's "runs"), next to
+``counts["live_measured"]``: with repeats and confirmation a live trial is several launches.
+``tool_overhead_s_per_trial`` is this process's own time per live trial it measured, steering, the model and
+confirmation bookkeeping included (:mod:`bisect_eagle.search.study.spend`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import optuna
 
 from bisect_eagle.search.space import SearchSpace
+from bisect_eagle.search.study.candidates import confirmations as study_confirmations
 from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.trials.record import effective_of, run_metrics
 
@@ -63,6 +70,7 @@ class StudyOutcome:
     tool_overhead_s_per_trial: float | None
     confirmation: dict[str, Any] | None = None  # Confirmation.to_json of the best config, when confirmed or tried
     confirmations: dict[str, dict[str, Any]] | None = None  # every confirmation: fingerprint -> verdict
+    launches: dict[str, Any] | None = None  # Launches.to_json: total, live, confirm, baseline, unit (all workers)
 
     @property
     def verdict(self) -> str:
@@ -96,7 +104,7 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
     ctx = run.ctx
     claims = run.claims.all()
     ok = [c for c in claims if c.state == "ok" and c.value is not None]
-    confirmations = run.confirmations()
+    confirmations = study_confirmations(run)
     confirmed = [c for c in ok if confirmations.get(c.fingerprint, {}).get("status") == "confirmed"]
     best_claim = max(confirmed or ok, key=lambda c: c.value, default=None)
     best = None
@@ -124,6 +132,7 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
         parent_run_id=ctx.parent_run_id, metric=run.spec.criterion.metric, baseline=ctx.baseline,
         target=target, baseline_output_tok_s=ctx.baseline_tok_s, best=best, gate=run.attr("gate") or [],
         trials=trials, counts=counts, elapsed_s=run.elapsed(),
-        tool_overhead_s_per_trial=run.overhead_s / run.measured_here if run.measured_here else None,
+        tool_overhead_s_per_trial=run.spend.per_trial(),
         confirmation=confirmations.get(best_claim.fingerprint) if best_claim else None, confirmations=confirmations,
+        launches=run.launches().to_json(),
     )

@@ -21,6 +21,7 @@ from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.tracking.redact import Scrubber, redact_mapping, redact_url
 from bisect_eagle.tracking.runs import NOTE, Tracking, environment_info
+from bisect_eagle.trials.launches import Launches
 from bisect_eagle.trials.record import deployment_paths, deployment_tags, ratio_name
 
 HEADLINE = ("output_tok_s", "accept_length")  # shown beside the criterion metric
@@ -76,6 +77,8 @@ def summary_metrics(out: StudyOutcome) -> dict[str, float]:
                "failed_trials": float(out.counts["failed"]), "elapsed_s": out.elapsed_s}
     if out.tool_overhead_s_per_trial is not None:
         metrics["tool_overhead_s_per_trial"] = out.tool_overhead_s_per_trial
+    if out.launches is not None:  # launches, launches_live, launches_confirm, launches_baseline
+        metrics.update(Launches.from_json(out.launches).metrics())
     if out.baseline is not None:
         metrics[f"baseline_{out.metric}"] = out.baseline
     if out.target is not None:
@@ -112,6 +115,9 @@ def description(out: StudyOutcome) -> str:
     lines.append(f"Verdict: {out.verdict}.")
     target = f"Target: {out.metric} >= {_num(out.target)} (baseline {_num(out.baseline)}). " if out.target else ""
     lines += ["", f"{target}Stopped: {out.stop_reason}."]
+    if out.launches is not None:
+        lines += ["", f"Cost: {Launches.from_json(out.launches).summary()} for {out.counts['live_measured']} "
+                      "live trials."]
     if not b:
         lines += ["", "No live trial finished ok; the failed trials' runs say why (tag `failure_class`)."]
         return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""A study's candidates and their confirmation: which measured configs may stop the study, and the verdicts.
+
+A config measured at or above the target is a candidate; with ``search.confirm.enabled`` it is re-measured
+interleaved with the baseline (:func:`bisect_eagle.search.study.confirm.confirm`) and stops the study only when
+that confirms it. Verdicts are stored on the study (user attribute ``confirmations``: fingerprint ->
+:meth:`~bisect_eagle.search.study.confirm.Confirmation.to_json`, shared by all workers), so a config is confirmed
+once, and on the parent run (tags ``confirmation``, ``confirm_candidate_run_id``, ``confirm_schedule``; metrics
+``confirm_pairs``, ``confirm_bound``, ``confirm_estimate``, ``confirm_upper``, ``baseline_drift``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bisect_eagle.search.study.claims import Claim
+from bisect_eagle.search.study.confirm import Confirmation, confirm, confirm_schedule
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.trials.record import settings_of_run
+
+if TYPE_CHECKING:
+    from bisect_eagle.search.study.loop import StudyRun
+
+
+def confirmations(run: StudyRun) -> dict[str, dict[str, Any]]:
+    """Every confirmation of ``run``'s study so far: fingerprint -> :meth:`Confirmation.to_json`."""
+    return run.attr("confirmations") or {}
+
+
+def candidates(run: StudyRun) -> list[Claim]:
+    """Measured configs at or above the target that were not refused by a confirmation, best first."""
+    target = run.ctx.target
+    if target is None:
+        return []
+    refused = {fp for fp, c in confirmations(run).items() if c["status"] != "confirmed"}
+    ok = [c for c in run.claims.all() if c.state == "ok" and c.value is not None and c.value >= target
+          and c.fingerprint not in refused]
+    return sorted(ok, key=lambda c: c.value, reverse=True)
+
+
+def reached(run: StudyRun) -> str | None:
+    """"target reached (...)" once a candidate is confirmed (or without confirmation, at the first one); the
+    candidates not yet judged are confirmed here, best first, until one is."""
+    settings = run.spec.search.confirm
+    for cand in candidates(run):
+        if not settings.enabled:
+            return "target reached (not confirmed: search.confirm.enabled is false)"
+        known = confirmations(run).get(cand.fingerprint)
+        verdict = Confirmation(**known) if known else confirm_candidate(run, cand)
+        if verdict.confirmed:
+            return f"target reached ({verdict.summary()})"
+    return None
+
+
+def confirm_candidate(run: StudyRun, cand: Claim) -> Confirmation:
+    """Re-measure ``cand`` interleaved with the baseline; store and log the verdict."""
+    ctx, spec = run.ctx, run.spec
+    settings = spec.search.confirm
+    plan = ctx.plan(_settings_of(run, cand))
+    baseline = None
+    if spec.baseline == "measure":
+        baseline = ctx.plan(spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"}))
+    steps = confirm_schedule(ctx, baseline_measured=baseline is not None, settings=settings)
+    run.emit("confirm", f"confirming {cand.value:.4g} ≥ target {ctx.target:.4g}; {steps}")
+    known = (cand.value, cand.run_id) if plan.fingerprint == cand.fingerprint and cand.run_id else None
+    verdict = confirm(ctx, candidate=plan, baseline=baseline, settings=settings, ratio=spec.criterion.ratio,
+                      first_baseline=ctx.baseline, known=known)
+    run.study.set_user_attr("confirmations", {**confirmations(run), cand.fingerprint: verdict.to_json()})
+    named = {"confirm_pairs": float(verdict.pairs), "confirm_bound": verdict.lower,
+             "confirm_estimate": verdict.estimate, "confirm_upper": verdict.upper,
+             "baseline_drift": verdict.baseline_drift}
+    metrics = {k: v for k, v in named.items() if v is not None}
+    ctx.tracking.log(ctx.parent_run_id, metrics=metrics,
+                     tags={"confirmation": verdict.summary(), "confirm_candidate_run_id": cand.run_id,
+                           "confirm_schedule": verdict.schedule})
+    run.emit("confirm", f"run {cand.run_id[:8]}: {verdict.summary()}")
+    return verdict
+
+
+def _settings_of(run: StudyRun, cand: Claim) -> LiveSettings:
+    """The settings a claimed config was measured with (its run's ``trial.json``)."""
+    return settings_of_run(run.ctx.tracking, run.ctx.tracking.get_run(cand.run_id))[0]
