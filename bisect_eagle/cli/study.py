@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, ProgressColumn, SpinnerColumn, Task, TextColumn
 from rich.progress import Progress as ProgressBar
 from rich.table import Table
+from rich.text import Text
 
 from bisect_eagle.cli.common import (
     RATIO_HEADER,
@@ -28,18 +31,95 @@ if TYPE_CHECKING:
 EXIT_NOT_REACHED = 3
 
 
+LIVE_STAGES = ("live", "confirm", "done")  # the stages whose bar counts live trials
+WIRING_STEP = re.compile(r"^standalone (\d+)/(\d+)\b")  # stage 1's "standalone i/N: <wiring>"
+
+
+def clock(seconds: float) -> str:
+    """A duration as ``H:MM:SS``, the one time format of the progress line (elapsed and left alike)."""
+    s = max(0, int(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class Eta:
+    """Elapsed and time left of a study, recomputed whenever asked (the display asks on every refresh), not only
+    when an event arrives.
+
+    While live trials run, once some were measured, left is an estimate (``~``): the trials still allowed × the
+    mean time of those measured so far, less the time the current one has run, when it is inside the wall budget.
+    Otherwise (stage 1, the baseline, confirmation, or a trial running past the mean) it is the bound the wall
+    budget sets (``≤``).
+    """
+
+    def __init__(self) -> None:
+        self.at: float | None = None  # monotonic time of the last event
+        self.stage = ""
+        self.elapsed_s = 0.0  # the study's elapsed time at that event
+        self.max_wall_s = 0.0
+        self.done, self.total = 0, 0
+        self.live_since: tuple[float, int] | None = None  # (study time, trials done) when live trials began
+        self.last_done_s: float | None = None  # study time at which ``done`` last grew
+
+    def update(self, p: StudyProgress, now: float) -> None:
+        """Take one progress event, received at monotonic time ``now``."""
+        self.at, self.stage, self.elapsed_s, self.max_wall_s, self.total = (now, p.stage, p.elapsed_s, p.max_wall_s,
+                                                                             p.total)
+        if self.live_since is None and p.stage == "live":
+            self.live_since = (p.elapsed_s, p.done)
+        if p.done > self.done and self.live_since is not None:
+            self.last_done_s = p.elapsed_s
+        self.done = p.done
+
+    def elapsed(self, now: float) -> float:
+        """The study's elapsed seconds at monotonic time ``now``."""
+        return 0.0 if self.at is None else self.elapsed_s + (now - self.at)
+
+    def left(self, now: float) -> tuple[float, str] | None:
+        """(seconds the study is expected to go on at ``now``, ``"~"`` for an estimate or ``"≤"`` for the wall
+        budget's bound); None before the first event."""
+        if self.at is None:
+            return None
+        elapsed = self.elapsed(now)
+        bound = max(0.0, self.max_wall_s - elapsed)
+        if (self.stage == "live" and self.live_since is not None and self.last_done_s is not None
+                and self.done > self.live_since[1]):
+            per_trial = (self.last_done_s - self.live_since[0]) / (self.done - self.live_since[1])
+            estimate = max(0, self.total - self.done) * per_trial - (elapsed - self.last_done_s)
+            if 0 < estimate < bound:
+                return estimate, "~"
+        return bound, "≤"
+
+
+class _Times(ProgressColumn):
+    """``0:01:05 elapsed, left ~0:12:30``: rendered from :class:`Eta` at every refresh of the bar."""
+
+    def __init__(self, eta: Eta) -> None:
+        super().__init__()
+        self.eta = eta
+
+    def render(self, task: Task) -> Text:
+        now = time.monotonic()
+        left = self.eta.left(now)
+        shown = "-" if left is None else f"{left[1]}{clock(left[0])}"
+        return Text(f"{clock(self.eta.elapsed(now))} elapsed, left {shown}", style="progress.elapsed")
+
+
 class Display:
-    """A rich progress line on stderr: stage, live trial i of N, best against the target, elapsed, time left."""
+    """A rich progress line on stderr: the stage, what it counts (stage 1's wirings, then live trials i of N), best
+    against the target, elapsed and time left (refreshed on a timer, ``H:MM:SS``), and one line per event."""
+
+    REFRESH_PER_SECOND = 2
 
     def __init__(self, enabled: bool):
         self.console = Console(stderr=True)
         self.enabled = enabled
+        self.eta = Eta()
         self.bar = ProgressBar(
-            SpinnerColumn(), TextColumn("[bold]{task.fields[stage]:<10}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("live trials  best {task.fields[best]} / target {task.fields[target]}"),
-            TimeElapsedColumn(), TextColumn("left {task.fields[left]}"), console=self.console,
+            SpinnerColumn(), TextColumn("[bold]{task.fields[stage]:<10}"), BarColumn(bar_width=20),
+            TextColumn("{task.fields[count]}"), TextColumn("best {task.fields[best]} / target {task.fields[target]}"),
+            _Times(self.eta), console=self.console, refresh_per_second=self.REFRESH_PER_SECOND,
         )
-        self.task = self.bar.add_task("search", total=1, stage="start", best="-", target="-", left="-")
+        self.task = self.bar.add_task("search", total=None, stage="start", count="", best="-", target="-")
 
     def __enter__(self) -> Display:
         self.started = False  # the bar appears with the first event: an input refused before one prints one line
@@ -55,11 +135,27 @@ class Display:
         if not self.started:
             self.bar.start()
             self.started = True
-        self.bar.console.print(f"[dim]{p.stage:<10}[/dim] {escape(p.message)}")
-        left = max(0.0, p.max_wall_s - p.elapsed_s)
-        self.bar.update(self.task, total=max(p.total, 1), completed=p.done, stage=p.stage,
+        self.eta.update(p, time.monotonic())
+        self.bar.console.print(f"[dim]{p.stage:<10}[/dim] {escape(event_text(p.stage, p.message))}")
+        step = WIRING_STEP.match(p.message) if p.stage == "standalone" else None
+        if p.stage in LIVE_STAGES or p.done:
+            total, completed, count = max(p.total, 1), p.done, f"{p.done}/{p.total} live trials"
+        elif step:
+            i, n = int(step.group(1)), int(step.group(2))
+            total, completed, count = n, i - 1, f"wiring {i}/{n}"
+        else:  # before live trials (plan, gate, baseline): a pulsing bar, no count of trials not yet begun
+            total, completed, count = None, 0, ""
+        self.bar.update(self.task, total=total, completed=completed, stage=p.stage, count=count,
                         best="-" if p.best is None else f"{p.best:.2f}",
-                        target="-" if p.target is None else f"{p.target:.2f}", left=f"{left:.0f}s")
+                        target="-" if p.target is None else f"{p.target:.2f}")
+        self.bar.refresh()  # the line agrees with the event just printed
+
+
+def event_text(stage: str, message: str) -> str:
+    """An event's message as shown after its stage column: a leading repeat of the stage's name is dropped
+    ("standalone 1/5: [:-1]" under ``standalone`` reads "1/5: [:-1]")."""
+    head, _, rest = message.partition(" ")
+    return rest if head == stage and rest else message
 
 
 def print_outcome(out: StudyOutcome, console: Console) -> None:

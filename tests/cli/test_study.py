@@ -1,0 +1,142 @@
+"""What `run` shows while a study runs (`cli/study.py`): the progress line's time estimate and its words, and, in a
+pseudo-terminal with a slow fake engine, a progress line that changes at least every 10 s between events."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bisect_eagle.cli.study import Eta, clock, event_text
+from bisect_eagle.search.study import StudyProgress
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+
+
+def event(stage: str, *, elapsed: float, done: int = 0, total: int = 8, wall: float = 7200.0) -> StudyProgress:
+    return StudyProgress(stage=stage, message="m", done=done, total=total, elapsed_s=elapsed, max_wall_s=wall)
+
+
+def test_clock_is_one_format():
+    assert [clock(s) for s in (0, 5.9, 65, 3600, 6593, -3)] == ["0:00:00", "0:00:05", "0:01:05", "1:00:00",
+                                                               "1:49:53", "0:00:00"]
+
+
+def test_left_moves_with_the_clock_between_events():
+    eta = Eta()
+    assert eta.left(0.0) is None and eta.elapsed(0.0) == 0.0
+    eta.update(event("standalone", elapsed=10.0, wall=100.0), now=1000.0)
+    assert eta.elapsed(1012.0) == pytest.approx(22.0)
+    assert eta.left(1000.0) == (pytest.approx(90.0), "≤") and eta.left(1030.0) == (pytest.approx(60.0), "≤")
+    assert eta.left(5000.0) == (0.0, "≤")  # past the budget: never negative
+
+
+def test_left_comes_from_the_trial_budget_and_the_measured_trial_times():
+    eta = Eta()
+    eta.update(event("live", elapsed=100.0), now=0.0)  # live trials begin at study time 100 s
+    eta.update(event("live", elapsed=130.0, done=1), now=30.0)
+    eta.update(event("live", elapsed=160.0, done=2), now=60.0)  # 30 s a trial, 6 of 8 still allowed
+    assert eta.left(60.0) == (pytest.approx(180.0), "~")
+    assert eta.left(70.0) == (pytest.approx(170.0), "~")  # the current trial has run 10 s
+    assert eta.left(1000.0) == (pytest.approx(6100.0), "≤")  # slower than estimated: the wall budget's bound
+    eta.update(event("confirm", elapsed=170.0, done=2), now=70.0)
+    assert eta.left(70.0) == (pytest.approx(7030.0), "≤")  # confirmation is not counted in trials
+    tight = Eta()
+    tight.update(event("live", elapsed=0.0, wall=50.0), now=0.0)
+    tight.update(event("live", elapsed=30.0, done=1, wall=50.0), now=30.0)
+    assert tight.left(30.0) == (pytest.approx(20.0), "≤")  # the wall budget ends first
+
+
+def test_an_event_does_not_repeat_its_stage():
+    assert event_text("standalone", "standalone 1/5: [:-1]") == "1/5: [:-1]"
+    assert event_text("baseline", "baseline trial (no speculation)") == "trial (no speculation)"
+    assert event_text("live", "trial 7ca37e03: 4.60 (ok)") == "trial 7ca37e03: 4.60 (ok)"
+    assert event_text("live", "live") == "live"
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+import bisect_eagle.engines
+from fake_engine import FakeEngine
+bisect_eagle.engines.make_engine = lambda spec, log_dir=None: FakeEngine(sleep_s={sleep})
+sys.argv = ["bisect-eagle", "run", {spec!r}, "--max-live-trials", "2"]
+from bisect_eagle.cli import main
+main()
+"""
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+TIMES = re.compile(r"(\d+:\d\d:\d\d) elapsed, left ([~≤]\d+:\d\d:\d\d)")
+
+
+def _screen_in_a_pty(tmp_path: Path, sleep_s: float, timeout_s: float = 600) -> list[tuple[float, str]]:
+    """Run `run` (tiny spec, 4 standalone samples, fake engine sleeping ``sleep_s`` a trial) in a 120-column
+    pseudo-terminal; every line or redraw it writes, with when it was read."""
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text((ROOT / "experiments" / "tiny.yaml").read_text().replace("samples: 32", "samples: 4"))
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(COLUMNS="120", LINES="40", TERM="xterm", OMP_NUM_THREADS="1")
+    env.pop("NO_COLOR", None)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(tests=str(TESTS), sleep=sleep_s, spec=str(spec))],
+                            cwd=tmp_path, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True)
+    os.close(follower)
+    seen: list[tuple[float, str]] = []
+    buffer, deadline = "", time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(leader, 65536).decode(errors="replace")
+            except OSError:  # the child closed the terminal
+                break
+            buffer += ANSI.sub("", chunk)
+            *pieces, buffer = re.split(r"[\r\n]", buffer)
+            now = time.monotonic()
+            seen += [(now, piece) for piece in pieces if piece.strip()]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        os.close(leader)
+    assert proc.returncode in (0, 3), "\n".join(text for _, text in seen[-40:])
+    return seen
+
+
+@pytest.mark.system
+def test_the_progress_line_changes_at_least_every_10_s_with_a_slow_engine(tmp_path):
+    sleep_s = 12.0  # each baseline and live trial: longer than 10 s without an event
+    seen = _screen_in_a_pty(tmp_path, sleep_s)
+    changes, last = [], None
+    for at, text in seen:
+        found = TIMES.search(text)
+        if found and found.groups() != last:
+            changes.append((at, found.groups()))
+            last = found.groups()
+    assert len(changes) > 10, seen[-20:]
+    gaps = [b[0] - a[0] for a, b in zip(changes, changes[1:], strict=False)]
+    assert max(gaps) < 10, max(gaps)
+    # between two events (a 12 s trial, no line printed) the time left itself counts down: a timer recomputes it
+    timed = [(at, text) for at, text in seen if not TIMES.search(text)]
+    (start, _), (end, _) = max(zip(timed, timed[1:], strict=False), key=lambda pair: pair[1][0] - pair[0][0])
+    assert end - start >= sleep_s * 0.9
+    lefts = {left for at, (_, left) in changes if start < at < end}
+    assert len(lefts) >= 5, (lefts, end - start)
+    events = [text for _, text in timed]
+    assert not [t for t in events if "standalone standalone" in t or "baseline   baseline" in t]
+    bars = [text for _, text in seen if TIMES.search(text)]
+    first_live = next(i for i, text in enumerate(bars) if text.lstrip("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ").startswith("live"))
+    assert bars[:first_live] and not [b for b in bars[:first_live] if "live trials" in b]  # no 0/2 in stage 1
+    assert any("wiring 1/5" in b for b in bars[:first_live])
+    assert "live trials" in bars[first_live]
