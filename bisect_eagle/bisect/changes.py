@@ -249,3 +249,52 @@ def explain_no_changes(good: dict[str, Any], bad: dict[str, Any], *, changes: Se
     """Requested differences that are not changes (ignored by the engine, defaults, or implied by others)."""
     changed = {n for c in changes for n in c.good}
     return [n for n in requested_differences(good, bad) if n not in changed]
+
+
+def not_change_reasons(good: dict[str, Any], bad: dict[str, Any], *, changes: Sequence[Change],
+                       plan: FlatPlanner) -> dict[str, str]:
+    """Why each requested difference that is not a change (:func:`explain_no_changes`) is not one, from the plans
+    of both ends: the engine does not use the setting, runs it with one value at both ends (a default, an
+    override), or it follows from the other changes. Values are the plans' effective ones (secrets redacted).
+
+    Args:
+        good: the good configuration's flat requested settings.
+        bad: the bad configuration's.
+        changes: the changes (:func:`list_changes`).
+        plan: flat settings -> the engine's plan.
+    """
+    names = explain_no_changes(good, bad, changes=changes)
+    if not names:
+        return {}
+    good_plan, bad_plan = plan(good), plan(bad)
+    good_eff, bad_eff = flat_effective(good_plan.effective), flat_effective(bad_plan.effective)
+    reasons = {}
+    for n in names:
+        if n not in good_eff and n not in bad_eff:
+            reasons[n] = f"the {good_plan.engine} engine does not use it"
+        elif good_eff.get(n) == bad_eff.get(n):
+            reasons[n] = f"the engine runs it as {good_eff.get(n)} at both ends"
+        else:
+            reasons[n] = f"it follows from the other changes (it runs as {good_eff.get(n)} -> {bad_eff.get(n)})"
+    return reasons
+
+
+def describe_changes(changes: Sequence[Change], reasons: dict[str, str]) -> list[str]:
+    """What a bisect will search, one line each, for a person before the first probe: every change with its good
+    and bad value as the engine runs it (and what hides it at an end), then every not-change with why.
+
+    Args:
+        changes: the changes (:func:`list_changes`).
+        reasons: the not-changes, name -> why (:func:`not_change_reasons`).
+    """
+    n = len(changes)
+    lines = [f"{n} change{'' if n == 1 else 's'} to bisect (good -> bad, as the engine runs them):"]
+    for c in changes:
+        hidden = "; ".join(f"hidden at {side} by {', '.join(by) or 'a combination'}"
+                           for side, by in c.masked_by.items())
+        lines.append(f"  {c.name}: {c.values('good')} -> {c.values('bad')}" + (f" ({hidden})" if hidden else ""))
+    if reasons:
+        k = len(reasons)
+        lines.append(f"{k} requested difference{'' if k == 1 else 's'} not bisected:")
+        lines += [f"  {name}: not a change, {why}" for name, why in reasons.items()]
+    return lines

@@ -38,7 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bisect_eagle.bisect.changes import Change, explain_no_changes, list_changes, not_changes, with_masks
+from bisect_eagle.bisect.changes import (
+    Change,
+    describe_changes,
+    explain_no_changes,
+    list_changes,
+    not_change_reasons,
+    not_changes,
+    with_masks,
+)
 from bisect_eagle.bisect.culprits import find_culprits
 from bisect_eagle.bisect.ddmin import BisectProgress, ChangeSet, ProbeOutcome
 from bisect_eagle.bisect.endpoints import Endpoint, deployment, load_endpoint
@@ -177,6 +185,9 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             raise _no_changes(good, bad, ignored, "standalone" if engine is None else engine.name)
         log_path = opts.log_path or Path("mlruns") / "bisect" / f"bisect-{time.strftime('%Y%m%d-%H%M%S')}.log"
         inert = not_changes(base, bad_values, changes=changes)
+        if say:  # what it will bisect, and what not and why, before the first probe
+            for line in describe_changes(changes, not_change_reasons(base, bad_values, changes=changes, plan=planner)):
+                say(line)
         log = BisectLog(_log_ref(opts.good), _log_ref(opts.bad), judge.settings(), dict(opts.overrides), changes,
                         [c.name for c in inert], scrub=scrub)
         replayed: dict[ChangeSet, tuple[ProbeOutcome, str]] = {}

@@ -8,9 +8,11 @@ from fake_engine import FakeEngine
 
 from bisect_eagle.bisect.changes import (
     apply_changes,
+    describe_changes,
     explain_no_changes,
     flat_settings,
     list_changes,
+    not_change_reasons,
     not_changes,
 )
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
@@ -155,3 +157,35 @@ def test_secret_values_are_applied_in_clear_and_shown_redacted():
 def test_flat_settings_round_trip():
     s = LiveSettings(num_steps=2, env={"A": "1"}, server_args={"x": True})
     assert settings_from(flat_settings(s), "test") == s
+
+
+def test_each_not_change_says_why_and_the_description_lists_both():
+    good = flat()
+    bad = flat(num_steps=1, num_draft_tokens=16, eagle_aux_hidden_state_layer_ids=[1, 5, 9], concurrency=4,
+               **{"env.NCCL_ALGO": "Ring"})
+    changes = list_changes(good, bad, plan=local_like)
+    reasons = not_change_reasons(good, bad, changes=changes, plan=local_like)
+    assert reasons == {
+        "eagle_aux_hidden_state_layer_ids": "the engine runs it as [1, 5, 9] at both ends",  # the draft's own ids
+        "num_draft_tokens": "it follows from the other changes (it runs as 4 -> 2)",  # topk 1: num_steps + 1
+        "concurrency": "the fake engine does not use it",
+        "env.NCCL_ALGO": "the fake engine does not use it",
+    }
+    assert describe_changes(changes, reasons) == [
+        "1 change to bisect (good -> bad, as the engine runs them):",
+        "  num_steps: 3 -> 1",
+        "4 requested differences not bisected:",
+        *(f"  {name}: not a change, {why}" for name, why in reasons.items()),
+    ]
+    assert not_change_reasons(good, flat(num_steps=1), changes=list_changes(good, flat(num_steps=1),
+                                                                           plan=local_like), plan=local_like) == {}
+
+
+def test_a_masked_change_says_what_hides_it():
+    """topk 1 in the good configuration hides its num_draft_tokens: the bad one's matters only with its topk."""
+    good, bad = flat(), flat(topk=2, num_draft_tokens=4)
+    lines = describe_changes(list_changes(good, bad, plan=server_like), {})
+    assert lines[0] == "2 changes to bisect (good -> bad, as the engine runs them):"
+    assert lines[1] == "  topk: 1 -> 2"
+    assert lines[2].startswith("  num_draft_tokens: ") and lines[2].endswith("(hidden at good by topk)")
+    assert len(lines) == 3  # no not-changes: no line for them

@@ -87,6 +87,20 @@ def test_settings_the_engine_ignores_leave_nothing_to_bisect(tmp_path, store):
         assert name in message
 
 
+def test_the_changes_and_the_not_changes_are_said_before_the_first_probe(tmp_path, store):
+    bad = {"num_steps": 1, "env.NCCL_ALGO": "Ring", "eagle_aux_hidden_state_layer_ids": [1, 5, 9]}
+    _, out, seen = bisect(tmp_path, store, FakeEngine(), {}, bad)
+    assert out["breaking_sets"] == [["num_steps"]]
+    first_probe = next(i for i, line in enumerate(seen) if "measuring" in line or line.startswith("probe "))
+    assert seen[:first_probe] == [
+        "1 change to bisect (good -> bad, as the engine runs them):",
+        "  num_steps: 3 -> 1",
+        "2 requested differences not bisected:",
+        "  eagle_aux_hidden_state_layer_ids: not a change, the engine runs it as [1, 5, 9] at both ends",
+        "  env.NCCL_ALGO: not a change, the fake engine does not use it",
+    ]
+
+
 def test_configurations_that_plan_alike_are_measured_once(tmp_path, store):
     """num_draft_tokens applied alone runs as num_steps + 1 (topk 1): the good plan, answered from memory."""
     engine = NoisyEngine(lambda eff: 60.0 if eff["topk"] > 1 else 100.0)
