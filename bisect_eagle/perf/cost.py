@@ -58,14 +58,20 @@ GROUPS = ("verify", "draft", "overhead")
 COMPONENTS = ("verify", "draft_step", "draft_extend", "prefill", "draft_prefill")
 
 
-def context_keys(env: Mapping[str, object] | None = None, server_args: Mapping[str, object] | None = None) -> tuple:
+def context_keys(env: Mapping[str, object] | None = None, server_args: Mapping[str, object] | None = None,
+                 server: Mapping[str, object] | None = None) -> tuple:
     """The factor keys of a configuration: ``env:NAME=value`` and ``server_args:name=value``, sorted.
 
     Every variable and argument is a candidate factor (NCCL_*, disable_custom_all_reduce, attention_backend,
-    ...); the ridge keeps those without a measurable effect at 1.0.
+    ...); the ridge keeps those without a measurable effect at 1.0. ``server`` holds the server settings an
+    engine resolved (a plan's ``effective["server"]``: SGLang's resolution moves ``attention_backend``,
+    ``disable_custom_all_reduce`` ... there out of ``server_args``): each is a server argument too, under the
+    same key as when it is only requested, and where both name one argument the resolved value is the one the
+    server runs. Values that are mappings or lists are no setting of their own and are left out.
     """
+    args = {**(server_args or {}), **{k: v for k, v in (server or {}).items() if not isinstance(v, Mapping | list)}}
     keys = [f"env:{k}={v}" for k, v in (env or {}).items()]
-    keys += [f"server_args:{k}={v}" for k, v in (server_args or {}).items()]
+    keys += [f"server_args:{k}={v}" for k, v in args.items()]
     return tuple(sorted(keys))
 
 

@@ -58,10 +58,11 @@ class Config:
         Args:
             effective: a plan's effective settings (:attr:`~bisect_eagle.engines.plan.TrialPlan.effective`), read
                 at ``speculative_algorithm``, ``eagle_aux_hidden_state_layer_ids``, ``num_steps``, ``topk``,
-                ``num_draft_tokens``, ``concurrency``, ``env``, ``server_args``, ``max_new_tokens`` and
-                ``speculative_adaptive``. ``num_draft_tokens`` is taken as the plan states it (the engine applied
-                SGLang's rules, ``topk == 1`` included); missing keys take SGLang's defaults, except
-                ``num_draft_tokens`` of a speculative config, which is required.
+                ``num_draft_tokens``, ``concurrency``, ``env``, ``server_args``, ``server`` (the server settings
+                the engine resolved, wherever it put them: :func:`~bisect_eagle.perf.cost.context_keys`),
+                ``max_new_tokens`` and ``speculative_adaptive``. ``num_draft_tokens`` is taken as the plan states
+                it (the engine applied SGLang's rules, ``topk == 1`` included); missing keys take SGLang's defaults,
+                except ``num_draft_tokens`` of a speculative config, which is required.
             concurrency: overrides the settings' own ``concurrency``.
             finite_horizon: read ``max_new_tokens`` as the tokens per request
                 (:attr:`~bisect_eagle.perf.benchmark.Benchmark.finite_horizon`).
@@ -85,7 +86,7 @@ class Config:
         return cls(
             wiring=acc.wiring_key(effective.get("eagle_aux_hidden_state_layer_ids"), algorithm),
             num_steps=steps, topk=topk, num_draft_tokens=int(ndt), batch=batch,
-            context=context_keys(effective.get("env"), effective.get("server_args")),
+            context=context_keys(effective.get("env"), effective.get("server_args"), effective.get("server")),
             tokens=int(tokens) if tokens else None, adaptive=bool(effective.get("speculative_adaptive")),
         )
 

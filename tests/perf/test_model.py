@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from synthetic_engine import effective, fitted_model, synthetic_trial
 
+from bisect_eagle.artifacts import scenarios
 from bisect_eagle.engines import benchmark_of
 from bisect_eagle.engines.base import RequestRecord, TrialResult
 from bisect_eagle.engines.local import LocalEngine
+from bisect_eagle.engines.oracle import Description, Option
 from bisect_eagle.engines.plan import speculative_effective
 from bisect_eagle.engines.sglang import SglangEngine
+from bisect_eagle.engines.sglang.oracle import SglangVerdict
+from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
 from bisect_eagle.perf.model import Config, ThroughputModel, metrics_from_result
-from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.spec.schema import SglangServer
+from bisect_eagle.spec.settings import LiveSettings, parse_settings
 
 
 def test_config_reads_the_plans_effective_settings():
@@ -140,3 +147,63 @@ def test_chain_trial_without_rates_updates_acceptance_from_accept_length():
                                       "verify_steps": 1000})
     after = model.predict(effective(steps=5)).accept_length
     assert abs(after - want["accept_length"]) < 0.5 * abs(before - want["accept_length"])
+
+
+def _resolving_planner(tmp_path: Path) -> Planner:
+    """The sglang planner with an oracle that answers as SGLang's parser and resolution do for an argv: the
+    attention backend asked for (fa3 when none is), custom all-reduce on, the speculative values as given."""
+    tiny = scenarios.get("tiny")
+    planner = Planner(SglangServer(launch_command=["python", "-m", "sglang.launch_server"]), tiny.target,
+                      tiny.draft, tmp_path, check=False)
+    parser = Description(prog="sglang", version="0.5.23", options=[
+        Option(("--attention-backend",), "attention_backend", None, None, True, False),
+        Option(("--disable-custom-all-reduce",), "disable_custom_all_reduce", False, None, False, False)])
+
+    def judge(argv, *, resolve):
+        given = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+        resolved = {"attention_backend": given.get("--attention-backend", "fa3"),
+                    "disable_custom_all_reduce": "--disable-custom-all-reduce" in argv}
+        for flag in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
+            if flag in given:
+                resolved[flag[2:].replace("-", "_")] = int(given[flag])
+        return SglangVerdict(ok=True, stage="", error=None, resolved=resolved)
+
+    planner.oracle = lambda: SimpleNamespace(available=True, judge=judge, describe=lambda: parser, failure=None)
+    return planner
+
+
+def test_a_planned_sglang_trial_whose_attention_backend_sglang_resolved_changes_the_prediction(tmp_path):
+    """SGLang's resolution moves the backend out of ``server_args`` into ``effective["server"]``: the model reads it
+    there, so triton and fa3 are two contexts and what a trial taught about one is not predicted for the other."""
+    planner = _resolving_planner(tmp_path)
+
+    def planned(**settings) -> dict:
+        return planner.plan(parse_settings(settings, "test"), port=30000, draft_dir=Path("/tmp/trial/draft")).effective
+
+    base = planned(speculative_algorithm="none", server_args={"attention_backend": "fa3"})
+    fa3 = planned(num_steps=3, server_args={"attention_backend": "fa3"})
+    triton = planned(num_steps=3, server_args={"attention_backend": "triton"})
+    assert "attention_backend" not in fa3["server_args"] and "attention_backend" not in triton["server_args"]
+    assert (fa3["server"]["attention_backend"], triton["server"]["attention_backend"]) == ("fa3", "triton")
+    model = ThroughputModel()
+    model.update(base, synthetic_trial(steps=0))
+    model.update(fa3, synthetic_trial(steps=3))
+    model.update(triton, synthetic_trial(steps=3, env_factor=1.5))  # triton's verify forwards 1.5x slower
+    measured = synthetic_trial(steps=3)["output_tok_s"] / synthetic_trial(steps=3, env_factor=1.5)["output_tok_s"]
+    predicted = model.predict(fa3).tok_s / model.predict(triton).tok_s
+    assert predicted > 1 + (measured - 1) / 2  # most of the measured gap, where one context would predict none
+    assert Config.from_effective(fa3).context != Config.from_effective(triton).context
+    assert "server_args:attention_backend=triton" in Config.from_effective(triton).context
+    assert "server_args:disable_custom_all_reduce=False" in Config.from_effective(triton).context
+
+
+def test_a_resolved_server_setting_and_the_same_requested_argument_are_one_factor():
+    """Planned with resolution (``server``) or without (``server_args`` only), a setting has one key; the resolved
+    value is the one the server runs."""
+    requested = effective(steps=3, server_args={"attention_backend": "triton"})
+    resolved = effective(steps=3, server_args={}, server={"attention_backend": "triton", "page_size": 64})
+    overridden = effective(steps=3, server_args={"attention_backend": "fa3"}, server={"attention_backend": "triton"})
+    keys = Config.from_effective(requested).context
+    assert keys == ("server_args:attention_backend=triton",)
+    assert Config.from_effective(overridden).context == keys
+    assert Config.from_effective(resolved).context == (*keys, "server_args:page_size=64")
