@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 [ -x .venv/bin/python ] || { echo "setup_sglang_env.sh: run the README's install first (.venv missing)" >&2; exit 2; }
 python3 -m venv .sglang-venv
+# the release the planner is tested with: engines/sglang/rules.py TESTED_SGLANG, pyproject's [sglang] extra
 .sglang-venv/bin/pip install -q --no-deps sglang==0.5.23 orjson msgspec pybase64 setproctitle pyzmq xxhash dill \
   einops openai sniffio partial-json-parser
 site="$(.sglang-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

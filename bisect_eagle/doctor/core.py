@@ -29,6 +29,8 @@ from bisect_eagle.artifacts.target import read_target_config
 from bisect_eagle.doctor.ids import IdChecks
 from bisect_eagle.doctor.model import DraftInfo, ModelChecks, read_draft
 from bisect_eagle.engines import engine_class, make_engine
+from bisect_eagle.engines.base import Engine
+from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec
 from bisect_eagle.spec.settings import LiveSettings
@@ -36,6 +38,7 @@ from bisect_eagle.spec.settings import LiveSettings
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
 KNOWN_VERSIONS = ((0, 5, 5), (0, 5, 23))
+CANDIDATE_REFUSALS = ("minus-one", "final-layer-id")  # ids the plan refuses per trial (a space choice: a warning)
 
 
 @dataclass
@@ -80,6 +83,7 @@ class Doctor(IdChecks, ModelChecks):
         self.spec = spec
         self.src = str(spec.source)
         self.findings: list[Finding] = []
+        self._engine: Engine | None = None
         self.reader = engine_class(spec.engine.kind).id_reader  # whose loader reads the ids: sglang, vllm or local
         self.version_text = sglang_version or (installed_sglang() if self.reader == "sglang" else None)
         self.version = _version(self.version_text)
@@ -121,15 +125,53 @@ class Doctor(IdChecks, ModelChecks):
             self.findings[i] = Finding(f.code, f.severity, f.where, f"{hidden}; switching to EAGLE3 exposes it: "
                                        f"{f.message}", f.fix + " (before switching to EAGLE3)", latent=True)
 
+    def refused_candidate(self, first: int, ids: list[int]) -> None:
+        """A space candidate that only its own trials cannot run: where the engine's plan refuses those trials
+        before launch (SGLang never captures ``-1`` or the final state on that model class, quoting the rule), the
+        errors about the candidate become warnings (the rest of the space runs). What the plan does not refuse
+        (a failure only at start-up) stays an error."""
+        if not any(f.severity == "error" and f.code in CANDIDATE_REFUSALS for f in self.findings[first:]):
+            return
+        refusal = self.plan(self.settings.model_copy(update={WIRING_SETTING: list(ids)})).refusal
+        if refusal is None:
+            return
+        for i, f in enumerate(self.findings[first:], start=first):
+            if f.severity == "error" and f.code in CANDIDATE_REFUSALS:
+                self.findings[i] = Finding(f.code, "warning", f.where, f"{f.message}; the plan refuses this "
+                                           "candidate's trials before launch, the rest of the space runs", f.fix,
+                                           f.latent)
+
+    def engine_sglang_version(self) -> str | None:
+        """The version of the SGLang the spec's engine runs (``engine.sglang.python``, asked through its oracle),
+        where none is installed beside bisect-eagle and none was given; None when it cannot be asked."""
+        if self._engine is None:
+            self._engine = make_engine(self.spec)
+        planner = getattr(self._engine, "planner", None)
+        desc = planner.description() if planner is not None and hasattr(planner, "description") else None
+        return getattr(desc, "version", None)
+
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        """The engine's plan of ``settings`` (one engine, and for sglang one oracle, per diagnosis)."""
+        if self._engine is None:
+            self._engine = make_engine(self.spec)
+        return self._engine.plan(settings)
+
     def check_plan(self) -> None:
         """The engine's own plan of the fixed settings: a refusal that no other check explained is an error.
 
         For an sglang spec this is SGLang's parser and resolution when they run here (invalid values, DSA
-        constraints); its warnings are what the other checks report in detail.
+        constraints); its warnings are what the other checks report in detail. Where this host lacks the
+        node's accelerators, SGLang's resolution did not run: a note says so (not an error, not a refusal).
         """
+        from bisect_eagle.engines.sglang.oracle_script import NOT_RESOLVED_HERE
+
         where = f"{self.src}: engine.settings"
-        with make_engine(self.spec) as engine:
-            plan = engine.plan(self.settings)
+        plan = self.plan(self.settings)
+        if plan.refusal is None and NOT_RESOLVED_HERE in (plan.checked or ""):
+            self.add("plan-not-resolved-here", "info", where=where,
+                     message=f"the {plan.engine} plan is checked by {plan.checked}",
+                     fix="run doctor on the node (or a host with its GPUs) for SGLang's resolved values; the plan "
+                         "is usable as it is")
         if plan.refusal is not None and not any(f.severity == "error" for f in self.findings):
             self.add(
                 "plan-refused",
@@ -140,6 +182,17 @@ class Doctor(IdChecks, ModelChecks):
             )
 
     def run(self) -> list[Finding]:
+        try:
+            return self._run()
+        finally:
+            if self._engine is not None:
+                self._engine.close()
+                self._engine = None
+
+    def _run(self) -> list[Finding]:
+        if self.version_text is None and self.reader == "sglang":
+            self.version_text = self.engine_sglang_version()
+            self.version = _version(self.version_text)
         self.check_algorithm()
         self.check_location()
         self.check_vocab()
@@ -149,8 +202,10 @@ class Doctor(IdChecks, ModelChecks):
         for i, choice in enumerate(space.choices or [] if space else []):
             if isinstance(choice, list):
                 w = f"{self.src}: space.{WIRING_SETTING}.choices[{i}]"
+                first = len(self.findings)
                 if self.check_ids(choice, self.family, where=w):
                     self.check_fc_width(choice, w)
+                self.refused_candidate(first, choice)
         for i, wiring in enumerate(self.spec.standalone.wirings):
             if wiring.layer_ids is not None:
                 w = f"{self.src}: standalone.wirings[{i}].layer_ids"

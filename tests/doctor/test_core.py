@@ -250,3 +250,37 @@ def test_kimi_k25_reads_ids_by_the_deepseek_rule(tmp_path, tiny, served, wrong):
     findings = diagnose(load_spec(_kimi_shaped(tmp_path, tiny, served), check_inputs=False),
                         sglang_version="0.5.23")
     assert ("dump-wiring" in [f.code for f in findings]) == wrong, [(f.code, f.message) for f in findings]
+
+
+def _space_spec(tmp_path: Path, tiny, *, model_type: str, launch_command: list[str]) -> Path:
+    """A 61-layer ``model_type`` deployment (tiny-shaped configs) whose space offers the incident's false fix
+    ``[-1, 2, 30]`` beside the right wiring, for SGLang launched by ``launch_command``."""
+    path = _family_spec(tmp_path, tiny, model_type=model_type, num_layers=61, ids=[3, 31, 59],
+                        dump_layer_ids=[2, 30, 58])
+    raw = yaml.safe_load(path.read_text())
+    del raw["engine"]["settings"]["eagle_aux_hidden_state_layer_ids"]
+    raw["engine"]["sglang"] = {"launch_command": launch_command}
+    raw["space"] = {"eagle_aux_hidden_state_layer_ids": {"type": "categorical", "choices": [[3, 31, 59],
+                                                                                            [-1, 2, 30]]}}
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_space_candidate_the_plan_refuses_is_a_warning_not_an_error_of_the_spec(tiny, tmp_path):
+    """SGLang's DeepSeek-family rule never captures -1: the sglang plan refuses that candidate's trials before
+    launch (the fallback table here, SGLang's hook where it is installed), so the spec itself is usable."""
+    path = _space_spec(tmp_path / "a", tiny, model_type="glm_moe_dsa",
+                       launch_command=[str(tmp_path / "no-sglang" / "python"), "-m", "sglang.launch_server"])
+    found = diagnose(load_spec(path, check_inputs=False), sglang_version="0.5.23")
+    minus = [f for f in found if f.code == "minus-one"]
+    assert [f.severity for f in minus] == ["warning"] and "choices[1]" in minus[0].where
+    assert "the plan refuses this candidate's trials before launch" in minus[0].message
+    assert not [f for f in found if f.severity == "error" and "space." in f.where], [f.message for f in found]
+
+
+def test_a_space_candidate_the_plan_lets_through_stays_an_error(tiny, tmp_path):
+    """The stand-in captures what SGLang would not and so does not refuse: its doctor error stays an error."""
+    path = _space_spec(tmp_path, tiny, model_type="glm_moe_dsa", launch_command=["bisect-eagle", "serve"])
+    minus = [f for f in diagnose(load_spec(path, check_inputs=False), sglang_version="0.5.23")
+             if f.code == "minus-one"]
+    assert [f.severity for f in minus] == ["error"]

@@ -5,8 +5,9 @@ else the launch command's own ``python``), in its own process group, and asks it
 SGLang's parser says (its exact ``sglang serve: error: …`` line) and what ``ServerArgs.resolve_once`` makes of
 the arguments (resolved steps, topk, draft tokens, attention backend, page size, max running requests …, or
 SGLang's own exception). Answers are cached per argv. Resolution reads the target's ``config.json``, so it
-runs only when ``--model-path`` is a directory readable here; otherwise the argv is parsed only, and the plan
-says so.
+runs only when ``--model-path`` is a directory readable here and this host has the launch's accelerators;
+otherwise the argv is parsed only, and the plan says so (``resolution needs the node's GPUs: not resolved
+here`` where the devices are missing: never a refusal).
 
 Which parser: ``sglang`` for ``python -m sglang.launch_server`` / ``sglang serve`` launch commands, the
 stand-in's own (``bisect_eagle.engines.serve:build_parser``) for ``bisect-eagle serve``. Any other server has no
@@ -42,6 +43,7 @@ class SglangVerdict:
     error: str | None
     resolved: dict[str, Any] | None  # None: not resolved (parse only)
     where: str = ""  # SGLang file:line of a resolution error
+    unresolved: str | None = None  # why resolution did not run on this host (its accelerators); not a refusal
 
 
 def parser_spec(launch_command: list[str]) -> str | None:
@@ -89,7 +91,8 @@ class Oracle(OracleProcess):
             if answer.get("stage") == "oracle":
                 raise BadInput(f"the SGLang oracle failed on this argv: {answer.get('error')}")
             self._cache[key] = SglangVerdict(bool(answer["ok"]), answer.get("stage", ""), answer.get("error"),
-                                       answer.get("resolved"), answer.get("where", ""))
+                                             answer.get("resolved"), answer.get("where", ""),
+                                             answer.get("unresolved"))
         return self._cache[key]
 
     def capture(self, architecture: str, config: dict, ids: list[int] | None) -> dict | None:

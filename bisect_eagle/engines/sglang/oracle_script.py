@@ -14,8 +14,11 @@ Requests:
   resolved (``resolve_once``) with the resolved values of the speculative, attention, paging and scheduling
   fields, or the exception SGLang raised. When ``--speculative-adaptive`` was given and resolution turned it
   off (SGLang only logs a warning), ``resolved`` also carries SGLang's reason as ``ADAPTIVE_OFF``.
-  When resolution stops because this host has no accelerator, the answer is ``{"ok": true, "resolved": null,
-  "unresolved": reason}``: SGLang did not refuse the config, it could not resolve it here.
+  Resolution runs only where this host has the accelerators the launch needs (``--device cpu``, or at least
+  ``tp_size × pp_size / nnodes`` devices of the launch's kind): SGLang picks backends, page sizes and memory from
+  the devices it sees, so resolving a node's launch on another host would answer for the wrong machine. Where
+  they are missing (or SGLang stops on a missing accelerator), the answer is ``{"ok": true, "resolved": null,
+  "unresolved": reason}``: SGLang did not refuse the config; it was not resolved here (:data:`NOT_RESOLVED_HERE`).
 - ``{"op": "capture", "architecture": A, "config": {...}, "ids": [[...] | null, ...]}`` → which hidden states
   each id list captures on that target, by SGLang's own model class ``A`` (see :func:`capture`).
 """
@@ -53,6 +56,8 @@ RESOLVED_FIELDS = (
 ADAPTIVE_OFF = "speculative_adaptive_off_reason"
 NO_ACCELERATOR = re.compile(r"No accelerator|Found no NVIDIA driver|get_device_capability|Torch not compiled with CUDA"
                             r"|CUDA driver|no CUDA GPUs|nvidia-smi", re.IGNORECASE)
+NOT_RESOLVED_HERE = "resolution needs the node's GPUs: not resolved here"
+ACCELERATORS = ("cuda", "xpu", "npu", "hpu", "musa", "mps")  # the kinds SGLang's device auto-detection tries
 
 
 class ParserError(Exception):
@@ -106,6 +111,10 @@ def resolve(parser: argparse.ArgumentParser, spec: str, argv: list[str], want_re
         return out
     from sglang.srt.server_args import ServerArgs
 
+    missing = missing_devices(ns)
+    if missing is not None:
+        out["unresolved"] = missing
+        return out
     logging.disable(logging.CRITICAL)
     log = io.StringIO()
     try:
@@ -115,7 +124,7 @@ def resolve(parser: argparse.ArgumentParser, spec: str, argv: list[str], want_re
             resolved = args.resolved_dict()
     except Exception as e:  # SGLang's own refusal: its exception, as it would end the server
         if NO_ACCELERATOR.search(f"{type(e).__name__}: {e}"):  # this host, not the config
-            out["unresolved"] = f"{type(e).__name__}: {e}"
+            out["unresolved"] = f"{NOT_RESOLVED_HERE}; SGLang stopped on this host: {type(e).__name__}: {e}"
             return out
         frames = traceback.extract_tb(e.__traceback__)
         where = next((f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames)
@@ -125,6 +134,38 @@ def resolve(parser: argparse.ArgumentParser, spec: str, argv: list[str], want_re
     if getattr(ns, "speculative_adaptive", False) and not resolved.get("speculative_adaptive"):
         out["resolved"][ADAPTIVE_OFF] = _adaptive_off_reason(args)
     return out
+
+
+def device_count(kind: str) -> int:
+    """How many ``kind`` devices (``cuda``, ``xpu`` …) this interpreter's torch sees; 0 when it has none."""
+    import torch
+
+    module = getattr(torch, kind, None)
+    try:
+        if module is None or not module.is_available():
+            return 0
+        count = getattr(module, "device_count", None)
+        return int(count()) if callable(count) else 1
+    except Exception:  # a backend that cannot even be queried here has no device here
+        return 0
+
+
+def missing_devices(ns: argparse.Namespace) -> str | None:
+    """Why this host cannot resolve the launch as its node would (None: it can): fewer devices of the launch's
+    kind than ``tp_size × pp_size`` per node. ``--device cpu`` needs none; no ``--device`` is SGLang's
+    auto-detection, which takes the first accelerator kind present."""
+    device = getattr(ns, "device", None)
+    if device == "cpu":
+        return None
+    nnodes = max(1, int(getattr(ns, "nnodes", 1) or 1))
+    world = max(1, int(getattr(ns, "tp_size", 1) or 1)) * max(1, int(getattr(ns, "pp_size", 1) or 1))
+    need = (world + nnodes - 1) // nnodes
+    kinds = (device,) if device else ACCELERATORS
+    have, kind = next(((n, k) for k in kinds if (n := device_count(k)) > 0), (0, device or "accelerator"))
+    if have >= need:
+        return None
+    return (f"{NOT_RESOLVED_HERE}; the launch needs {need} {kind} device(s) per node (tp_size × pp_size), this host "
+            f"has {have}")
 
 
 def _adaptive_off_reason(args) -> str | None:

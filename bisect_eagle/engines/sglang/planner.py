@@ -9,7 +9,10 @@ For a request the planner
 2. builds the argv (:mod:`.launch`) and adapts it to the installed server's flags (:mod:`.flags`);
 3. asks SGLang itself (:mod:`.oracle`): its parser (invalid values, ambiguous or unknown flags) and, when the
    target's ``config.json`` is readable here, ``ServerArgs.resolve_once`` (DSA page size, backend limits, the
-   ``topk == 1`` override, max running requests …). A refusal quotes SGLang and nothing is launched;
+   ``topk == 1`` override, max running requests …). A refusal quotes SGLang and nothing is launched. On a host
+   without the launch's accelerators (a laptop planning the 8-GPU node's trials) resolution does not run: the
+   plan is usable and ``checked`` says ``resolution needs the node's GPUs: not resolved here``; missing hardware
+   is never reported as SGLang refusing the config;
 4. refuses trees that ask for more draft tokens than SGLang can select
    (``docs/sglang-facts.md#tree-candidate-bound``; SGLang itself fails only at CUDA-graph capture);
 5. writes the effective settings: resolved values, the environment SGLang will run with
@@ -23,13 +26,16 @@ resolution turns it off (``topk > 1``, attention DP …) the key is left out, wi
 so the trial is the static one SGLang runs. Without resolution, ``num_steps`` must be one of the default
 adaptive config's candidate steps, as SGLang checks at start (``docs/sglang-facts.md#speculative-adaptive``).
 
-Without SGLang the same plan is built with the project's own rules and says ``not checked against SGLang``.
+Without SGLang the same plan is built with the project's own rules and says ``not checked against SGLang``. An
+installed SGLang that is not a release those rules are tested with (:data:`~.rules.TESTED_SGLANG`) refuses every
+plan with one line naming the version and the interpreter: the planner does not guess another release's rules.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -37,7 +43,7 @@ from typing import Any
 
 from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.draft import read_draft_config
-from bisect_eagle.engines.launch import explicit_server_args, negated_keys
+from bisect_eagle.engines.launch import explicit_server_args, inherited_env, negated_keys
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.engines.sglang import flags as flagmod
 from bisect_eagle.engines.sglang.launch import (
@@ -53,7 +59,7 @@ from bisect_eagle.engines.sglang.launch import (
     with_values,
 )
 from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter, parser_spec
-from bisect_eagle.engines.sglang.rules import adaptive_steps, resolved_adaptive, tree_bound
+from bisect_eagle.engines.sglang.rules import adaptive_steps, resolved_adaptive, tree_bound, untested_version
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings
@@ -63,6 +69,7 @@ SET_BY_SGLANG = {  # variables SGLang's launcher overwrites whatever the trial s
     "CUDA_DEVICE_MAX_CONNECTIONS": "8",
 }
 IGNORED_ENV = ("SGLANG_ENABLE_SPEC_V2",)  # read nowhere in SGLang 0.5.23
+PLANNED_INHERITED = ("NCCL_", "SGLANG_", "SGL_")  # inherited variables the plan shows (they change the server)
 RESOLVED_SERVER = ("attention_backend", "speculative_draft_attention_backend", "page_size", "max_running_requests",
                    "cuda_graph_max_bs_decode", "disable_custom_all_reduce", "speculative_adaptive",
                    "mem_fraction_static", "disable_overlap_schedule")
@@ -139,6 +146,17 @@ class Planner:
                         self._flag_note = str(e)
         return self._flags
 
+    def version_refusal(self) -> str | None:
+        """A refusal when the installed SGLang (its own parser's answer, else its ``--help`` probe) is not a tested
+        release (:func:`~.rules.untested_version`); None for a tested or unknown one, and for other servers."""
+        if parser_spec(list(self.server.launch_command)) != "sglang":
+            return None
+        desc = self.description()
+        flags = self.flags()
+        version = desc.version if desc is not None else (flags.version if flags is not None else None)
+        return untested_version(version, (self._oracle.python if self._oracle is not None else None)
+                                or self.server.python or self.command[0])
+
     def checked_by(self, resolved: bool, resolve_note: str) -> str:
         desc = self.description()
         if desc is not None:
@@ -183,6 +201,7 @@ class Planner:
                 for an export). Neither ``port`` nor ``draft_dir`` enters the identity; a launch sets its own.
         """
         effective, warnings, refusal = speculative_effective(settings)
+        refusal = refusal or self.version_refusal()
         if refusal is not None:
             return make_plan(ENGINE, settings, effective=effective, refusal=refusal, checked=self.checked_by(False, ""))
         cfg = self.target_config()
@@ -218,7 +237,9 @@ class Planner:
                 refusal = f"SGLang refuses this launch: {verdict.error}{where}"
             elif verdict is not None:
                 resolved = verdict.resolved
-                if resolved is None and can_resolve:
+                if resolved is None and verdict.unresolved:
+                    resolve_note = verdict.unresolved  # this host's devices, not the config: no refusal
+                elif resolved is None and can_resolve:
                     resolve_note = "this parser has no settings resolution"
         if refusal is None and resolved is None:
             refusal = adaptive_steps(settings)
@@ -341,14 +362,22 @@ def _judged_argv(args: Sequence[Arg], draft: Path) -> list[str]:
     return argv_tokens(with_values(args, {DRAFT_FLAG: str(draft), PORT_FLAG: JUDGED_PORT}))
 
 
-def sglang_env(s: LiveSettings) -> tuple[dict[str, str], list[str]]:
+def sglang_env(s: LiveSettings, environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """The trial's environment as SGLang 0.5.23 will run it, and warnings about what it overrides.
 
-    ``NCCL_NVLS_ENABLE`` and ``NCCL_CUMEM_ENABLE`` unset become ``0`` (``1`` with ``--enable-nccl-nvls`` /
-    ``--enable-symm-mem``); ``CUDA_DEVICE_MAX_CONNECTIONS`` is always 8; ``SGLANG_ENABLE_SPEC_V2`` is read nowhere.
+    The server inherits the controller's environment (``environ``, default ``os.environ``) under the trial's
+    ``env``: inherited ``NCCL_*`` and ``SGLANG_*`` variables (:data:`PLANNED_INHERITED`, secrets left out) the
+    trial does not set are part of the plan, and SGLang's own rules see them as it will (``NCCL_NVLS_ENABLE=1``
+    exported in the shell stays 1). ``NCCL_NVLS_ENABLE`` and ``NCCL_CUMEM_ENABLE`` unset become ``0`` (``1`` with
+    ``--enable-nccl-nvls`` / ``--enable-symm-mem``); ``CUDA_DEVICE_MAX_CONNECTIONS`` is always 8;
+    ``SGLANG_ENABLE_SPEC_V2`` is read nowhere.
     """
-    env = dict(s.env)
-    warnings = []
+    inherited = {k: v for k, v in inherited_env(dict(os.environ if environ is None else environ),
+                                                PLANNED_INHERITED).items()
+                 if k not in s.env and k not in IGNORED_ENV}
+    env = {**inherited, **s.env}
+    warnings = [f"inherited from the controller's environment (the trial does not set them): "
+                f"{', '.join(f'{k}={v}' for k, v in inherited.items())}"] if inherited else []
     on = bool(s.server_args.get("enable_nccl_nvls") or s.server_args.get("enable_symm_mem"))
     if "NCCL_NVLS_ENABLE" not in env or on:
         env["NCCL_NVLS_ENABLE"] = str(int(on))

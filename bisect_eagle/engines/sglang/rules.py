@@ -1,5 +1,6 @@
 """SGLang's speculative rules that the planner applies before asking SGLang itself: how many draft tokens a tree
-can select, the step counts of adaptive speculation, and what SGLang's resolution made of an adaptive request."""
+can select, the step counts of adaptive speculation, and what SGLang's resolution made of an adaptive request; and
+the SGLang releases those rules are tested with (:data:`TESTED_SGLANG`; another release is refused, not guessed)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,20 @@ from typing import Any
 from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
 from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, adaptive_off_warning
 
+TESTED_SGLANG = ("0.5.23",)  # the SGLang releases the planner's rules and the oracle are tested with (pyproject pin)
 ADAPTIVE_STEPS = (0, 1, 3, 5, 7)  # candidate_steps of every bucket of SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG
+
+
+def untested_version(version: str | None, where: str) -> str | None:
+    """A one-line refusal when the SGLang at ``where`` is a release the planner is not tested with (None: tested or
+    unknown). The planner's own rules (the environment SGLang's launcher sets, adaptive candidate steps, the tree
+    bound, the capture fallback table) are those releases'; on another one it refuses to guess."""
+    if version is None or version in TESTED_SGLANG:
+        return None
+    return (f"SGLang {version} ({where}) is not a release the sglang planner is tested with "
+            f"({', '.join(TESTED_SGLANG)}); its rules would be guesses there: install sglang=={TESTED_SGLANG[-1]} in "
+            "that environment (pip install 'bisect-eagle[sglang]') or point engine.sglang.python / --sglang-python "
+            "at one")
 
 
 def tree_bound(s: LiveSettings) -> str | None:

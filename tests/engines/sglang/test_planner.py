@@ -161,3 +161,40 @@ def test_export_serves_what_the_trials_plan_measured(tmp_path, monkeypatch, kind
     draft = scenarios.get("tiny").draft
     assert out["argv"][out["argv"].index("--speculative-draft-model-path") + 1] == str(draft)
     assert out["draft_config"] == str(draft / "config.json") and out["draft_config_patch"] is None
+
+
+# -- the environment the server inherits ---------------------------------------------------------------------
+
+
+def test_the_plan_keeps_what_the_server_inherits_from_the_controllers_environment(planner, monkeypatch):
+    """SGLang sets NCCL_NVLS_ENABLE=0 only when it is unset: exported 1 in the controller's shell stays 1."""
+    def env(**kw):
+        return planner.plan(parse_settings(kw, "test"), port=30000, draft_dir=Path("/d")).effective["env"]
+
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    unset = env()
+    assert unset["NCCL_NVLS_ENABLE"] == "0" and "NCCL_ALGO" not in unset
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    monkeypatch.setenv("NCCL_IB_PASSWORD", "hunter2")  # a secret-looking name is never planned
+    monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", "1")  # read nowhere in SGLang 0.5.23
+    shell = planner.plan(parse_settings({}, "test"), port=30000, draft_dir=Path("/d"))
+    assert shell.effective["env"]["NCCL_NVLS_ENABLE"] == "1" and shell.effective["env"]["NCCL_ALGO"] == "Tree"
+    assert "NCCL_IB_PASSWORD" not in shell.effective["env"] and "SGLANG_ENABLE_SPEC_V2" not in shell.effective["env"]
+    assert any("inherited from the controller's environment" in w and "NCCL_NVLS_ENABLE=1" in w
+               for w in shell.warnings)
+    assert env(env={"NCCL_NVLS_ENABLE": "0"})["NCCL_NVLS_ENABLE"] == "0"  # the spec's value wins
+    assert env(server_args={"enable_nccl_nvls": True}, env={"NCCL_NVLS_ENABLE": "0"})["NCCL_NVLS_ENABLE"] == "1"
+    monkeypatch.delenv("NCCL_NVLS_ENABLE")
+    assert env()["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_an_inherited_variable_is_a_different_trial_than_none(planner, monkeypatch):
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    plain = planner.plan(parse_settings({}, "test"), port=30000, draft_dir=Path("/d")).fingerprint
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    inherited = planner.plan(parse_settings({}, "test"), port=30000, draft_dir=Path("/d")).fingerprint
+    asked = planner.plan(parse_settings({"env": {"NCCL_NVLS_ENABLE": "1"}}, "test"), port=30000,
+                         draft_dir=Path("/d")).fingerprint
+    assert inherited != plain and inherited == asked  # what the server runs with, wherever the value comes from
