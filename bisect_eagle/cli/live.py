@@ -107,7 +107,7 @@ def live(
             raise BadInput(f"--baseline conflicts with --set speculative_algorithm={values['speculative_algorithm']}")
         values["speculative_algorithm"] = "none"
     from bisect_eagle.artifacts.devices import check_device
-    from bisect_eagle.spec.schema import settings_from
+    from bisect_eagle.spec.schema import settings_from, with_overrides
 
     if "device" in values and spec is None:  # the local engine runs here; a spec's engine refuses its own
         check_device(values["device"], "--set device")
@@ -115,7 +115,7 @@ def live(
     engine, fixed = _engine_for(spec, paths, sglang_python=sglang_python, vllm_python=vllm_python,
                                 dry_run=dry_run)
     with engine:
-        plan = engine.plan(settings_from({**fixed, **values}, "--set"))
+        plan = engine.plan(settings_from(with_overrides(fixed, values), "--set"))
         if dry_run:
             if as_json:
                 print_json({"plan": plan.to_json()})

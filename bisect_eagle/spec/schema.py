@@ -299,6 +299,21 @@ def settings_from(values: dict[str, Any], where: str) -> LiveSettings:
     return parse_settings(nested, where)
 
 
+def with_overrides(fixed: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A spec's fixed settings with ``--set`` overrides on top (the values as :func:`settings_from` takes them).
+
+    ``speculative_adaptive`` has two spellings (the field and ``server_args.speculative_adaptive``); an override in
+    either replaces the spec's value in either, so ``--set speculative_adaptive=true`` works on a spec that writes
+    ``server_args: {speculative_adaptive: false}`` (and the other way round) instead of naming the flag twice.
+    """
+    nested = overrides.get("server_args")
+    if ADAPTIVE in overrides or ADAPTIVE_FLAG in overrides or (isinstance(nested, dict) and ADAPTIVE in nested):
+        fixed = {k: v for k, v in fixed.items() if k not in (ADAPTIVE, ADAPTIVE_FLAG)}
+        if isinstance(fixed.get("server_args"), dict):
+            fixed["server_args"] = {k: v for k, v in fixed["server_args"].items() if k != ADAPTIVE}
+    return {**fixed, **overrides}
+
+
 def _env_text(value: Any, where: str) -> str:
     """Environment values are strings; numbers and booleans are written the way a shell would."""
     if isinstance(value, bool):

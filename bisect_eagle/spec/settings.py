@@ -24,6 +24,17 @@ NUMERIC = ("num_steps", "topk", "num_draft_tokens", "max_new_tokens", "num_promp
 ADAPTIVE = "speculative_adaptive"
 
 
+# SGLang 0.5.23's (and vLLM's) --dtype names → the torch dtype an in-process trial runs in ("auto": the model's
+# own dtype on a server; float32 in process, as ``bisect-eagle serve`` does)
+TORCH_DTYPE_NAMES = {"auto": "float32", "half": "float16", "float16": "float16", "bfloat16": "bfloat16",
+                     "float": "float32", "float32": "float32"}
+
+
+def torch_dtype_name(dtype: str) -> str:
+    """The torch dtype name (``float32``, ``float16``, ``bfloat16``) an in-process trial runs ``dtype`` in."""
+    return TORCH_DTYPE_NAMES[dtype]
+
+
 MAX_VALUE = 4096  # characters of one setting's value (an environment variable, a flag)
 Scalar = Annotated[str, Field(max_length=MAX_VALUE)] | bool | int | float | None
 
@@ -45,7 +56,7 @@ class LiveSettings(BaseModel):
     temperature: float = Field(0.0, ge=0, allow_inf_nan=False)
     speculative_adaptive: bool = Field(False, strict=True)  # SGLang's --speculative-adaptive (module docstring)
     device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "float32"  # SGLang's --dtype choices
     env: dict[str, Annotated[str, Field(max_length=MAX_VALUE)]] = Field(default_factory=dict)
     # flag values as a command line holds them: scalars, or lists of scalars for nargs flags
     server_args: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)

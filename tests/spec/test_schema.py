@@ -197,3 +197,66 @@ def test_a_launch_budget_is_optional_and_read_as_given(tmp_path):
     assert load_spec(write(tmp_path, "")).search.max_launches is None
     assert load_spec(write(tmp_path, "search: {max_launches: 2}\n")).search.max_launches == 2
     assert load_spec(write(tmp_path, "baseline: 90\nsearch: {max_launches: 1}\n")).search.max_launches == 1
+
+
+SGLANG_DTYPES = ["auto", "half", "float16", "bfloat16", "float", "float32"]  # SGLang 0.5.23's --dtype choices
+
+
+@pytest.mark.parametrize("dtype", SGLANG_DTYPES)
+def test_dtype_takes_each_of_sglangs_choices_fixed_and_searched(tmp_path, dtype):
+    fixed = load_spec(write(tmp_path, f"engine: {{kind: local, settings: {{dtype: {dtype}}}}}\n"))
+    assert fixed.fixed_settings().dtype == dtype
+    searched = load_spec(write(tmp_path, f"space: {{dtype: {{type: categorical, choices: [{dtype}, float32]}}}}\n"))
+    assert searched.space["dtype"].choices == [dtype, "float32"]
+
+
+def test_a_dtype_sglang_refuses_is_refused_naming_the_file_and_key(tmp_path):
+    path = write(tmp_path, "engine: {kind: local, settings: {dtype: fp8}}\n")
+    with pytest.raises(BadInput) as e:
+        load_spec(path)
+    assert str(path) in str(e.value) and "key 'dtype'" in str(e.value) and "'auto'" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_the_dtype_choices_are_sglangs_own():
+    """The settings' dtype names are the installed SGLang parser's --dtype choices (skips without SGLang)."""
+    import json
+    import subprocess
+
+    from sglang_oracle import sglang_python
+
+    from bisect_eagle.spec.settings import TORCH_DTYPE_NAMES, LiveSettings
+
+    code = ("import argparse, json; from sglang.srt.server_args import ServerArgs; p = argparse.ArgumentParser(); "
+            "ServerArgs.add_cli_args(p); print(json.dumps([a.choices for a in p._actions if a.dest == 'dtype'][0]))")
+    out = subprocess.run([sglang_python(), "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    choices = json.loads(out.stdout.strip().splitlines()[-1])
+    assert choices == SGLANG_DTYPES
+    assert list(LiveSettings.model_fields["dtype"].annotation.__args__) == choices
+    assert set(TORCH_DTYPE_NAMES) == set(choices)
+
+
+@pytest.mark.parametrize("fixed, override", [
+    ({"server_args": {"speculative_adaptive": False, "page_size": 64}}, {"speculative_adaptive": True}),
+    ({"server_args.speculative_adaptive": False}, {"speculative_adaptive": True}),
+    ({"speculative_adaptive": False}, {"server_args.speculative_adaptive": True}),
+    ({"speculative_adaptive": False, "server_args": {"page_size": 64}},
+     {"server_args": {"speculative_adaptive": True}}),
+])
+def test_an_override_of_adaptive_in_either_spelling_replaces_the_specs_in_either(fixed, override):
+    from bisect_eagle.spec.schema import with_overrides
+
+    s = settings_from(with_overrides(fixed, override), "--set")
+    assert s.speculative_adaptive is True and "speculative_adaptive" not in s.server_args
+    if "server_args" in fixed and "server_args" not in override:
+        assert s.server_args == {"page_size": 64}  # the spec's other flags are kept
+    with pytest.raises(BadInput, match="--set: speculative_adaptive and server_args.speculative_adaptive"):
+        settings_from({**fixed, **override}, "--set")  # a plain merge names the flag twice
+
+
+def test_with_overrides_leaves_other_settings_as_a_plain_merge():
+    from bisect_eagle.spec.schema import with_overrides
+
+    fixed = {"num_steps": 3, "server_args": {"speculative_adaptive": False}, "env.NCCL_ALGO": "Ring"}
+    assert with_overrides(fixed, {"num_steps": 5}) == {**fixed, "num_steps": 5}
+    assert with_overrides(fixed, {}) == fixed

@@ -35,7 +35,7 @@ from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effectiv
 from bisect_eagle.errors import BadInput
 from bisect_eagle.perf.benchmark import Benchmark
 from bisect_eagle.spec.schema import Spec
-from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.spec.settings import LiveSettings, torch_dtype_name
 from bisect_eagle.stats import paired_speedup
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -106,6 +106,7 @@ class LocalEngine(Engine):
         effective, warnings, refusal = speculative_effective(settings)
         for key in IGNORED:
             effective.pop(key, None)
+        effective["dtype"] = torch_dtype_name(settings.dtype)  # SGLang's aliases (half, float, auto) run as these
         warnings += _local_notes(settings)
         refusal = _no_adaptive(settings) or refusal or _unsupported(settings)
         if refusal is None and not settings.is_baseline:
@@ -152,7 +153,7 @@ class LocalEngine(Engine):
         if plan.refusal is not None:
             raise BadInput(plan.refusal)
         s, effective = plan.settings, dict(plan.effective)
-        model, draft = self._load(s.device, s.dtype)
+        model, draft = self._load(s.device, torch_dtype_name(s.dtype))
         baseline = s.is_baseline
         algorithm = "EAGLE3" if baseline else s.speculative_algorithm
         ids = None if baseline or algorithm == "EAGLE" else effective["eagle_aux_hidden_state_layer_ids"]

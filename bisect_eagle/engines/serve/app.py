@@ -12,10 +12,10 @@ from bisect_eagle import __version__
 from bisect_eagle.engines.serve.api import DecoderBackend
 from bisect_eagle.engines.serve.front import ServeHTTPServer, serve_until_signal
 from bisect_eagle.errors import BadInput
+from bisect_eagle.spec.settings import TORCH_DTYPE_NAMES
 
 log = logging.getLogger("bisect_eagle.serve")
-DTYPE_NAMES = {"auto": "float32", "float": "float32", "float32": "float32", "half": "float16", "float16": "float16",
-               "bfloat16": "bfloat16"}
+DTYPE_NAMES = TORCH_DTYPE_NAMES  # SGLang's --dtype names → the torch dtype this server runs in
 ALGORITHMS = {"EAGLE3": "EAGLE3", "EAGLE": "EAGLE", "NEXTN": "EAGLE"}
 AUTO_CHAIN = {"LlamaForCausalLM": (5, 4, 8)}  # SGLang 0.5.23's choice when num_steps is unset; others (3, 1, 4)
 
