@@ -15,13 +15,26 @@ import typer
 from bisect_eagle.cli.common import URI_HELP, num, print_json, quiet_libraries, sigterm_as_exit, times_baseline
 
 
-def compare(old: dict[str, float], new: dict[str, float]) -> list[dict[str, float | str | None]]:
-    """Metrics both runs have, with the relative difference (new - old) / |old|."""
+def compare(old: dict[str, float], new: dict[str, float], *,
+            tolerance: float) -> list[dict[str, float | str | bool | None]]:
+    """Metrics both runs have, with the relative difference (new - old) / |old| and whether it is within
+    ``tolerance`` (``within`` is None where the logged value is 0 and no relative difference exists)."""
     rows = []
     for key in sorted(set(old) & set(new)):
         a, b = old[key], new[key]
-        rows.append({"metric": key, "old": a, "new": b, "rel_diff": (b - a) / abs(a) if a else None})
+        rel = (b - a) / abs(a) if a else None
+        rows.append({"metric": key, "old": a, "new": b, "rel_diff": rel,
+                     "within": None if rel is None else abs(rel) <= tolerance})
     return rows
+
+
+def changed_beyond(rows: list[dict[str, Any]], *, tolerance: float) -> str | None:
+    """One line naming every metric that moved by more than ``tolerance`` (None when none did): the verdict is on
+    the criterion's ratio, but a tok/s change beyond it is said, never passed over."""
+    moved = [f"{r['metric']} {r['rel_diff']:+.1%}" for r in rows if r["within"] is False]
+    if not moved:
+        return None
+    return f"changed by more than {100 * tolerance:g} %: " + ", ".join(moved)
 
 
 def verdict(*, metric: str, old_ratio: float | None, new_ratio: float | None, tolerance: float) -> dict[str, Any]:
@@ -84,19 +97,23 @@ def reproduce(
     tracking.log(parent, metrics={"ratio_diff": got["diff"]} if got["diff"] is not None else {},
                  tags={"outcome": "reproduced" if got["reproduced"] else "not reproduced", NOTE: got["text"]})
     tracking.finish(parent, "FINISHED")
-    rows = compare(dict(run.data.metrics), record.metrics)
+    rows = compare(dict(run.data.metrics), record.metrics, tolerance=tolerance)
+    moved = changed_beyond(rows, tolerance=tolerance)
     if as_json:
         print_json({"run_id": run_id, "new_run_id": record.run_id, "baseline_run_id": base.run_id,
                     "status": record.status, "failure_class": record.failure_class, "verdict": got,
-                    "metrics": rows})
+                    "tolerance": tolerance, "metrics": rows, "changed_beyond_tolerance": moved})
         return
-    print(f"{'metric':<34} {'logged':>10} {'now':>10} {'diff':>8}")
+    print(f"{'metric':<34} {'logged':>10} {'now':>10} {'diff':>8} {'±' + format(tolerance, '.0%'):>9}")
     for r in rows:
         rel = "-" if r["rel_diff"] is None else f"{r['rel_diff']:+.1%}"
-        print(f"{r['metric']!s:<34} {num(r['old']):>10} {num(r['new']):>10} {rel:>8}")
+        said = {True: "within", False: "BEYOND", None: "-"}[r["within"]]
+        print(f"{r['metric']!s:<34} {num(r['old']):>10} {num(r['new']):>10} {rel:>8} {said:>9}")
     if record.failure_class:
         print(f"failed ({record.failure_class}): {record.failure_detail}")
     print(got["text"])
+    if moved:
+        print(moved)
     print(f"runs: {tracking.experiment_name()!r}, run {parent}")
 
 
