@@ -271,11 +271,15 @@ class CostModel:
 
     def relative_sd(self, work: Mapping[str, object], *, context: Iterable[str] = ()) -> np.ndarray | float:
         """Relative sd of the predicted seconds from parameter uncertainty (delta method on the fit)."""
+        out = self._with_sd(work, context)[1]
+        return float(out) if np.ndim(out) == 0 else out
+
+    def _with_sd(self, work: Mapping[str, object], context: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(predicted seconds, their relative sd) of ``work``, from one design vector and one gradient."""
         x, c = self._vectors(work, context)
         pred, grad = self._gradient(x, c)
         var = np.einsum("...i,ij,...j->...", grad, self.fit()["cov"], grad)
-        out = np.sqrt(np.maximum(var, 0.0)) / np.maximum(pred, 1e-300)
-        return float(out) if np.ndim(out) == 0 else out
+        return pred, np.sqrt(np.maximum(var, 0.0)) / np.maximum(pred, 1e-300)
 
     def sample(self, work: Mapping[str, object], *, context: Iterable[str] = (), draws: int,
                rng: np.random.Generator) -> np.ndarray:
@@ -283,8 +287,9 @@ class CostModel:
         :meth:`relative_sd` (positive and centred on the point prediction). Arrays in ``work`` must have
         ``draws`` entries (e.g. paired acceptance draws) or be scalars.
         """
-        seconds = np.broadcast_to(np.asarray(self.predict(work, context=context), dtype=float), (draws,))
-        sd = np.broadcast_to(np.asarray(self.relative_sd(work, context=context), dtype=float), (draws,))
+        pred, rel = self._with_sd(work, context)
+        seconds = np.broadcast_to(np.asarray(pred, dtype=float), (draws,))
+        sd = np.broadcast_to(np.asarray(rel, dtype=float), (draws,))
         return seconds * np.exp(sd * rng.standard_normal(draws))
 
     @property

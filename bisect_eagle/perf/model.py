@@ -5,6 +5,12 @@ its expected verify cycles, draft forwards and verified tokens (:mod:`~bisect_ea
 the acceptance posterior (:mod:`~bisect_eagle.perf.acceptance`), priced by the fitted step costs and
 context factors (:mod:`~bisect_eagle.perf.cost`). In steady state that is ``B · AL / cycle_s``.
 
+Reuse: a prediction's parts that many configurations share are computed once per state of the model
+(:attr:`ThroughputModel.state`, advanced by every learning call): the acceptance part (survival, verify
+cycles, draft steps, with its posterior draws) per wiring, ``num_steps``, ``topk``, ``num_draft_tokens`` and
+tokens per request, and the target alone per concurrency, context and tokens per request. Predictions are the
+same numbers as computed afresh (the acceptance part keeps the state its draws left the seeded generator in).
+
 Uncertainty: ``draws`` joint draws of the acceptance posterior and the cost parameters, each multiplied by
 log-normal measurement noise with the cost fit's relative residual sd; ``low``/``high`` are the central
 ``interval`` quantiles, i.e. a prediction interval for the *measured* tok/s. Both the posterior and the
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -202,6 +208,18 @@ class ThroughputModel:
         self.seed = seed
         self._tree_obs: list[tuple[tuple, int, int, int, float]] = []
         self._records: list[ErrorRecord] = []
+        self.state = 0  # advanced by every learning call: what a prediction depends on may have changed
+        self._memo: dict[tuple, Any] = {}
+        self._memo_state: tuple | None = None
+
+    def _shared(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per ``key`` and state of the model (module docstring, "Reuse")."""
+        state = (self.state, self.rank_decay, self.seed, self.draws)
+        if state != self._memo_state:
+            self._memo, self._memo_state = {}, state
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     # -- inputs -----------------------------------------------------------------------------------------
 
@@ -214,6 +232,7 @@ class ThroughputModel:
         """Stage 1's per-position accuracy of a wiring: floats, or stage 1's dicts (``metric`` is read)."""
         vals = [p[metric] if isinstance(p, Mapping) else p for p in per_position]
         self.acceptance.set_prior(acc.wiring_key(layer_ids, algorithm), [float(v) for v in vals])
+        self.state += 1
 
     def add_timing(self, component: str, seconds: float, *, tokens: int = 1, batch: int = 1,
                    env: Mapping[str, object] | None = None, server_args: Mapping[str, object] | None = None,
@@ -227,6 +246,7 @@ class ThroughputModel:
         """
         work = component_work(component, tokens=tokens, batch=batch, knots=self.cost.knots)
         self.cost.add(work, seconds, context=context_keys(env, server_args), weight=weight, source="micro")
+        self.state += 1
 
     # -- prediction -------------------------------------------------------------------------------------
 
@@ -241,16 +261,33 @@ class ThroughputModel:
                                          num_draft_tokens=cfg.num_draft_tokens,
                                          truncate_drafts=self.benchmark.truncate_drafts and cfg.topk == 1)
 
-    def estimate(self, cfg: Config, *, rng: np.random.Generator | None = None) -> Estimate:
-        """Expected tokens, cycles and seconds of ``cfg`` (point and ``draws`` joint draws)."""
-        rng = rng or np.random.default_rng(self.seed)
+    def _work(self, cfg: Config, rng: np.random.Generator) -> tuple[horizon.GenerationWork, horizon.GenerationWork]:
+        """The acceptance part of ``cfg``'s work: at the posterior mean, and for ``draws`` posterior draws."""
         d, n = self.draws, max(cfg.num_steps, 1)
         if cfg.speculative:
             surv = self._survival(cfg, self.acceptance.mean(cfg.wiring, n))
             surv_d = self._survival(cfg, self.acceptance.sample(cfg.wiring, n, draws=d, rng=rng))
         else:
             surv, surv_d = np.zeros(1), np.zeros((d, 1))
-        gen, gen_d = self._generation(cfg, surv), self._generation(cfg, surv_d)
+        return self._generation(cfg, surv), self._generation(cfg, surv_d)
+
+    def _seeded_work(self, cfg: Config) -> tuple[horizon.GenerationWork, horizon.GenerationWork, dict]:
+        """:meth:`_work` with the model's seeded generator, and the generator's state after it (shared)."""
+        def compute() -> tuple[horizon.GenerationWork, horizon.GenerationWork, dict]:
+            rng = np.random.default_rng(self.seed)
+            return (*self._work(cfg, rng), rng.bit_generator.state)
+
+        return self._shared(("work", cfg.wiring, cfg.num_steps, cfg.topk, cfg.num_draft_tokens, cfg.tokens), compute)
+
+    def estimate(self, cfg: Config, *, rng: np.random.Generator | None = None) -> Estimate:
+        """Expected tokens, cycles and seconds of ``cfg`` (point and ``draws`` joint draws)."""
+        d = self.draws
+        if rng is None:  # the seeded draws: the acceptance part is shared between configs and calls
+            gen, gen_d, after = self._seeded_work(cfg)
+            rng = np.random.default_rng(self.seed)
+            rng.bit_generator.state = after
+        else:
+            gen, gen_d = self._work(cfg, rng)
         kw = {"batch": cfg.batch, "topk": cfg.topk, "knots": self.cost.knots}
         seconds = float(self.cost.predict(generation_work(gen, **kw), context=cfg.context))
         sec_d = self.cost.sample(generation_work(gen_d, **kw), context=cfg.context, draws=d, rng=rng)
@@ -277,12 +314,21 @@ class ThroughputModel:
 
             return predict_adaptive(self, effective, concurrency=concurrency)
         est = self.estimate(cfg)
-        base = self.estimate(replace(cfg, num_steps=0, topk=1, num_draft_tokens=1))
         tok_s = cfg.batch * est.tokens / est.seconds
         low, high = self.interval_of(cfg.batch * est.token_draws / est.second_draws)
         return Prediction(tok_s, est.tokens / est.cycles, low, high, cycle_s=est.seconds / est.cycles,
-                          baseline_tok_s=cfg.batch * base.tokens / base.seconds, concurrency=cfg.batch,
+                          baseline_tok_s=self._baseline_tok_s(cfg), concurrency=cfg.batch,
                           details={"sigma_rel": self.cost.sigma})
+
+    def _baseline_tok_s(self, cfg: Config) -> float:
+        """The target alone at ``cfg``'s concurrency, context and tokens per request (point values, shared)."""
+        def compute() -> float:
+            base = replace(cfg, num_steps=0, topk=1, num_draft_tokens=1)
+            gen = self._generation(base, np.zeros(1))
+            work = generation_work(gen, batch=base.batch, topk=1, knots=self.cost.knots)
+            return base.batch * float(np.mean(gen.tokens)) / float(self.cost.predict(work, context=base.context))
+
+        return self._shared(("baseline", cfg.batch, cfg.context, cfg.tokens), compute)
 
     # -- learning ---------------------------------------------------------------------------------------
 
@@ -322,6 +368,7 @@ class ThroughputModel:
             self._refit_rank_decay()
         if learn_cost and not cfg.adaptive and math.isfinite(tok_s) and tok_s > 0 and math.isfinite(al) and al > 0:
             self._add_cost_row(cfg, m, rates, tok_s, al)
+        self.state += 1
         return before
 
     def _add_cost_row(self, cfg: Config, m: Mapping[str, Any], rates: list[float], tok_s: float, al: float) -> None:

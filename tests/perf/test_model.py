@@ -207,3 +207,32 @@ def test_a_resolved_server_setting_and_the_same_requested_argument_are_one_facto
     assert keys == ("server_args:attention_backend=triton",)
     assert Config.from_effective(overridden).context == keys
     assert Config.from_effective(resolved).context == (*keys, "server_args:page_size=64")
+
+
+def test_shared_parts_of_predictions_give_the_numbers_of_a_prediction_made_alone():
+    """Within a model state the acceptance part and the target alone are computed once per shape and context;
+    each prediction is still exactly the one a model that predicted nothing else would make."""
+    configs = [effective((1, 5, 9), 3), {**effective((1, 5, 9), 3), "env": {"NCCL_ALGO": "Ring"}},
+               {**effective((5, 9, 11), 5), "concurrency": 4}, {**effective((1, 5, 9), 2), "topk": 4,
+                                                                "num_draft_tokens": 8}, effective(steps=0)]
+    shared = fitted_model()
+    together = [shared.predict(e) for e in configs] + [shared.predict(configs[0])]
+    alone = [fitted_model().predict(e) for e in [*configs, configs[0]]]
+    for a, b in zip(together, alone, strict=True):
+        assert (a.tok_s, a.low, a.high, a.baseline_tok_s, a.accept_length) == (
+            b.tok_s, b.low, b.high, b.baseline_tok_s, b.accept_length)
+
+
+def test_every_learning_call_advances_the_models_state():
+    model = ThroughputModel()
+    states = [model.state]
+    model.update(effective(steps=0), synthetic_trial(steps=0))
+    states.append(model.state)
+    model.set_standalone([1, 5, 9], [0.8, 0.7])
+    states.append(model.state)
+    model.add_timing("verify", 0.01)
+    states.append(model.state)
+    assert states == sorted(set(states))
+    before = model.predict(effective(steps=2)).tok_s
+    model.update(effective(steps=2), synthetic_trial(steps=2, env_factor=2.0))
+    assert model.predict(effective(steps=2)).tok_s != before  # nothing kept from the state before

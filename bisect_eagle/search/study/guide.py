@@ -18,6 +18,15 @@ the target and the ``search.model.optimism`` quantile. The study loop
   priors alone (stage 1's teacher-forced accuracy, default step costs) never rule a config out;
 - logs ``predicted_*`` metrics on each live run (:meth:`Forecast.metrics`).
 
+Forecasts are reused while nothing they depend on changed: a forecast depends only on the model's view of a
+config (:class:`~bisect_eagle.perf.model.Config`: its wiring, speculative shape, concurrency and context, not its
+fingerprint), the target and the model's state. So configs the model cannot tell apart share one forecast, the
+config the guide chose is not forecast again when it runs, and trials that teach the model nothing (a failure,
+a duplicate, a skipped or refused config) keep every forecast. A trial the model learns from changes its step
+costs (refitted on all trials) and its acceptance posterior (a shift shared by all wirings), so every forecast
+is made again then; what configs share within a model state (the acceptance part of a wiring and draft shape,
+the target alone per context) is computed once (:class:`~bisect_eagle.perf.model.ThroughputModel`, "Reuse").
+
 Before any cost observation (the baseline) there is no prediction and the sampler alone decides. The
 distribution of a measurement is read as log-normal around the prediction with the spread of the interval's
 upper half (speculation's risk is on the upside: an unseen wiring may accept more than stage 1 says), and never
@@ -41,7 +50,7 @@ import numpy as np
 
 from bisect_eagle.engines import benchmark_of
 from bisect_eagle.engines.base import Engine
-from bisect_eagle.perf.model import Prediction, ThroughputModel
+from bisect_eagle.perf.model import Config, Prediction, ThroughputModel
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.record import ACCEPT_CURVE, effective_of
 
@@ -112,7 +121,9 @@ class ModelGuide:
         self.optimism = optimism
         self.standalone_metric = standalone_metric
         self.learned: set[str] = set()  # MLflow run ids already taught to the model
-        self._cache: dict[tuple[str, float], Forecast | None] = {}  # (fingerprint, target) -> forecast, this model
+        self._cache: dict[tuple[Config, float], Forecast | None] = {}  # (model's view, target) -> forecast
+        self._cache_state = self.model.state  # the model's state the cached forecasts were made in
+        self.forecasts = 0  # forecasts computed (not reused): what the model's guidance cost
         self._z = NormalDist().inv_cdf(optimism)
         self.live_learned = 0  # speculative live trials learned: until one, nothing is ruled out
 
@@ -123,7 +134,6 @@ class ModelGuide:
 
     def learn_gate(self, gate: Iterable[Mapping[str, Any]]) -> None:
         """Stage 1's per-position accuracy of each scored wiring, as the acceptance prior of its layer ids."""
-        self._cache.clear()
         for v in gate:
             per_position = [p[self.standalone_metric] if isinstance(p, Mapping) else p for p in v.get("per_position")
                             or []]
@@ -151,14 +161,27 @@ class ModelGuide:
                 continue
             new += 1
             self.live_learned += int(effective.get("num_steps") or 0) > 0
-        if new:
-            self._cache.clear()
-        return new
+        return new  # what the model learned advanced its state: the forecasts are made again (forecast)
 
     def forecast(self, effective: Mapping[str, Any], *, target: float) -> Forecast | None:
-        """The criterion metric of ``effective`` predicted against ``target``; None while the model cannot predict."""
+        """The criterion metric of ``effective`` predicted against ``target``; None while the model cannot predict.
+
+        Reused until the model learns something (the module docstring): settings the model reads alike share it.
+        """
         if not self.ready:
             return None
+        try:
+            key = (self.model.config(effective), target)
+        except ValueError:  # settings the model cannot read (e.g. topk > 1 without num_draft_tokens)
+            return None
+        if self._cache_state != self.model.state:  # the model learned something: every forecast may change
+            self._cache, self._cache_state = {}, self.model.state
+        if key not in self._cache:
+            self._cache[key] = self._forecast(effective, target=target)
+        return self._cache[key]
+
+    def _forecast(self, effective: Mapping[str, Any], *, target: float) -> Forecast | None:
+        self.forecasts += 1
         try:
             p = self.model.predict(effective)
         except ValueError:
@@ -203,10 +226,8 @@ class ModelGuide:
         if len(items) > CHOOSE_LIMIT:
             rng = np.random.default_rng(len(self.learned))
             items = [items[i] for i in rng.choice(len(items), CHOOSE_LIMIT, replace=False)]
-        for fp, (sampled, effective) in items:
-            if (fp, target) not in self._cache:  # forecasts stand until the model learns something
-                self._cache[fp, target] = self.forecast(effective, target=target)
-            fc = self._cache[fp, target]
+        for _, (sampled, effective) in items:
+            fc = self.forecast(effective, target=target)  # reused until the model learns something
             if fc is None:
                 return None, None, 0
             if self.hopeless(fc, target=target):

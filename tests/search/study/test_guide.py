@@ -159,3 +159,25 @@ def test_a_study_stops_when_no_untried_config_can_reach_the_target(tmp_path: Pat
     skipped = {t.user_attrs["fingerprint"] for t in study.trials if "skipped" in t.user_attrs}
     launched = {t.user_attrs["fingerprint"] for t in study.trials if "mlflow_run_id" in t.user_attrs}
     assert not skipped & launched  # (here the model chose every trial: nothing was proposed to skip)
+
+
+def test_forecasts_are_reused_until_the_model_learns_and_shared_by_configs_it_reads_alike():
+    guide, engine = _taught()
+    four = _effective(engine, num_steps=4)
+    more_prompts = _effective(engine, num_steps=4, num_prompts=16)  # another trial, the same config to the model
+    assert engine.plan(LiveSettings(num_steps=4)).fingerprint != engine.plan(
+        LiveSettings(num_steps=4, num_prompts=16)).fingerprint
+    made = guide.forecasts
+    first = guide.forecast(four, target=150.0)
+    assert guide.forecast(four, target=150.0) is first and guide.forecast(more_prompts, target=150.0) is first
+    untried = {"a": ({"num_steps": 4}, four), "b": ({"num_steps": 4, "p": 16}, more_prompts)}
+    guide.live_learned = 1
+    guide.choose(untried, target=150.0)  # the config it then runs: chosen and forecast alike, once
+    assert guide.forecasts == made + 1
+    assert guide.forecast(four, target=120.0) is not first and guide.forecasts == made + 2  # another target
+    guide.learned.add("seen")
+    assert guide.learn_runs(None, ["seen", None]) == 0  # nothing new: every forecast stands
+    assert guide.forecast(four, target=150.0) is first
+    guide.model.update(_effective(engine, num_steps=3), _truth(3, a=0.5), record=False)  # the model learned
+    again = guide.forecast(four, target=150.0)
+    assert again is not first and again.value < first.value and guide.forecasts == made + 3
