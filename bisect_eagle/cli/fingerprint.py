@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from bisect_eagle.cli.common import print_json, resolve_paths
@@ -68,13 +70,39 @@ def fingerprint(
             f"{m.first_values} / {m.target_first_values}",
         )
     console = Console()
-    console.print(table)
+    if Measurement.get(console, console.options.update(max_width=10_000), table).maximum <= console.width:
+        console.print(table)
+    else:  # too wide for this terminal: one block per tensor, every value whole
+        _print_blocks(console, title=str(table.title), result=result)
     rec = result.recommended
     console.print(f"recommended SGLang eagle_config.eagle_aux_hidden_state_layer_ids: "
                   f"{rec['eagle_aux_hidden_state_layer_ids']}  (hidden_states {rec['hidden_states']})")
     console.print(f"rule for the draft: {rec['rule'] if rec['rule'] is not None else 'none fits (see notes)'}")
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def _print_blocks(console: Console, *, title: str, result) -> None:
+    """The match table as one block of short lines per tensor, wrapped to the console's width (nothing cut)."""
+    width = max(40, console.width)
+
+    def say(text: str, indent: str = "") -> None:
+        for line in textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  "):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    say(title)
+    for m in result.matches:
+        console.print("")
+        say(f"{m.source} {m.position} ({m.role}): {m.label}")
+        say(f"ids: SGLang {_id(m.ids['sglang'])} · vLLM {_id(m.ids['vllm'])} · SpecForge "
+            f"{_id(m.ids['specforge'])}", "  ")
+        say(f"cosine {m.similarity:.5f} · norm ratio {m.norm_ratio:.3f} · rel. error {m.error:.4f} · separation "
+            f"{m.separation:.0f}×", "  ")
+        say(f"runner-up: {m.runner_up} (cosine {m.runner_up_similarity:.4f}, rel. error {m.runner_up_error:.4f})",
+            "  ")
+        say(f"first values: {m.first_values}", "  ")
+        say(f"target's:     {m.target_first_values}", "  ")
+    console.print("")
 
 
 def _with_capture_server(spec_path: Path, capture_ids: str | None, sglang_python: str | None, *, model, reader,

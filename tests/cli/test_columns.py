@@ -112,3 +112,18 @@ def test_help_fits(command):
     assert done.exit_code == 0, done.output
     fits(done.output)
     assert "1 parameters" not in done.output and "1 repeats" not in done.output
+
+
+def test_fingerprint_fits_as_one_block_per_tensor_and_cuts_nothing():
+    done = CliRunner().invoke(app, ["fingerprint", "--scenario", "tiny"])
+    assert done.exit_code == 0, done.output
+    assert max(map(len, done.output.splitlines())) <= 80 and "…" not in done.output  # cosine keeps 5 decimals
+    assert "dump 3 (final): hs[12] layer 11 output (final, pre-norm)" in done.output
+    assert "ids: SGLang 11 · vLLM 12 · SpecForge 11" in done.output
+
+
+def test_fingerprint_is_one_table_where_the_terminal_is_wide_enough(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    done = CliRunner().invoke(app, ["fingerprint", "--scenario", "tiny"])
+    assert done.exit_code == 0, done.output
+    assert "┃ tensor" in done.output and "…" not in done.output
