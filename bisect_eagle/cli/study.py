@@ -18,6 +18,7 @@ from rich.text import Text
 from bisect_eagle.cli.common import (
     RATIO_HEADER,
     load_spec_or_default,
+    plural,
     print_json,
     quiet_libraries,
     sigterm_as_exit,
@@ -159,7 +160,9 @@ def event_text(stage: str, message: str) -> str:
 
 
 def print_outcome(out: StudyOutcome, console: Console) -> None:
-    """Gate table, live trials, verdict, best config and where the runs are."""
+    """Gate table, live trials, verdict, what it cost, best config and where the runs are."""
+    from bisect_eagle.trials.launches import Launches
+
     if out.gate:
         table = Table(title="stage 1: standalone accuracy per wiring")
         for col in ("wiring", "live ids", "accuracy", "sim. AL", "gate"):
@@ -177,7 +180,8 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
             ratio = f"{t['value'] / out.baseline:.2f}" if t["value"] is not None and out.baseline else "-"
             value = f"{t['value']:.2f}" if t["value"] is not None else t["failure_class"] or "-"
             state = "duplicate" if t["duplicate"] else t["state"].lower()
-            table.add_row(str(t["number"]), escape(_short(t["params"])), value, ratio, state, (t["run_id"] or "")[:8])
+            table.add_row(str(t["number"]), escape(_short(t["params"], t.get("requested"))), value, ratio, state,
+                          (t["run_id"] or "")[:8])
         console.print(table)
     if out.counts.get("skipped"):
         console.print(f"the throughput model skipped {out.counts['skipped']} proposed configs predicted below the "
@@ -189,6 +193,10 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     if out.baseline is not None:
         tok_s = f" ({out.baseline_output_tok_s:.1f} tok/s)" if out.baseline_output_tok_s else ""
         console.print(f"baseline {out.metric} {out.baseline:.2f}{tok_s}, target {out.target:.2f}")
+    if out.launches:
+        live = out.counts.get("live_measured", 0)
+        console.print(f"cost: {plural(live, 'live trial')}, {Launches.from_json(out.launches).summary()}",
+                      markup=False)
     if out.best:
         b = out.best
         ratio = f" ({times_baseline(b['value'] / out.baseline)})" if out.baseline else ""
@@ -219,8 +227,14 @@ def ui_command(uri: str) -> str:
     return f"bisect-eagle ui --tracking-uri {uri}"
 
 
-def _short(params: dict[str, Any]) -> str:
-    return " ".join(f"{k.replace('eagle_aux_hidden_state_layer_ids', 'ids')}={v}" for k, v in params.items())
+def _short(params: dict[str, Any], requested: dict[str, Any] | None = None) -> str:
+    """``ids=[1, 5, 9] num_draft_tokens=4 (asked default)``: effective values, the request beside one that differs."""
+    def one(k: str, v: Any) -> str:
+        asked = (requested or {}).get(k, v)
+        beside = "" if asked == v else f" (asked {'default' if asked is None else asked})"
+        return f"{k.replace('eagle_aux_hidden_state_layer_ids', 'ids')}={v}{beside}"
+
+    return " ".join(one(k, v) for k, v in params.items())
 
 
 def finish(out: StudyOutcome, as_json: bool) -> None:

@@ -293,6 +293,9 @@ class StudyRun:
             return "invalid", None
         fp = plan.fingerprint
         trial.set_user_attr("fingerprint", fp)
+        # the searched settings as the engine runs them (a default it resolved, e.g. num_draft_tokens None -> 4):
+        # what tables and optuna-dashboard show beside the sampled params
+        trial.set_user_attr("effective", {k: plan.effective.get(k, v) for k, v in sampled.items()})
         forecast = self._forecast(trial, plan.effective)
         if self.guide is not None and self.guide.hopeless(forecast, target=self.ctx.target) and (
                 self.claims.get(fp) is None):  # a measured config is a duplicate, never "skipped"

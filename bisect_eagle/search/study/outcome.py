@@ -91,9 +91,11 @@ def _summary(c: dict[str, Any]) -> str:
 
 
 def trial_summary(t: optuna.trial.FrozenTrial, space: SearchSpace | None) -> dict[str, Any]:
-    """One Optuna trial for the outcome: its decoded params, state, value, fingerprint, run and failure."""
-    params = space.decode(t.params) if space is not None else dict(t.params)
-    return {"number": t.number, "state": t.state.name, "value": t.value, "params": params,
+    """One Optuna trial for the outcome: its decoded params (``requested``) and the values the engine runs them
+    as (``params``: effective, where the trial was planned), state, value, fingerprint, run and failure."""
+    requested = space.decode(t.params) if space is not None else dict(t.params)
+    params = {k: t.user_attrs.get("effective", {}).get(k, v) for k, v in requested.items()}
+    return {"number": t.number, "state": t.state.name, "value": t.value, "params": params, "requested": requested,
             "fingerprint": t.user_attrs.get("fingerprint"),
             "run_id": t.user_attrs.get("mlflow_run_id") or t.user_attrs.get("duplicate_of"),
             "duplicate": "duplicate_of" in t.user_attrs, "failure_class": t.user_attrs.get("failure_class")}

@@ -25,10 +25,25 @@ def test_trial_summary_decodes_params_and_names_the_run():
     study.tell(dup, 3.0)
     first, second = (trial_summary(t, space) for t in study.get_trials())
     assert first == {"number": 0, "state": "COMPLETE", "value": 3.0,
-                     "params": {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, "fingerprint": "fp",
+                     "params": {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]},
+                     "requested": {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, "fingerprint": "fp",
                      "run_id": "run-a", "duplicate": False, "failure_class": None}
     assert second["duplicate"] and second["run_id"] == "run-a"
     assert trial_summary(study.get_trials()[0], None)["params"] == {"eagle_aux_hidden_state_layer_ids": "1,5,9"}
+
+
+def test_a_setting_the_engine_resolved_shows_its_effective_value_beside_the_request():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = SearchSpace({"num_draft_tokens": Param(type="categorical", choices=[None, 8])}, {}, "test")
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial({"num_draft_tokens": None})
+    t = study.ask()
+    sampled = space.suggest(t)
+    assert sampled == {"num_draft_tokens": None}
+    t.set_user_attr("effective", {"num_draft_tokens": 4})  # as the loop stores the plan's value
+    study.tell(t, 2.0)
+    summary = trial_summary(study.get_trials()[0], space)
+    assert summary["params"] == {"num_draft_tokens": 4} and summary["requested"] == {"num_draft_tokens": None}
 
 
 def test_outcome_json_is_plain_data():
