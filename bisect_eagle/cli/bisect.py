@@ -90,8 +90,8 @@ def _print(report) -> None:
     noise = j["noise"]
     console.print(f"judged by {j['metric']} (limit {limit}, confidence {j['confidence']:g}, noise "
                   f"{100 * noise['sd_log']:.2f}% over {noise['dof']} dof): {plural(len(report.probes), 'probe')}, "
-                  f"{plural(report.live_trials, 'plan')} measured in {plural(report.samples, 'sample')}, bound "
-                  f"{report.probe_bound}")
+                  f"{plural(report.live_trials, 'plan')} measured in {plural(report.samples, 'sample')} "
+                  f"({report.launches} {report.launch_unit}), bound {report.probe_bound}")
     if report.unresolved:
         console.print(f"unresolved probes (skipped): {escape(str(report.unresolved))}")
     for note in report.notes:

@@ -91,6 +91,7 @@ def test_bisect_fits(store, capsys):
     text = capsys.readouterr().out
     fits(text)
     assert "breaks the good configuration when applied to it" in text.replace("\n", " ")
+    assert f"({bisect.launches} {bisect.launch_unit})" in text.replace("\n", " ")
 
 
 def test_export_fits_and_never_wraps_the_command(store):
