@@ -64,7 +64,7 @@ def start_parent_run(tracking: Tracking, *, spec: Spec, study: str, storage: str
 def experiment_description(spec: Spec) -> str:
     """The experiment's description: what its studies search, for which deployment."""
     lines = [f"bisect-eagle studies of spec `{Path(spec.source).name}`: EAGLE-3 speculative decoding settings "
-             f"searched to reach {spec.criterion.ratio:g}x the baseline {spec.criterion.metric}.", ""]
+             f"searched to reach {spec.criterion.ratio:g}× the baseline {spec.criterion.metric}.", ""]
     lines += [f"- {key}: `{value}`" for key, value in deployment_tags(spec).items()]
     if spec.description:
         lines += ["", spec.description]
@@ -102,24 +102,30 @@ def _num(v: float | None) -> str:
 
 
 def description(out: StudyOutcome) -> str:
-    """The parent run's markdown: verdict and best run (linked) first (the UI shows only the first lines until
-    "Show more"), then the target, the best config's metrics and settings, and the ``export`` command."""
+    """The parent run's markdown. Its first lines are what the UI shows before "Show more": the verdict, the best
+    run (linked) against the baseline and the target, stated once, and the command that deploys it; then why the
+    study stopped, its cost, the best config's metrics and settings."""
     verdict = "Target reached" if out.target_reached else "Target not reached"
     lines = [f"## {verdict}", ""]
     b = out.best
+    where = ""
+    if out.target is not None:
+        where = f" (baseline {_num(out.baseline)}, target ≥ {_num(out.target)})"
     if b:
         ratio = b["metrics"].get(ratio_name(out.metric))
-        times = f" = {ratio:.2f}x baseline" if ratio is not None else ""
-        lines += [f"**Best: [run {b['run_id'][:8]}](#/experiments/{out.experiment_id}/runs/{b['run_id']})**, "
-                  f"{out.metric} {_num(b['value'])}{times}.", ""]
-    lines.append(f"Verdict: {out.verdict}.")
-    target = f"Target: {out.metric} >= {_num(out.target)} (baseline {_num(out.baseline)}). " if out.target else ""
-    lines += ["", f"{target}Stopped: {out.stop_reason}."]
+        times = f" = {_times(ratio)}" if ratio is not None else ""
+        lines += [f"**Best: [run {b['run_id'][:8]}](#/experiments/{out.experiment_id}/runs/{b['run_id']})**: "
+                  f"{out.metric} {_num(b['value'])}{times}{where}.", "",
+                  f"Deploy it: `bisect-eagle export {b['run_id']} --tracking-uri {out.tracking_uri}` (the engine's "
+                  "launch command, its environment and the draft's config patch).", ""]
+    elif where:
+        lines += [f"{out.metric}{where}: no live trial finished ok; the failed trials' runs say why (tag "
+                  "`failure_class`).", ""]
+    lines += [f"Verdict: {out.verdict}. Stopped: {out.stop_reason}."]
     if out.launches is not None:
         lines += ["", f"Cost: {Launches.from_json(out.launches).summary()} for {out.counts['live_measured']} "
                       "live trials."]
     if not b:
-        lines += ["", "No live trial finished ok; the failed trials' runs say why (tag `failure_class`)."]
         return "\n".join(lines)
     lines += ["", "### Best config", "", "| metric | best | baseline | ratio |", "|---|---|---|---|"]
     baselines = {out.metric: out.baseline, "output_tok_s": out.baseline_output_tok_s}
@@ -128,12 +134,15 @@ def description(out: StudyOutcome) -> str:
         if value is not None:
             ratio = b["metrics"].get(ratio_name(name))
             lines.append(f"| {name} | {_num(value)} | {_num(baselines.get(name))} | "
-                         f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+                         f"{'-' if ratio is None else _times(ratio)} |")
     lines += ["", "| setting | value |", "|---|---|"]
     lines += [f"| {k} | `{v}` |" for k, v in sorted(b["params"].items()) if v not in ({}, None, [])]
-    lines += ["", "Serve it with SGLang (prints the launch command, its environment and the draft config patch):",
-              "", "```", f"bisect-eagle export {b['run_id']} --tracking-uri {out.tracking_uri}", "```"]
     return "\n".join(lines)
+
+
+def _times(ratio: float) -> str:
+    """A ratio to the baseline as every page writes it: ``1.04× baseline``."""
+    return f"{ratio:.2f}× baseline"
 
 
 def finish_parent_run(tracking: Tracking, outcome: StudyOutcome) -> None:

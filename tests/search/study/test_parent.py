@@ -69,5 +69,10 @@ def test_parent_run_carries_budget_and_spec_then_the_outcome(tracking, spec):
     assert run.info.status == "FINISHED"
     assert run.data.tags["outcome"] == "target reached" and run.data.tags["best_run_id"] == "r1"
     assert run.data.metrics["best_output_tok_s_ratio_to_baseline"] == pytest.approx(2.2)
-    assert "Target reached" in run.data.tags["mlflow.note.content"] and "r1" in run.data.tags["mlflow.note.content"]
+    note = run.data.tags["mlflow.note.content"]
+    head = note.splitlines()[:5]  # what the UI shows before "Show more"
+    assert head[0] == "## Target reached"
+    assert "output_tok_s 110.0 = 2.20× baseline (baseline 50, target ≥ 100.0)" in head[2]
+    assert head[4].startswith("Deploy it: `bisect-eagle export r1 --tracking-uri t`")
+    assert note.count("100.0") == 1 and "x baseline" not in note  # the target once, one ratio notation
     assert run.data.metrics["live_trials"] == 3 and run.data.metrics["tool_overhead_s_per_trial"] == 0.2
