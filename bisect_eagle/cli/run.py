@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from bisect_eagle.cli.common import VLLM_PYTHON_HELP
-from bisect_eagle.cli.study import study_command
+from bisect_eagle.cli.study import dry_run_command, study_command
 
 
 def run(
@@ -30,8 +30,14 @@ def run(
                                       "environment); overrides engine.sglang.python."),
     vllm_python: str = typer.Option(None, "--vllm-python", help=VLLM_PYTHON_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print only one JSON object at the end (no progress)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Plan every live config of the space with the engine "
+                                 "and say what the study would launch, refuse (and why) and what checked the plans; "
+                                 "run nothing, write nothing."),
 ) -> None:
     """Gate wirings by standalone accuracy, then search live settings to the target (exit 0 reached, 3 not)."""
+    if dry_run:
+        dry_run_command(spec=spec, sglang_python=sglang_python, vllm_python=vllm_python, as_json=as_json)
+        return
     study_command(spec=spec, storage=storage, tracking_uri=tracking_uri, sglang_python=sglang_python,
                   vllm_python=vllm_python,
                   as_json=as_json, study_name=study_name, resume=resume, max_live_trials=max_live_trials,

@@ -247,6 +247,47 @@ def finish(out: StudyOutcome, as_json: bool) -> None:
         raise typer.Exit(EXIT_NOT_REACHED)
 
 
+def dry_run_command(*, spec: Path | None, sglang_python: str | None, vllm_python: str | None,
+                    as_json: bool) -> None:
+    """``run --dry-run``: the study's plan (:func:`bisect_eagle.search.study.dryrun.plan_study`), printed; exit 0,
+    or 2 when the engine refuses every config. No store is opened and nothing is written."""
+    quiet_libraries()
+    s = load_spec_or_default(spec, live=False)  # the prompts are read at launch, which a dry run never reaches
+    use_pythons(s, sglang=sglang_python, vllm=vllm_python)
+    from bisect_eagle.engines import make_engine
+    from bisect_eagle.search.study.dryrun import plan_study
+
+    p = plan_study(s, engine_factory=make_engine)
+    if as_json:
+        print_json(p.to_json())
+        return
+    console = Console()
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
+    say(f"dry run of spec {s.name!r} on the {p.engine} engine: nothing runs, nothing is written")
+    if p.wirings:
+        say(f"stage 1 scores {plural(len(p.wirings), 'wiring')} offline; the ids of those that pass are launched:")
+        for w in p.wirings:
+            say(f"  {w}")
+    if p.baseline is not None:
+        state = f"refused: {p.baseline['refusal']}" if p.baseline["refusal"] else f"checked by {p.baseline['checked']}"
+        say(f"baseline (no speculation): plan {p.baseline['fingerprint']}, {state}")
+    else:
+        say(f"baseline: {s.baseline:g} (given by the spec; no baseline trial)")
+    space = f"{p.configs} configs" if p.listed else f"a sample of {p.configs} configs (the space cannot be listed)"
+    say(f"live space: {space}; {p.launchable} would launch, {sum(p.refused.values())} refused")
+    for what, n in p.checked.items():
+        say(f"  {plural(n, 'plan')} checked by {what}")
+    for reason, n in p.refused.items():
+        say(f"  {n} refused: {reason}")
+    b = p.budget
+    launches = f", at most {plural(b['max_launches'], 'launch', 'launches')}" if b["max_launches"] else ""
+    say(f"budget: at most {plural(b['max_live_trials'], 'live trial')}{launches}, {clock(b['max_wall_s'])} of wall "
+        "time")
+
+
 def study_command(*, spec: Path | None, storage: str | None, tracking_uri: str | None, sglang_python: str | None,
                   vllm_python: str | None, as_json: bool, join_wait_s: float | None = None, **options: Any) -> None:
     """The one body of ``run`` (a new or resumed study) and ``worker`` (joining one): exit 0 reached, 3 not.

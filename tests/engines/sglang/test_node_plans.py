@@ -130,3 +130,20 @@ def test_the_dry_run_shows_what_the_server_inherits_from_this_shell(node_spec, t
     asked = cli("live", "--spec", str(node_spec), "--dry-run", "--json", "--set", "env.NCCL_NVLS_ENABLE=0",
                 cwd=tmp_path)
     assert json.loads(asked.stdout)["plan"]["effective"]["env"]["NCCL_NVLS_ENABLE"] == "0"  # the spec's value wins
+
+
+def test_run_dry_run_says_what_the_node_study_would_launch_and_writes_nothing(node_spec, tmp_path):
+    res = cli("run", str(node_spec), "--dry-run", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    body = json.loads(res.stdout)
+    assert body["engine"] == "sglang" and body["listed"] and body["configs"] > 1
+    assert body["launchable"] == sum(body["checked"].values()) > 0
+    assert all(NOT_RESOLVED_HERE in what for what in body["checked"])  # judged as on the node, said plainly
+    assert not any(h in json.dumps(body) for h in HARDWARE)
+    assert body["baseline"] is None  # the spec gives the baseline's tok/s: no baseline trial to plan
+    text = cli("run", str(node_spec), "--dry-run", cwd=tmp_path)
+    said = " ".join(text.stdout.split())
+    assert text.returncode == 0 and "nothing runs, nothing is written" in said
+    assert f"live space: {body['configs']} configs; {body['launchable']} would launch" in said
+    assert "baseline: 90 (given by the spec; no baseline trial)" in said
+    assert list(tmp_path.iterdir()) == []  # no store, no log directory
