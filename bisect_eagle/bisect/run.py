@@ -58,7 +58,7 @@ from bisect_eagle.engines import make_engine
 from bisect_eagle.engines.base import Engine
 from bisect_eagle.errors import BadInput
 from bisect_eagle.report.study import plot_probes
-from bisect_eagle.spec.schema import Spec, check_setting_name
+from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
 from bisect_eagle.stats import deterministic
 from bisect_eagle.tracking.redact import REDACTED, Scrubber, redact_mapping
 from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
@@ -168,8 +168,8 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
     judge = _judge(opts, spec)
     for name in opts.overrides:
         check_setting_name(name, "--set")
-    base = {**good.settings, **opts.overrides}
-    bad_values = {**bad.settings, **opts.overrides}
+    base = with_overrides(good.settings, opts.overrides)  # either spelling of adaptive replaces the other
+    bad_values = with_overrides(bad.settings, opts.overrides)
     scrub = Scrubber(base, bad_values)
     say = (lambda m: progress(scrub(m))) if progress else None
     groups = [*(good.spec.groups if good.spec else []), *(bad.spec.groups if bad.spec else [])]

@@ -294,3 +294,13 @@ def test_a_deterministic_metric_takes_one_sample_per_endpoint_and_per_probe(tmp_
             "probe, no noise estimate")
     assert note in seen and note in out["notes"]
     assert out["judge"]["noise"]["dof"] == 0
+
+
+def test_set_adaptive_in_the_flag_spelling_replaces_the_field_at_both_ends(tmp_path, store):
+    """Both ends load with speculative_adaptive (the field); --set server_args.speculative_adaptive=false replaces
+    it in every probe (one setting, two spellings), so the bisect runs instead of refusing the pair."""
+    engine = NoisyEngine(lambda e: 100.0 if e["num_steps"] > 1 else 50.0)
+    ends = {"server_args.speculative_adaptive": True}
+    _, out, _ = bisect(tmp_path, store, engine, {**ends}, {**ends, "num_steps": 1},
+                       overrides={"server_args.speculative_adaptive": False})
+    assert out["breaking_sets"] == [["num_steps"]]
