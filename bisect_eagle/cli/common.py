@@ -91,14 +91,31 @@ URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///m
 def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: str | None):
     """(tracking, parent run) of a spec's study (default: its newest)."""
     from bisect_eagle.report.study import find_parent
+    from bisect_eagle.tracking.redact import redact_url
     from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
     from bisect_eagle.tracking.stores import check_stores
 
     s = load_spec_or_default(spec, live=False)
     uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)
     check_stores(storage=None, tracking_uri=uri)  # an unreachable store is one line within seconds
+    reading(f"reading study {study_name or '(newest)'} of spec {s.name!r} from {redact_url(uri)}")
     tracking = Tracking.open(uri, s.name)
     return tracking, find_parent(tracking, study_name)
+
+
+def reading(what: str, *, stream: Any = None) -> None:
+    """Say on a terminal's stderr what a command is reading before a wait of seconds (``reading the dump ...``).
+
+    Only where stderr is a terminal: a script or a pipe gets stdout unchanged and, on bad input, stderr's one line.
+    """
+    import shutil
+    import textwrap
+
+    stream = stream or sys.stderr
+    if stream.isatty():
+        width = shutil.get_terminal_size().columns
+        print(textwrap.fill(f"… {what}", width=max(40, width), subsequent_indent="  ", break_on_hyphens=False,
+                            break_long_words=True), file=stream, flush=True)
 
 
 def num(value: object) -> str:

@@ -14,7 +14,14 @@ from typing import Any
 
 import typer
 
-from bisect_eagle.cli.common import URI_HELP, VLLM_PYTHON_HELP, print_json, quiet_libraries, use_pythons
+from bisect_eagle.cli.common import (
+    URI_HELP,
+    VLLM_PYTHON_HELP,
+    print_json,
+    quiet_libraries,
+    reading,
+    use_pythons,
+)
 from bisect_eagle.trials.record import trial_failure
 
 
@@ -59,6 +66,7 @@ def export(
     trial failed or its engine refuses the plan, unless --force)."""
     from bisect_eagle.errors import BadInput
     from bisect_eagle.report.study import best_row, trials_frame
+    from bisect_eagle.tracking.redact import redact_url
     from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
 
     quiet_libraries()
@@ -74,8 +82,10 @@ def export(
                            "give a RUN_ID")
         run_id = str(best["run_id"])
         uri = tracking.uri
+    reading(f"reading run {run_id} from {redact_url(uri)}")
     tracking, run = Tracking.of_run(uri, run_id)
     run_id = run.info.run_id  # the whole id of a prefix
+    reading(f"planning run {run_id[:8]}'s trial with its study's engine (its parser checks the command)")
     failure = trial_failure(run)
     plan = export_plan(tracking, run, port=port, sglang_python=sglang_python, vllm_python=vllm_python)
     plan["trial_failure"] = failure

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from bisect_eagle.cli.common import print_json, resolve_paths
+from bisect_eagle.cli.common import print_json, reading, resolve_paths
 
 
 def _id(value: int | None) -> str:
@@ -47,7 +47,9 @@ def fingerprint(
     validate_data(target=p["target"], dump=p["dump"], draft=draft)
     if draft is None and scenario:
         draft = scenarios.get(scenario).draft
+    reading(f"loading the target {p['target']} and the dump {p['dump']}")
     model, reader, loaded = load(p["target"], p["dump"], draft=draft)
+    reading(f"running the target over {samples} dumped sample(s) to match every tensor to a layer")
     if spec is not None:
         result = _with_capture_server(spec, capture_ids, sglang_python, model=model, reader=reader, draft=loaded,
                                       samples=samples)

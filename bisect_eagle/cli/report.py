@@ -19,6 +19,7 @@ from bisect_eagle.cli.common import (
     open_study_run,
     print_json,
     quiet_libraries,
+    reading,
     times_baseline,
 )
 from bisect_eagle.report.model import INTERVAL, best_measured, measured_per_concurrency, per_concurrency
@@ -198,6 +199,7 @@ def report(
     tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name)
     study = parent.data.tags.get("study", parent.info.run_name)
     folder = out or Path.cwd() / "mlruns" / "reports" / study
+    reading(f"reading the runs of study {study!r} and drawing its plots")
     rep = write_report(tracking, parent, out=folder)
     best = None if rep.best is None else rep.best.dropna().to_dict()
     if as_json:

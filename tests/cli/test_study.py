@@ -140,3 +140,18 @@ def test_the_progress_line_changes_at_least_every_10_s_with_a_slow_engine(tmp_pa
     assert bars[:first_live] and not [b for b in bars[:first_live] if "live trials" in b]  # no 0/2 in stage 1
     assert any("wiring 1/5" in b for b in bars[:first_live])
     assert "live trials" in bars[first_live]
+
+
+def test_what_a_command_reads_is_said_on_a_terminal_only():
+    import io
+
+    from bisect_eagle.cli.common import reading
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Terminal(), io.StringIO()
+    reading("reading run 7ca37e03", stream=tty)
+    reading("reading run 7ca37e03", stream=pipe)
+    assert tty.getvalue() == "… reading run 7ca37e03\n" and pipe.getvalue() == ""
