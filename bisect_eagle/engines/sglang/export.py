@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bisect_eagle.engines.sglang.oracle import STAND_IN_PARSER, parser_spec
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
@@ -35,8 +36,12 @@ def export(spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], 
     finally:
         planner.close()
     argv = list(plan.argv or [])
+    warnings = list(plan.warnings)
+    if parser_spec(list(server.launch_command)) == STAND_IN_PARSER:
+        warnings.insert(0, "this spec's engine launches the stand-in `bisect-eagle serve` (SGLang's flags and HTTP "
+                           "API on the CPU), not SGLang: the command serves the tiny pair here, not a deployment")
     return {"argv": argv, "command": shlex.join(argv),
             "env": {k: (f"${k}" if v == REDACTED else v) for k, v in (plan.env or {}).items()},
             "draft_config": None if settings.is_baseline else str(draft / "config.json"),
             "draft_config_patch": plan.config_patch, "checked": plan.checked, "refusal": plan.refusal,
-            "fingerprint": plan.fingerprint, "warnings": list(plan.warnings)}
+            "fingerprint": plan.fingerprint, "warnings": warnings}

@@ -163,6 +163,33 @@ def test_export_serves_what_the_trials_plan_measured(tmp_path, monkeypatch, kind
     assert out["draft_config"] == str(draft / "config.json") and out["draft_config_patch"] is None
 
 
+def test_export_names_the_stand_in_as_the_stand_in(tmp_path):
+    from bisect_eagle.engines.sglang.export import export
+    from bisect_eagle.spec.schema import settings_from
+
+    tiny = scenarios.get("tiny")
+    raw = {"name": "stand-in", "scenario": "tiny", "engine": {"kind": "sglang", "sglang": {
+        "launch_command": [str(Path(sys.executable).parent / "bisect-eagle"), "serve"]}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
+    out = export(load_spec(tmp_path / "spec.yaml"), settings_from({"num_steps": 3}, "trial"), effective={},
+                 port=30000)
+    assert out["refusal"] is None and str(tiny.draft) in out["command"]
+    assert out["warnings"][0].startswith("this spec's engine launches the stand-in `bisect-eagle serve`")
+    sglang = _export_plain(tmp_path)
+    assert not any("stand-in" in w for w in sglang["warnings"])
+
+
+def _export_plain(tmp_path) -> dict:
+    from bisect_eagle.engines.sglang.export import export
+    from bisect_eagle.spec.schema import settings_from
+
+    raw = {"name": "real", "scenario": "tiny", "engine": {"kind": "sglang", "sglang": {"launch_command": SGLANG,
+                                                                                       "python": sys.executable}}}
+    (tmp_path / "real.yaml").write_text(yaml.safe_dump(raw))
+    return export(load_spec(tmp_path / "real.yaml"), settings_from({"num_steps": 3}, "trial"), effective={},
+                  port=30000)
+
+
 # -- the environment the server inherits ---------------------------------------------------------------------
 
 
