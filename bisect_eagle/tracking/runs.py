@@ -11,8 +11,8 @@ One client per process; every log call is one ``log_batch``. A run of a stage th
 (:data:`MEASURED_STAGES`) carries system metrics until :meth:`Tracking.finish`
 (:mod:`bisect_eagle.tracking.sysmetrics`).
 :meth:`Tracking.run_guard` is the one place that ends a run KILLED or FAILED when the code inside it raises.
-A run id given by a user may be any unique prefix of at least :data:`MIN_RUN_ID_PREFIX` characters (the 8 every
-table shows); :meth:`Tracking.of_run` is the one place that resolves it.
+A run id given by a user may be any unique prefix of it (:mod:`bisect_eagle.tracking.run_ids`); :meth:`Tracking.of_run`
+is the one place that resolves it.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 
 from bisect_eagle.errors import BadInput
 from bisect_eagle.tracking.redact import Scrubber, redact_url
+from bisect_eagle.tracking.run_ids import resolve_run_id
 from bisect_eagle.tracking.stores import check_stores
 from bisect_eagle.tracking.sysmetrics import SystemMetrics
 
@@ -52,9 +53,6 @@ MEASURED_STAGES = ("baseline", "live", "confirm", "reproduce")  # runs of an eng
 CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
 PACKAGES = ("bisect-eagle", "torch", "transformers", "optuna", "mlflow", "sglang")
 TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to spare)
-MIN_RUN_ID_PREFIX = 6  # the shortest run-id prefix a command accepts
-RUN_ID_LENGTH = 32  # MLflow run ids: 32 lowercase hex digits
-HEX = frozenset("0123456789abcdef")
 
 
 def tag_values(tags: Mapping[str, object]) -> dict[str, str]:
@@ -89,47 +87,6 @@ def _use_wal(db: Path) -> None:
     with contextlib.closing(sqlite3.connect(str(db), timeout=60)) as conn:
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode=WAL")
-
-
-def resolve_run_id(client: Any, text: str, *, uri: str) -> str:
-    """The whole id of the one run whose id starts with ``text`` (case-insensitive), in any experiment of the store.
-
-    Args:
-        client: an ``mlflow.MlflowClient`` of the store.
-        text: a whole run id, or a prefix of at least :data:`MIN_RUN_ID_PREFIX` hex digits.
-        uri: the store's URI, for the messages (its password hidden).
-
-    Raises:
-        BadInput: one line when ``text`` is shorter than the minimum or not hex digits, matches no run, or is
-            the prefix of several (naming them, 8 characters each).
-    """
-    from mlflow.entities import ViewType
-
-    prefix = text.strip().lower()
-    where = f"the tracking store {redact_url(uri)}"
-    if len(prefix) < MIN_RUN_ID_PREFIX or len(prefix) > RUN_ID_LENGTH or not set(prefix) <= HEX:
-        raise BadInput(f"run {text!r}: not a run id (give at least {MIN_RUN_ID_PREFIX} of its hex digits, e.g. the "
-                       "8 every table shows)")
-    if len(prefix) == RUN_ID_LENGTH:
-        return prefix
-    experiments, token = [], None
-    while True:
-        page = client.search_experiments(view_type=ViewType.ALL, max_results=1000, page_token=token)
-        experiments += [e.experiment_id for e in page]
-        token = page.token
-        if not token:
-            break
-    # hex digits only, so the prefix holds no LIKE wildcard; a few matches are enough to say it is ambiguous
-    runs = client.search_runs(experiments, filter_string=f"attributes.run_id LIKE '{prefix}%'",
-                              run_view_type=ViewType.ALL, max_results=10) if experiments else []
-    ids = sorted({r.info.run_id for r in runs})
-    if not ids:
-        raise BadInput(f"run {text!r} not found in {where} (give --tracking-uri or set MLFLOW_TRACKING_URI)")
-    if len(ids) > 1:
-        shown = ", ".join(f"{i[:max(8, len(prefix) + 2)]}" for i in ids)
-        raise BadInput(f"run {text!r} is ambiguous in {where}: {len(ids)}{'+' if len(ids) == 10 else ''} runs "
-                       f"start with it ({shown}); give more characters")
-    return ids[0]
 
 
 def owner_id() -> str:
@@ -269,9 +226,10 @@ class Tracking:
     def of_run(cls, uri: str, run_id: str) -> tuple[Tracking, Any]:
         """The store and experiment holding ``run_id``, and the run.
 
-        ``run_id`` is a whole MLflow run id or any unique prefix of at least :data:`MIN_RUN_ID_PREFIX` characters
-        (:func:`resolve_run_id`); the run's whole id is ``run.info.run_id``. Raises :class:`BadInput` (one line)
-        when the store does not exist, the prefix is too short, ambiguous or matches no run.
+        ``run_id`` is a whole MLflow run id or any unique prefix of it
+        (:func:`~bisect_eagle.tracking.run_ids.resolve_run_id`); the run's whole id is ``run.info.run_id``.
+        Raises :class:`BadInput` (one line) when the store does not exist, the prefix is too short, ambiguous or
+        matches no run.
         """
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
