@@ -31,6 +31,29 @@ def sglang_accepts(python: str, argv: list[str]) -> bool:
     return res.returncode == 0 and "accepted" in res.stdout
 
 
+# the same check over many argvs in one interpreter (SGLang's import is most of a check's two seconds): one verdict
+# per line, an argparse exit or a ServerArgs error is a refusal
+PARSE_MANY = """import json, sys
+from sglang.srt.server_args import prepare_server_args
+for argv in json.loads(sys.stdin.read()):
+    try:
+        prepare_server_args(argv)
+        print("accepted", flush=True)
+    except BaseException as e:
+        print("refused", type(e).__name__, flush=True)
+"""
+
+
+def sglang_accepts_all(python: str, argvs: list[list[str]]) -> list[bool]:
+    """:func:`sglang_accepts` of each argv, in one SGLang process."""
+    res = subprocess.run([python, "-c", PARSE_MANY], input=json.dumps(argvs), capture_output=True, text=True,
+                         timeout=600)
+    verdicts = [line.startswith("accepted") for line in res.stdout.splitlines()
+                if line.startswith(("accepted", "refused"))]
+    assert len(verdicts) == len(argvs), res.stdout[-2000:] + res.stderr[-2000:]
+    return verdicts
+
+
 def server_argv(argv: list[str]) -> list[str]:
     """The arguments after ``python -m sglang.launch_server``."""
     return argv[argv.index("sglang.launch_server") + 1:]
@@ -66,6 +89,14 @@ def test_refused_before_launch_with_sglangs_reason(sets, reason, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_batch_check_refuses_what_the_single_check_refuses():
+    python = sglang_python()
+    good = ["--model-path", "/m", "--tp-size", "1"]
+    bad = [*good, "--no-such-flag"]
+    assert sglang_accepts(python, good) and not sglang_accepts(python, bad)
+    assert sglang_accepts_all(python, [good, bad, good]) == [True, False, True]
+
+
 def test_every_planned_value_of_every_shipped_spec_is_accepted_or_refused_by_sglang(tmp_path):
     """Each space value once (around the spec's fixed settings): SGLang's parser accepts what the plan lets through.
 
@@ -81,16 +112,20 @@ def test_every_planned_value_of_every_shipped_spec_is_accepted_or_refused_by_sgl
         spec.engine.sglang.python = python
         space = SearchSpace(spec.space, spec.engine.settings, str(path))
         engine = make_engine(spec, tmp_path / "logs")
+        accepted: list[tuple[dict, list[str]]] = []
         with engine:
             for name in space.order:
                 for value in space.values(name) or []:
                     sampled = {name: value, **({"topk": 2} if name == "num_draft_tokens" else {})}
                     plan = engine.plan(space.settings(sampled))
                     if plan.refusal is None:
-                        assert sglang_accepts(python, server_argv(list(plan.argv))), (path.name, sampled)
+                        accepted.append((sampled, server_argv(list(plan.argv))))
                     else:
                         assert any(r in plan.refusal for r in ("SGLang refuses", "organize_draft_results",
                                                                "num_draft_tokens is required")), plan.refusal
+        verdicts = sglang_accepts_all(python, [argv for _, argv in accepted])
+        refused = [(path.name, s) for (s, _), ok in zip(accepted, verdicts, strict=True) if not ok]
+        assert accepted and not refused, refused
     assert not (tmp_path / "logs").exists()
 
 
