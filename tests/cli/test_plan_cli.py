@@ -21,14 +21,22 @@ def plan(*args: str, cwd: Path) -> dict:
     return json.loads(out.stdout)["plan"]
 
 
+@pytest.fixture(scope="module")
+def local_base(tmp_path_factory) -> dict:
+    """The tiny scenario's default local plan (planned once for the module)."""
+    return plan("--scenario", "tiny", cwd=tmp_path_factory.mktemp("base"))
+
+
+def test_local_plan_resolves_the_drafts_ids_and_a_real_change_is_another_trial(local_base, tmp_path):
+    assert local_base["engine"] == "local" and {"fingerprint", "effective", "warnings"} <= set(local_base)
+    assert local_base["effective"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]  # the draft's own ids, resolved
+    assert plan("--scenario", "tiny", "--set", "num_steps=4", cwd=tmp_path)["fingerprint"] != local_base["fingerprint"]
+
+
 @pytest.mark.parametrize("same", [["--set", "env.NCCL_ALGO=Ring"], ["--set", "server_args.attention_backend=triton"],
                                   ["--set", "eagle_aux_hidden_state_layer_ids=[1,5,9]"], ["--set", "concurrency=4"]])
-def test_local_plan_ignores_what_the_local_engine_ignores(tmp_path, same):
-    base = plan("--scenario", "tiny", cwd=tmp_path)
-    assert base["engine"] == "local" and {"fingerprint", "effective", "warnings"} <= set(base)
-    assert base["effective"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]  # the draft's own ids, resolved
-    assert plan("--scenario", "tiny", *same, cwd=tmp_path)["fingerprint"] == base["fingerprint"]
-    assert plan("--scenario", "tiny", "--set", "num_steps=4", cwd=tmp_path)["fingerprint"] != base["fingerprint"]
+def test_local_plan_ignores_what_the_local_engine_ignores(local_base, tmp_path, same):
+    assert plan("--scenario", "tiny", *same, cwd=tmp_path)["fingerprint"] == local_base["fingerprint"]
 
 
 def test_sglang_plan_hashes_secret_looking_values_and_never_prints_them(tmp_path):

@@ -24,6 +24,10 @@ from bisect_eagle.engines.sglang.oracle_script import NOT_RESOLVED_HERE
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.spec.load import load_spec
 
+# every test here runs the CLI against SGLang's real parser and capture hook on a 61-layer node spec: minutes in
+# all, so CI's system step runs them
+pytestmark = pytest.mark.system
+
 GLM5 = Path(__file__).resolve().parents[2] / "fixtures" / "targets" / "glm5"
 HARDWARE = ("No accelerator", "Torch not compiled with CUDA", "CUDA driver", "no CUDA GPUs")
 CAPTURE_RULE = "GlmMoeDsaForCausalLM.set_eagle3_layers_to_capture maps ids to layers_to_capture"
