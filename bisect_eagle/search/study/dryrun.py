@@ -9,7 +9,6 @@ host without the node's GPUs, vLLM's parser). A space that cannot be listed (a f
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -100,7 +99,7 @@ def _sampled(space: SearchSpace, n: int) -> list[dict[str, Any]]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     out = []
-    for _ in itertools.repeat(None, n):
+    for _ in range(n):
         trial = study.ask()
         out.append(space.suggest(trial))
         study.tell(trial, 0.0)
