@@ -20,7 +20,7 @@ from typing import Any
 _HOME = {
     "AcceptanceModel": "acceptance", "chain_accept_length": "acceptance", "tree_survival": "acceptance",
     "wiring_key": "acceptance", "Benchmark": "benchmark", "STEADY_STATE": "benchmark", "CostModel": "cost",
-    "context_keys": "cost", "Config": "model", "ErrorReport": "model", "Prediction": "model",
+    "context_keys": "cost", "Config": "model", "ErrorReport": "accuracy", "Prediction": "model",
     "ThroughputModel": "model", "metrics_from_result": "model",
 }
 __all__ = sorted(_HOME)

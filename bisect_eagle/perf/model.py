@@ -26,7 +26,6 @@ so the cost fit never inherits the acceptance model's errors. Adaptive trials on
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -35,6 +34,7 @@ import numpy as np
 
 from bisect_eagle.perf import acceptance as acc
 from bisect_eagle.perf import horizon
+from bisect_eagle.perf.accuracy import ErrorRecord, ErrorReport, error_report
 from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
 from bisect_eagle.perf.cost import CostModel, component_work, context_keys, generation_work
 
@@ -116,40 +116,6 @@ class Prediction:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "speedup": self.speedup}
-
-
-@dataclass(frozen=True)
-class ErrorRecord:
-    """A prediction made before a measurement, and the measurement."""
-
-    config: Config
-    predicted: Prediction
-    measured_tok_s: float
-    measured_accept_length: float
-
-    @property
-    def rel_error(self) -> float:
-        return abs(self.predicted.tok_s - self.measured_tok_s) / self.measured_tok_s
-
-    @property
-    def inside(self) -> bool:
-        return self.predicted.low <= self.measured_tok_s <= self.predicted.high
-
-
-@dataclass(frozen=True)
-class ErrorReport:
-    """Relative error of predictions made *before* each measurement."""
-
-    n: int
-    median_rel_error: float
-    mean_rel_error: float
-    p90_rel_error: float
-    accept_length_median_rel_error: float
-    coverage: float  # share of measurements inside [low, high]
-    records: list[ErrorRecord]
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "records"}
 
 
 @dataclass(frozen=True)
@@ -414,17 +380,7 @@ class ThroughputModel:
 
     def error_report(self) -> ErrorReport:
         """Median (mean, p90) relative error of the predictions :meth:`update` made before each measurement."""
-        recs = list(self._records)
-        if not recs:
-            return ErrorReport(0, math.nan, math.nan, math.nan, math.nan, math.nan, [])
-        errs = sorted(r.rel_error for r in recs)
-        al_errs = [abs(r.predicted.accept_length - r.measured_accept_length) / r.measured_accept_length
-                   for r in recs if math.isfinite(r.measured_accept_length) and r.measured_accept_length > 0]
-        return ErrorReport(
-            n=len(recs), median_rel_error=statistics.median(errs), mean_rel_error=statistics.fmean(errs),
-            p90_rel_error=float(np.quantile(errs, 0.9)),
-            accept_length_median_rel_error=statistics.median(al_errs) if al_errs else math.nan,
-            coverage=sum(r.inside for r in recs) / len(recs), records=recs)
+        return error_report(self._records)
 
 
 def _verify_steps(m: Mapping[str, Any], al: float) -> float | None:
