@@ -137,6 +137,12 @@ def times_baseline(ratio: float | None, baseline: float | None = None) -> str:
     return f"{float(ratio):.2f}× baseline" + ("" if baseline is None else f" {num(baseline)}")
 
 
+def trial_ref(name: str | None, run_id: str) -> str:
+    """A trial as every command refers to it: its name and the run id a user copies (``live 003 (run 7ca37e03…)``,
+    the id given whole or as a prefix), or ``run 7ca37e03…`` alone for a run without a name."""
+    return f"{name} (run {run_id})" if name else f"run {run_id}"
+
+
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     """``1 error``, ``2 errors``, ``0 errors``: a count with its noun in the right number."""
     return f"{count} {noun if count == 1 else plural_form or noun + 's'}"

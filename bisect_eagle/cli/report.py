@@ -21,6 +21,7 @@ from bisect_eagle.cli.common import (
     quiet_libraries,
     reading,
     times_baseline,
+    trial_ref,
 )
 from bisect_eagle.report.model import INTERVAL, best_measured, measured_per_concurrency, per_concurrency
 
@@ -46,7 +47,7 @@ def wrapped(text: str, indent: str = "  ") -> list[str]:
 
 def summary_lines(parent, rep) -> list[str]:
     """Target, verdict, why it stopped, and the best run with its metrics and settings."""
-    from bisect_eagle.report.study import study_value
+    from bisect_eagle.report.study import study_value, trial_label
 
     metric, m = rep.metric, parent.data.metrics
     baseline, target = study_value(parent, "baseline", metric=metric), study_value(parent, "target", metric=metric)
@@ -63,7 +64,7 @@ def summary_lines(parent, rep) -> list[str]:
     best = rep.best
     if best is None:
         return [*lines, "best: no live trial finished ok"]
-    lines += wrapped(f"best: run {best['run_id']} ({best['run_name']})")
+    lines += wrapped(f"best: {trial_ref(trial_label(best), best['run_id'])}")
     shown = []
     for name in dict.fromkeys([metric, "accept_length", "output_tok_s"]):
         if name in best and pd.notna(best[name]):
@@ -79,8 +80,10 @@ def summary_lines(parent, rep) -> list[str]:
 
 
 def trial_lines(frame: pd.DataFrame, metric: str, *, settings: list[str]) -> list[str]:
-    """Live trials, best first: value, ratio, the other headline metric, settings, and a failure's class
-    (wrapped at 80 columns, never cut)."""
+    """Live trials, best first: the trial's name and run, value, ratio, the other headline metric, settings, and a
+    failure's class (wrapped at 80 columns, never cut)."""
+    from bisect_eagle.report.study import trial_label
+
     if frame.empty or "stage" not in frame:
         return []
     live = frame[frame["stage"] == "live"].copy()
@@ -90,14 +93,15 @@ def trial_lines(frame: pd.DataFrame, metric: str, *, settings: list[str]) -> lis
         live = live.sort_values(metric, ascending=False, na_position="last")
     other = "accept_length" if metric == "output_tok_s" else "output_tok_s"
     lines = [f"live trials ({len(live)}), best first:",
-             f"{'run':<8} {metric[:13]:>13} {RATIO_HEADER:>10} {other[:13]:>13}  settings"]
+             f"{'trial':<8} {'run':<8} {metric[:13]:>13} {RATIO_HEADER:>10} {other[:13]:>13}  settings"]
     ratio = f"{metric}_ratio_to_baseline"
     for _, r in live.iterrows():
-        cells = f"{str(r['run_id'])[:8]:<8} {num(r.get(metric)):>13} {num(r.get(ratio)):>10} {num(r.get(other)):>13}  "
+        cells = (f"{trial_label(r):<8} {str(r['run_id'])[:8]:<8} {num(r.get(metric)):>13} {num(r.get(ratio)):>10} "
+                 f"{num(r.get(other)):>13}  ")
         failure = r.get("failure_class")
         state = f" FAILED: {failure}" if isinstance(failure, str) else ""
         state = state or ("" if r.get("outcome") == "ok" else f" ({r.get('outcome')})")
-        lines += wrapped(cells + setting_text(r, settings) + state, indent=" " * 49)
+        lines += wrapped(cells + setting_text(r, settings) + state, indent=" " * len(cells))
     return lines
 
 

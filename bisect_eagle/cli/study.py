@@ -23,6 +23,7 @@ from bisect_eagle.cli.common import (
     quiet_libraries,
     sigterm_as_exit,
     times_baseline,
+    trial_ref,
     use_pythons,
 )
 
@@ -162,6 +163,7 @@ def event_text(stage: str, message: str) -> str:
 def print_outcome(out: StudyOutcome, console: Console) -> None:
     """Gate table, live trials, verdict, what it cost, best config and where the runs are."""
     from bisect_eagle.trials.launches import Launches
+    from bisect_eagle.trials.record import trial_name
 
     if out.gate:
         table = Table(title="stage 1: standalone accuracy per wiring")
@@ -180,8 +182,8 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
             ratio = f"{t['value'] / out.baseline:.2f}" if t["value"] is not None and out.baseline else "-"
             value = f"{t['value']:.2f}" if t["value"] is not None else t["failure_class"] or "-"
             state = "duplicate" if t["duplicate"] else t["state"].lower()
-            table.add_row(str(t["number"]), escape(_short(t["params"], t.get("requested"))), value, ratio, state,
-                          (t["run_id"] or "")[:8])
+            table.add_row(trial_name("live", number=t["number"]), escape(_short(t["params"], t.get("requested"))),
+                          value, ratio, state, (t["run_id"] or "")[:8])
         console.print(table)
     if out.counts.get("skipped"):
         console.print(f"the throughput model skipped {out.counts['skipped']} proposed configs predicted below the "
@@ -205,7 +207,8 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
         extra = ""
         if tok_s and out.metric != "output_tok_s":
             extra = f", {tok_s:.1f} tok/s" + (f" ({times_baseline(tok_ratio)})" if tok_ratio else "")
-        console.print(f"best: {out.metric} {b['value']:.2f}{ratio}{extra} (run {b['run_id']})")
+        console.print(f"best: {trial_ref(best_name(out), b['run_id'])}", markup=False)
+        console.print(f"  {out.metric} {b['value']:.2f}{ratio}{extra}", markup=False)
         for key, value in sorted(b["params"].items()):
             if value not in ({}, None):
                 console.print(f"  {key}: {value}", markup=False)
@@ -213,6 +216,15 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
                   f"parent run {out.parent_run_id} (study {out.study})")
     console.print("see them (the study's run is the answer; tables and plots: bisect-eagle report):", markup=False)
     console.print(f"  {ui_command(out.tracking_uri)}", markup=False, soft_wrap=True)
+
+
+def best_name(out: StudyOutcome) -> str | None:
+    """The name of the Optuna trial that measured the best run (``live 003``); None when no trial did (the best is
+    a config measured outside the search, the baseline's)."""
+    from bisect_eagle.trials.record import trial_name
+
+    number = next((t["number"] for t in out.trials if t["run_id"] == out.best["run_id"] and not t["duplicate"]), None)
+    return None if number is None else trial_name("live", number=number)
 
 
 def ui_command(uri: str) -> str:

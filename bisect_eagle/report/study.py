@@ -15,10 +15,10 @@ import pandas as pd
 from bisect_eagle.errors import BadInput
 from bisect_eagle.report.model import INTERVAL, ModelError, ModelView, adaptive_lines, model_view
 from bisect_eagle.tracking.runs import Tracking
-from bisect_eagle.trials.record import run_metrics
+from bisect_eagle.trials.record import TRIAL_TAG, run_metrics
 
 PLOTTED = ("accept_length", "output_tok_s")
-IDENTITY_COLUMNS = ("run_id", "run_name", "stage", "status", "outcome", "gate", "failure_class")
+IDENTITY_COLUMNS = ("run_id", "run_name", "trial", "stage", "status", "outcome", "gate", "failure_class")
 SHORT = {"eagle_aux_hidden_state_layer_ids": "ids"}  # column names as a terminal or a plot shows them
 
 
@@ -40,12 +40,13 @@ def study_value(parent, kind: str, *, metric: str) -> float | None:
 
 
 def trials_frame(tracking: Tracking, parent_run_id: str) -> pd.DataFrame:
-    """One row per child run: identity columns, the settings (effective, as logged) and the trial's own metrics
-    (MLflow's ``system/*`` samples left out)."""
+    """One row per child run: identity columns (``trial``: the trial's one name, ``live 003``), the settings
+    (effective, as logged) and the trial's own metrics (MLflow's ``system/*`` samples left out)."""
     rows = []
     for run in tracking.child_runs(parent_run_id):
         tags = run.data.tags
-        row = {"run_id": run.info.run_id, "run_name": run.info.run_name, "stage": tags.get("stage"),
+        row = {"run_id": run.info.run_id, "run_name": run.info.run_name, "trial": tags.get(TRIAL_TAG),
+               "stage": tags.get("stage"),
                "status": run.info.status, "outcome": tags.get("outcome"), "gate": tags.get("gate"),
                "failure_class": tags.get("failure_class")}
         row.update({k: v for k, v in run.data.params.items() if not k.startswith("requested.")})
@@ -101,11 +102,11 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
     # constrained layout: rotated tick labels, legends and a suptitle
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False, layout="constrained")
     for ax, name in zip(axes[0], settings or [None], strict=True):
-        if name is None:  # every trial had the same settings: one point per trial, named by its run
-            values = live[["run_id", metric]].dropna()
+        if name is None:  # every trial had the same settings: one point per trial, named as the trial is
+            values = live.dropna(subset=[metric])
             ax.scatter(range(len(values)), values[metric], color="#08519c", zorder=3, s=18)
-            ax.set_xticks(range(len(values)), [str(r)[:8] for r in values["run_id"]], rotation=30, ha="right",
-                          fontsize=8)
+            ax.set_xticks(range(len(values)), [trial_label(r) for _, r in values.iterrows()], rotation=30,
+                          ha="right", fontsize=8)
             ax.set_xlabel("live trial (no setting varied)", fontsize=9)
         else:
             values = live[[name, metric]].dropna()
@@ -129,6 +130,13 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def trial_label(row: pd.Series) -> str:
+    """A trials-table row as a person reads it: the trial's name (``live 003``), else its run id's first 8
+    characters (a run logged before trials were named)."""
+    name = row.get("trial")
+    return name if isinstance(name, str) and name else str(row["run_id"])[:8]
 
 
 def _line_color(label: str) -> str:

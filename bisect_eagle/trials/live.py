@@ -19,14 +19,18 @@ from bisect_eagle.spec.schema import WIRING_SETTING
 from bisect_eagle.stats import median_mad
 from bisect_eagle.tracking.runs import flat_params
 from bisect_eagle.trials.record import (
+    NUMBER_TAG,
+    TRIAL_TAG,
     TrialContext,
     TrialRecord,
     _effective_tag,
     _log_result,
     deployment_tags,
+    live_trial_name,
     ratio_name,
     run_name,
     scrubber_for,
+    trial_name,
 )
 
 
@@ -44,8 +48,9 @@ def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float]
     return metrics, rep
 
 
-def _measure(ctx: TrialContext, plan: TrialPlan) -> tuple[list[TrialResult], float, bool]:
-    """Run the engine ``repeats`` times (fewer when the first one fails or is pruned); (results, s, pruned)."""
+def _measure(ctx: TrialContext, plan: TrialPlan, rounds: int = 1) -> tuple[list[TrialResult], float, bool]:
+    """Run the engine ``repeats`` times (fewer when the first one fails or is pruned), each a launch measuring
+    ``rounds`` benchmark rounds (:meth:`~bisect_eagle.engines.base.Engine.run_rounds`); (results, s, pruned)."""
     search = ctx.spec.search
     settings = plan.settings
     if ctx.engine is None:
@@ -55,7 +60,7 @@ def _measure(ctx: TrialContext, plan: TrialPlan) -> tuple[list[TrialResult], flo
     for i in range(search.repeats):
         t0 = time.perf_counter()
         try:
-            result = ctx.engine.run(plan)
+            result = ctx.engine.run(plan) if rounds == 1 else ctx.engine.run_rounds(plan, rounds=rounds)
         finally:  # an interrupted run was a launch too
             seconds = time.perf_counter() - t0
             engine_s += seconds
@@ -79,36 +84,46 @@ def run_live_trial(
     tags: dict[str, str] | None = None,
     on_start: Callable[[str], None] | None = None,
     label: str | None = None,
+    rounds: int = 1,
 ) -> TrialRecord:
     """Measure ``plan`` (``repeats`` times) as one child run of ``parent_run_id``; never uses the cache.
 
-    A refused plan becomes a FAILED ``bad_arguments`` run at once (nothing runs) and a failed record. A failed
-    run's name ends with its failure class (``... [failed: oom]``). ``label`` names the run instead of the stage.
+    The run is named from ``stage``, ``number`` (a study's Optuna trial number, also tagged ``trial_number``),
+    ``label`` (which names the run instead of the stage) and, for stage ``confirm``, the confirmation ``tags``
+    (:func:`~bisect_eagle.trials.record.trial_name`; a candidate is named after the study's live trial of its
+    ``confirm_of`` fingerprint). A refused plan becomes a FAILED ``bad_arguments`` run at once (nothing runs) and
+    a failed record. A failed run's name ends with its failure class (``... [failed: oom]``).
     """
     start = time.perf_counter()
     effective, fp = plan.effective, plan.fingerprint
     params = flat_params(effective)
     params.update({f"requested.{k}": v for k, v in flat_params(plan.requested).items() if params.get(k) != v})
+    tags = dict(tags or {})
+    of = (live_trial_name(ctx.tracking, tags["confirm_of"], parent_run_id=parent_run_id)
+          if stage == "confirm" and tags.get("confirm_role") == "candidate" else None)
+    name = trial_name(stage, number=number, label=label, tags=tags, of=of)
+    if number is not None:
+        tags[NUMBER_TAG] = str(number)
     run_id = ctx.tracking.start_run(
-        run_name(stage, effective, number=number, label=label),
-        tags={"stage": stage, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner, **deployment_tags(ctx.spec),
-         "engine": plan.engine, "checked": plan.checked or "the engine's own rules",
-         **_effective_tag(effective), **(tags or {})},
+        run_name(name, stage, effective),
+        tags={"stage": stage, TRIAL_TAG: name, "fingerprint": fp, "study": ctx.study, "owner": ctx.owner,
+         **deployment_tags(ctx.spec), "engine": plan.engine, "checked": plan.checked or "the engine's own rules",
+         **_effective_tag(effective), **tags},
         params=params, parent_run_id=parent_run_id)
     if on_start is not None:
         on_start(run_id)
     if plan.refusal is not None:
         record = TrialRecord(fingerprint=fp, stage=stage, status="failed", value=None, metrics={},
-                             effective=effective, run_id=run_id, failure_class="bad_arguments",
+                             effective=effective, run_id=run_id, name=name, failure_class="bad_arguments",
                              failure_detail=plan.refusal, warnings=list(plan.warnings))
         _log_result(ctx, plan, record, [])
         record.wall_s = time.perf_counter() - start
         return record
     # Ctrl-C or SIGTERM ends the run KILLED, an engine bug FAILED, a BadInput FAILED as bad_arguments; re-raised
     with ctx.tracking.run_guard(run_id, failure_classes={BadInput: "bad_arguments"}, scrub=scrubber_for(plan)):
-        results, engine_s, pruned = _measure(ctx, plan)
+        results, engine_s, pruned = _measure(ctx, plan, rounds)
     record = _record(ctx, plan, stage, results, pruned, run_id)
-    record.engine_s = engine_s
+    record.name, record.engine_s = name, engine_s
     _log_result(ctx, plan, record, results)
     record.wall_s = time.perf_counter() - start
     return record

@@ -1,14 +1,14 @@
 """The schema of a trial's MLflow run, written and read in one place.
 
 A live trial's run carries: params = the plan's effective settings (with ``requested.*`` beside the ones the
-engine changed), tags (``stage``, ``fingerprint``, ``outcome``, ``value``, ``effective`` when it fits a tag,
-failure class and detail, warnings), metrics (the criterion's median over repeats and its MAD, the ratios to
-the baseline, the per-position acceptance as one curve, ``launches``: the engine runs the trial made,
-:mod:`bisect_eagle.trials.launches`), and the artifact ``trial.json``, which holds each fact
-once: ``plan`` (the engine's plan: requested, effective, fingerprint, warnings, refusal, launch) and
-``repeats`` (what each measurement returned, without the settings the plan already states). Readers
-(:func:`find_cached`, :func:`effective_of`, :func:`settings_of_run`, :func:`spec_of_study`, the model's inputs)
-use only this module.
+engine changed), tags (``stage``, ``trial``: its one name (:func:`trial_name`), ``trial_number`` in a study,
+``fingerprint``, ``outcome``, ``value``, ``effective`` when it fits a tag, failure class and detail, warnings),
+metrics (the criterion's median over repeats and its MAD, the ratios to the baseline, the per-position
+acceptance as one curve, ``launches``: the engine runs the trial made, :mod:`bisect_eagle.trials.launches`),
+and the artifact ``trial.json``, which holds each fact once: ``plan`` (the engine's plan: requested, effective,
+fingerprint, warnings, refusal, launch) and ``repeats`` (what each measurement returned, without the settings
+the plan already states). Readers (:func:`find_cached`, :func:`effective_of`, :func:`settings_of_run`,
+:func:`spec_of_study`, :func:`live_trial_name`, the model's inputs) use only this module.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +36,8 @@ POSITION_METRIC = "accept_rate_pos_"  # the engines' per-position acceptance, lo
 ACCEPT_CURVE = "accept_rate_per_position"  # step = draft position
 DEPLOYMENT = ("target", "draft", "dump", "prompts")
 TRIAL_JSON = "trial.json"
+TRIAL_TAG = "trial"  # a trial run's one name (trial_name): the CLI's tables, report and the UI call it so
+NUMBER_TAG = "trial_number"  # a study's live trial: its Optuna trial number
 
 
 def ratio_name(metric: str) -> str:
@@ -90,6 +93,7 @@ class TrialRecord:
     metrics: dict[str, float]
     effective: dict[str, Any]
     run_id: str
+    name: str = ""  # trial_name (its ``trial`` tag; empty for a run logged before the tag existed)
     cached: bool = False
     failure_class: str | None = None
     failure_detail: str | None = None
@@ -159,24 +163,56 @@ def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | No
     return TrialRecord(
         fingerprint=fingerprint, stage=tags.get("stage", ""), status=tags["outcome"],
         value=float(value) if value not in (None, "None") else None, metrics=run_metrics(run),
-        effective=effective_of(tracking, run), run_id=run.info.run_id, cached=True,
+        effective=effective_of(tracking, run), run_id=run.info.run_id, name=tags.get(TRIAL_TAG, ""), cached=True,
         failure_class=tags.get("failure_class"), failure_detail=tags.get("failure_detail"),
     )
 
 
-def run_name(stage: str, effective: dict[str, Any], *, number: int | None = None, label: str | None = None) -> str:
-    """A readable run name: ``live 003 ids=1,5,9 steps=3 topk=1`` or ``baseline (no speculation)``.
+def trial_name(stage: str, *, number: int | None = None, label: str | None = None,
+               tags: Mapping[str, str] | None = None, of: str | None = None) -> str:
+    """The one name of a trial: its ``trial`` tag, the head of its run name (:func:`run_name`), the ``name`` user
+    attribute of its Optuna trial, and what ``run``'s tables and ``report`` call it.
 
-    ``label`` replaces the stage and number (e.g. ``probe 04 +num_steps``).
+    - a study's live trial: ``live 003``, ``number`` being its Optuna trial number (optuna-dashboard's
+      ``number=3``);
+    - a study's baseline (stage ``baseline``): ``baseline``, once per study;
+    - a confirmation measurement (stage ``confirm``): ``confirm 1 candidate live 003`` or ``confirm 1 baseline``,
+      from ``tags`` as the confirmation step sets them (``confirm_pair``: the pair's 0-based index, shown from 1;
+      ``confirm_role``) and ``of``, the name of the trial a candidate re-measures (left out when None);
+    - ``label`` as given (a bisect's ``probe 04 +num_steps``);
+    - else the stage (``live``: one trial of ``bisect-eagle live``; ``reproduce``).
+
+    Raises:
+        KeyError: stage ``confirm`` without ``confirm_pair`` and ``confirm_role`` in ``tags``.
     """
-    if effective.get("speculative_algorithm") == "none" and label is None:
-        return "baseline (no speculation)"
-    head = label or (f"{stage} {number:03d}" if number is not None else stage)
+    if label is not None:
+        return label
+    if stage == "confirm":
+        tags = tags or {}
+        role = tags["confirm_role"]
+        return " ".join(["confirm", str(int(tags["confirm_pair"]) + 1), role,
+                         *([of] if role == "candidate" and of else [])])
+    return f"{stage} {number:03d}" if number is not None else stage
+
+
+def run_name(name: str, stage: str, effective: dict[str, Any]) -> str:
+    """A trial's MLflow run name: its :func:`trial_name`, then what it ran where the name does not say it
+    (``live 003 ids=1,5,9 steps=3 topk=1``, ``probe 04 +num_steps no speculation``); a baseline's and a
+    confirmation measurement's name alone (``baseline``, ``confirm 2 baseline``: the candidate's settings are its
+    trial's)."""
+    if stage in ("baseline", "confirm"):
+        return name
     if effective.get("speculative_algorithm") == "none":
-        return f"{head} no speculation"
+        return f"{name} no speculation"
     ids = effective.get(WIRING_SETTING)
     wiring = "server-default" if ids is None else ",".join(str(i) for i in ids)
-    return f"{head} ids={wiring} steps={effective.get('num_steps')} topk={effective.get('topk')}"
+    return f"{name} ids={wiring} steps={effective.get('num_steps')} topk={effective.get('topk')}"
+
+
+def live_trial_name(tracking: Tracking, fingerprint: str, *, parent_run_id: str) -> str | None:
+    """The name (``trial`` tag) of the study's finished live trial of ``fingerprint``; None when it has none."""
+    run = tracking.find_fingerprint(fingerprint, stages=("live",), parent_run_id=parent_run_id)
+    return None if run is None else run.data.tags.get(TRIAL_TAG)
 
 
 def scrubber_for(plan: TrialPlan) -> Scrubber:

@@ -80,7 +80,8 @@ def test_report_fits_and_states_target_verdict_and_best(store):
     assert "× baseline" in done.output and not OTHER_RATIOS.search(done.output)
     assert "target: accept_length >= 4.5 (4.50× baseline; baseline accept_length 1)" in done.output
     assert "verdict: target" in done.output
-    assert f"best: run {out.best['run_id']}" in done.output
+    (best,) = [t for t in out.trials if t["run_id"] == out.best["run_id"] and not t["duplicate"]]
+    assert f"best: live {best['number']:03d} (run {out.best['run_id']})" in done.output
 
 
 def test_bisect_fits(store, capsys):

@@ -58,7 +58,8 @@ def test_left_comes_from_the_trial_budget_and_the_measured_trial_times():
 def test_an_event_does_not_repeat_its_stage():
     assert event_text("standalone", "standalone 1/5: [:-1]") == "1/5: [:-1]"
     assert event_text("baseline", "baseline trial (no speculation)") == "trial (no speculation)"
-    assert event_text("live", "trial 7ca37e03: 4.60 (ok)") == "trial 7ca37e03: 4.60 (ok)"
+    assert event_text("live", "live 003: 4.60 (ok), run 7ca37e03") == "003: 4.60 (ok), run 7ca37e03"
+    assert event_text("live", "every config is claimed; waiting") == "every config is claimed; waiting"
     assert event_text("live", "live") == "live"
 
 

@@ -112,7 +112,8 @@ def test_report_command_fits_80_columns(study, monkeypatch):
     assert max(len(line) for line in lines) <= 80 and "…" not in done.output
     assert any(line.startswith("target: output_tok_s >= ") for line in lines)
     assert "verdict: target not reached" in done.output
-    assert f"best: run {out.best['run_id']}" in done.output
+    (best,) = [t for t in out.trials if t["run_id"] == out.best["run_id"] and not t["duplicate"]]
+    assert f"best: live {best['number']:03d} (run {out.best['run_id']})" in done.output
     assert not any(line.startswith("model:") for line in lines)  # search.model.enabled: false, nothing to say
     assert not any(len(x) > 8 for line in lines for x in line.split() if x.replace(".", "").isdigit())
 

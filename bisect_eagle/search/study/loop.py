@@ -47,7 +47,7 @@ from bisect_eagle.search.study.spend import Spend
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.trials.launches import Launches, launch_unit
 from bisect_eagle.trials.live import run_live_trial
-from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached
+from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached, trial_name
 from bisect_eagle.trials.standalone import Scorer, Verdict, run_standalone_trial
 
 OVERRIDE = "search.model.enabled: false measures them anyway"
@@ -242,7 +242,7 @@ class StudyRun:
         config is measured again, a running one may reach the target. False when there were none."""
         running = [c for c in claims if c.state == "running"]
         if running:
-            self.emit("live", f"{why}; waiting for {len(running)} running trial(s) of other workers")
+            self.emit("live", f"{why}; waiting for the trials other workers are running ({len(running)})")
             for c in running:
                 self.claims.wait_done(c.fingerprint, timeout_s=self._time_left())
         return bool(running)
@@ -274,13 +274,14 @@ class StudyRun:
                 if kind == "measured" and record is not None:
                     self.spend.measured += 1
                     shown = f"{record.value:.2f}" if record.value is not None else record.failure_class
-                    self.emit("live", f"trial {record.run_id[:8]}: {shown} ({record.status})")
+                    self.emit("live", f"{record.name}: {shown} ({record.status}), run {record.run_id[:8]}")
 
     def one_trial(self, space: SearchSpace) -> tuple[TrialKind, TrialRecord | None]:
         """One Optuna trial: what it came to (:data:`TrialKind`) and the record when measured."""
         trial = self.study.ask()
         self.first_beat(trial._trial_id)
         trial.set_user_attr("owner", self.ctx.owner)
+        trial.set_user_attr("name", trial_name("live", number=trial.number))  # its MLflow run's, once measured
         sampled = space.suggest(trial)
         try:
             plan = self.ctx.plan(space.settings(sampled))
@@ -333,7 +334,7 @@ class StudyRun:
 
         try:
             record = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
-                                    number=trial.number, tags={"trial_number": str(trial.number)}, on_start=started)
+                                    number=trial.number, on_start=started)
         except BaseException:  # interrupted or broken: not a result; the config may be measured again
             self.claims.release(fp)
             self.study.tell(trial, state=TrialState.FAIL)
