@@ -156,3 +156,57 @@ def test_what_a_command_reads_is_said_on_a_terminal_only():
     reading("reading run 7ca37e03", stream=tty)
     reading("reading run 7ca37e03", stream=pipe)
     assert tty.getvalue() == "… reading run 7ca37e03\n" and pipe.getvalue() == ""
+
+
+@pytest.fixture(scope="module")
+def named(tmp_path_factory):
+    """A fake-engine grid study (a duplicate among its trials, a confirmed candidate): its outcome, spec file,
+    Optuna study and MLflow store."""
+    import optuna
+    from fake_engine import FakeEngine, make_spec, search
+
+    from bisect_eagle.spec.load import load_spec
+    from bisect_eagle.tracking.runs import Tracking
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    root = tmp_path_factory.mktemp("named")
+    path = make_spec(root, "named", ratio=1.5, high=4, budget=8, sampler="grid")
+    store = {"storage": f"sqlite:///{root}/optuna.db", "tracking": f"sqlite:///{root}/mlflow.db"}
+    out = search(load_spec(path), FakeEngine(), store)
+    study = optuna.load_study(storage=store["storage"], study_name=out.study)
+    return out, path, study, Tracking.open(out.tracking_uri, "named")
+
+
+def test_a_trial_has_one_name_in_runs_table_report_mlflow_and_optuna(named, tmp_path):
+    """The number in run's table = the Optuna trial number = the number in the MLflow run name = report's."""
+    import io
+
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from bisect_eagle.cli import app
+    from bisect_eagle.cli.study import print_outcome
+
+    out, spec, study, tracking = named
+    buf = io.StringIO()
+    print_outcome(out, Console(file=buf, width=160))
+    table = re.findall(r"^│ (live \d{3}) +│.*│ (\w+) +│ ([0-9a-f]{8}) │$", buf.getvalue(), re.M)
+    shown = [t for t in study.trials if t.value is not None or "failure_class" in t.user_attrs]
+    assert table == [(f"live {t.number:03d}", "duplicate" if "duplicate_of" in t.user_attrs else t.state.name.lower(),
+                      (t.user_attrs.get("mlflow_run_id") or t.user_attrs["duplicate_of"])[:8]) for t in shown]
+    assert "duplicate" in [state for _, state, _ in table]  # a duplicate keeps its own name, with the run it reused
+    measured = {f"live {t.number:03d}": t.user_attrs["mlflow_run_id"] for t in shown if "mlflow_run_id" in t.user_attrs}
+    for name, run_id in measured.items():
+        run = tracking.get_run(run_id)
+        assert run.info.run_name.startswith(f"{name} ids=") and run.data.tags["trial"] == name
+    assert {t.user_attrs["name"] for t in study.trials} == {f"live {t.number:03d}" for t in study.trials}
+    best = next(name for name, run in measured.items() if run == out.best["run_id"])
+    assert f"best: {best} (run {out.best['run_id']})\n" in buf.getvalue()
+
+    done = CliRunner().invoke(app, ["report", str(spec), "--tracking-uri", out.tracking_uri, "--out",
+                                    str(tmp_path / "report")])
+    assert done.exit_code == 0, done.output
+    rows = re.findall(r"^(live \d{3}) ([0-9a-f]{8}) ", done.output, re.M)
+    assert sorted(rows) == sorted((name, run[:8]) for name, run in measured.items())
+    assert rows[0] == (best, out.best["run_id"][:8])  # best first
+    assert f"best: {best} (run {out.best['run_id']})" in done.output

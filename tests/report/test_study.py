@@ -132,3 +132,11 @@ def test_a_single_trial_is_drawn_as_a_point_with_its_lines(tmp_path):
     assert point.sum() > 20  # the trial's marker
     red = (drawn[..., 0] > 0.75) & (drawn[..., 1] < 0.3) & (drawn[..., 2] < 0.3)
     assert red.sum() > 50  # the target line
+
+
+def test_a_trial_row_is_labelled_by_its_name_else_its_run():
+    from bisect_eagle.report.study import trial_label
+
+    assert trial_label(pd.Series({"run_id": "7ca37e03aa11", "trial": "live 003"})) == "live 003"
+    assert trial_label(pd.Series({"run_id": "7ca37e03aa11", "trial": float("nan")})) == "7ca37e03"  # logged unnamed
+    assert trial_label(pd.Series({"run_id": "7ca37e03aa11"})) == "7ca37e03"

@@ -112,3 +112,55 @@ def test_optuna_dashboard_sees_the_objective_by_name_and_the_target(tmp_path):
     assert study.metric_names == ["output_tok_s"]
     assert study.user_attrs["baseline"] > 0
     assert study.user_attrs["target"] == pytest.approx(study.user_attrs["baseline"] * spec.criterion.ratio)
+
+
+@pytest.fixture(scope="module")
+def confirmed(tmp_path_factory):
+    """A fake-engine grid study on output tok/s whose candidate is confirmed on 3 interleaved pairs; its
+    progress messages are kept."""
+    from fake_engine import make_spec, search
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    root = tmp_path_factory.mktemp("names")
+    spec = load_spec(make_spec(root, "names", ratio=1.5, high=4, budget=8, sampler="grid"))
+    store = {"storage": f"sqlite:///{root}/optuna.db", "tracking": f"sqlite:///{root}/mlflow.db"}
+    messages: list[tuple[str, str]] = []
+    out = search(spec, FakeEngine(), store, progress=lambda p: messages.append((p.stage, p.message)))
+    study = optuna.load_study(storage=store["storage"], study_name=out.study)
+    return out, study, Tracking.open(out.tracking_uri, "names"), messages
+
+
+def test_an_optuna_trial_and_its_mlflow_run_have_one_name_and_number(confirmed):
+    out, study, tracking, messages = confirmed
+    runs = {r.info.run_id: r for r in tracking.child_runs(out.parent_run_id)}
+    measured = [t for t in study.trials if "mlflow_run_id" in t.user_attrs]
+    assert len(measured) == out.counts["live_measured"] >= 4
+    for t in study.trials:
+        assert t.user_attrs["name"] == f"live {t.number:03d}"  # optuna-dashboard shows it beside number=N
+    for t in measured:
+        run = runs[t.user_attrs["mlflow_run_id"]]
+        assert run.data.tags["trial"] == t.user_attrs["name"] and run.data.tags["trial_number"] == str(t.number)
+        assert run.info.run_name.startswith(t.user_attrs["name"] + " ids=")
+        assert ("live", f"{t.user_attrs['name']}: {t.value:.2f} (ok), run {run.info.run_id[:8]}") in messages
+    assert study.best_trial.user_attrs["name"] == runs[out.best["run_id"]].data.tags["trial"]
+    assert study.best_trial.user_attrs["mlflow_run_id"] == out.best["run_id"]
+
+
+def test_the_baseline_is_named_once_and_confirmation_runs_by_pair_and_role(confirmed):
+    out, _, tracking, _ = confirmed
+    children = tracking.child_runs(out.parent_run_id)
+    names = [r.info.run_name for r in children]
+    assert len(set(names)) == len(names)
+    assert [r.info.run_name for r in children if r.data.tags["stage"] == "baseline"] == ["baseline"]
+    assert [n for n in names if "baseline" in n and not n.startswith("confirm ")] == ["baseline"]
+    candidate = tracking.get_run(out.best["run_id"]).data.tags["trial"]
+    pairs = out.confirmation["pairs"]
+    assert candidate.startswith("live ") and pairs >= 3
+    confirm = [r for r in children if r.data.tags["stage"] == "confirm"]
+    for r in confirm:  # named from the tags the confirmation step sets: its pair (0-based there) and role
+        role, pair = r.data.tags["confirm_role"], int(r.data.tags["confirm_pair"]) + 1
+        assert r.info.run_name == r.data.tags["trial"] == " ".join(
+            ["confirm", str(pair), role, *([candidate] if role == "candidate" else [])])
+    assert sorted(r.info.run_name for r in confirm if r.data.tags["confirm_role"] == "candidate") == [
+        f"confirm {k} candidate {candidate}" for k in range(1, pairs + 1)]
+    assert {r.data.tags["confirm_role"] for r in confirm} == {"candidate", "baseline"}
