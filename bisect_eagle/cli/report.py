@@ -17,6 +17,7 @@ from bisect_eagle.cli.common import (
     URI_HELP,
     num,
     open_study_run,
+    plural,
     print_json,
     quiet_libraries,
     reading,
@@ -111,12 +112,11 @@ def model_lines(rep: Report, *, settings: list[str]) -> list[str]:
     it), and the best config per concurrency level."""
     view = rep.model
     lines = [line for note in view.notes for line in wrapped(note)]
-    skipped = "" if view.skipped is None else (
-        f"{view.skipped or 'no'} config{'' if view.skipped == 1 else 's'} skipped as predicted below the target")
+    skipped = "" if view.skipped is None else f"{plural(view.skipped, 'config')} skipped as predicted below the target"
     if view.error is not None:
         e = view.error
-        lines += wrapped(f"model: median error {100 * e.median_rel_error:.1f} % over {e.n} "
-                         f"trial{'' if e.n == 1 else 's'}, {e.inside}/{e.n} inside the {INTERVAL} interval"
+        lines += wrapped(f"model: median error {100 * e.median_rel_error:.1f} % over {plural(e.n, 'trial')}, "
+                         f"{e.inside}/{e.n} inside the {INTERVAL} interval"
                          + (f"; {skipped}" if skipped else ""))
     elif skipped:
         lines += wrapped(f"model: {skipped}")

@@ -234,3 +234,20 @@ def test_an_unreadable_model_json_is_named_not_raised(store):
     body, why = read_artifact(tracking, parent.info.run_id)
     assert body is None and why.startswith("model.json of the study's run is not JSON")
     assert read_artifact(tracking, find_parent(tracking, "no-model").info.run_id) == (None, None)
+
+
+def test_the_models_counts_are_worded_in_the_right_number():
+    from bisect_eagle.cli.report import model_lines
+    from bisect_eagle.report.model import ModelError, ModelView
+    from bisect_eagle.report.study import Report
+
+    def lines(n: int, skipped: int | None) -> str:
+        view = ModelView(points=pd.DataFrame(), error=ModelError(n=n, inside=n, median_rel_error=0.05), artifact=None,
+                         adaptive=None, skipped=skipped, notes=[])
+        return " ".join(" ".join(model_lines(Report(pd.DataFrame(), None, [], "output_tok_s", view),
+                                             settings=[])).split())  # wrapped at 80 columns
+
+    assert lines(1, 0) == ("model: median error 5.0 % over 1 trial, 1/1 inside the 80 % interval; 0 configs "
+                           "skipped as predicted below the target")
+    assert lines(2, 1).endswith("over 2 trials, 2/2 inside the 80 % interval; 1 config skipped as predicted below "
+                                "the target")
