@@ -147,9 +147,12 @@ class Display:
             total, completed, count = n, i - 1, f"wiring {i}/{n}"
         else:  # before live trials (plan, gate, baseline): a pulsing bar, no count of trials not yet begun
             total, completed, count = None, 0, ""
-        self.bar.update(self.task, total=total, completed=completed, stage=p.stage, count=count,
-                        best="-" if p.best is None else f"{p.best:.2f}",
-                        target="-" if p.target is None else f"{p.target:.2f}")
+        fields = {"stage": p.stage, "count": count, "best": "-" if p.best is None else f"{p.best:.2f}",
+                  "target": "-" if p.target is None else f"{p.target:.2f}"}
+        if total is None and self.bar.tasks[0].total is not None:  # rich's update keeps a total: a new task pulses
+            self.bar.remove_task(self.task)
+            self.task = self.bar.add_task("search", total=None, **fields)
+        self.bar.update(self.task, total=total, completed=completed, **fields)
         self.bar.refresh()  # the line agrees with the event just printed
 
 

@@ -63,6 +63,22 @@ def test_an_event_does_not_repeat_its_stage():
     assert event_text("live", "live") == "live"
 
 
+def test_the_bar_counts_wirings_in_stage_1_pulses_before_live_trials_then_counts_them():
+    from bisect_eagle.cli.study import Display
+
+    events = [("standalone", "standalone 1/5: [:-1]", 0), ("standalone", "standalone 2/5: [1:]", 0),
+              ("standalone", "gate (reference 0.5, margin 0.1): 1 of 5 wirings go live: [:-1]", 0),
+              ("baseline", "baseline trial (no speculation)", 0), ("live", "live 000: 4.60 (ok), run 7ca37e03", 1)]
+    seen = []
+    with Display(enabled=True) as display:
+        for stage, message, done in events:
+            display(StudyProgress(stage=stage, message=message, done=done, total=8, elapsed_s=1.0, max_wall_s=60.0))
+            task = display.bar.tasks[0]
+            seen.append((task.fields["stage"], task.fields["count"], task.total))
+    assert seen == [("standalone", "wiring 1/5", 5), ("standalone", "wiring 2/5", 5), ("standalone", "", None),
+                    ("baseline", "", None), ("live", "1/8 live trials", 8)]  # no "0/8 live trials" in stage 1
+
+
 DRIVER = """
 import sys
 sys.path.insert(0, {tests!r})
