@@ -1,20 +1,31 @@
-"""``bisect-eagle ui``: the MLflow UI for the store (``mlflow server`` on 127.0.0.1), with two URLs: the newest
-study's parent run (its description is the answer: verdict, best config, export command) and its live trials, best
-first, with the columns that matter.
+"""``bisect-eagle ui``: the MLflow UI for the store (``mlflow server`` on 127.0.0.1), with three URLs: the newest
+study's parent run (its description is the answer: verdict, best config, export command), its live trials and
+baseline, best first, with the columns that matter, and their charts, the criterion metric first.
 
 The runs table opens in one of the runs page's saved views (MLflow >= 3.15: "Views -> Save as new view" in the
 UI, shareable by URL): a view is the experiment tag ``mlflow.sharedViewState.<key>`` holding
-``{"name", "createdAt", "updatedAt", "state"}`` with ``state`` the page's state as JSON (the search facets
-``searchFilter``, ``orderByKey``, ``orderByAsc`` and the table's ``selectedColumns``), and
-``#/experiments/<id>/runs?viewStateShareKey=<key>`` opens it. Columns are not a URL parameter of the runs page
-in 3.17 (its own parameters are only the facets above plus ``startTime``, ``lifecycleFilter``,
-``modelVersionFilter``, ``datasetsFilter``, ``compareRunsMode`` and ``workflowType``),
-and a URL that carries a facet makes the page ignore the view, so the view's URL carries none.
+``{"name", "createdAt", "updatedAt", "state"}`` with ``state`` the page's state as JSON, and
+``#/experiments/<id>/runs?viewStateShareKey=<key>`` opens it. MLflow 3.17 applies from a view the search facets
+(``searchFilter``, ``orderByKey``, ``orderByAsc``, ...) and these keys of the page's UI state: ``selectedColumns``,
+``columnOrder``, ``columnWidths``, ``runsHiddenMode``, ``compareRunCharts``, ``compareRunSections``,
+``isAccordionReordered``, ``groupBy`` and a few display switches (not the pinned, hidden or expanded runs).
+Columns are not a URL parameter of the runs page in 3.17 (its own parameters are only the facets plus
+``startTime``, ``lifecycleFilter``, ``modelVersionFilter``, ``datasetsFilter``, ``compareRunsMode`` and
+``workflowType``), and a URL that carries a facet makes the page ignore the view, so the view's URL carries none.
+
 :func:`save_live_view` writes one view per experiment (key ``bisect-eagle-live-trials``, overwritten by each
-``ui``): the newest study's live trials, best first, with the criterion metric, accept length, output tok/s
-and their ratios to the baseline, the searched params and the stage. The experiment's ``mlflow.experimentKind``
-tag (set by :mod:`bisect_eagle.tracking.runs`) keeps MLflow 3 from opening it in GenAI mode, and
-``workflowType=machine_learning`` opens the UI in its "Model training" mode.
+``ui``): the newest study's live trials and its baseline, best first, with the criterion metric, accept length,
+output tok/s and their ratios to the baseline, the searched params and the stage, each column as wide as its
+header and an exact value (MLflow 3.17 has no per-column number format: its runs table shows a metric's value as
+logged, and a column narrower than it ends it in "..."). MLflow's search has no OR and no IN for tags, so the
+view keeps the study's runs whose stage is neither of :data:`LEFT_OUT_STAGES`. Its chart cards
+(``compareRunsMode=CHART``, the "compare" view) open on the criterion metric, then the headline metrics and their
+ratios: without cards MLflow makes one per metric in alphabetical order. Its sections are marked reordered, so
+a metric the cards do not name (the rest, the system metrics in their own section after the model metrics) gets
+its chart appended after them rather than sorted in among them, and ``isAccordionReordered`` keeps the sections in
+the view's order (MLflow would sort a section of any other metric prefix before them). The experiment's
+``mlflow.experimentKind`` tag (set by :mod:`bisect_eagle.tracking.runs`) keeps MLflow 3 from opening it in GenAI
+mode, and ``workflowType=machine_learning`` opens the UI in its "Model training" mode.
 
 The assistant panel: MLflow 3.17 opens it by itself on a browser's first visit to a server it considers local
 (the page's host is ``localhost``, ``127.0.0.1`` or ``::1``) and remembers in the browser's localStorage, per
@@ -53,6 +64,13 @@ LIVE_VIEW_KEY = "bisect-eagle-live-trials"
 ASSISTANT_NOTE = ("MLflow opens its assistant panel on a browser's first visit: close it once\n"
                   "and that browser keeps it closed on 127.0.0.1:{port}.")
 HEADLINE = ("accept_length", "output_tok_s")  # shown with their ratios to the baseline beside the criterion
+LEFT_OUT_STAGES = ("standalone", "confirm")  # a study's runs not in its view: stage 1 and the confirmation rounds
+MODEL_SECTION = ("Model metrics", f"{LIVE_VIEW_KEY}-model")  # MLflow's name of a chart section, the view's uuid
+SYSTEM_SECTION = ("System metrics", f"{LIVE_VIEW_KEY}-system")  # the ``system/*`` metrics' section
+RUN_NAME_COLUMN = "attributes.`Run Name`"  # the runs table's column id of the run name
+RUN_NAME_PX = 320  # a trial's run name ("live 003 ids=1,5,9 steps=6 topk=1") whole
+CHAR_PX, PADDING_PX = 7, 40  # a character of a header or value; the sort arrow and the cell's padding
+FLOAT_CHARS = 18  # an exact float as the runs table writes it: 2.4210526315789473
 
 
 def server_argv(tracking_uri: str, port: int) -> list[str]:
@@ -71,13 +89,41 @@ def column(kind: str, name: str) -> str:
     return f"{kind}.`{name}`"
 
 
+def column_width(header: str, *, value_chars: int = 0) -> int:
+    """Pixels that show ``header`` and a value of up to ``value_chars`` characters whole, with room for the sort
+    arrow and the padding."""
+    return CHAR_PX * max(len(header), value_chars) + PADDING_PX
+
+
+def chart_card(metric: str) -> dict[str, Any]:
+    """A bar chart card of ``metric`` in the model metrics section (MLflow turns it into a line chart where a run
+    logged the metric at more than one step)."""
+    return {"uuid": f"{LIVE_VIEW_KEY}-{metric}", "type": "BAR", "metricKey": metric, "displayName": metric,
+            "metricSectionId": MODEL_SECTION[1], "runsCountToCompare": 10, "deleted": False, "isGenerated": True}
+
+
+def chart_sections() -> list[dict[str, Any]]:
+    """The chart view's two sections, model metrics first, both marked reordered: MLflow appends the chart of a
+    metric no card names after the cards of its section instead of sorting it in."""
+    return [{"uuid": uuid, "name": name, "display": True, "isReordered": True, "deleted": False, "isGenerated": True}
+            for name, uuid in (MODEL_SECTION, SYSTEM_SECTION)]
+
+
 def live_view_state(*, study: str, metric: str, searched: list[str]) -> dict[str, Any]:
-    """The runs page's state for a study's live trials: best ``metric`` first, the columns that matter."""
-    metrics = dict.fromkeys(m for name in (metric, *HEADLINE) for m in (name, ratio_name(name)))
+    """The runs page's state for a study's live trials and baseline: best ``metric`` first, the columns that matter
+    at the widths of their headers, and the chart view opening on ``metric``."""
+    metrics = list(dict.fromkeys(m for name in (metric, *HEADLINE) for m in (name, ratio_name(name))))
     columns = [column("metrics", m) for m in metrics] + [column("params", p) for p in searched]
-    return {"searchFilter": f"tags.study = '{study}' and tags.stage = 'live'",
+    columns.append(column("tags", "stage"))
+    widths = {c: column_width(c.split("`")[1], value_chars=FLOAT_CHARS if c.startswith("metrics.") else 0)
+              for c in columns}
+    left_out = " and ".join(f"tags.stage != '{stage}'" for stage in LEFT_OUT_STAGES)
+    return {"searchFilter": f"tags.study = '{study}' and {left_out}",
             "orderByKey": column("metrics", metric), "orderByAsc": False,
-            "selectedColumns": [*columns, column("tags", "stage")]}
+            "selectedColumns": columns, "columnOrder": [RUN_NAME_COLUMN, *columns],
+            "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_PX, **widths},
+            "compareRunCharts": [chart_card(m) for m in metrics], "compareRunSections": chart_sections(),
+            "isAccordionReordered": True}
 
 
 def save_view(client: Any, experiment_id: str, *, key: str, name: str, state: dict[str, Any]) -> None:
@@ -94,12 +140,13 @@ def save_live_view(client: Any, experiment_id: str, *, study: str, metric: str, 
     return LIVE_VIEW_KEY
 
 
-def runs_url(port: int, experiment_id: str | None, *, view: str | None = None) -> str:
-    """The runs table of an experiment, opened in saved view ``view`` when given."""
+def runs_url(port: int, experiment_id: str | None, *, view: str | None = None, mode: str = "TABLE") -> str:
+    """The runs page of an experiment, opened in saved view ``view`` when given, as its table or (``mode`` CHART)
+    its charts."""
     base = f"http://127.0.0.1:{port}/"
     if not experiment_id:
         return base
-    query = {VIEW_PARAM: view, "compareRunsMode": "TABLE"} if view else {}
+    query = {VIEW_PARAM: view, "compareRunsMode": mode} if view else {}
     return f"{base}#/experiments/{experiment_id}/runs?{urlencode(query | MODE, quote_via=quote)}"
 
 
@@ -197,8 +244,11 @@ def ui(
         if studies:
             print(f"study {parent.data.tags.get('study')}: the answer (verdict, best config):")
             print(f"  {run_url(port, experiment_id=experiment.experiment_id, run_id=parent.info.run_id)}")
-            print("its live trials, best first (a saved view of the runs page, under Views):")
+            print("its live trials and baseline, best first (a saved view of the runs page, under Views):")
         print(f"  {runs_url(port, experiment.experiment_id if experiment else None, view=view)}")
+        if view:
+            charts = runs_url(port, experiment.experiment_id, view=view, mode="CHART")
+            print(f"their charts, the criterion first:\n  {charts}")
         proc.wait()
     except KeyboardInterrupt:
         typer.echo("stopping the MLflow UI")

@@ -1,12 +1,18 @@
 """The MLflow UI, served by `bisect-eagle ui`'s server helpers and opened in headless Chromium after a study and a
-bisect: the parent run shows the verdict and links the best child; the best child shows its effective params and
-its per-position acceptance curve; the bisect's probes are in their own experiment, not among the search's trials;
-the saved view of the live trials opens sorted, with its columns. Without Chromium, the view's state, its tag and
-its URL are checked against what the installed MLflow's runs page reads (its JS bundle).
+bisect: the parent run shows the verdict and links the best child, and its verdict, target and deploy command lie
+in the part of its description shown before "Show more"; the best child shows its effective params and its
+per-position acceptance curve; the bisect's probes are in their own experiment, not among the search's trials; the
+saved view of the live trials opens sorted, with the baseline row and its columns whole, and its chart view opens
+on the criterion metric. Without Chromium, the view's state, its tag and its URL are checked against what the
+installed MLflow's runs page reads (its JS bundle).
+
+Where layout matters (what a collapsed description or a column shows), the test asks the page itself over Chromium's
+DevTools protocol (aiohttp, a dependency of MLflow, speaks its WebSocket).
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import re
@@ -17,14 +23,18 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bisect_eagle.bisect.run import bisect_experiment
 from bisect_eagle.cli.ui import (
+    LEFT_OUT_STAGES,
     LIVE_VIEW_KEY,
+    RUN_NAME_COLUMN,
     VIEW_PARAM,
     VIEW_TAG,
+    column_width,
     live_view_state,
     run_url,
     runs_url,
@@ -142,6 +152,110 @@ def run_names(dom: str, experiment_id: str) -> list[str]:
     return re.findall(rf'href="#/experiments/{experiment_id}/runs/[0-9a-f]+"><span[^>]*>([^<]*)<', dom)
 
 
+def page_value(url: str, expression: str, profile: Path, *, width: int = 1400, timeout_s: float = 120) -> Any:
+    """The first value other than null of the JavaScript ``expression`` on the page at ``url``, evaluated every
+    half second in headless Chromium over its DevTools protocol (a loaded machine renders late); None when the
+    page never gives one within ``timeout_s``."""
+    import aiohttp
+
+    port = free_ui_port()
+    argv = [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},1800",
+            f"--remote-debugging-port={port}", "about:blank"]
+    browser = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def poll() -> Any:
+        deadline = time.monotonic() + timeout_s
+        async with aiohttp.ClientSession() as session:
+            while True:  # the DevTools endpoint answers once the browser is up
+                try:
+                    targets = await (await session.get(f"http://127.0.0.1:{port}/json/list")).json()
+                    break
+                except aiohttp.ClientError:
+                    if time.monotonic() > deadline:
+                        return None
+                    await asyncio.sleep(0.2)
+            page = next(t for t in targets if t["type"] == "page")
+            async with session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                calls = 0
+
+                async def call(method: str, **params: Any) -> dict[str, Any]:
+                    nonlocal calls
+                    calls += 1
+                    await ws.send_json({"id": calls, "method": method, "params": params})
+                    while True:  # events (no id) and nothing else come between a call and its answer
+                        answer = await ws.receive_json()
+                        if answer.get("id") == calls:
+                            return answer["result"]
+
+                await call("Page.navigate", url=url)
+                while time.monotonic() < deadline:
+                    value = (await call("Runtime.evaluate", expression=expression, returnByValue=True))["result"]
+                    if value.get("value") is not None:
+                        return value["value"]
+                    await asyncio.sleep(0.5)
+        return None
+
+    try:
+        return asyncio.run(poll())
+    finally:
+        browser.kill()
+        browser.wait()
+
+
+# The part of the parent run's description in sight before "Show more": the box that clips it (overflow hidden, a
+# max-height) around the first needle and, for each needle, whether its text is in that box and its lines end above
+# the box's bottom edge; null until the first needle is on the page.
+SHOWN_BEFORE_SHOW_MORE = """((needles) => {
+  const first = (root, needle) => {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const at = node.textContent.indexOf(needle);
+      if (at >= 0) {
+        const range = document.createRange();
+        range.setStart(node, at);
+        range.setEnd(node, at + needle.length);
+        return range;
+      }
+    }
+    return null;
+  };
+  const anchor = first(document.body, needles[0]);
+  if (!anchor) return null;
+  let box = anchor.startContainer.parentElement;
+  while (box && !(getComputedStyle(box).overflow === "hidden" && getComputedStyle(box).maxHeight !== "none")) {
+    box = box.parentElement;
+  }
+  if (!box) return {collapsed: false};
+  const clip = box.getBoundingClientRect();
+  const inside = {};
+  for (const needle of needles) {
+    const range = first(box, needle);
+    const r = range && range.getBoundingClientRect();
+    // a line box overhangs its block by half its leading (a heading's 22 px line in an 18 px block)
+    inside[needle] = Boolean(r) && r.height > 0 && r.top >= clip.top - r.height / 4 && r.bottom <= clip.bottom;
+  }
+  const showMore = [...document.querySelectorAll("button")].some(b => b.textContent.trim() === "Show more");
+  return {collapsed: true, showMore, inside, clipHeight: clip.height};
+})(NEEDLES)"""
+
+# Every header and cell of the runs table with its text: [header?, column id, text, whether the text ends inside its
+# cell]; null until the table shows the column ``LAST``.
+TABLE_TEXT = """(() => {
+  const cells = [...document.querySelectorAll(".ag-header-cell[col-id], .ag-cell[col-id]")];
+  if (!cells.some(c => c.getAttribute("col-id") === LAST)) return null;
+  const deepest = (el) => {
+    const next = [...el.children].find(c => c.textContent.trim() === el.textContent.trim());
+    return next ? deepest(next) : el;
+  };
+  return cells.filter(c => c.textContent.trim()).map(c => {
+    const range = document.createRange();
+    range.selectNodeContents(deepest(c));
+    const whole = range.getBoundingClientRect().right <= c.getBoundingClientRect().right;
+    return [c.classList.contains("ag-header-cell"), c.getAttribute("col-id"), c.textContent.trim(), whole];
+  });
+})()"""
+
+
 @needs_chromium
 def test_the_parent_run_page_shows_the_verdict_and_links_the_best_child(served, tmp_path):
     root, out, _, port = served
@@ -152,6 +266,20 @@ def test_the_parent_run_page_shows_the_verdict_and_links_the_best_child(served, 
     assert f"bisect-eagle export {out.best['run_id']}" in dom
     chromium(url, tmp_path / "profile-shot", f"--screenshot={root / 'parent.png'}")
     assert (root / "parent.png").stat().st_size > 10_000
+
+
+@needs_chromium
+def test_the_study_page_shows_verdict_target_and_deploy_command_before_show_more(served, tmp_path):
+    """The description's collapsed box (MLflow shows its first 100 px until "Show more") holds the answer."""
+    _, out, _, port = served
+    verdict = "Target reached" if out.target_reached else "Target not reached"
+    export = f"bisect-eagle export {out.best['run_id']} --tracking-uri {out.tracking_uri}"
+    needles = [export, verdict, "target ≥"]
+    shown = page_value(run_url(port, experiment_id=out.experiment_id, run_id=out.parent_run_id),
+                       SHOWN_BEFORE_SHOW_MORE.replace("NEEDLES", json.dumps(needles)), tmp_path / "profile")
+    assert shown is not None, "the description never showed"
+    assert shown["collapsed"] and shown["showMore"], shown  # the rest is behind "Show more", not expanded
+    assert shown["inside"] == dict.fromkeys(needles, True), shown
 
 
 @needs_chromium
@@ -193,22 +321,52 @@ def test_bisect_runs_are_not_among_the_search_trials(served, tmp_path):
 
 
 @needs_chromium
-def test_the_live_trials_view_opens_best_first_with_the_columns_that_matter(served, tmp_path):
+def test_the_live_trials_view_opens_best_first_with_the_baseline_and_whole_columns(served, tmp_path):
     """Wide enough for every column (the grid renders only the columns in sight; the assistant panel takes a third)."""
     _, out, _, port = served
     tracking = Tracking.open(out.tracking_uri, "tiny")
     searched = searched_params(load_spec(DEFAULT_SPEC))
     view = save_live_view(tracking.client, out.experiment_id, study=out.study, metric=out.metric, searched=searched)
-    dom = dom_of(runs_url(port, out.experiment_id, view=view), tmp_path / "profile", "live ", width=2600)
+    url = runs_url(port, out.experiment_id, view=view)
+    runs = tracking.client.search_runs([out.experiment_id], f"tags.study = '{out.study}'")
+    stage = {r.info.run_name: r.data.tags.get("stage") for r in runs}
+    baseline = next(n for n, s in stage.items() if s == "baseline")
+    dom = dom_of(url, tmp_path / "profile", f">{baseline}<", width=3000)
     shown = run_names(dom, out.experiment_id)
-    assert shown and all(n.startswith("live ") for n in shown)
+    assert [stage[n] for n in shown] == ["live"] * (len(shown) - 1) + ["baseline"]  # every live trial, then it
+    assert sorted(shown) == sorted(n for n, s in stage.items() if s in ("live", "baseline"))
     assert shown[0] == tracking.get_run(out.best["run_id"]).info.run_name
-    headers = set(re.findall(r'col-id="([^"]+)"', dom))
-    wanted = live_view_state(study=out.study, metric=out.metric, searched=searched)["selectedColumns"]
-    assert set(wanted) <= headers, sorted(set(wanted) - headers)
-    assert {"metrics.`output_tok_s_ratio_to_baseline`", "params.`num_steps`", "tags.`stage`"} <= headers
+    state = live_view_state(study=out.study, metric=out.metric, searched=searched)
+    table = page_value(url, TABLE_TEXT.replace("LAST", json.dumps(state["selectedColumns"][-1])),
+                       tmp_path / "profile-layout", width=3000)
+    assert table is not None, "the table never showed its last column"
+    headers = {col for header, col, _, _ in table if header}
+    assert set(state["selectedColumns"]) <= headers, sorted(set(state["selectedColumns"]) - headers)
     assert "params.`requested.num_draft_tokens`" not in headers  # only the selected columns, not every param
+    ours = {RUN_NAME_COLUMN, *state["selectedColumns"]}
+    cut = [(col, text) for _, col, text, whole in table if col in ours and not whole]
+    assert not cut, cut  # every header and value of the view's columns ends inside its cell
+    values = {text for header, col, text, _ in table if not header and col == "metrics.`output_tok_s`"}
+    best = tracking.get_run(out.best["run_id"]).data.metrics["output_tok_s"]
+    assert repr(best) in values or str(best) in values  # the exact value, whole
     assert "bisect-eagle: live trials of" in dom  # the view is named in the page's "Views" menu
+
+
+@needs_chromium
+def test_the_compare_view_of_trial_runs_opens_on_the_criterion_metric(served, tmp_path):
+    """A study judged by ``output_tok_s``, which MLflow's alphabetical default would put after ``accept_length``:
+    the view's chart view opens on it, then its ratio and the other headline metric, model metrics before system
+    metrics."""
+    _, out, _, port = served
+    tracking = Tracking.open(out.tracking_uri, "tiny")
+    view = save_live_view(tracking.client, out.experiment_id, study=out.study, metric="output_tok_s",
+                          searched=searched_params(load_spec(DEFAULT_SPEC)))
+    dom = dom_of(runs_url(port, out.experiment_id, view=view, mode="CHART"), tmp_path / "profile",
+                 'title="accept_length_ratio_to_baseline"')
+    charts = re.findall(r'<h4[^>]*title="([^"]+)"', dom)
+    assert charts[:4] == ["output_tok_s", "output_tok_s_ratio_to_baseline", "accept_length",
+                          "accept_length_ratio_to_baseline"], charts
+    assert dom.index("Model metrics") < dom.index("System metrics")
 
 
 def test_searched_params_are_the_wiring_and_the_space():
@@ -220,7 +378,9 @@ def test_searched_params_are_the_wiring_and_the_space():
 
 def test_the_live_view_state_filters_sorts_and_selects_columns():
     state = live_view_state(study="tiny-1", metric="accept_length", searched=["num_steps"])
-    assert state["searchFilter"] == "tags.study = 'tiny-1' and tags.stage = 'live'"
+    assert state["searchFilter"] == ("tags.study = 'tiny-1' and tags.stage != 'standalone' "
+                                     "and tags.stage != 'confirm'")
+    assert LEFT_OUT_STAGES == ("standalone", "confirm")
     assert state["orderByKey"] == "metrics.`accept_length`" and state["orderByAsc"] is False
     assert state["selectedColumns"] == [
         "metrics.`accept_length`", "metrics.`accept_length_ratio_to_baseline`", "metrics.`output_tok_s`",
@@ -228,6 +388,30 @@ def test_the_live_view_state_filters_sorts_and_selects_columns():
     tok_s = live_view_state(study="s", metric="output_tok_s", searched=[])["selectedColumns"]
     assert tok_s[:2] == ["metrics.`output_tok_s`", "metrics.`output_tok_s_ratio_to_baseline`"]
     assert len(tok_s) == len(set(tok_s)) == 5
+
+
+def test_the_live_view_gives_every_column_the_width_of_its_header_and_an_exact_value():
+    state = live_view_state(study="s", metric="accept_length", searched=["eagle_aux_hidden_state_layer_ids"])
+    assert state["columnOrder"] == [RUN_NAME_COLUMN, *state["selectedColumns"]]  # widths apply to listed columns
+    widths = state["columnWidths"]
+    assert set(widths) == set(state["columnOrder"])
+    assert widths["metrics.`accept_length`"] == column_width("accept_length", value_chars=18) == 7 * 18 + 40
+    assert widths["metrics.`accept_length_ratio_to_baseline`"] == 7 * len("accept_length_ratio_to_baseline") + 40
+    assert widths["params.`eagle_aux_hidden_state_layer_ids`"] == 7 * len("eagle_aux_hidden_state_layer_ids") + 40
+    assert widths["tags.`stage`"] == 7 * len("stage") + 40
+    assert len(repr(2.4210526315789473)) <= 18  # an exact float fits a metric column
+
+
+def test_the_live_view_charts_open_on_the_criterion_then_the_headline_metrics():
+    state = live_view_state(study="s", metric="output_tok_s", searched=[])
+    cards = state["compareRunCharts"]
+    assert [c["metricKey"] for c in cards] == ["output_tok_s", "output_tok_s_ratio_to_baseline", "accept_length",
+                                              "accept_length_ratio_to_baseline"]
+    model, system = state["compareRunSections"]
+    assert (model["name"], system["name"]) == ("Model metrics", "System metrics")
+    assert all(c["metricSectionId"] == model["uuid"] and c["type"] == "BAR" and not c["deleted"] for c in cards)
+    assert model["isReordered"] and system["isReordered"]  # MLflow appends the other metrics' charts
+    assert len({c["uuid"] for c in cards}) == len(cards)
 
 
 def test_the_view_is_one_experiment_tag_in_the_runs_page_envelope(tmp_path):
@@ -249,14 +433,23 @@ def test_the_view_url_carries_no_facet_that_would_override_it():
                    "&compareRunsMode=TABLE&workflowType=machine_learning")
     assert not any(f"{facet}=" in url for facet in RUNS_PAGE_FACETS)
     assert runs_url(5000, None) == "http://127.0.0.1:5000/"
+    charts = runs_url(5000, "7", view=LIVE_VIEW_KEY, mode="CHART")
+    assert charts == url.replace("compareRunsMode=TABLE", "compareRunsMode=CHART")
 
 
 def test_the_installed_runs_page_reads_what_ui_writes():
-    """The names ui relies on are in the installed MLflow's UI bundle (a newer MLflow that drops one fails here)."""
+    """The names ui relies on are in the installed MLflow's UI bundle (a newer MLflow that drops one fails here),
+    and every key of the view's state is one the runs page applies from a shared view."""
     import mlflow
 
     bundle = Path(mlflow.__file__).parent / "server" / "js" / "build" / "static" / "js"
     text = "".join(p.read_text(errors="replace") for p in bundle.glob("*.js"))
-    for name in (VIEW_PARAM, VIEW_TAG, '"compareRunsMode"', '"workflowType"', "createdAt", "selectedColumns",
+    for name in (VIEW_PARAM, VIEW_TAG, '"compareRunsMode"', '"workflowType"', "createdAt", '"Run Name"',
+                 '"Model metrics"', '"System metrics"', "isReordered", "metricSectionId", "runsCountToCompare",
                  *(f'"{facet}"' for facet in RUNS_PAGE_FACETS)):
         assert name in text, name
+    ui_state = json.loads(re.search(r'\["selectedColumns","columnOrder",[^\]]*\]', text).group())
+    not_shared = json.loads(re.search(r'\["runsExpanded","runsPinned",[^\]]*\]', text).group())
+    state = live_view_state(study="s", metric="accept_length", searched=["num_steps"])
+    applied = set(ui_state) - set(not_shared)
+    assert set(state) - set(RUNS_PAGE_FACETS) <= applied, sorted(set(state) - set(RUNS_PAGE_FACETS) - applied)
