@@ -4,6 +4,7 @@
   trees) and the per-wiring acceptance posterior (stage 1 prior, live counts).
 - :mod:`~bisect_eagle.perf.horizon`: verify cycles and work per request, steady state or a finite generation.
 - :mod:`~bisect_eagle.perf.cost`: seconds of that work from fitted step costs, context factors, concurrency.
+- :mod:`~bisect_eagle.perf.prior`: the cold prior of a draft step's cost, from what is known before any trial.
 - :mod:`~bisect_eagle.perf.model`: :class:`ThroughputModel` (``predict``, ``update``, ``error_report``).
 - :mod:`~bisect_eagle.perf.adaptive`: SGLang's ``--speculative-adaptive`` policy as a reference line.
 - :mod:`~bisect_eagle.perf.benchmark`: :class:`Benchmark`, how an engine measures (what the model mirrors).
@@ -21,7 +22,8 @@ _HOME = {
     "AcceptanceModel": "acceptance", "chain_accept_length": "acceptance", "tree_survival": "acceptance",
     "wiring_key": "acceptance", "Benchmark": "benchmark", "STEADY_STATE": "benchmark", "CostModel": "cost",
     "context_keys": "cost", "Config": "model", "ErrorReport": "accuracy", "Prediction": "model",
-    "ThroughputModel": "model", "metrics_from_result": "model",
+    "ThroughputModel": "model", "metrics_from_result": "model", "ColdPrior": "prior", "Deployment": "prior",
+    "ModelSize": "prior",
 }
 __all__ = sorted(_HOME)
 

@@ -23,7 +23,9 @@ a key never seen, or one whose effect the data cannot tell apart from the base c
 Fit: weighted non-linear least squares on *relative* residuals ``pred/measured - 1`` (scipy's
 ``least_squares``, Huber loss beyond ``robust_scale``, step costs bounded ≥ 0), with a weak normal prior on
 each step cost around a share of the typical one-token forward (sd ``prior_rel_sd`` × that value), so the
-fit is defined from the baseline alone and collinear terms split sensibly; data override it. The residual
+fit is defined from the baseline alone and collinear terms split sensibly; data override it. A ``prior`` (e.g.
+:meth:`bisect_eagle.perf.prior.ColdPrior.terms`) replaces the share and relative sd of the terms it names, given
+the measured one-token forward (the baseline's, from its observations; the typical one without them). The residual
 sd is a scaled-inverse-χ² posterior (prior ``sigma_prior`` with ``sigma_prior_dof`` pseudo-observations),
 and the parameter covariance is ``σ² (JᵀJ)⁻¹`` at the solution: both shrink as observations arrive. A
 prediction's own uncertainty is the delta-method relative sd of its seconds (:meth:`CostModel.relative_sd`).
@@ -32,7 +34,7 @@ prediction's own uncertainty is the delta-method relative sd of its seconds (:me
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,11 +142,14 @@ class CostModel:
     cost relative to its prior value (:data:`TERMS` shares of the typical one-token forward); ``sigma_prior``
     (with ``sigma_prior_dof`` pseudo-observations): prior relative sd of one measurement around the model;
     ``robust_scale``: relative residual beyond which an observation's pull grows linearly, not quadratically
-    (Huber loss: a trial slowed by a noisy neighbour bends the fit less; None = plain least squares).
+    (Huber loss: a trial slowed by a noisy neighbour bends the fit less; None = plain least squares); ``prior``:
+    seconds of a one-token target forward -> ``{term: (share, relative sd)}`` replacing those terms' prior
+    (module docstring; None = :data:`TERMS` and ``prior_rel_sd``).
     """
 
     def __init__(self, *, knots: Iterable[float] = (), factor_prior_sd: float = 0.3, prior_rel_sd: float = 3.0,
-                 sigma_prior: float = 0.08, sigma_prior_dof: float = 3.0, robust_scale: float | None = 0.05):
+                 sigma_prior: float = 0.08, sigma_prior_dof: float = 3.0, robust_scale: float | None = 0.05,
+                 prior: Callable[[float], Mapping[str, tuple[float, float]]] | None = None):
         self.knots = tuple(sorted(float(k) for k in knots))
         self.terms = {**TERMS, **{f"hinge_{k:g}": ("verify", HINGE_SHARE) for k in self.knots}}
         self.names = list(self.terms)
@@ -153,6 +158,7 @@ class CostModel:
         self.sigma_prior = sigma_prior
         self.sigma_prior_dof = sigma_prior_dof
         self.robust_scale = robust_scale
+        self.prior = prior
         self._obs: list[_Obs] = []
         self._fit: dict | None = None
 
@@ -200,10 +206,16 @@ class CostModel:
         nt, ng = len(self.names), len(GROUPS)
         group_of = np.array([GROUPS.index(self.terms[t][0]) for t in self.names])
         shares = np.array([self.terms[t][1] for t in self.names])
-        unit = float(np.median(y / np.maximum(x @ shares, 1e-12)))  # one-token forward, seconds
+        per_forward = y / np.maximum(x @ shares, 1e-12)
+        unit = float(np.median(per_forward))  # one-token forward, seconds
+        rel_sd = np.full(nt, self.prior_rel_sd)
+        if self.prior is not None:
+            baseline = [i for i, o in enumerate(self._obs) if o.source == "baseline"]
+            for term, (share, sd) in self.prior(float(np.median(per_forward[baseline])) if baseline else unit).items():
+                shares[self.names.index(term)], rel_sd[self.names.index(term)] = share, sd
         theta0 = shares * unit
         # prior rows in the data's noise units: (θ - θ0) / sd_prior · σ_prior ~ N(0, σ²)
-        sp = self.sigma_prior / (self.prior_rel_sd * np.maximum(theta0, 0.01 * unit))
+        sp = self.sigma_prior / (rel_sd * np.maximum(theta0, 0.01 * unit))
         sw, sr = np.sqrt(w), self.sigma_prior / self.factor_prior_sd  # ridge on γ: γ ~ N(0, factor_prior_sd²)
 
         def unpack(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
