@@ -24,7 +24,7 @@ from bisect_eagle.poll import wait_until
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.search.study.binding import bind, check_bound
 from bisect_eagle.search.study.claims import Claims
-from bisect_eagle.search.study.guide import ModelGuide, summarize
+from bisect_eagle.search.study.guide import ModelGuide, cold_prior, summarize
 from bisect_eagle.search.study.loop import StudyRun
 from bisect_eagle.search.study.outcome import StudyOutcome, StudyProgress
 from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
@@ -260,7 +260,8 @@ def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> Stud
         s.ctx.engine = engine
         if s.spec.search.model.enabled:
             s.guide = ModelGuide(engine=engine, metric=s.spec.criterion.metric,
-                                 optimism=s.spec.search.model.optimism, standalone_metric=s.spec.standalone.metric)
+                                 optimism=s.spec.search.model.optimism, standalone_metric=s.spec.standalone.metric,
+                                 prior=cold_prior(s.spec))
             s.guide.learn_gate(gate)
         if stage1:
             s.baseline()

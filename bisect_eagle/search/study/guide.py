@@ -27,7 +27,11 @@ costs (refitted on all trials) and its acceptance posterior (a shift shared by a
 is made again then; what configs share within a model state (the acceptance part of a wiring and draft shape,
 the target alone per context) is computed once (:class:`~bisect_eagle.perf.model.ThroughputModel`, "Reuse").
 
-Before any cost observation (the baseline) there is no prediction and the sampler alone decides. The
+Before any cost observation (the baseline) there is no prediction and the sampler alone decides. From the
+baseline on, the step costs no trial has measured yet come from the cold prior (:func:`cold_prior`:
+:mod:`bisect_eagle.perf.prior` from the target's and the draft's config.json, the engine's tensor parallelism
+and device, and the baseline's measured seconds per token), with an interval that is wide until speculative
+trials fit them. The
 distribution of a measurement is read as log-normal around the prediction with the spread of the interval's
 upper half (speculation's risk is on the upside: an unseen wiring may accept more than stage 1 says), and never
 narrower than :data:`MISFIT`: the model's own structural error, which its posterior does not know about.
@@ -48,9 +52,14 @@ from typing import Any
 
 import numpy as np
 
+from bisect_eagle.artifacts.configs import read_config_json
 from bisect_eagle.engines import benchmark_of
 from bisect_eagle.engines.base import Engine
+from bisect_eagle.errors import BadInput
+from bisect_eagle.perf.cost import CostModel
 from bisect_eagle.perf.model import Config, Prediction, ThroughputModel
+from bisect_eagle.perf.prior import CPU_BANDWIDTH, GPU_BANDWIDTH, ColdPrior, Deployment, ModelSize
+from bisect_eagle.spec.schema import Spec
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.record import ACCEPT_CURVE, effective_of
 
@@ -106,7 +115,7 @@ class ModelGuide:
     """One process's throughput model of a study, and the search decisions taken from it (module docstring)."""
 
     def __init__(self, *, engine: Engine | type[Engine] | str, metric: str, optimism: float,
-                 standalone_metric: str = "full_vocab"):
+                 standalone_metric: str = "full_vocab", prior: ColdPrior | None = None):
         """A guide with an untaught model.
 
         Args:
@@ -115,8 +124,11 @@ class ModelGuide:
             metric: the criterion metric forecast: ``output_tok_s`` or ``accept_length``.
             optimism: the quantile of a config's measurement that must reach the target for it to run, in (0, 1).
             standalone_metric: which stage-1 per-position accuracy is the acceptance prior (``full_vocab`` ...).
+            prior: the cold prior of the speculative step costs (:func:`cold_prior`); None: the cost model's
+                default shares.
         """
-        self.model = ThroughputModel(benchmark=benchmark_of(engine))
+        self.model = ThroughputModel(benchmark=benchmark_of(engine),
+                                     cost=CostModel(prior=prior.terms if prior is not None else None))
         self.metric = metric
         self.optimism = optimism
         self.standalone_metric = standalone_metric
@@ -237,6 +249,32 @@ class ModelGuide:
             if best is None or key > best:
                 best, chosen = key, (sampled, fc)
         return chosen[0], chosen[1], hopeless if len(items) == len(untried) else None
+
+
+def cold_prior(spec: Spec) -> ColdPrior:
+    """The cold prior of ``spec``'s deployment (:mod:`bisect_eagle.perf.prior`).
+
+    Args:
+        spec: read at ``target`` and ``draft`` (their config.json; one that cannot be read leaves that model's
+            size unknown, as for a server's path that exists only on its node), the engine's tensor
+            parallelism (``engine.sglang.tp`` / ``engine.vllm.tp``; 1 in process) and device (the local engine
+            on ``cpu`` streams weights from DRAM; every other engine from a GPU's HBM).
+    """
+    server = spec.engine.server
+    on_cpu = spec.engine.in_process and str(spec.fixed_settings().device).startswith("cpu")
+    return ColdPrior(Deployment(target=_size(spec.target), draft=_size(spec.draft),
+                                tp=server.tp if server is not None else 1,
+                                bandwidth=CPU_BANDWIDTH if on_cpu else GPU_BANDWIDTH))
+
+
+def _size(directory: Any) -> ModelSize | None:
+    """The size of a model directory's config.json; None when there is none or it cannot be read."""
+    if directory is None:
+        return None
+    try:
+        return ModelSize.from_config(read_config_json(directory, "a model directory"))
+    except (BadInput, OSError):
+        return None
 
 
 def _curve(tracking: Tracking, run_id: str) -> list[float]:

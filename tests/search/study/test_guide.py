@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 from fake_engine import BASELINE_TOK_S, FakeEngine, make_spec, search
@@ -127,7 +128,9 @@ def test_a_study_with_the_model_predicts_each_trial_and_logs_its_error(tmp_path:
     assert launched and all(t.user_attrs.get("enqueued_by") == "model" for t in launched)  # the model chose
     parent = tracking.get_run(out.parent_run_id)
     assert parent.data.metrics["model_predictions"] == len(live)
-    assert 0 <= parent.data.metrics["model_median_rel_error"] < 0.5
+    errors = [abs(m["predicted_output_tok_s"] - m["output_tok_s"]) / m["output_tok_s"] for m in (r.data.metrics
+                                                                                                 for r in live)]
+    assert parent.data.metrics["model_median_rel_error"] == pytest.approx(float(np.median(errors)))
     summary = json.loads(tracking.read_text(out.parent_run_id, "model.json"))
     assert summary["error"]["n"] == len(live)
     assert [level["concurrency"] for level in summary["per_concurrency"]] == [1]
@@ -181,3 +184,29 @@ def test_forecasts_are_reused_until_the_model_learns_and_shared_by_configs_it_re
     guide.model.update(_effective(engine, num_steps=3), _truth(3, a=0.5), record=False)  # the model learned
     again = guide.forecast(four, target=150.0)
     assert again is not first and again.value < first.value and guide.forecasts == made + 3
+
+
+def test_the_cold_prior_reads_the_deployment_from_the_spec(tmp_path: Path):
+    from bisect_eagle.perf.prior import CPU_BANDWIDTH, GPU_BANDWIDTH
+    from bisect_eagle.search.study.guide import cold_prior
+
+    (tmp_path / "target").mkdir()
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(
+        {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16"}))
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(
+        {"hidden_size": 4096, "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "intermediate_size": 14336, "vocab_size": 128256,
+         "draft_vocab_size": 32000, "eagle_config": {}}))
+    on_node = load_spec(make_spec(tmp_path, "paths-on-the-node", model=True))
+    unread = cold_prior(on_node).deployment
+    assert (unread.target, unread.draft, unread.tp) == (None, None, 1)  # paths that exist only on the server's node
+    sglang = on_node.engine.model_copy(update={"sglang": on_node.engine.sglang.model_copy(update={"tp": 8})})
+    spec = on_node.model_copy(update={"target": tmp_path / "target", "draft": tmp_path / "draft", "engine": sglang})
+    deployment = cold_prior(spec).deployment
+    assert deployment.tp == 8 and deployment.bandwidth == GPU_BANDWIDTH
+    assert deployment.target.layers == 32 and deployment.draft.layers == 1
+    assert deployment.draft.active_params < 0.1 * deployment.target.active_params
+    local = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "local"})})
+    assert (cold_prior(local).deployment.bandwidth, cold_prior(local).deployment.tp) == (CPU_BANDWIDTH, 1)  # on cpu
