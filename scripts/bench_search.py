@@ -31,7 +31,11 @@ CPU seconds of each whole study (the landscape engine costs next to nothing) per
 Reported per sampler: median and p90 live trials to the target; ``false_success_rate`` (runs of the staged
 search, with and without the model, that declared success with a winner whose noise-free value misses the
 noise-free target), ``live_trials_to_target_with_model`` (the staged search's median), the model's median
-relative error over the trials it predicted, and ``bisect_correct_rate``. The last line printed is one JSON
+relative error over the trials it predicted, and ``bisect_correct_rate``. The model's calibration, from the
+``predicted_output_tok_s`` (``_low``, ``_high``) each live run logs before it runs: ``first_prediction_rel_error``
+(median over seeds of the first prediction's relative error: the cold prior), ``interval_coverage`` (the share of
+measurements inside their 80 % interval), ``interval_coverage_per_step`` (the k-th prediction of every study) and
+its minimum, ``interval_coverage_min_step``. The last line printed is one JSON
 object. Stores (Optuna, MLflow) live in a temporary directory.
 
     python scripts/bench_search.py --noise 0.02              # 20 seeds, a few minutes on 2 cores
@@ -196,19 +200,21 @@ def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int, model: 
         effective = engine.plan(spec.fixed_settings().model_copy(update=_settings(out.best["params"]))).effective
         false = true_value(effective)[0] < true_target()
     confirm_samples = sum(2 * c["pairs"] for c in (out.confirmations or {}).values())
-    errors = []
+    errors, inside = [], []
     if model:
         from bisect_eagle.tracking.runs import Tracking
 
         tracking = Tracking.open(store["mlflow"], spec.name)
-        for run in tracking.child_runs(out.parent_run_id):
+        for run in tracking.child_runs(out.parent_run_id, stage="live"):  # oldest first: the k-th prediction
             m = run.data.metrics
-            if "predicted_output_tok_s" in m and m.get("output_tok_s"):
+            if {"predicted_output_tok_s", "predicted_output_tok_s_low", "predicted_output_tok_s_high"} <= set(m) and (
+                    m.get("output_tok_s")):
                 errors.append(abs(m["predicted_output_tok_s"] - m["output_tok_s"]) / m["output_tok_s"])
+                inside.append(m["predicted_output_tok_s_low"] <= m["output_tok_s"] <= m["predicted_output_tok_s_high"])
     live = out.counts["live_measured"]
     return {"trials": live if out.target_reached else BUDGET + 1,
             "reached": out.target_reached, "false": false, "confirm_samples": confirm_samples,
-            "skipped": out.counts["skipped"], "errors": errors, "launches": out.launches,
+            "skipped": out.counts["skipped"], "errors": errors, "inside": inside, "launches": out.launches,
             "cpu_per_trial": cpu / live if live else None, "overhead_per_trial": out.tool_overhead_s_per_trial}
 
 
@@ -224,6 +230,21 @@ def launch_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             **{f"{k}_median": statistics.median(r["launches"][k] for r in runs)
                for k in ("live", "confirm", "baseline")},
             "spent_median": statistics.median(r["launches"]["total"] for r in runs)}
+
+
+def model_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well the model predicted over ``runs`` of :func:`staged` (with the model): the median relative error
+    of each study's first prediction, the share of measurements inside the logged 80 % interval over all
+    predictions, and per step ``k`` (the k-th prediction of every study that made one) with its minimum."""
+    firsts = [r["errors"][0] for r in runs if r["errors"]]
+    inside = [i for r in runs for i in r["inside"]]
+    steps = max((len(r["inside"]) for r in runs), default=0)
+    per_step = [{"step": k + 1, "n": len(at), "coverage": sum(at) / len(at)}
+                for k in range(steps) for at in [[r["inside"][k] for r in runs if len(r["inside"]) > k]]]
+    return {"first_prediction_rel_error": statistics.median(firsts) if firsts else None,
+            "interval_coverage": sum(inside) / len(inside) if inside else None,
+            "interval_coverage_min_step": min((s["coverage"] for s in per_step), default=None),
+            "interval_coverage_per_step": per_step}
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -353,6 +374,7 @@ def main(
         "live_trials_to_target_without_model": statistics.median(trials["staged_no_model"]),
         "model_median_rel_error": statistics.median(e for r in runs for e in r["errors"]) if any(
             r["errors"] for r in runs) else None,
+        **model_summary(runs),
         "configs_skipped_median": statistics.median(r["skipped"] for r in runs),
         "unconfirmed_false_success_rate": sum(naive_false) / len(naive_false),
         "confirm_samples_median": statistics.median(r["confirm_samples"] for r in runs),
@@ -379,6 +401,12 @@ def main(
           f"false successes {summary['false_success_rate']:.2f} "
           f"(without confirmation: {summary['unconfirmed_false_success_rate']:.2f}); bisect correct "
           f"{summary['bisect_correct_rate']:.2f}")
+    print(f"model: first prediction's relative error (median) {_cell(summary['first_prediction_rel_error'])}; "
+          f"80 % interval coverage {_cell(summary['interval_coverage'])} (lowest per step "
+          f"{_cell(summary['interval_coverage_min_step'])})")
+    print(f"{'prediction':<15} {'studies':>7} {'coverage':>8}")
+    for step in summary["interval_coverage_per_step"]:
+        print(f"{step['step']:<15} {step['n']:>7} {step['coverage']:>8.2f}")
     print(json.dumps(summary))
 
 

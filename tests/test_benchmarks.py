@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK = {  # script -> (quick arguments, keys its JSON line holds)
     "bench_model.py": (["--quick"], {"model_median_rel_error", "interval_coverage", "cost_fit"}),
     "bench_search.py": (["--seeds", "2"], {"bisect_correct_rate", "bisect_within_bound", "confirm_samples_median",
-                                            "launches_to_confirmed", "tool_cpu_s_per_live_trial"}),
+                                            "launches_to_confirmed", "tool_cpu_s_per_live_trial",
+                                            "first_prediction_rel_error", "interval_coverage",
+                                            "interval_coverage_min_step"}),
     "bench_standalone.py": (["--repeats", "1"], {"overhead_ratio", "whole_s", "bare_s"}),
     "bench_engine.py": (["--quick"], {"rows"}),
 }
