@@ -6,13 +6,16 @@ them (a change masked at one end says by what), then one mark per probe: ``good|
 -> [# note]`` (a mark may name an inert difference: a verification applies them as the bad configuration holds
 them). Marks may be edited before ``--replay``. Nothing secret is written: values come from the plans
 (redacted) and the caller scrubs free text.
+
+The same good and bad values go to the bisect's parent run as params (:func:`change_params`), so its MLflow page
+and the runs table say what each change changed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from bisect_eagle.tracking.redact import redact_mapping
 LOG_MAGIC = "# bisect-eagle bisect log v1"
 HEADER_KEYS = ("good", "bad", "judge", "set", "reference", "noise", "changes", "inert")
 Mark = tuple[ProbeOutcome, tuple[str, ...], str]
+PARAM_CHARS = 6000  # MLflow's longest param value
 
 
 @dataclass
@@ -67,6 +71,20 @@ class BisectLog:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(self.text())
         os.replace(tmp, path)
+
+
+def change_params(changes: Sequence[Change], scrub: Callable[[str], str]) -> dict[str, str]:
+    """Each change's good and bad value as the log writes them (JSON; secrets redacted, then ``scrub`` applied), one
+    param per setting and end: ``change.<setting>.good`` and ``change.<setting>.bad`` (each setting of a group),
+    cut to MLflow's :data:`PARAM_CHARS`."""
+    out: dict[str, str] = {}
+    for c in changes:
+        for side in ("good", "bad"):
+            value = c.values(side)
+            by_setting = value if len(c.good) > 1 else {next(iter(c.good)): value}
+            for setting, v in by_setting.items():
+                out[f"change.{setting}.{side}"] = scrub(json.dumps(v))[:PARAM_CHARS]
+    return out
 
 
 @dataclass

@@ -20,7 +20,8 @@ not-change that matters becomes a change) or reported as ``interaction``.
 
 Its runs live in their own experiment (``<spec name> / bisect``), apart from the search's trials: a parent run
 whose description states the breaking sets, the repair set and the probe table, with a plot of the probes against
-the limit; a child per probe, named ``probe NN +changes: OUTCOME``.
+the limit, and whose params hold each change's good and bad value (``change.<setting>.good`` / ``.bad``); a child
+per probe, named ``probe NN +changes: OUTCOME``.
 
 Nothing secret is written or printed: change values come from the plans (redacted), ``--set`` values are
 redacted, and every text (log, ``result.json``, the report, progress lines) is scrubbed of the secret
@@ -51,7 +52,7 @@ from bisect_eagle.bisect.culprits import find_culprits
 from bisect_eagle.bisect.ddmin import BisectProgress, ChangeSet, ProbeOutcome
 from bisect_eagle.bisect.endpoints import Endpoint, deployment, load_endpoint
 from bisect_eagle.bisect.judge import LIVE_METRICS, STANDALONE_METRIC, Judge
-from bisect_eagle.bisect.log import BisectLog, ParsedLog, parse_log
+from bisect_eagle.bisect.log import BisectLog, ParsedLog, change_params, parse_log
 from bisect_eagle.bisect.prober import Prober, make_planner
 from bisect_eagle.bisect.report import BisectReport, _report, bisect_description, name_probes
 from bisect_eagle.engines import make_engine
@@ -207,6 +208,7 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
              "set": json.dumps(redact_mapping(opts.overrides))[:6000],
              **({"replay": str(opts.replay)} if opts.replay else {})})
         with tracking.ended_on_error(parent, "error"):
+            _log_change_values(tracking, parent, changes, scrub)
             announced = None if engine is None else Announced(engine, say)
             ctx = TrialContext(spec=_probe_spec(spec, judge), tracking=tracking, study=f"bisect-{parent[:8]}",
                                parent_run_id=parent, engine=announced)
@@ -216,6 +218,7 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             promoted = [with_masks(base, bad_values, c, plan=planner, changes=[*changes, *inert])
                         for c in inert if c.name in result.promoted]
             changes = [*changes, *promoted]
+            _log_change_values(tracking, parent, promoted, scrub)
             ignored = [n for n in ignored if n not in result.promoted]
             report = _report(result, prober, changes=changes, good=good, bad=bad, parent=parent, log_path=log_path)
             report.not_changes, report.scrub = ignored, scrub
@@ -243,6 +246,16 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
                                   if body["interactions"] else {})})
             tracking.finish(parent, "FINISHED")
     return report
+
+
+def _log_change_values(tracking: Tracking, run_id: str, changes: list[Change], scrub: Scrubber) -> None:
+    """The changes' good and bad values as params of the bisect's run, in batches MLflow takes."""
+    from mlflow.utils.validation import MAX_PARAMS_TAGS_PER_BATCH as BATCH
+
+    params = change_params(changes, scrub)
+    keys = list(params)
+    for i in range(0, len(keys), BATCH):
+        tracking.log(run_id, params={k: params[k] for k in keys[i:i + BATCH]})
 
 
 def _log_ref(text: str) -> str:

@@ -239,6 +239,11 @@ def test_topk_1_hides_a_wrong_draft_token_count_in_the_bad_configuration(tmp_pat
     assert f"(verified: probe {repair['probe']} measured GOOD" in printed
     tracking, parent = Tracking.of_run(store, out["parent_run_id"])
     assert parent.data.tags["verified"] == "true" and "num_draft_tokens<bad:topk" in parent.data.tags["masked"]
+    values = {k: v for k, v in parent.data.params.items() if k.startswith("change.")}
+    assert values == {f"change.{c['name']}.{side}": json.dumps(c[side]) for c in out["changes"]
+                      for side in ("good", "bad")}  # each change's good and bad value, as the report has them
+    assert (values["change.topk.good"], values["change.topk.bad"]) == ("2", "1")
+    assert values["change.env.NCCL_ALGO.good"] == "null" and values["change.env.NCCL_ALGO.bad"] == '"Tree"'
     assert "**Verification** (every answer held)" in parent.data.tags["mlflow.note.content"]
     assert json.loads(tracking.read_text(out["parent_run_id"], "result.json"))["verification"] == out["verification"]
 

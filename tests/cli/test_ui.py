@@ -321,6 +321,21 @@ def test_bisect_runs_are_not_among_the_search_trials(served, tmp_path):
 
 
 @needs_chromium
+def test_the_bisect_run_page_shows_each_changes_good_and_bad_value(served, tmp_path):
+    _, out, bisect, port = served
+    tracking, parent = Tracking.of_run(out.tracking_uri, bisect.parent_run_id)
+    wiring = "eagle_aux_hidden_state_layer_ids"
+    assert (parent.data.params[f"change.{wiring}.good"], parent.data.params[f"change.{wiring}.bad"]) == (
+        "[1, 5, 9]", "[-1, 1, 5]")  # tiny.yaml vs tiny-broken.yaml
+    dom = dom_of(run_url(port, experiment_id=tracking.experiment_id, run_id=bisect.parent_run_id),
+                 tmp_path / "profile", f"change.{wiring}.bad")
+    for c in bisect.changes:
+        settings = list(c.good)
+        assert all(f"change.{s}.good" in dom and f"change.{s}.bad" in dom for s in settings), c.name
+    assert "[-1, 1, 5]" in dom
+
+
+@needs_chromium
 def test_the_live_trials_view_opens_best_first_with_the_baseline_and_whole_columns(served, tmp_path):
     """Wide enough for every column (the grid renders only the columns in sight; the assistant panel takes a third)."""
     _, out, _, port = served
