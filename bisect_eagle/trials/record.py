@@ -178,19 +178,17 @@ def trial_name(stage: str, *, number: int | None = None, label: str | None = Non
     - a study's baseline (stage ``baseline``): ``baseline``, once per study;
     - a confirmation measurement (stage ``confirm``): ``confirm 1 candidate live 003`` or ``confirm 1 baseline``,
       from ``tags`` as the confirmation step sets them (``confirm_pair``: the pair's 0-based index, shown from 1;
-      ``confirm_role``) and ``of``, the name of the trial a candidate re-measures (left out when None);
+      ``confirm_role``; each left out when absent) and ``of``, the name of the trial a candidate re-measures (left
+      out when None);
     - ``label`` as given (a bisect's ``probe 04 +num_steps``);
     - else the stage (``live``: one trial of ``bisect-eagle live``; ``reproduce``).
-
-    Raises:
-        KeyError: stage ``confirm`` without ``confirm_pair`` and ``confirm_role`` in ``tags``.
     """
     if label is not None:
         return label
     if stage == "confirm":
         tags = tags or {}
-        role = tags["confirm_role"]
-        return " ".join(["confirm", str(int(tags["confirm_pair"]) + 1), role,
+        pair, role = tags.get("confirm_pair"), tags.get("confirm_role")
+        return " ".join(["confirm", *([str(int(pair) + 1)] if pair is not None else []), *([role] if role else []),
                          *([of] if role == "candidate" and of else [])])
     return f"{stage} {number:03d}" if number is not None else stage
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from bisect_eagle.trials.record import run_name, trial_name
 
 SPECULATIVE = {"speculative_algorithm": "EAGLE3", "eagle_aux_hidden_state_layer_ids": [1, 5, 9], "num_steps": 3,
@@ -33,8 +31,7 @@ def test_a_confirmation_measurement_is_named_by_pair_and_role():
     assert trial_name("confirm", tags=baseline, of="live 003") == "confirm 3 baseline"
     assert run_name("confirm 3 baseline", "confirm", NONE) == "confirm 3 baseline"
     assert run_name("confirm 1 candidate live 003", "confirm", SPECULATIVE) == "confirm 1 candidate live 003"
-    with pytest.raises(KeyError):
-        trial_name("confirm", tags={"confirm_of": "d8ee70287799b305"})
+    assert trial_name("confirm", tags={"confirm_of": "d8ee70287799b305"}) == "confirm"  # what the tags say, no more
 
 
 def test_a_label_names_the_trial_instead_of_its_stage():
