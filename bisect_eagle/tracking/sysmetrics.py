@@ -15,6 +15,12 @@ for a period cut short by the end of the run. So the interval here is :data:`SAM
 monitored run has at least one sample, taken at its end. MLflow's own switches still apply:
 ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=false`` turns monitoring off and ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL``
 (seconds) overrides the interval.
+
+Where MLflow 3.17's UI shows them: the run page's "System metrics" tab; its chart view, in a "System metrics"
+section after the model metrics (``bisect-eagle ui``'s saved view opens it on the criterion metric); and the run
+page's "Metrics" table, which lists every ``system/*`` metric in a group before the "Model metrics" group whenever
+a run has both (fixed in that page's code: no metric name, logging order, tag or view changes it short of dropping
+the ``system/`` prefix, which would also empty that tab and section).
 """
 
 from __future__ import annotations
