@@ -87,3 +87,110 @@ def deterministic(engine: object, metric: str) -> bool:
     """Whether ``engine`` declares ``metric`` deterministic (``Engine.deterministic_metrics``): one measurement of a
     configuration is its value, so repeats, pairs and noise estimates are skipped."""
     return metric in tuple(getattr(engine, "deterministic_metrics", ()) or ())
+
+
+def variance_split(launches: list[tuple[str, float, int, float | None]]) -> tuple[float | None, float | None]:
+    """How the noise of a log metric splits between benchmark rounds on one launch and launches (restarts).
+
+    One-way random effects, each config on its own: a launch's log value is ``μ_config + L + R̄``, its launch
+    effect ``L ~ N(0, σ_L²)`` and the mean of its ``k`` rounds' noise ``R̄ ~ N(0, σ_R²/k)``.
+
+    Args:
+        launches: ``(config, log of the launch's geometric-mean value, rounds k, sd of its rounds' logs or None)``
+            for every launch measured (a config is any key: a plan's fingerprint).
+
+    Returns:
+        ``(σ_R², σ_L²)``: the within-launch variance pooled over launches of two or more rounds, and the
+        between-launch variance (the pooled variance of a config's launch values less ``σ_R² · mean(1/k)``, at
+        least 0); None where the launches cannot tell (no launch of two rounds; no config launched twice).
+    """
+    within = [(k - 1, sd * sd) for _, _, k, sd in launches if k >= 2 and sd is not None]
+    sigma_r2 = sum(d * v for d, v in within) / sum(d for d, _ in within) if within else None
+    by_config: dict[str, list[tuple[float, int]]] = {}
+    for config, value, k, _ in launches:
+        by_config.setdefault(config, []).append((value, k))
+    groups = [g for g in by_config.values() if len(g) >= 2]
+    if not groups or sigma_r2 is None:
+        return sigma_r2, None
+    dof = sum(len(g) - 1 for g in groups)
+    between = sum((len(g) - 1) * statistics.variance([v for v, _ in g]) for g in groups) / dof
+    inv_k = statistics.fmean(1 / k for g in groups for _, k in g)
+    return sigma_r2, max(0.0, between - sigma_r2 * inv_k)
+
+
+def best_rounds(*, sigma_r2: float | None, sigma_l2: float | None, cost_ratio: float, first: int,
+                most: int) -> int:
+    """Benchmark rounds per launch that buy the most certainty per second: ``√(cost_ratio · σ_R² / σ_L²)``, the
+    optimum of two-stage sampling (a launch costs ``cost_ratio`` rounds), within ``1..most``.
+
+    Args:
+        sigma_r2, sigma_l2: :func:`variance_split`'s estimates (None: not measured yet).
+        cost_ratio: a launch's seconds outside its rounds over one round's seconds.
+        first: the rounds while either variance is unmeasured (enough to measure ``σ_R²``).
+        most: the cap (rounds of one launch).
+    """
+    if sigma_r2 is None or sigma_l2 is None:
+        return max(1, min(first, most))
+    if sigma_r2 <= 0:
+        return 1
+    if sigma_l2 <= 0:
+        return most
+    return max(1, min(most, round(math.sqrt(max(cost_ratio, 0.0) * sigma_r2 / sigma_l2))))
+
+
+def drifted(logs: list[float], *, confidence: float = 0.95) -> bool | None:
+    """Whether repeated measurements of one config (log values, oldest first) show the machine moving: a trend
+    (the least-squares slope over the launch order differs from 0 at ``confidence``, two-sided) or a newest value
+    outside the earlier ones' prediction interval ``mean ± t · s · √(1 + 1/m)``. None with fewer than three values
+    (no spread to judge by)."""
+    n = len(logs)
+    if n < 3:
+        return None
+    t = t_quantile(0.5 + confidence / 2, n - 2)
+    xs = range(n)
+    x_mean, y_mean = (n - 1) / 2, statistics.fmean(logs)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, logs, strict=True)) / sxx
+    resid = sum((y - y_mean - slope * (x - x_mean)) ** 2 for x, y in zip(xs, logs, strict=True))
+    if abs(slope) > t * math.sqrt(resid / (n - 2) / sxx) + 1e-12:
+        return True
+    earlier, newest = logs[:-1], logs[-1]
+    half = t_quantile(0.5 + confidence / 2, len(earlier) - 1) * statistics.stdev(earlier) * math.sqrt(
+        1 + 1 / len(earlier))
+    return abs(newest - statistics.fmean(earlier)) > half + 1e-12
+
+
+def pooled_bounds(candidate: list[float], baseline: list[float], *, others: list[list[float]], confidence: float,
+                  looks: int) -> tuple[float, float, float, int]:
+    """(estimate, lower, upper, degrees of freedom) of candidate / baseline from two samples of launches, the
+    noise measured on every repeated config of the study.
+
+    Noise is relative (a log scale) and the same for every config of one deployment, so its variance ``s²`` is
+    pooled over the candidate's launches, the baseline's and ``others`` (other configs' repeated launches): each
+    group adds its sum of squares about its own mean and ``len − 1`` degrees of freedom. The estimate is
+    ``exp(mean log candidate − mean log baseline)``, the bounds ``exp(estimate ∓ t · s · √(1/n + 1/m))`` with
+    ``t = t_{1 − (1 − confidence)/looks}(dof)``. Unlike :func:`ratio_bounds` nothing is paired, so a baseline's
+    launches serve every candidate, and the quantile's degrees of freedom grow with everything the study
+    re-measured, not with this candidate's pairs alone; it needs a machine that does not drift
+    (:func:`drifted`), where pairing is what cancels a drift.
+
+    Args:
+        candidate, baseline: one or more positive values each (a launch's value, the geometric mean of its rounds).
+        others: positive values of other configs' launches; groups of one add nothing.
+        confidence: one-sided, over ``looks`` looks (union bound).
+        looks: how many times the bound is judged.
+
+    Raises:
+        ValueError: no degrees of freedom (every group a single launch), or a value that is not positive.
+    """
+    groups = [log_values(g) for g in (candidate, baseline, *others) if g]
+    if any(g is None for g in groups):
+        raise ValueError("every value must be a positive number")
+    dof = sum(len(g) - 1 for g in groups)
+    if dof < 1:
+        raise ValueError("a pooled bound needs a config launched twice")
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups)
+    c, b = groups[0], groups[1]
+    diff = statistics.fmean(c) - statistics.fmean(b)
+    half = t_quantile(1 - (1 - confidence) / looks, dof) * math.sqrt(ss / dof) * math.sqrt(1 / len(c) + 1 / len(b))
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half), dof

@@ -16,7 +16,8 @@ all configs). Failures: NVLS with the LL protocol cannot launch, triton attentio
 
 :class:`LandscapeEngine` is an :class:`~bisect_eagle.engines.base.Engine`: ``plan`` applies SGLang's
 speculative rules (the fingerprint is the trial's identity), ``run`` returns the value times
-``exp(N(0, noise²))`` from its own seeded generator. Used by ``scripts/bench_search.py``.
+``exp(N(0, noise²))`` from its own seeded generator, its noise split between launches and benchmark rounds
+(:meth:`LandscapeEngine.run_rounds`). Used by ``scripts/bench_search.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import math
 import random
 from typing import Any
 
-from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
+from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, combine_rounds, failed
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import LiveSettings
@@ -39,6 +40,7 @@ NCCL_ALGO = {"Ring": 1.0, "Tree": 0.97, "NVLS": 1.04}
 NCCL_PROTO = {"Simple": 1.0, "LL": 1.01, "LL128": 1.02}
 ATTENTION = {"fa3": 1.0, "flashinfer": 0.99, "triton": 0.90}
 NO_CUSTOM_ALL_REDUCE = 0.92
+LAUNCH_S = 600.0  # a launch of a large target on a node (load, capture, warm-up): ten minutes, simulated
 
 SPACE: dict[str, dict[str, Any]] = {
     "num_steps": {"type": "int", "low": 1, "high": 6},
@@ -88,12 +90,20 @@ def true_value(effective: dict[str, Any]) -> tuple[float | None, float, str | No
 
 
 class LandscapeEngine(Engine):
-    """The landscape as an engine: each run is the true value times log-normal noise (``noise`` relative)."""
+    """The landscape as an engine: each measurement is the true value times log-normal noise (``noise`` relative).
+
+    Its benchmark rounds share a launch (:meth:`run_rounds`): the noise of one measurement splits into a launch
+    effect (variance ``launch_share · noise²``, drawn once per launch) and a round effect (the rest, drawn per
+    round), so one round's noise is ``noise`` whatever the split. A launch is reported as :data:`LAUNCH_S` seconds
+    outside its rounds (a large target's launch), a round as its tokens over its tok/s.
+    """
 
     name = "landscape"
+    rounds_share_launch = True
 
-    def __init__(self, *, noise: float = 0.0, seed: int = 0):
+    def __init__(self, *, noise: float = 0.0, seed: int = 0, launch_share: float = 0.5):
         self.noise = noise
+        self.launch_share = launch_share
         self.rng = random.Random(seed)
         self.runs = 0
 
@@ -109,6 +119,9 @@ class LandscapeEngine(Engine):
         return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def run(self, plan: TrialPlan) -> TrialResult:
+        return self.run_rounds(plan, rounds=1)
+
+    def run_rounds(self, plan: TrialPlan, *, rounds: int) -> TrialResult:
         if plan.refusal is not None:
             raise BadInput(plan.refusal)
         self.runs += 1
@@ -117,7 +130,15 @@ class LandscapeEngine(Engine):
             return failed(
                 self.name, requested=plan.requested, effective=plan.effective, cls=failure, detail="synthetic failure"
             )
-        measured = value * math.exp(self.rng.gauss(0.0, self.noise)) if self.noise else value
+        launch = self.rng.gauss(0.0, self.noise * math.sqrt(self.launch_share)) if self.noise else 0.0
+        round_sd = self.noise * math.sqrt(1 - self.launch_share)
+        results = [self._round(plan, value * math.exp(launch + (self.rng.gauss(0.0, round_sd) if self.noise else 0.0)),
+                               accept_length) for _ in range(rounds)]
+        result = combine_rounds(results)
+        result.launch_s = LAUNCH_S
+        return result
+
+    def _round(self, plan: TrialPlan, measured: float, accept_length: float) -> TrialResult:
         tokens = 256
         return TrialResult(
             engine=self.name,

@@ -13,11 +13,19 @@ study goes on; only bad input raises (:class:`~bisect_eagle.errors.BadInput`).
 An engine that can run the baseline and a speculative config on the same prompts, interleaved per prompt,
 implements :meth:`Engine.run_paired` (the local engine does): a :class:`PairedResult` with the geometric mean
 of the per-prompt tok/s ratios and its confidence interval, which a drift of the machine's load cancels from.
+
+A server engine can measure several benchmark *rounds* on one launch (:meth:`Engine.run_rounds`, with
+:attr:`Engine.rounds_share_launch`): the measured requests again on the running server, its cache flushed
+between rounds. Rounds cost a benchmark's seconds where a launch costs minutes on a large target, so the
+confirmation samples whichever of the two units the measured noise says is enough
+(:mod:`bisect_eagle.search.study.confirm`); :func:`combine_rounds` makes one result of them.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -29,6 +37,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.stats import log_values
 
 Status = Literal["ok", "failed"]
 FailureClass = Literal[
@@ -78,10 +87,18 @@ class TrialResult:
     failure_detail: str | None = None
     warnings: list[str] = field(default_factory=list)
     artifacts: dict[str, str] = field(default_factory=dict)  # file name -> text (launch command, logs, ...)
+    # per benchmark round on this launch (:func:`combine_rounds`): metric -> its value in each round
+    round_values: dict[str, list[float]] = field(default_factory=dict)
+    launch_s: float | None = None  # seconds of the launch outside the measured rounds (start, warm-up, teardown)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def rounds(self) -> int:
+        """Benchmark rounds this result measured on its launch (1 unless :meth:`Engine.run_rounds` ran more)."""
+        return max((len(v) for v in self.round_values.values()), default=1)
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics for tracking."""
@@ -93,6 +110,14 @@ class TrialResult:
             out["completion_tokens"] = float(sum(r.completion_tokens for r in self.requests))
         if self.server_accept_length is not None:
             out["server_accept_length"] = self.server_accept_length
+        if self.rounds > 1:
+            out["rounds"] = float(self.rounds)
+            for name, values in self.round_values.items():
+                logs = log_values(values)
+                if logs is not None:
+                    out[f"{name}_round_sd_log"] = statistics.stdev(logs)
+        if self.launch_s is not None:
+            out["launch_s"] = self.launch_s
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -122,6 +147,36 @@ class PairedResult:
     def to_json(self) -> dict[str, Any]:
         return {"speedup": self.speedup, "lower": self.lower, "upper": self.upper, "confidence": self.confidence,
                 "ratios": self.ratios}
+
+
+ROUND_METRICS = ("output_tok_s", "accept_length")  # what each round of a launch records (round_values)
+
+
+def combine_rounds(results: list[TrialResult]) -> TrialResult:
+    """One result of benchmark rounds measured on one launch (``results`` in round order, all ok).
+
+    Throughput is the geometric mean of the rounds' tok/s (noise is relative, :mod:`bisect_eagle.stats`); accept
+    length the mean of the rounds' own (each engine's definition; the rounds measure the same requests); the
+    requests are every round's (ids get a ``@r<round>`` suffix after the first round); ``round_values`` keeps
+    each round's tok/s and accept length; the warnings are every round's, the artifacts the first round's.
+    """
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    requests = [dataclasses.replace(q, id=q.id if i == 0 else f"{q.id}@r{i}")
+                for i, r in enumerate(results) for q in r.requests]
+    hist: dict[int, int] = {}
+    for r in results:
+        for k, v in r.accept_length_hist.items():
+            hist[k] = hist.get(k, 0) + v
+    logs = log_values([r.output_tok_s for r in results])
+    return dataclasses.replace(
+        first, output_tok_s=math.exp(statistics.fmean(logs)) if logs else float("nan"),
+        accept_length=statistics.fmean(r.accept_length for r in results),
+        accept_length_hist=hist, requests=requests, wall_s=sum(r.wall_s for r in results),
+        model_s=sum(r.model_s for r in results),
+        warnings=list(dict.fromkeys(w for r in results for w in r.warnings)),
+        round_values={m: [getattr(r, m) for r in results] for m in ROUND_METRICS})
 
 
 def failed(engine: str, *, requested: dict, effective: dict, cls: FailureClass, detail: str,
@@ -157,6 +212,9 @@ class Engine(abc.ABC):
     # metrics one measurement of a plan gives exactly (greedy accept length on an engine whose decoding is
     # bit-reproducible): the confirmation and the bisect measure them once (bisect_eagle.stats.deterministic)
     deterministic_metrics: ClassVar[tuple[str, ...]] = ()
+    # whether :meth:`run_rounds` measures its rounds on one launch (the server engines); otherwise each round
+    # would be a launch of its own and callers run one round per launch
+    rounds_share_launch: ClassVar[bool] = False
 
     @classmethod
     def from_spec(cls, spec: Spec, log_dir: Path) -> Engine:
@@ -205,6 +263,18 @@ class Engine(abc.ABC):
 
         A refused plan (``plan.refusal``) raises :class:`~bisect_eagle.errors.BadInput`; callers check first.
         """
+
+    def run_rounds(self, plan: TrialPlan, *, rounds: int) -> TrialResult:
+        """``rounds`` benchmark rounds of ``plan`` on one launch, combined (:func:`combine_rounds`); the rounds
+        actually measured are ``result.rounds`` (fewer when a round fails or the engine cannot flush its cache:
+        a warning says so).
+
+        Raises:
+            ValueError: ``rounds > 1`` on an engine whose rounds do not share a launch (:attr:`rounds_share_launch`).
+        """
+        if rounds > 1 and not self.rounds_share_launch:
+            raise ValueError(f"the {self.name} engine measures one round per launch")
+        return combine_rounds([self.run(plan)])
 
     def run_paired(self, plan: TrialPlan, baseline: TrialPlan, *, confidence: float = 0.95) -> PairedResult | None:
         """``plan`` and the no-speculation ``baseline`` on the same prompts, interleaved per prompt; None when

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from bisect_eagle.artifacts.prompts import Prompt, load_prompts
-from bisect_eagle.engines.base import Engine, TrialResult, failed
+from bisect_eagle.engines.base import Engine, TrialResult, combine_rounds, failed
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.engines.procs import gpus
 from bisect_eagle.engines.procs import server as procs
@@ -60,6 +61,7 @@ class ServedEngine(Engine):
     """
 
     client_class: ClassVar[type]
+    rounds_share_launch: ClassVar[bool] = True
 
     def _init_served(self, server: Any, *, target: Path, draft: Path, prompts: Path | None, log_dir: Path) -> None:
         self.server = server
@@ -181,15 +183,28 @@ class ServedEngine(Engine):
         """Readiness, read-back, warm-up, the measured requests; a failed trial on any failure."""
         raise NotImplementedError
 
+    def _measure_again(self, settings: LiveSettings, *, server: procs.ServerProcess, client: Any, first: TrialResult,
+                       scrub: Scrubber) -> TrialResult | None:
+        """One more benchmark round on the running server of ``first``'s round: its cache flushed, the measured
+        requests again; None (with a warning on ``first``) when this server's cache cannot be flushed."""
+        raise NotImplementedError
+
     def run(self, plan: TrialPlan) -> TrialResult:
-        """One live trial on a fresh server; failures come back as failed trials with a class.
+        """One live trial on a fresh server (one benchmark round): :meth:`run_rounds` with ``rounds=1``."""
+        return self.run_rounds(plan, rounds=1)
+
+    def run_rounds(self, plan: TrialPlan, *, rounds: int) -> TrialResult:
+        """One launch of a fresh server measuring ``rounds`` benchmark rounds (its cache flushed between them);
+        failures come back as failed trials with a class (a round after the first that fails fails the trial).
 
         Args:
             plan: a plan of this engine's :meth:`plan` (run as planned).
+            rounds: benchmark rounds on this launch (≥ 1).
 
         Raises:
             BadInput: ``plan`` is refused (callers check ``plan.refusal`` first), or the draft cannot be copied.
         """
+        start = time.perf_counter()
         if plan.refusal is not None:
             raise BadInput(plan.refusal)
         self._check_plan(plan)
@@ -227,6 +242,17 @@ class ServedEngine(Engine):
         try:
             result = self._measure(settings, prompts=prompts, server=server, client=client, requested=requested,
                                    planned=planned, warnings=warnings, scrub=scrub)
+            done = [result]
+            while result.ok and len(done) < rounds:
+                again = self._measure_again(settings, server=server, client=client, first=result, scrub=scrub)
+                if again is None:
+                    break
+                if not again.ok:
+                    result = again
+                    break
+                done.append(again)
+            if result.ok:
+                result = combine_rounds(done)
         finally:
             teardown, teardown_warnings = self._teardown(server, port)
             client.close()
@@ -237,6 +263,8 @@ class ServedEngine(Engine):
                                  "effective.json": dump(result.effective), "server.log": log_text,
                                  "teardown.json": dump(teardown)})
         (trial_dir / "effective.json").write_text(result.artifacts["effective.json"])
+        if result.ok:
+            result.launch_s = max(0.0, time.perf_counter() - start - result.wall_s)
         body = {k: v for k, v in result.to_json().items() if k != "artifacts"}
         (trial_dir / "result.json").write_text(scrub(dump(body)))
         return result

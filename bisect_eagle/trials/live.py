@@ -48,8 +48,9 @@ def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float]
     return metrics, rep
 
 
-def _measure(ctx: TrialContext, plan: TrialPlan) -> tuple[list[TrialResult], float, bool]:
-    """Run the engine ``repeats`` times (fewer when the first one fails or is pruned); (results, s, pruned)."""
+def _measure(ctx: TrialContext, plan: TrialPlan, rounds: int = 1) -> tuple[list[TrialResult], float, bool]:
+    """Run the engine ``repeats`` times (fewer when the first one fails or is pruned), each a launch measuring
+    ``rounds`` benchmark rounds (:meth:`~bisect_eagle.engines.base.Engine.run_rounds`); (results, s, pruned)."""
     search = ctx.spec.search
     settings = plan.settings
     if ctx.engine is None:
@@ -59,7 +60,7 @@ def _measure(ctx: TrialContext, plan: TrialPlan) -> tuple[list[TrialResult], flo
     for i in range(search.repeats):
         t0 = time.perf_counter()
         try:
-            result = ctx.engine.run(plan)
+            result = ctx.engine.run(plan) if rounds == 1 else ctx.engine.run_rounds(plan, rounds=rounds)
         finally:  # an interrupted run was a launch too
             seconds = time.perf_counter() - t0
             engine_s += seconds
@@ -83,6 +84,7 @@ def run_live_trial(
     tags: dict[str, str] | None = None,
     on_start: Callable[[str], None] | None = None,
     label: str | None = None,
+    rounds: int = 1,
 ) -> TrialRecord:
     """Measure ``plan`` (``repeats`` times) as one child run of ``parent_run_id``; never uses the cache.
 
@@ -119,7 +121,7 @@ def run_live_trial(
         return record
     # Ctrl-C or SIGTERM ends the run KILLED, an engine bug FAILED, a BadInput FAILED as bad_arguments; re-raised
     with ctx.tracking.run_guard(run_id, failure_classes={BadInput: "bad_arguments"}, scrub=scrubber_for(plan)):
-        results, engine_s, pruned = _measure(ctx, plan)
+        results, engine_s, pruned = _measure(ctx, plan, rounds)
     record = _record(ctx, plan, stage, results, pruned, run_id)
     record.name, record.engine_s = name, engine_s
     _log_result(ctx, plan, record, results)

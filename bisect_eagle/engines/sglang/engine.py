@@ -106,13 +106,8 @@ class SglangEngine(ServedEngine):
         s = self.server
 
         def fail(phase: str, effective: dict, timed_out: bool = False, reason: str = "") -> TrialResult:
-            cls, why = classify_failure(phase, procs.read_log(server.log_path), timed_out=timed_out)
-            code = server.popen.poll()
-            parts = [why, f"({reason})" if reason else "", f"exit code {code}" if code is not None else "running"]
-            detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + procs.log_tail(server.log_path)
-            return failed(
-                self.name, requested=requested, effective=effective, cls=cls, detail=scrub(detail), warnings=warnings
-            )
+            return self._failure(phase, server=server, requested=requested, effective=effective, warnings=warnings,
+                                 scrub=scrub, timed_out=timed_out, reason=reason)
 
         state = client.wait_ready(server.exited, timeout_s=s.ready_timeout_s)
         if state != "ready":
@@ -139,6 +134,33 @@ class SglangEngine(ServedEngine):
         return self._result(
             settings, requested=requested, effective=effective, batch=batch, info=after, warnings=warnings
         )
+
+    def _failure(self, phase: str, *, server: procs.ServerProcess, requested: dict, effective: dict,
+                 warnings: list[str], scrub: Scrubber, timed_out: bool = False, reason: str = "") -> TrialResult:
+        """A failed trial classified from the server's log at ``phase``, with its log tail."""
+        cls, why = classify_failure(phase, procs.read_log(server.log_path), timed_out=timed_out)
+        code = server.popen.poll()
+        parts = [why, f"({reason})" if reason else "", f"exit code {code}" if code is not None else "running"]
+        detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + procs.log_tail(server.log_path)
+        return failed(self.name, requested=requested, effective=effective, cls=cls, detail=scrub(detail),
+                      warnings=warnings)
+
+    def _measure_again(self, settings: LiveSettings, *, server: procs.ServerProcess, client: SglangClient,
+                       first: TrialResult, scrub: Scrubber) -> TrialResult:
+        """Another round on the running server: ``/flush_cache``, the measured requests, the server's counters."""
+        prompts = self._load_prompts(settings.warmup_prompts + settings.num_prompts)
+        measured = [(p.id, p.input_ids) for p in prompts[settings.warmup_prompts :]]
+        sampling = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature}
+        try:
+            client.flush_cache()
+            batch = client.run_batch(measured, sampling, concurrency=settings.concurrency)
+            server.snapshot()
+            after = client.server_info()
+        except RequestError as e:
+            return self._failure("benchmark", server=server, requested=first.requested, effective=first.effective,
+                                 warnings=list(first.warnings), scrub=scrub, timed_out=e.timed_out, reason=str(e))
+        return self._result(settings, requested=first.requested, effective=first.effective, batch=batch, info=after,
+                            warnings=[])
 
     def _result(
         self,

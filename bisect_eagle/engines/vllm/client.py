@@ -88,6 +88,19 @@ class VllmClient(HttpClient):
             return None
         return str(body.get("version")) if isinstance(body, dict) and body.get("version") else None
 
+    def reset_prefix_cache(self) -> bool:
+        """``POST /reset_prefix_cache``: True when vLLM reset its prefix cache; False when it answers otherwise
+        (the route is vLLM's dev API, served only with ``VLLM_SERVER_DEV_MODE=1``) or refuses while blocks are held.
+        """
+        try:
+            r = self._http.post("/reset_prefix_cache")
+        except httpx.HTTPError:
+            return False
+        try:
+            return r.status_code == 200 and bool(r.json().get("success", True))
+        except (ValueError, AttributeError):
+            return r.status_code == 200
+
     def metrics_text(self) -> str:
         """``GET /metrics``: the Prometheus text."""
         return self._get("/metrics").text

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,16 @@ from bisect_eagle.tracking.redact import Scrubber
 # how long a server whose request failed may take to finish dying before its log is classified (vLLM answers the
 # HTTP 500 of an EngineDeadError first and exits a moment later; one that stays up costs the whole grace, once)
 DEATH_GRACE_S = 5.0
+
+@dataclass
+class _Round:
+    """What a further benchmark round on the running server needs: the served model's id, how many requests the
+    server has finished (its counters' baseline), the measured prompts."""
+
+    model: str
+    finished: int
+    prompts: list[Prompt]
+
 
 @dataclass
 class _Measured:
@@ -81,6 +91,7 @@ class VllmEngine(ServedEngine):
                  check: bool = True):
         self._init_served(server, target=target, draft=draft, prompts=prompts, log_dir=log_dir)
         self.planner = Planner(server, self.target, self.draft, check=check)
+        self._round: _Round | None = None  # the running server's benchmark state (set by _measure)
 
     @classmethod
     def export(cls, spec: Any, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
@@ -166,26 +177,62 @@ class VllmEngine(ServedEngine):
         model = str(models[0].get("id"))
         sampling = {"max_tokens": settings.max_new_tokens, "temperature": settings.temperature}
         warm = [(p.id, p.input_ids) for p in prompts[: settings.warmup_prompts]]
-        measured = [(p.id, p.input_ids) for p in prompts[settings.warmup_prompts:]]
-        sequential = min(settings.concurrency, int(effective.get("concurrency") or settings.concurrency)) == 1
         try:
             for rid, ids in warm:  # one at a time: a warm-up that fails names its request
                 client.complete(rid, ids, model=model, sampling=sampling)
                 done["n"] += 1
-            if sequential:
-                batch, before, after = client.run_sequential(measured, model=model, sampling=sampling,
-                                                             finished_before=done["n"],
-                                                             metrics_timeout_s=s.metrics_timeout_s)
-            else:
-                before, _ = client.counters(finished_at_least=done["n"], timeout_s=s.metrics_timeout_s)
-                batch = client.run_batch(measured, model=model, sampling=sampling, concurrency=settings.concurrency)
-                after, _ = client.counters(finished_at_least=done["n"] + len(measured),
-                                           timeout_s=s.metrics_timeout_s)
-            server.snapshot()
         except RequestError as e:
             return fail("benchmark", effective, e.timed_out, str(e))
+        self._round = _Round(model=model, finished=done["n"], prompts=prompts[settings.warmup_prompts:])
+        return self._bench(settings, server=server, client=client, requested=requested, effective=effective,
+                           warnings=warnings, fail=lambda e: fail("benchmark", effective, e.timed_out, str(e)))
+
+    def _bench(self, settings: LiveSettings, *, server: procs.ServerProcess, client: VllmClient, requested: dict,
+               effective: dict, warnings: list[str], fail: Callable[[RequestError], TrialResult]) -> TrialResult:
+        """The measured requests of one round (``self._round``) with vLLM's counters around them."""
+        state = self._round
+        sampling = {"max_tokens": settings.max_new_tokens, "temperature": settings.temperature}
+        measured = [(p.id, p.input_ids) for p in state.prompts]
+        sequential = min(settings.concurrency, int(effective.get("concurrency") or settings.concurrency)) == 1
+        timeout = self.server.metrics_timeout_s
+        try:
+            if sequential:
+                batch, before, after = client.run_sequential(measured, model=state.model, sampling=sampling,
+                                                             finished_before=state.finished,
+                                                             metrics_timeout_s=timeout)
+            else:
+                before, _ = client.counters(finished_at_least=state.finished, timeout_s=timeout)
+                batch = client.run_batch(measured, model=state.model, sampling=sampling,
+                                         concurrency=settings.concurrency)
+                after, _ = client.counters(finished_at_least=state.finished + len(measured), timeout_s=timeout)
+            server.snapshot()
+        except RequestError as e:
+            return fail(e)
+        state.finished += len(measured)
         return self._result(settings, requested=requested, effective=effective, warnings=warnings,
                             measured=_Measured(batch, before, after, sequential))
+
+    def _measure_again(self, settings: LiveSettings, *, server: procs.ServerProcess, client: VllmClient,
+                       first: TrialResult, scrub: Scrubber) -> TrialResult | None:
+        """Another round on the running server: its prefix cache reset (``POST /reset_prefix_cache``, which vLLM
+        serves only with ``VLLM_SERVER_DEV_MODE=1``; not needed with prefix caching off), the measured requests
+        again. None, with a warning on ``first``, when the cache is on and cannot be reset: a second round would
+        read the first one's cached prompts."""
+        if first.effective.get("enable_prefix_caching") is not False and not client.reset_prefix_cache():
+            first.warnings.append("one benchmark round on this launch: vLLM's prefix cache is on and "
+                                  "POST /reset_prefix_cache is not served (it needs VLLM_SERVER_DEV_MODE=1)")
+            return None
+
+        def fail(e: RequestError) -> TrialResult:
+            wait_until(server.exited, timeout_s=DEATH_GRACE_S, what="vLLM to exit after a failed request")
+            cls, why = classify_failure("benchmark", procs.read_log(server.log_path), timed_out=e.timed_out)
+            detail = f"{why} ({e}) in a later benchmark round\n--- server log tail ---\n" + procs.log_tail(
+                server.log_path)
+            return failed(self.name, requested=first.requested, effective=first.effective, cls=cls,
+                          detail=scrub(detail), warnings=list(first.warnings))
+
+        return self._bench(settings, server=server, client=client, requested=first.requested,
+                           effective=first.effective, warnings=[], fail=fail)
 
     def _result(self, settings: LiveSettings, *, requested: dict, effective: dict, warnings: list[str],
                 measured: _Measured) -> TrialResult:

@@ -5,7 +5,9 @@ interleaved with the baseline (:func:`bisect_eagle.search.study.confirm.confirm`
 that confirms it. Verdicts are stored on the study (user attribute ``confirmations``: fingerprint ->
 :meth:`~bisect_eagle.search.study.confirm.Confirmation.to_json`, shared by all workers), so a config is confirmed
 once, and on the parent run (tags ``confirmation``, ``confirm_candidate_run_id``, ``confirm_schedule``; metrics
-``confirm_pairs``, ``confirm_bound``, ``confirm_estimate``, ``confirm_upper``, ``baseline_drift``).
+``confirm_pairs``, ``confirm_bound``, ``confirm_estimate``, ``confirm_upper``, ``baseline_drift``,
+``confirm_launches``, ``confirm_shared_baseline``). The baseline launches are kept on the study too
+(``baseline_samples``), so a later candidate pairs with them while they show no drift.
 """
 
 from __future__ import annotations
@@ -13,17 +15,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bisect_eagle.search.study.claims import Claim
-from bisect_eagle.search.study.confirm import Confirmation, confirm, confirm_schedule
+from bisect_eagle.search.study.confirm import Confirmation, Sample, confirm, confirm_schedule
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.trials.record import settings_of_run
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study.loop import StudyRun
 
+BASELINE_SAMPLES = "baseline_samples"  # study user attribute: the baseline launches so far (Sample.to_json)
+
 
 def confirmations(run: StudyRun) -> dict[str, dict[str, Any]]:
     """Every confirmation of ``run``'s study so far: fingerprint -> :meth:`Confirmation.to_json`."""
     return run.attr("confirmations") or {}
+
+
+def baseline_samples(run: StudyRun) -> list[Sample]:
+    """The study's baseline launches, oldest first (user attribute ``baseline_samples``; before any
+    confirmation, the study's own baseline measurement): what a confirmation pairs with before launching more."""
+    stored = run.attr(BASELINE_SAMPLES)
+    if stored:
+        return [Sample(**s) for s in stored]
+    value, run_id = run.ctx.baseline, run.attr("baseline_run_id")
+    return [Sample(value=float(value), run_id=str(run_id))] if value and run_id else []
 
 
 def candidates(run: StudyRun) -> list[Claim]:
@@ -62,12 +76,17 @@ def confirm_candidate(run: StudyRun, cand: Claim) -> Confirmation:
     steps = confirm_schedule(ctx, baseline_measured=baseline is not None, settings=settings)
     run.emit("confirm", f"confirming {cand.value:.4g} ≥ target {ctx.target:.4g}; {steps}")
     known = (cand.value, cand.run_id) if plan.fingerprint == cand.fingerprint and cand.run_id else None
+    pool = baseline_samples(run) if baseline is not None else []
+    others = [c["candidate"] for c in confirmations(run).values() if not c.get("deterministic")]
     verdict = confirm(ctx, candidate=plan, baseline=baseline, settings=settings, ratio=spec.criterion.ratio,
-                      first_baseline=ctx.baseline, known=known)
+                      first_baseline=ctx.baseline, known=known, pool=pool, others=others)
     run.study.set_user_attr("confirmations", {**confirmations(run), cand.fingerprint: verdict.to_json()})
+    if verdict.new_baseline:
+        run.study.set_user_attr(BASELINE_SAMPLES, [*(b.to_json() for b in pool), *verdict.new_baseline])
     named = {"confirm_pairs": float(verdict.pairs), "confirm_bound": verdict.lower,
              "confirm_estimate": verdict.estimate, "confirm_upper": verdict.upper,
-             "baseline_drift": verdict.baseline_drift}
+             "baseline_drift": verdict.baseline_drift, "confirm_launches": float(verdict.launches),
+             "confirm_shared_baseline": float(verdict.shared_baseline)}
     metrics = {k: v for k, v in named.items() if v is not None}
     ctx.tracking.log(ctx.parent_run_id, metrics=metrics,
                      tags={"confirmation": verdict.summary(), "confirm_candidate_run_id": cand.run_id,

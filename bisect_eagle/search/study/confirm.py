@@ -14,7 +14,31 @@ study (stage ``confirm``), and judged on the pairs (spec ``search.confirm``):
   :func:`bisect_eagle.bisect.judge.schedule`); by the union bound over the looks, a candidate whose
   true ratio is below the criterion ratio is confirmed with probability at most ``α``.
 - Confirmed when the lower bound is ≥ the criterion ratio; not confirmed as soon as the upper bound is below
-  it, when the budget is spent, or when a re-measurement fails.
+  it (the sequential test concludes "below" and stops spending launches), when the budget is spent, or when a
+  re-measurement fails.
+
+Launches are what a confirmation costs (minutes to half an hour each for a large target), so it spends them only
+where they buy certainty:
+
+- **Not the search's measurement of a noisy metric.** The candidate is here because that measurement cleared the
+  target, so it leans high (the winner's curse): as a first sample it keeps a lucky candidate's bound open
+  for more launches, not fewer (a 1.1× lucky draw of a config 3 % below the target: 12 pairs instead of 3), and
+  raises the chance of a false success. Every candidate sample is a fresh launch; a deterministic metric's one
+  measurement is reused (it has no luck).
+- **Rounds or launches.** A server engine measures several benchmark rounds on one launch, its cache flushed
+  between them (:meth:`Engine.run_rounds <bisect_eagle.engines.base.Engine.run_rounds>`). How the noise splits
+  between rounds (``σ_R²``) and launches (``σ_L²``) is measured from the confirmation's own launches
+  (:func:`bisect_eagle.stats.variance_split`): the first launches measure ``first_rounds`` rounds each, later
+  ones ``√(c · σ_R² / σ_L²)`` (``c``: a launch's measured seconds outside its rounds over a round's seconds;
+  :func:`bisect_eagle.stats.best_rounds`), at most ``max_rounds``. Noise that lives in the rounds is averaged
+  away on one launch; noise that lives in the launches needs launches. The bound stays on the launches' values
+  (each launch's geometric mean over its rounds), which is right whatever the split: the split only decides how
+  much each launch measures.
+- **A shared baseline.** Baseline launches are kept on the study (``baseline_samples``, the study's own
+  measurement first): a pair takes an unused one (newest first) instead of launching the baseline again while the
+  newest baseline launch lies in the earlier ones' prediction interval (:func:`bisect_eagle.stats.drifted`: the
+  machine has not moved; three launches are needed to tell). The baseline was not selected, so its earlier
+  launches are as good as new ones.
 
 The baseline samples also measure drift: ``baseline_drift`` is their geometric mean over the study's first
 baseline measurement (the target was computed from that one).
@@ -38,15 +62,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.spec.schema import Confirm
-from bisect_eagle.stats import UNIT_BASELINE_METRIC, deterministic, ratio_bounds, schedule
+from bisect_eagle.stats import (
+    UNIT_BASELINE_METRIC,
+    best_rounds,
+    deterministic,
+    drifted,
+    pooled_bounds,
+    ratio_bounds,
+    schedule,
+    variance_split,
+)
 from bisect_eagle.trials.live import run_live_trial
-from bisect_eagle.trials.record import TrialContext
+from bisect_eagle.trials.record import TrialContext, TrialRecord
 
 ConfirmStatus = Literal["confirmed", "not confirmed"]
 TOLERANCE = 1e-12  # on log ratios: a deterministic value equal to the target is at the target
@@ -71,6 +103,11 @@ class Confirmation:
     detail: str = ""
     schedule: str = ""  # what was measured and why (confirm_schedule)
     deterministic: bool = False  # the metric is deterministic: the bound is the value (one measurement)
+    launches: int = 0  # engine launches this confirmation made (the reused measurements cost none)
+    shared_baseline: int = 0  # pairs whose baseline was an earlier launch (the study's, another candidate's)
+    rounds: list[int] = field(default_factory=list)  # benchmark rounds of each candidate sample's launch
+    noise_split: dict[str, float | None] = field(default_factory=dict)  # round_sd, launch_sd of the metric's logs
+    new_baseline: list[dict[str, Any]] = field(default_factory=list)  # baseline launches made here (Sample.to_json)
 
     @property
     def confirmed(self) -> bool:
@@ -86,7 +123,7 @@ class Confirmation:
                     f"the value itself, one measurement ({self.detail})")
         sign = "≥" if self.confirmed else "<"
         return (f"{self.status}, bound {self.lower:.3f} {sign} {self.ratio:g} × baseline; "
-                f"{self.confidence:g} one-sided, {self.pairs} pairs, estimate {self.estimate:.3f}")
+                f"{self.confidence:g} one-sided, {self.pairs} candidate launches, estimate {self.estimate:.3f}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,24 +144,68 @@ def confirm_schedule(ctx: TrialContext, *, baseline_measured: bool, settings: Co
         why = "under greedy decoding" if unit else f"on the {getattr(ctx.engine, 'name', '?')} engine"
         return f"confirmation: {metric} is deterministic {why}: one measurement of the candidate, {base}"
     pairs = f"{settings.min_pairs}..{settings.max_pairs}"
+    rounds = (f"; {settings.first_rounds}..{settings.max_rounds} benchmark rounds a launch, from the measured noise"
+              f" split" if _shares_launch(ctx) and settings.max_rounds > 1 else "")
     if unit or not baseline_measured:
-        return f"confirmation: the candidate re-measured {pairs} times, {base}"
-    return f"confirmation: candidate and baseline re-measured interleaved, {pairs} pairs"
+        return f"confirmation: the candidate re-measured {pairs} times, {base}{rounds}"
+    return (f"confirmation: candidate and baseline re-measured interleaved, {pairs} pairs (earlier baseline launches "
+            f"shared while they show no drift){rounds}")
+
+
+def _shares_launch(ctx: TrialContext) -> bool:
+    return bool(getattr(ctx.engine, "rounds_share_launch", False))
+
+
+@dataclass(kw_only=True)
+class Sample:
+    """One launch's measurement: its value (the geometric mean over its rounds), its run, and what the noise split
+    and the cost of a launch are read from (``to_json`` goes on the study's ``baseline_samples``)."""
+
+    value: float
+    run_id: str
+    rounds: int = 1
+    sd_log: float | None = None  # sd of the rounds' log values (two or more rounds)
+    launch_s: float | None = None  # the launch's seconds outside its rounds
+    round_s: float | None = None  # one round's seconds
+
+    @classmethod
+    def of(cls, record: TrialRecord, metric: str) -> Sample:
+        m = record.metrics
+        rounds = int(m.get("rounds") or 1)
+        wall = m.get("wall_s")
+        return cls(value=float(record.value), run_id=record.run_id, rounds=rounds,
+                   sd_log=m.get(f"{metric}_round_sd_log"), launch_s=m.get("launch_s"),
+                   round_s=None if wall is None else wall / rounds)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | None, settings: Confirm,
-            ratio: float, first_baseline: float | None,
-            known: tuple[float, str] | None = None) -> Confirmation:
+            ratio: float, first_baseline: float | None, known: tuple[float, str] | None = None,
+            pool: list[Sample] | None = None, others: list[list[float]] | None = None) -> Confirmation:
     """Re-measure ``candidate`` (and ``baseline``, interleaved; None for a fixed baseline) until the bound
-    decides or the pair budget is spent; every measurement one child run (stage ``confirm``) of the study.
+    decides or the pair budget is spent; every launch one child run (stage ``confirm``) of the study.
+
+    Args:
+        ctx: the study's trial context (its engine, metric, baseline).
+        candidate: the candidate's plan.
+        baseline: the no-speculation plan, or None for a fixed baseline.
+        settings: ``search.confirm``.
+        ratio: the criterion ratio the lower bound must clear.
+        first_baseline: the study's first baseline value (drift is measured against it).
+        known: (value, run id) of the search's own measurement of this same plan: for a deterministic metric, the
+            measurement (a noisy metric does not reuse it: the module docstring).
+        pool: the study's baseline launches so far, oldest first (its own measurement first), paired with instead
+            of a new baseline launch while the baseline launches show no drift. New baseline launches are on the
+            verdict (``new_baseline``).
+        others: earlier candidates' re-measurements (values): their spread is the same noise, pooled into the bound.
 
     An ``accept_length`` criterion has a fixed baseline of 1 (``baseline`` is not measured); a deterministic
-    metric (the module docstring) is measured once, and ``known`` (value, run id: the search's own measurement
-    of this same plan) is that measurement when given.
+    metric (the module docstring) is measured once.
     """
     one = dataclasses.replace(ctx, spec=ctx.spec.model_copy(update={
         "search": ctx.spec.search.model_copy(update={"repeats": 1, "prune_below": None})}))
-    looks = schedule(settings.min_pairs, settings.max_pairs)
     steps = confirm_schedule(ctx, baseline_measured=baseline is not None, settings=settings)
     exact = deterministic(ctx.engine, ctx.metric)
     if ctx.metric == UNIT_BASELINE_METRIC:
@@ -133,63 +214,146 @@ def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | No
         baseline, fixed = None, ctx.baseline
     else:
         fixed = None if baseline is not None else ctx.baseline
-    cand: list[float] = []
-    base: list[float] = []
-    run_ids: list[str] = []
-
-    def verdict(status: ConfirmStatus, detail: str, bounds: tuple[float, float, float] | None) -> Confirmation:
-        est, lo, hi = bounds or (None, None, None)
-        drift = (math.exp(statistics.fmean(math.log(b) for b in base)) / first_baseline
-                 if base and _positive(first_baseline) else None)
-        return Confirmation(fingerprint=candidate.fingerprint, status=status, ratio=ratio, estimate=est, lower=lo,
-                            upper=hi, confidence=settings.confidence, pairs=len(cand), candidate=cand,
-                            baseline=base, baseline_drift=drift, run_ids=run_ids, detail=detail, schedule=steps,
-                            deterministic=exact and bounds is not None)
-
-    def sample(plan: TrialPlan, role: str) -> float | None:
-        record = run_live_trial(one, plan, stage="confirm", parent_run_id=ctx.parent_run_id,
-                                tags={"confirm_role": role, "confirm_of": candidate.fingerprint,
-                                      "confirm_pair": str(len(cand))})
-        run_ids.append(record.run_id)
-        return record.value if record.status == "ok" and _positive(record.value) else None
-
+    run = _Confirming(ctx=one, candidate=candidate, baseline=baseline, settings=settings, ratio=ratio,
+                      first_baseline=first_baseline, steps=steps, exact=exact)
     if exact:
-        return _exact(candidate, known=known, fixed=fixed, ratio=ratio, sample=sample, verdict=verdict, cand=cand,
-                      run_ids=run_ids)
-    for count in looks:
-        while len(cand) < count:
-            a = sample(candidate, "candidate")
-            b = sample(baseline, "baseline") if baseline is not None else fixed
-            if a is None or not _positive(b):
-                which = "candidate" if a is None else "baseline"
-                return verdict("not confirmed", f"the {which} failed when measured again (run {run_ids[-1]})", None)
-            cand.append(a)
-            if baseline is not None:
-                base.append(b)
-        bounds = ratio_bounds(cand, base if baseline is not None else float(fixed), confidence=settings.confidence,
-                              looks=len(looks))
-        if bounds[1] >= ratio:
-            return verdict("confirmed", "lower bound clears the criterion ratio", bounds)
-        if bounds[2] < ratio:
-            return verdict("not confirmed", "upper bound below the criterion ratio", bounds)
-    return verdict("not confirmed", f"pair budget spent ({settings.max_pairs} pairs)", bounds)
+        return run.once(known=known, fixed=fixed)
+    return run.paired(fixed=fixed, pool=list(pool or []), others=list(others or []))
 
 
-def _exact(candidate: TrialPlan, *, known: tuple[float, str] | None, fixed: float | None, ratio: float,
-           sample: Callable[[TrialPlan, str], float | None], verdict: Callable[..., Confirmation],
-           cand: list[float], run_ids: list[str]) -> Confirmation:
-    """A deterministic metric: one measurement of the candidate (``known``, else one run) against ``fixed``."""
-    if known is not None and _positive(known[0]):
-        value, where = known[0], f"the search's own measurement, run {known[1]}, of the same plan"
-        run_ids.append(known[1])
-    else:
-        value = sample(candidate, "candidate")
-        where = f"measured once, run {run_ids[-1]}"
-        if value is None:
-            return verdict("not confirmed", f"the candidate failed when measured again (run {run_ids[-1]})", None)
-    if not _positive(fixed):
-        return verdict("not confirmed", f"no positive baseline to compare with ({fixed})", None)
-    cand.append(value)
-    est = value / float(fixed)
-    met = math.log(est) - math.log(ratio) >= -TOLERANCE
-    return verdict("confirmed" if met else "not confirmed", where, (est, est, est))
+@dataclass(kw_only=True)
+class _Confirming:
+    """One candidate's confirmation in progress: its samples, runs and the verdict they lead to."""
+
+    ctx: TrialContext
+    candidate: TrialPlan
+    baseline: TrialPlan | None
+    settings: Confirm
+    ratio: float
+    first_baseline: float | None
+    steps: str
+    exact: bool
+    cand: list[Sample] = field(default_factory=list)
+    base: list[Sample] = field(default_factory=list)
+    new_baseline: list[Sample] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
+    launches: int = 0
+    shared: int = 0  # baseline launches from before this confirmation (the pool)
+
+    def verdict(self, status: ConfirmStatus, detail: str, bounds: tuple[float, float, float] | None) -> Confirmation:
+        est, lo, hi = bounds or (None, None, None)
+        base = [b.value for b in self.base]
+        drift = (math.exp(statistics.fmean(math.log(b) for b in base)) / self.first_baseline
+                 if base and _positive(self.first_baseline) else None)
+        sigma_r2, sigma_l2 = self.split()
+        return Confirmation(
+            fingerprint=self.candidate.fingerprint, status=status, ratio=self.ratio, estimate=est, lower=lo, upper=hi,
+            confidence=self.settings.confidence, pairs=len(self.cand), candidate=[c.value for c in self.cand],
+            baseline=base, baseline_drift=drift, run_ids=self.run_ids, detail=detail, schedule=self.steps,
+            deterministic=self.exact and bounds is not None, launches=self.launches, shared_baseline=self.shared,
+            rounds=[c.rounds for c in self.cand], noise_split={"round_sd": _sd(sigma_r2), "launch_sd": _sd(sigma_l2)},
+            new_baseline=[b.to_json() for b in self.new_baseline])
+
+    def split(self) -> tuple[float | None, float | None]:
+        """(σ_R², σ_L²) of the metric's logs over this confirmation's launches (:func:`stats.variance_split`)."""
+        launches = [(role, math.log(x.value), x.rounds, x.sd_log)
+                    for role, xs in (("candidate", self.cand), ("baseline", self.base)) for x in xs]
+        return variance_split(launches)
+
+    def rounds(self) -> int:
+        """Benchmark rounds for the next launch: 1 where rounds do not share a launch, else from the split."""
+        if not _shares_launch(self.ctx) or self.settings.max_rounds == 1:
+            return 1
+        samples = [*self.cand, *self.base]
+        launch = [x.launch_s for x in samples if x.launch_s is not None]
+        per_round = [x.round_s for x in samples if x.round_s]
+        cost = statistics.median(launch) / statistics.median(per_round) if launch and per_round else 1.0
+        sigma_r2, sigma_l2 = self.split()
+        return best_rounds(sigma_r2=sigma_r2, sigma_l2=sigma_l2, cost_ratio=cost, first=self.settings.first_rounds,
+                           most=self.settings.max_rounds)
+
+    def sample(self, plan: TrialPlan, role: str) -> Sample | None:
+        """One launch of ``plan`` as a child run; its sample, or None when it failed."""
+        rounds = self.rounds()
+        record = run_live_trial(self.ctx, plan, stage="confirm", parent_run_id=self.ctx.parent_run_id, rounds=rounds,
+                                tags={"confirm_role": role, "confirm_of": self.candidate.fingerprint,
+                                      "confirm_pair": str(len(self.cand)), "confirm_rounds": str(rounds)})
+        self.run_ids.append(record.run_id)
+        self.launches += 1  # repeats 1: one launch (its rounds share it)
+        if record.status != "ok" or not _positive(record.value):
+            return None
+        return Sample.of(record, self.ctx.metric)
+
+    def paired(self, *, fixed: float | None, pool: list[Sample], others: list[list[float]]) -> Confirmation:
+        """Candidate launches, with baseline launches only while the baseline's launches so far cannot serve
+        (fewer than the candidate's, or drift not ruled out), judged at the looks of the schedule: the pooled
+        bound while the baseline shows no drift, else the paired bound on adjacent launches."""
+        looks = schedule(self.settings.min_pairs, self.settings.max_pairs)
+        self.base = list(pool) if fixed is None else []
+        self.shared = len(self.base)
+        pairs: list[tuple[float, float]] = []  # adjacent (candidate, baseline) launches: what a drift leaves
+        bounds, how = None, ""
+        for count in looks:
+            while len(self.cand) < count:
+                a = self.sample(self.candidate, "candidate")
+                if a is None:
+                    return self.verdict("not confirmed", f"the candidate failed when measured again "
+                                                         f"(run {self.run_ids[-1]})", None)
+                self.cand.append(a)
+                if fixed is not None or (self.stable() and len(self.base) >= len(self.cand)):
+                    continue
+                b = self.sample(self.baseline, "baseline")
+                if b is None:
+                    return self.verdict("not confirmed", f"the baseline failed when measured again "
+                                                         f"(run {self.run_ids[-1]})", None)
+                self.base.append(b)
+                self.new_baseline.append(b)
+                pairs.append((a.value, b.value))
+            cand = [c.value for c in self.cand]
+            if fixed is not None:
+                bounds, how = ratio_bounds(cand, float(fixed), confidence=self.settings.confidence,
+                                           looks=len(looks)), "against the fixed baseline"
+            elif self.stable():
+                *got, dof = pooled_bounds(cand, [b.value for b in self.base], others=others,
+                                          confidence=self.settings.confidence, looks=len(looks))
+                bounds = tuple(got)
+                how = (f"{len(self.base)} baseline launches ({self.shared} from earlier), noise pooled over "
+                       f"{dof} degrees of freedom")
+            elif len(pairs) >= 2:
+                bounds = ratio_bounds([c for c, _ in pairs], [b for _, b in pairs],
+                                      confidence=self.settings.confidence, looks=len(looks))
+                how = f"the baseline drifted: paired on {len(pairs)} adjacent launches"
+            else:
+                continue  # a drift with too few adjacent pairs to judge: measure on, in pairs
+            if bounds[1] >= self.ratio:
+                return self.verdict("confirmed", f"lower bound clears the criterion ratio; {how}", bounds)
+            if bounds[2] < self.ratio:
+                return self.verdict("not confirmed", f"upper bound below the criterion ratio; {how}", bounds)
+        return self.verdict("not confirmed", f"launch budget spent ({self.settings.max_pairs} candidate launches)"
+                            + (f"; {how}" if how else ""), bounds)
+
+    def stable(self) -> bool:
+        """Whether the baseline's launches so far rule out a drift (:func:`bisect_eagle.stats.drifted`)."""
+        return drifted([math.log(b.value) for b in self.base]) is False
+
+    def once(self, *, known: tuple[float, str] | None, fixed: float | None) -> Confirmation:
+        """A deterministic metric: one measurement of the candidate (``known``, else one launch) against ``fixed``."""
+        if known is not None and _positive(known[0]):
+            value, where = known[0], f"the search's own measurement, run {known[1]}, of the same plan"
+            self.run_ids.append(known[1])
+        else:
+            got = self.sample(self.candidate, "candidate")
+            if got is None:
+                return self.verdict("not confirmed", f"the candidate failed when measured again "
+                                                     f"(run {self.run_ids[-1]})", None)
+            value, where = got.value, f"measured once, run {self.run_ids[-1]}"
+        if not _positive(fixed):
+            return self.verdict("not confirmed", f"no positive baseline to compare with ({fixed})", None)
+        self.cand.append(Sample(value=value, run_id=self.run_ids[-1]))
+        est = value / float(fixed)
+        met = math.log(est) - math.log(self.ratio) >= -TOLERANCE
+        return self.verdict("confirmed" if met else "not confirmed", where, (est, est, est))
+
+
+def _sd(variance: float | None) -> float | None:
+    return None if variance is None else math.sqrt(variance)

@@ -43,6 +43,8 @@ class Scripted(serve.Backend):
     def flush_cache(self) -> bool:
         ok = super().flush_cache()
         self.flushed = self.flushed or ok
+        if ok:
+            print("fake sglang: cache flushed", flush=True)
         return ok
 
     def decode(self, req: serve.GenerateRequest) -> dict:

@@ -184,3 +184,27 @@ def test_gpu_release_inside_a_container_waits_on_device_memory(engine, tmp_path,
     teardown = json.loads(after.artifacts["teardown.json"])
     assert after.ok and engine._leftover is None and not any("teardown" in w for w in after.warnings)
     assert teardown["gpu_release"] == "released" and teardown["gpu_release_method"] == "device memory"
+
+
+def test_rounds_share_one_launch_and_flush_the_cache_between_them(engine):
+    """Three benchmark rounds on one server: one trial directory, the measured requests three times, the server's
+    cache flushed before each round (its accept-length counters reset), the launch's own seconds apart."""
+    def trials() -> set:
+        return {p for p in engine.log_dir.glob("[0-9][0-9][0-9]-*")}
+
+    before = trials()
+    plan = engine.plan(settings(num_steps=3, eagle_aux_hidden_state_layer_ids=[3, 7, 10]))
+    r = engine.run_rounds(plan, rounds=3)
+    assert r.ok, r.failure_detail
+    assert len(trials() - before) == 1  # one launch
+    assert r.artifacts["server.log"].count("cache flushed") == 3  # after the warm-up, before rounds 2 and 3
+    assert r.rounds == 3 and len(r.round_values["output_tok_s"]) == 3
+    assert r.round_values["accept_length"] == [2.0, 2.0, 2.0] and r.accept_length == 2.0
+    assert [q.id for q in r.requests][2:4] == [f"{r.requests[0].id}@r1", f"{r.requests[1].id}@r1"]
+    assert len(r.requests) == 3 * 2 and r.server_accept_length == 2.0
+    logs = [math.log(v) for v in r.round_values["output_tok_s"]]
+    assert r.output_tok_s == pytest.approx(math.exp(sum(logs) / 3))  # the rounds' geometric mean
+    assert r.metrics()["rounds"] == 3 and "output_tok_s_round_sd_log" in r.metrics()
+    assert r.launch_s is not None and r.launch_s > 0 and r.wall_s == pytest.approx(
+        sum(q.latency_s for q in r.requests), rel=0.5)
+    _gone(r)

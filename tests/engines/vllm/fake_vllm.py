@@ -110,6 +110,13 @@ def main() -> int:
                 self._send(404, "{}")
 
         def do_POST(self) -> None:
+            if self.path == "/reset_prefix_cache":  # vLLM's dev API: served only with VLLM_SERVER_DEV_MODE=1
+                if os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+                    print("INFO [api_router.py:38] Resetting prefix cache...", flush=True)
+                    self._send(200, json.dumps({"success": True}))
+                else:
+                    self._send(404, json.dumps({"detail": "Not Found"}))
+                return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if mode == "dead":
                 answer = json.loads((FIXTURES / "engine-dead-first-request.http500.json").read_text())

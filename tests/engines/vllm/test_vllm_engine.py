@@ -130,3 +130,18 @@ def test_real_vllm_trial_on_the_tiny_pair(tiny, tmp_path, vllm_python):
     assert len(res.requests) == 8 and all(r.completion_tokens == 64 for r in res.requests)
     assert res.effective["vllm_aux_layer_ids"] == [2, 6, 10] and len(res.accept_rate_per_position) == 3
     assert_nothing_left(res, log_dir)
+
+
+@pytest.mark.parametrize(("env", "rounds"), [({}, 1), ({"VLLM_SERVER_DEV_MODE": "1"}, 3)])
+def test_rounds_on_one_launch_need_the_prefix_cache_reset(tiny, tmp_path, env, rounds):
+    """vLLM serves ``POST /reset_prefix_cache`` only in its dev mode: without it a launch measures one round (a
+    second would read the first one's cached prompts) and says so; with it, three rounds, the counters of each."""
+    with fake_engine(tiny, tmp_path) as eng:
+        res = eng.run_rounds(eng.plan(settings(eagle_aux_hidden_state_layer_ids=[1, 5, 9], env=env)), rounds=3)
+    assert res.ok, res.failure_detail
+    assert res.rounds == rounds and len(res.requests) == 3 * rounds
+    assert res.accept_length == pytest.approx(1 + 42 / 16)  # each round's own counters: the same per round
+    assert res.artifacts["server.log"].count("Resetting prefix cache") == rounds - 1
+    assert any("one benchmark round on this launch" in w for w in res.warnings) == (rounds == 1)
+    assert len(list((tmp_path / "logs").glob("[0-9][0-9][0-9]-*"))) == 1
+    assert_nothing_left(res, tmp_path / "logs")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import optuna
 import pytest
 from fake_engine import FakeEngine
 
-from bisect_eagle.engines.base import TrialResult
+from bisect_eagle.engines.base import TrialResult, combine_rounds
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.search.study import Options, run_study
 from bisect_eagle.search.study.confirm import Confirmation
@@ -95,7 +96,9 @@ def test_a_lucky_first_measurement_is_not_confirmed(stores, tmp_path):
     parent = tracking.get_run(out.parent_run_id)
     assert parent.data.tags["confirmation"].startswith("not confirmed") and parent.data.metrics["confirm_pairs"] == 3
     confirm_runs = tracking.child_runs(out.parent_run_id, "confirm")
-    assert Counter(r.data.tags["confirm_role"] for r in confirm_runs) == {"candidate": 3, "baseline": 3}
+    # the third pair shares the study's own baseline launch: the two new ones show no drift from it
+    assert Counter(r.data.tags["confirm_role"] for r in confirm_runs) == {"candidate": 3, "baseline": 2}
+    assert c.shared_baseline == 1 and c.launches == 5 and parent.data.metrics["confirm_launches"] == 5
 
 
 def test_without_confirmation_the_lucky_measurement_is_taken(stores, tmp_path):
@@ -121,9 +124,10 @@ GREEDY = ("accept_length",)
     ("accept_length", GREEDY, {"baseline": 1, "live": 1}, {}),
     # accept length not declared deterministic: the candidate alone, min_pairs times, against 1
     ("accept_length", (), {"baseline": 1, "live": 1, "confirm": 3}, {"candidate": 3}),
-    # tok/s: interleaved pairs exactly as before, whatever the engine declares about accept length
-    ("output_tok_s", GREEDY, {"baseline": 1, "live": 1, "confirm": 6}, {"candidate": 3, "baseline": 3}),
-    ("output_tok_s", (), {"baseline": 1, "live": 1, "confirm": 6}, {"candidate": 3, "baseline": 3}),
+    # tok/s: interleaved pairs whatever the engine declares about accept length; the third pair's baseline is the
+    # study's own launch (the baseline shows no drift)
+    ("output_tok_s", GREEDY, {"baseline": 1, "live": 1, "confirm": 5}, {"candidate": 3, "baseline": 2}),
+    ("output_tok_s", (), {"baseline": 1, "live": 1, "confirm": 5}, {"candidate": 3, "baseline": 2}),
 ])
 def test_engine_runs_per_stage_follow_the_metrics_noise(stores, tmp_path, metric, declared, stages, roles):
     engine = FakeEngine(deterministic=declared)
@@ -178,3 +182,115 @@ def test_a_deterministic_value_is_confirmed_at_the_target_and_refused_below(stor
     reused = confirm(ctx, candidate=plan, baseline=None, settings=settings, ratio=2.0, first_baseline=1.0,
                      known=(1.9, "run-x"))
     assert reused.status == "not confirmed" and reused.run_ids == ["run-x"] and len(engine.runs) == 2
+
+
+class RoundsEngine(FakeEngine):
+    """The fake engine with benchmark rounds on one launch: tok/s × exp(launch effect + round noise), a launch
+    reported as ``launch_s`` seconds; ``drift`` multiplies the baseline by ``1 + drift`` at every launch (the
+    study's own baseline measurement, given as the pool, was the last one before)."""
+
+    rounds_share_launch = True
+
+    def __init__(self, *, launch_sd: float, round_sd: float, drift: float = 0.0, seed: int = 0):
+        super().__init__()
+        self.launch_sd, self.round_sd, self.drift = launch_sd, round_sd, drift
+        self.rng = random.Random(seed)
+        self.launched: list[tuple[bool, int]] = []  # (baseline, rounds) per launch
+        self.baseline_launches = 0
+
+    def run_rounds(self, plan: TrialPlan, *, rounds: int) -> TrialResult:
+        launch = self.rng.gauss(0, self.launch_sd)
+        base = plan.settings.is_baseline
+        self.launched.append((base, rounds))
+        scale = (1 + self.drift) ** (self.baseline_launches + 1) if base else 1.0  # since the study's baseline
+        self.baseline_launches += base
+        results = []
+        for _ in range(rounds):
+            r = super().run(plan)
+            r.output_tok_s *= scale * math.exp(launch + self.rng.gauss(0, self.round_sd))
+            results.append(r)
+        out = combine_rounds(results)
+        out.launch_s = 600.0
+        return out
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        return self.run_rounds(plan, rounds=1)
+
+
+def _confirming(tmp_path, stores, name: str, engine):
+    from bisect_eagle.trials.record import TrialContext
+
+    spec = spec_of(tmp_path, name, ratio=1.5)
+    tracking = Tracking.open(stores.tracking_uri, name)
+    ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=tracking.start_run("parent", tags={}),
+                       engine=engine, baseline=BASELINE, target=1.5 * BASELINE)
+    fixed = spec.fixed_settings()
+    plan = engine.plan(fixed.model_copy(update={"eagle_aux_hidden_state_layer_ids": [1, 5, 9], "num_steps": 3}))
+    baseline = engine.plan(fixed.model_copy(update={"speculative_algorithm": "none"}))
+    return ctx, plan, baseline
+
+
+BASELINE = 100.0  # the fake engine's baseline tok/s; its candidate (1,5,9; 3 steps) measures 193 = 1.93 × it
+
+
+def test_noise_in_the_rounds_is_averaged_on_one_launch(stores, tmp_path):
+    """No launch effect: after the first launches (3 rounds each) measure the split, every launch measures the
+    most rounds; the verdict says how the noise split and what each launch measured."""
+    from bisect_eagle.search.study.confirm import Sample, confirm
+    from bisect_eagle.spec.schema import Confirm
+
+    engine = RoundsEngine(launch_sd=0.0, round_sd=0.05)
+    ctx, plan, baseline = _confirming(tmp_path, stores, "rounds", engine)
+    c = confirm(ctx, candidate=plan, baseline=baseline, settings=Confirm(), ratio=1.9, first_baseline=BASELINE,
+                pool=[Sample(value=BASELINE, run_id="study-baseline")])
+    assert engine.launched[:2] == [(False, 3), (True, 3)]  # the split unmeasured: first_rounds
+    assert {k for _, k in engine.launched[2:]} == {8}  # no launch effect: max_rounds
+    assert c.rounds[0] == 3 and c.noise_split["round_sd"] == pytest.approx(0.05, rel=0.5)
+    assert c.noise_split["launch_sd"] < 0.03 and c.launches == len(engine.launched)
+    runs = Tracking.open(stores.tracking_uri, "rounds").child_runs(ctx.parent_run_id, "confirm")
+    assert sorted(int(r.data.tags["confirm_rounds"]) for r in runs) == sorted(k for _, k in engine.launched)
+    assert all(r.data.metrics.get("rounds", 1) == int(r.data.tags["confirm_rounds"]) for r in runs)
+
+
+def test_noise_in_the_launches_gets_one_round_a_launch(stores, tmp_path):
+    from bisect_eagle.search.study.confirm import Sample, confirm
+    from bisect_eagle.spec.schema import Confirm
+
+    engine = RoundsEngine(launch_sd=0.05, round_sd=0.0005, seed=3)
+    ctx, plan, baseline = _confirming(tmp_path, stores, "launches", engine)
+    c = confirm(ctx, candidate=plan, baseline=baseline, settings=Confirm(), ratio=1.9, first_baseline=BASELINE,
+                pool=[Sample(value=BASELINE, run_id="study-baseline")])
+    assert engine.launched[0][1] == 3 and len(engine.launched) > 3
+    # once both variances are measured on a few launches, rounds buy nothing: √(3000 · 2.5e-7 / 2.5e-3) < 1
+    assert {k for _, k in engine.launched[4:]} == {1}
+    assert c.noise_split["launch_sd"] > 10 * c.noise_split["round_sd"]
+
+
+def test_a_second_candidate_pairs_with_the_baselines_launches_and_a_drift_stops_the_sharing(stores, tmp_path):
+    """A steady baseline: the first confirmation launches it until three launches show no drift, the second
+    launches none. A drifting one: every candidate launch is followed by a baseline launch, and the bound is the
+    paired one."""
+    from bisect_eagle.search.study.confirm import Sample, confirm
+    from bisect_eagle.spec.schema import Confirm
+
+    settings = Confirm(max_rounds=1)
+    engine = RoundsEngine(launch_sd=0.0, round_sd=0.0)
+    ctx, plan, baseline = _confirming(tmp_path, stores, "shared", engine)
+    pool = [Sample(value=BASELINE, run_id="study-baseline")]
+    first = confirm(ctx, candidate=plan, baseline=baseline, settings=settings, ratio=1.5, first_baseline=BASELINE,
+                    pool=pool)
+    assert first.confirmed and len(first.new_baseline) == 2 and first.shared_baseline == 1
+    assert "noise pooled" in first.detail
+    pool += [Sample(**b) for b in first.new_baseline]
+    launched = len(engine.launched)
+    second = confirm(ctx, candidate=plan, baseline=baseline, settings=settings, ratio=1.5, first_baseline=BASELINE,
+                     pool=pool, others=[first.candidate])
+    assert second.confirmed and second.new_baseline == [] and second.shared_baseline == 3
+    assert [b for b, _ in engine.launched[launched:]] == [False] * second.pairs  # candidate launches only
+
+    drifting = RoundsEngine(launch_sd=0.001, round_sd=0.0, drift=0.05, seed=2)
+    ctx, plan, baseline = _confirming(tmp_path, stores, "drift", drifting)
+    c = confirm(ctx, candidate=plan, baseline=baseline, settings=settings, ratio=1.5, first_baseline=BASELINE,
+                pool=[Sample(value=BASELINE, run_id="study-baseline")])
+    assert [b for b, _ in drifting.launched] == [False, True] * c.pairs  # interleaved pairs throughout
+    assert "the baseline drifted: paired" in c.detail and c.baseline_drift > 1.05

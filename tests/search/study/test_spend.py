@@ -42,7 +42,8 @@ def test_every_launch_is_counted_by_stage_in_the_outcome_and_on_the_parent_run(t
     launches = out.launches
     assert launches["total"] == len(engine.runs)  # every engine run, nothing else
     assert launches["baseline"] == 2 and launches["live"] == 2 * out.counts["live_measured"] == 2 * stages["live"]
-    assert launches["confirm"] == stages["confirm"] == 2 * out.confirmation["pairs"] > 0  # one repeat each
+    # one repeat each: the candidate's launches and the baseline's, less the study's own baseline it shares
+    assert launches["confirm"] == stages["confirm"] == out.confirmation["launches"] == 2 * out.confirmation["pairs"] - 1
     assert launches["unit"] == "launches"
     metrics = tracking.get_run(out.parent_run_id).data.metrics
     assert {k: metrics[k] for k in ("launches", "launches_live", "launches_confirm", "launches_baseline")} == {
