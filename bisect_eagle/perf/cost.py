@@ -28,7 +28,8 @@ fit is defined from the baseline alone and collinear terms split sensibly; data 
 the measured one-token forward (the baseline's, from its observations; the typical one without them). The residual
 sd is a scaled-inverse-χ² posterior (prior ``sigma_prior`` with ``sigma_prior_dof`` pseudo-observations),
 and the parameter covariance is ``σ² (JᵀJ)⁻¹`` at the solution: both shrink as observations arrive. A
-prediction's own uncertainty is the delta-method relative sd of its seconds (:meth:`CostModel.relative_sd`).
+prediction's own uncertainty is the delta-method relative sd of its seconds (:meth:`CostModel.relative_sd`),
+with the ridge prior's sd for each context key no observation had (its factor is 1.0, not known to be).
 """
 
 from __future__ import annotations
@@ -287,10 +288,21 @@ class CostModel:
         return float(out) if np.ndim(out) == 0 else out
 
     def _with_sd(self, work: Mapping[str, object], context: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(predicted seconds, their relative sd) of ``work``, from one design vector and one gradient."""
+        """(predicted seconds, their relative sd) of ``work``, from one design vector and one gradient.
+
+        A context key no observation had has factor 1.0 and its prior's uncertainty: each group's log factor
+        ``N(0, factor_prior_sd²)``, scaled like the fitted keys' by ``σ / sigma_prior``.
+        """
+        fit = self.fit()
         x, c = self._vectors(work, context)
         pred, grad = self._gradient(x, c)
-        var = np.einsum("...i,ij,...j->...", grad, self.fit()["cov"], grad)
+        var = np.einsum("...i,ij,...j->...", grad, fit["cov"], grad)
+        unseen = len(set(context) - set(fit["keys"]))
+        if unseen:
+            contrib = grad[..., : len(self.names)] * fit["z"][: len(self.names)]
+            per_group = np.stack([contrib[..., fit["group_of"] == g].sum(axis=-1) for g in range(len(GROUPS))], -1)
+            sd = self.factor_prior_sd * fit["sigma"] / self.sigma_prior
+            var = var + unseen * sd**2 * (per_group**2).sum(axis=-1)
         return pred, np.sqrt(np.maximum(var, 0.0)) / np.maximum(pred, 1e-300)
 
     def sample(self, work: Mapping[str, object], *, context: Iterable[str] = (), draws: int,

@@ -113,3 +113,15 @@ def test_add_rejects_bad_input():
         model.add({"verify_fixed": 1.0}, 0.0)
     with pytest.raises(ValueError):
         model.fit()
+
+
+def test_a_context_key_never_observed_widens_the_prediction_by_its_prior():
+    model = CostModel()
+    w = component_work("verify", tokens=1)
+    for _ in range(3):
+        model.add(w, 0.01, context=("env:NCCL_ALGO=Ring",))
+    seen = model.relative_sd(w, context=("env:NCCL_ALGO=Ring",))
+    unseen = model.relative_sd(w, context=("env:NCCL_ALGO=Ring", "server_args:attention_backend=triton"))
+    assert model.predict(w, context=("server_args:attention_backend=triton",)) == pytest.approx(0.01, rel=1e-3)
+    expected = model.factor_prior_sd * model.sigma / model.sigma_prior  # the verify group is all of the forward
+    assert unseen**2 == pytest.approx(seen**2 + expected**2, rel=1e-6)
