@@ -26,7 +26,10 @@ until its winner was confirmed (baseline, live trials and confirmation re-measur
 as never confirmed (infinite), so a median of ``null`` says more than half never were.
 ``launches_to_confirmed_with_model`` is the staged search's median. ``tool_cpu_s_per_live_trial`` is the process
 CPU seconds of each whole study (the landscape engine costs next to nothing) per live trial, and
-``tool_overhead_s_per_trial`` the study's own figure (wall time outside the engine), both medians.
+``tool_overhead_s_per_trial`` the study's own figure (wall time outside the engine), both medians. The
+landscape's noise is split evenly between launches and benchmark rounds on a launch (``launch_share`` 0.5), and a
+launch costs a simulated ten minutes outside its rounds: ``confirm_launches_median`` and
+``confirm_rounds_per_launch_median`` say what the confirmation spent.
 
 Reported per sampler: median and p90 live trials to the target; ``false_success_rate`` (runs of the staged
 search, with and without the model, that declared success with a winner whose noise-free value misses the
@@ -199,7 +202,7 @@ def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int, model: 
     if out.target_reached:
         effective = engine.plan(spec.fixed_settings().model_copy(update=_settings(out.best["params"]))).effective
         false = true_value(effective)[0] < true_target()
-    confirm_samples = sum(2 * c["pairs"] for c in (out.confirmations or {}).values())
+    rounds = [k for c in (out.confirmations or {}).values() for k in c.get("rounds", [])]
     errors, inside = [], []
     if model:
         from bisect_eagle.tracking.runs import Tracking
@@ -213,7 +216,8 @@ def staged(tmp: Path, store: dict[str, str], *, noise: float, seed: int, model: 
                 inside.append(m["predicted_output_tok_s_low"] <= m["output_tok_s"] <= m["predicted_output_tok_s_high"])
     live = out.counts["live_measured"]
     return {"trials": live if out.target_reached else BUDGET + 1,
-            "reached": out.target_reached, "false": false, "confirm_samples": confirm_samples,
+            "reached": out.target_reached, "false": false, "confirm_launches": out.launches["confirm"],
+            "confirm_rounds": statistics.median(rounds) if rounds else None,
             "skipped": out.counts["skipped"], "errors": errors, "inside": inside, "launches": out.launches,
             "cpu_per_trial": cpu / live if live else None, "overhead_per_trial": out.tool_overhead_s_per_trial}
 
@@ -359,7 +363,7 @@ def main(
             bare.append(staged(tmp, store, noise=noise, seed=seed, model=False))
             trials["staged_no_model"].append(bare[-1]["trials"])
             print(f"seed {seed}: " + ", ".join(f"{k} {v[-1]}" for k, v in trials.items())
-                  + f" (confirmed: {runs[-1]['reached']}, {runs[-1]['confirm_samples']} confirm samples; launches "
+                  + f" (confirmed: {runs[-1]['reached']}, {runs[-1]['confirm_launches']} confirm launches; launches "
                   f"{runs[-1]['launches']['total']} with the model, {bare[-1]['launches']['total']} without)",
                   flush=True)
         bisects = [bisect_run(tmp, store, noise=noise, seed=seed) for seed in range(seeds)]
@@ -377,7 +381,8 @@ def main(
         **model_summary(runs),
         "configs_skipped_median": statistics.median(r["skipped"] for r in runs),
         "unconfirmed_false_success_rate": sum(naive_false) / len(naive_false),
-        "confirm_samples_median": statistics.median(r["confirm_samples"] for r in runs),
+        "confirm_launches_median": statistics.median(r["confirm_launches"] for r in runs),
+        "confirm_rounds_per_launch_median": _median([r["confirm_rounds"] for r in runs]),
         "launches_to_confirmed": {"staged": launch_summary(runs), "staged_no_model": launch_summary(bare)},
         "launches_to_confirmed_with_model": launch_summary(runs)["median"],
         "tool_cpu_s_per_live_trial": {"staged": _median([r["cpu_per_trial"] for r in runs]),

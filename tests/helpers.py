@@ -129,3 +129,48 @@ def engine_python(found: str | None, *, engine: str, require: str, setup: str) -
             pytest.fail(f"{require}=1 but no {engine} environment (bash {setup})")
         pytest.skip(f"no {engine} environment: bash {setup}")
     return found
+
+
+def screen_in_a_pty(code: str, *, cwd: Path, timeout_s: float = 600) -> tuple[list[tuple[float, str]], int]:
+    """Run ``python -c code`` in a 120-column pseudo-terminal (stdin, stdout and stderr); every line or redraw it
+    writes (ANSI codes removed), with the monotonic time it was read, and its exit code (killed at ``timeout_s``).
+    """
+    import os
+    import pty
+    import re
+    import select
+    import subprocess
+    import sys
+    import time
+
+    ansi = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(COLUMNS="120", LINES="40", TERM="xterm", OMP_NUM_THREADS="1")
+    env.pop("NO_COLOR", None)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env, stdin=follower, stdout=follower,
+                            stderr=follower, close_fds=True)
+    os.close(follower)
+    seen: list[tuple[float, str]] = []
+    buffer, deadline = "", time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(leader, 65536).decode(errors="replace")
+            except OSError:  # the child closed the terminal
+                break
+            buffer += ansi.sub("", chunk)
+            *pieces, buffer = re.split(r"[\r\n]", buffer)
+            now = time.monotonic()
+            seen += [(now, piece) for piece in pieces if piece.strip()]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        os.close(leader)
+    return seen, proc.returncode

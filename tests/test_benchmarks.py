@@ -16,7 +16,7 @@ pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {  # script -> (quick arguments, keys its JSON line holds)
     "bench_model.py": (["--quick"], {"model_median_rel_error", "interval_coverage", "cost_fit"}),
-    "bench_search.py": (["--seeds", "2"], {"bisect_correct_rate", "bisect_within_bound", "confirm_samples_median",
+    "bench_search.py": (["--seeds", "2"], {"bisect_correct_rate", "bisect_within_bound", "confirm_launches_median",
                                             "launches_to_confirmed", "tool_cpu_s_per_live_trial",
                                             "first_prediction_rel_error", "interval_coverage",
                                             "interval_coverage_min_step"}),

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bisect_eagle.cli.common import URI_HELP, plural, print_json
@@ -20,6 +21,38 @@ from bisect_eagle.cli.common import URI_HELP, plural, print_json
 
 def _value(v: object) -> str:
     return escape(str(v))
+
+
+class _Status:
+    """The bisect's progress on stderr: each event a line; on a terminal, below them, a status line with the
+    latest event and the elapsed time (H:MM:SS, the clock of ``run``'s progress), redrawn every second, so a
+    probe that measures for minutes is never silence."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.bar: Progress | None = None
+        if console.is_terminal:
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}", style="dim"),
+                                TextColumn("elapsed"), TimeElapsedColumn(), console=console, refresh_per_second=2)
+            self.task = self.bar.add_task("bisect: reading the configurations", total=None)
+
+    def __call__(self, message: str) -> None:
+        if self.bar is None:
+            self.console.print(escape(message), style="dim")
+            return
+        self.bar.console.print(escape(message), style="dim")
+        width = max(20, self.console.width - 20)
+        short = message if len(message) <= width else message[: width - 1] + "…"
+        self.bar.update(self.task, description=escape(short))
+
+    def __enter__(self) -> _Status:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def bisect(
@@ -57,8 +90,8 @@ def bisect(
     opts = BisectOptions(good=good, bad=bad, spec=spec, metric=metric, ratio=ratio, threshold=threshold,
                          confidence=confidence, repeats=repeats, max_samples=max_samples, overrides=parse_set(set_),
                          tracking_uri=tracking_uri, log_path=log, replay=replay)
-    err = Console(stderr=True, highlight=False)
-    report = run_bisect(opts, progress=lambda m: err.print(escape(m), style="dim"))  # stdout stays one object
+    with _Status(Console(stderr=True, highlight=False)) as status:  # stdout stays one object
+        report = run_bisect(opts, progress=status)
     if as_json:
         print_json(report.to_json())
     else:

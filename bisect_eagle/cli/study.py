@@ -179,20 +179,22 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     live = [t for t in out.trials if t["value"] is not None or t["failure_class"]]
     if live:
         table = Table(title=f"stage 2: live trials ({out.metric})")
-        for col in ("trial", "params", out.metric, RATIO_HEADER, "state", "run"):
+        table.add_column("trial (run)", no_wrap=True)  # the name and the run id's 8 characters, one line each
+        for col in ("params", out.metric, RATIO_HEADER, "state"):
             table.add_column(col, overflow="fold")
         for t in live:
             ratio = f"{t['value'] / out.baseline:.2f}" if t["value"] is not None and out.baseline else "-"
             value = f"{t['value']:.2f}" if t["value"] is not None else t["failure_class"] or "-"
             state = "duplicate" if t["duplicate"] else t["state"].lower()
-            table.add_row(trial_name("live", number=t["number"]), escape(_short(t["params"], t.get("requested"))),
-                          value, ratio, state, (t["run_id"] or "")[:8])
+            table.add_row(f"{trial_name('live', number=t['number'])}\n{(t['run_id'] or '')[:8]}",
+                          escape(_short(t["params"], t.get("requested"))), value, ratio, state)
         console.print(table)
     if out.counts.get("skipped"):
         console.print(f"the throughput model skipped {out.counts['skipped']} proposed configs predicted below the "
                       "target (bisect-eagle report: predicted vs measured)", markup=False)
     if out.target_reached:
-        console.print(f"[green]target reached[/green]: {escape(out.verdict)}")
+        rest = out.verdict.removeprefix("reached")  # "reached (confirmed, bound ...)": said once
+        console.print(f"[green]target reached[/green]{escape(rest)}")
     else:
         console.print(f"[red]target not reached[/red]: {escape(out.stop_reason)}; {escape(out.verdict)}")
     if out.baseline is not None:

@@ -340,3 +340,40 @@ def test_standalone_accuracy_probes_see_only_the_wiring(tiny, tmp_path):
     good_acc, bad_acc = report["probes"][0]["median"], report["probes"][1]["median"]
     assert good_acc == pytest.approx(tiny.meta["training_accuracy"]["full_vocab"], abs=0.05)
     assert bad_acc < 0.9 * good_acc
+
+
+PTY_DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+import bisect_eagle.engines
+from fake_engine import FakeEngine
+bisect_eagle.engines.make_engine = lambda spec, log_dir=None: FakeEngine(sleep_s={sleep})
+sys.argv = ["bisect-eagle", "bisect", "--good", {good!r}, "--bad", {bad!r}, "--metric", "accept_length",
+            "--repeats", "1", "--tracking-uri", {uri!r}]
+from bisect_eagle.cli import main
+main()
+"""
+ELAPSED = re.compile(r"elapsed (\d+:\d\d:\d\d)")
+
+
+@pytest.mark.system
+def test_the_bisect_status_line_changes_at_least_every_10_s_with_a_slow_engine(tmp_path):
+    """In a terminal, with every probe sample taking 11 s, the status line under the events shows the latest event
+    and an elapsed clock that moves: no 10 s without a change, though events come 11 s apart."""
+    from helpers import screen_in_a_pty
+
+    sleep_s = 11.0
+    code = PTY_DRIVER.format(tests=str(ROOT / "tests"), sleep=sleep_s, good=str(GOOD), bad=str(BAD),
+                             uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    seen, rc = screen_in_a_pty(code, cwd=tmp_path, timeout_s=900)
+    assert rc == 0, "\n".join(text for _, text in seen[-40:])
+    changes, last = [], None
+    for at, text in seen:
+        found = ELAPSED.search(text)
+        if found and found.group(1) != last:
+            changes.append(at)
+            last = found.group(1)
+    events = [at for at, text in seen if not ELAPSED.search(text)]
+    assert events[-1] - events[0] > 3 * sleep_s  # several slow samples were measured
+    assert len(changes) > 3 * sleep_s and max(b - a for a, b in zip(changes, changes[1:], strict=False)) < 10
+    assert any("breaks the good configuration" in text for _, text in seen)

@@ -3,19 +3,15 @@ pseudo-terminal with a slow fake engine, a progress line that changes at least e
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bisect_eagle.cli.study import Eta, clock, event_text
 from bisect_eagle.search.study import StudyProgress
+
+from helpers import screen_in_a_pty
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -89,7 +85,6 @@ sys.argv = ["bisect-eagle", "run", {spec!r}, "--max-live-trials", "2"]
 from bisect_eagle.cli import main
 main()
 """
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 TIMES = re.compile(r"(\d+:\d\d:\d\d) elapsed, left ([~≤]\d+:\d\d:\d\d)")
 
 
@@ -98,36 +93,9 @@ def _screen_in_a_pty(tmp_path: Path, sleep_s: float, timeout_s: float = 600) -> 
     pseudo-terminal; every line or redraw it writes, with when it was read."""
     spec = tmp_path / "tiny.yaml"
     spec.write_text((ROOT / "experiments" / "tiny.yaml").read_text().replace("samples: 32", "samples: 4"))
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env.update(COLUMNS="120", LINES="40", TERM="xterm", OMP_NUM_THREADS="1")
-    env.pop("NO_COLOR", None)
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(tests=str(TESTS), sleep=sleep_s, spec=str(spec))],
-                            cwd=tmp_path, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True)
-    os.close(follower)
-    seen: list[tuple[float, str]] = []
-    buffer, deadline = "", time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.5)
-            if not ready:
-                if proc.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(leader, 65536).decode(errors="replace")
-            except OSError:  # the child closed the terminal
-                break
-            buffer += ANSI.sub("", chunk)
-            *pieces, buffer = re.split(r"[\r\n]", buffer)
-            now = time.monotonic()
-            seen += [(now, piece) for piece in pieces if piece.strip()]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        os.close(leader)
-    assert proc.returncode in (0, 3), "\n".join(text for _, text in seen[-40:])
+    seen, code = screen_in_a_pty(DRIVER.format(tests=str(TESTS), sleep=sleep_s, spec=str(spec)), cwd=tmp_path,
+                                 timeout_s=timeout_s)
+    assert code in (0, 3), "\n".join(text for _, text in seen[-40:])
     return seen
 
 
@@ -206,7 +174,8 @@ def test_a_trial_has_one_name_in_runs_table_report_mlflow_and_optuna(named, tmp_
     out, spec, study, tracking = named
     buf = io.StringIO()
     print_outcome(out, Console(file=buf, width=160))
-    table = re.findall(r"^│ (live \d{3}) +│.*│ (\w+) +│ ([0-9a-f]{8}) │$", buf.getvalue(), re.M)
+    # a row: its name and state on the first line, its run id's 8 characters under the name
+    table = re.findall(r"^│ (live \d{3}) +│.*│ (\w+) +│\n│ ([0-9a-f]{8}) +│", buf.getvalue(), re.M)
     shown = [t for t in study.trials if t.value is not None or "failure_class" in t.user_attrs]
     assert table == [(f"live {t.number:03d}", "duplicate" if "duplicate_of" in t.user_attrs else t.state.name.lower(),
                       (t.user_attrs.get("mlflow_run_id") or t.user_attrs["duplicate_of"])[:8]) for t in shown]

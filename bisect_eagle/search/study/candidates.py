@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from bisect_eagle.search.study.claims import Claim
 from bisect_eagle.search.study.confirm import Confirmation, Sample, confirm, confirm_schedule
 from bisect_eagle.spec.settings import LiveSettings
-from bisect_eagle.trials.record import settings_of_run
+from bisect_eagle.trials.record import TRIAL_TAG, settings_of_run
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study.loop import StudyRun
@@ -91,7 +91,8 @@ def confirm_candidate(run: StudyRun, cand: Claim) -> Confirmation:
     ctx.tracking.log(ctx.parent_run_id, metrics=metrics,
                      tags={"confirmation": verdict.summary(), "confirm_candidate_run_id": cand.run_id,
                            "confirm_schedule": verdict.schedule})
-    run.emit("confirm", f"run {cand.run_id[:8]}: {verdict.summary()}")
+    name = ctx.tracking.get_run(cand.run_id).data.tags.get(TRIAL_TAG) if cand.run_id else None
+    run.emit("confirm", f"{name + ' ' if name else ''}(run {cand.run_id[:8]}): {verdict.summary()}")
     return verdict
 
 

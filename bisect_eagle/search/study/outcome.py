@@ -25,7 +25,7 @@ import optuna
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.search.study.candidates import confirmations as study_confirmations
 from bisect_eagle.tracking.redact import redact_url
-from bisect_eagle.trials.record import effective_of, run_metrics
+from bisect_eagle.trials.record import TRIAL_TAG, effective_of, run_metrics
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study.loop import StudyRun
@@ -95,7 +95,8 @@ def trial_summary(t: optuna.trial.FrozenTrial, space: SearchSpace | None) -> dic
     as (``params``: effective, where the trial was planned), state, value, fingerprint, run and failure."""
     requested = space.decode(t.params) if space is not None else dict(t.params)
     params = {k: t.user_attrs.get("effective", {}).get(k, v) for k, v in requested.items()}
-    return {"number": t.number, "state": t.state.name, "value": t.value, "params": params, "requested": requested,
+    return {"number": t.number, "name": t.user_attrs.get("name"), "state": t.state.name, "value": t.value,
+            "params": params, "requested": requested,
             "fingerprint": t.user_attrs.get("fingerprint"),
             "run_id": t.user_attrs.get("mlflow_run_id") or t.user_attrs.get("duplicate_of"),
             "duplicate": "duplicate_of" in t.user_attrs, "failure_class": t.user_attrs.get("failure_class")}
@@ -112,7 +113,8 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
     best = None
     if best_claim is not None:
         best_run = ctx.tracking.get_run(best_claim.run_id)
-        best = {"run_id": best_claim.run_id, "fingerprint": best_claim.fingerprint, "value": best_claim.value,
+        best = {"run_id": best_claim.run_id, "name": best_run.data.tags.get(TRIAL_TAG),
+                "fingerprint": best_claim.fingerprint, "value": best_claim.value,
                 "params": effective_of(ctx.tracking, best_run), "metrics": run_metrics(best_run)}
     frozen = run.study.get_trials(deepcopy=False)
     trials = [trial_summary(t, space) for t in frozen]

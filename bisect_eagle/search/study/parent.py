@@ -114,7 +114,8 @@ def description(out: StudyOutcome) -> str:
     if b:
         ratio = b["metrics"].get(ratio_name(out.metric))
         times = f" = {_times(ratio)}" if ratio is not None else ""
-        lines += [f"**Best: [run {b['run_id'][:8]}](#/experiments/{out.experiment_id}/runs/{b['run_id']})**: "
+        name = f"{b['name']} (run {b['run_id'][:8]})" if b.get("name") else f"run {b['run_id'][:8]}"
+        lines += [f"**Best: [{name}](#/experiments/{out.experiment_id}/runs/{b['run_id']})**: "
                   f"{out.metric} {_num(b['value'])}{times}{where}.", "",
                   f"Deploy it: `bisect-eagle export {b['run_id']} --tracking-uri {out.tracking_uri}` (the engine's "
                   "launch command, its environment and the draft's config patch).", ""]
