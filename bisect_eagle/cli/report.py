@@ -170,6 +170,10 @@ def concurrency_lines(artifact: dict | None, frame: pd.DataFrame, *, settings: l
         ran = f"; measured in run {r['measured_run_id'][:8]}" if r.get("measured_run_id") else "; not measured"
         lines += wrapped(f"  concurrency {r['concurrency']}: {num(value)} tok/s{interval}"
                          f"{ratio}; {params_text(r.get('best_params') or {}, settings)}{ran}", indent="    ")
+    if any(not r.get("measured_run_id") for r in predicted):
+        lines += wrapped("  deploy a measured config (the best above: bisect-eagle export); a predicted one that was "
+                         "not measured is one to measure next (bisect-eagle live --set ...), not to deploy",
+                         indent="    ")
     measured = measured_per_concurrency(frame)
     if not measured.empty:
         lines.append("best measured per concurrency:")

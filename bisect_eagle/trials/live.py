@@ -86,7 +86,8 @@ def run_live_trial(
     label: str | None = None,
     rounds: int = 1,
 ) -> TrialRecord:
-    """Measure ``plan`` (``repeats`` times) as one child run of ``parent_run_id``; never uses the cache.
+    """Measure ``plan`` (``repeats`` launches, each of ``rounds`` benchmark rounds on an engine whose rounds share a
+    launch) as one child run of ``parent_run_id``; never uses the cache.
 
     The run is named from ``stage``, ``number`` (a study's Optuna trial number, also tagged ``trial_number``),
     ``label`` (which names the run instead of the stage) and, for stage ``confirm``, the confirmation ``tags``

@@ -184,7 +184,9 @@ def test_report_command_states_the_model_adaptive_and_concurrency(store, monkeyp
     predicted = text.split("best config per concurrency (predicted by the model): ")[1]
     assert predicted.startswith(f"concurrency 1: 150.0 tok/s (80 %: 140.0 to 155.0), 1.50× baseline 100.0; "
                                 f"steps=3; measured in run {ids['t3'][:8]} concurrency 4: 340.0 tok/s (80 %: "
-                                "300.0 to 380.0), 1.21× baseline 280.0; steps=2; not measured")
+                                "300.0 to 380.0), 1.21× baseline 280.0; steps=2; not measured deploy a measured "
+                                "config (the best above: bisect-eagle export); a predicted one that was not "
+                                "measured is one to measure next")
     assert (f"best measured per concurrency: concurrency 1: 160.0 tok/s, run {ids['t3'][:8]}; steps=3 "
             f"concurrency 4: 300.0 tok/s, run {ids['t4'][:8]}; steps=3") in text
     assert "predicted_vs_measured_output_tok_s.png" in text
