@@ -101,16 +101,17 @@ class Criterion(_Strict):
 
 
 class Confirm(_Strict):
-    """Before "target reached": the candidate and the baseline re-measured interleaved (A, B, A, B, ...) until a
-    one-sided lower confidence bound on their ratio clears the criterion ratio, or ``max_pairs`` are spent
-    (:mod:`bisect_eagle.search.study.confirm`). Each re-measurement is one launch of a server engine measuring
-    ``first_rounds``, then as many benchmark rounds (up to ``max_rounds``) as the measured split of the noise
-    between rounds and launches says buys the most certainty. Not counted as live trials."""
+    """Before "target reached": the candidate re-measured, with baseline launches where the baseline's so far do
+    not serve, until a one-sided lower confidence bound on their ratio clears the criterion ratio, its upper bound
+    falls below it, or ``max_pairs`` candidate launches are spent (:mod:`bisect_eagle.search.study.confirm`).
+    Each re-measurement is one launch of a server engine measuring ``first_rounds``, then as many benchmark rounds
+    (up to ``max_rounds``) as the measured split of the noise between rounds and launches says buys the most
+    certainty. Not counted as live trials."""
 
     enabled: bool = True
     confidence: float = Field(0.95, gt=0, lt=1, description="one-sided, over all looks (union bound)")
-    min_pairs: int = Field(3, ge=2, description="pairs before the first look")
-    max_pairs: int = Field(12, ge=2, description="pair budget per candidate (looks at min_pairs, doubling)")
+    min_pairs: int = Field(3, ge=2, description="candidate re-measurements before the first look")
+    max_pairs: int = Field(12, ge=2, description="candidate re-measurements at most (looks at min_pairs, doubling)")
     first_rounds: int = Field(3, ge=1, description="benchmark rounds of a launch while the noise split is unmeasured "
                                                   "(at most max_rounds)")
     max_rounds: int = Field(8, ge=1, description="benchmark rounds of one launch at most (1: one round a launch)")

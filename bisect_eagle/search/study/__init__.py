@@ -12,8 +12,9 @@ Modules, in the order a study meets them:
 - :mod:`.loop`: :class:`StudyRun`, one process's part of a study: stage 1, the baseline, the stage-2 loop and
   its stop reasons. Crashed configs are told as PRUNED with an infeasibility constraint (TPE ignores FAIL
   trials and would propose them again); interrupted trials are told FAIL and measured again after ``--resume``.
-- :mod:`.confirm`: before "target reached", the candidate and the baseline re-measured interleaved until a
-  one-sided confidence bound on their ratio clears the target (or the pair budget is spent).
+- :mod:`.confirm`: before "target reached", the candidate re-measured (with the baseline's launches where they
+  are needed) until a one-sided confidence bound on their ratio clears the target, falls below it, or the budget
+  is spent.
 - :mod:`.resume`: what a killed process left running, cleaned up on ``--resume`` (trials, claims and the
   recorded servers of dead controllers), and trials whose worker stopped heart-beating, reaped by whichever
   node looks next (Optuna's RDB heartbeats).

@@ -2,17 +2,23 @@
 
 A study's live trials are single measurements against a baseline measured once, so the first config whose
 measurement clears the target may be a lucky draw. Before the study says "target reached" the candidate is
-re-measured interleaved with the baseline (candidate, baseline, candidate, baseline, ...) as child runs of the
-study (stage ``confirm``), and judged on the pairs (spec ``search.confirm``):
+re-measured, interleaved with baseline launches where they are needed (candidate, baseline, candidate, ...), as
+child runs of the study (stage ``confirm``), and judged on them (spec ``search.confirm``):
 
-- Each pair gives ``d_i = log(candidate_i) − log(baseline_i)``: paired, so a drift of the machine between
-  pairs (a busy neighbour, thermal throttling) cancels. With a fixed baseline (``baseline: <number>``) only
-  the candidate is re-measured and ``d_i = log(candidate_i) − log(baseline)``.
-- The estimate is ``exp(mean d)``, the bounds ``exp(mean d ∓ t·s/√n)`` with ``s`` the standard deviation of
-  the ``d_i`` and ``t = t_{1 − α/L}(n − 1)``, ``α = 1 − confidence``, ``L`` the number of looks. The pairs are
-  judged at ``min_pairs`` and then at doubling counts up to ``max_pairs`` (the schedule of
-  :func:`bisect_eagle.bisect.judge.schedule`); by the union bound over the looks, a candidate whose
-  true ratio is below the criterion ratio is confirmed with probability at most ``α``.
+- Noise is relative, so everything is on logs. The estimate is ``exp(mean log candidate − mean log baseline)``
+  over the candidate's re-measurements and the baseline's launches; the bounds are
+  ``exp(estimate ∓ t · s · √(1/n + 1/m))`` with ``s`` the noise pooled over every config the study re-measured
+  (the candidate, the baseline, earlier candidates: the same deployment's noise) and
+  ``t = t_{1 − α/L}(dof)``, ``α = 1 − confidence``, ``L`` the number of looks
+  (:func:`bisect_eagle.stats.pooled_bounds`). With a fixed baseline (``baseline: <number>``) only the
+  candidate is re-measured, against that number.
+- This needs a baseline that does not drift. When the baseline's launches show a trend or an outlier
+  (:func:`bisect_eagle.stats.drifted`: a busy neighbour, thermal throttling), every candidate launch is
+  followed by a baseline launch and the bound is the paired one on adjacent launches, ``d_i = log(candidate_i)
+  − log(baseline_i)``, from which a drift cancels (:func:`bisect_eagle.stats.ratio_bounds`).
+- The candidate is judged at ``min_pairs`` re-measurements and then at doubling counts up to ``max_pairs``
+  (:func:`bisect_eagle.stats.schedule`); by the union bound over the looks, a candidate whose true ratio is
+  below the criterion ratio is confirmed with probability at most ``α``.
 - Confirmed when the lower bound is ≥ the criterion ratio; not confirmed as soon as the upper bound is below
   it (the sequential test concludes "below" and stops spending launches), when the budget is spent, or when a
   re-measurement fails.
@@ -184,8 +190,8 @@ class Sample:
 def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | None, settings: Confirm,
             ratio: float, first_baseline: float | None, known: tuple[float, str] | None = None,
             pool: list[Sample] | None = None, others: list[list[float]] | None = None) -> Confirmation:
-    """Re-measure ``candidate`` (and ``baseline``, interleaved; None for a fixed baseline) until the bound
-    decides or the pair budget is spent; every launch one child run (stage ``confirm``) of the study.
+    """Re-measure ``candidate`` (and ``baseline`` where its launches so far do not serve; None for a fixed baseline)
+    until the bound decides or the budget is spent; every launch one child run (stage ``confirm``) of the study.
 
     Args:
         ctx: the study's trial context (its engine, metric, baseline).
