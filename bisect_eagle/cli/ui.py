@@ -14,16 +14,19 @@ Columns are not a URL parameter of the runs page in 3.17 (its own parameters are
 ``workflowType``), and a URL that carries a facet makes the page ignore the view, so the view's URL carries none.
 
 :func:`save_live_view` writes one view per experiment (key ``bisect-eagle-live-trials``, overwritten by each
-``ui``): the newest study's live trials and its baseline, best first, with the criterion metric, accept length,
-output tok/s and their ratios to the baseline, the searched params and the stage, each column as wide as its
-header and an exact value (MLflow 3.17 has no per-column number format: its runs table shows a metric's value as
-logged, and a column narrower than it ends it in "..."). MLflow's search has no OR and no IN for tags, so the
-view keeps the study's runs whose stage is neither of :data:`LEFT_OUT_STAGES`. Its chart cards
-(``compareRunsMode=CHART``, the "compare" view) open on the criterion metric, then the headline metrics and their
-ratios: without cards MLflow makes one per metric in alphabetical order. Its sections are marked reordered, so
-a metric the cards do not name (the rest, the system metrics in their own section after the model metrics) gets
-its chart appended after them rather than sorted in among them, and ``isAccordionReordered`` keeps the sections in
-the view's order (MLflow would sort a section of any other metric prefix before them). The experiment's
+``ui``): the newest study's live trials and its baseline, best first by the exact criterion metric, with the
+criterion metric, accept length, output tok/s and their ratios to the baseline as the trials' display tags
+(``shown.<metric>``, rounded: :func:`bisect_eagle.trials.record.shown_tags`), the searched params and the stage,
+each column as wide as its header. MLflow 3.17 has no per-column number format (its runs table shows a metric's
+value as logged: ``4.800000190734863``), and it sorts by ``orderByKey`` whether or not that column is shown, so
+the view shows the tags and sorts by the metric (a run logged before the display tags existed shows "-" there).
+MLflow's search has no OR and no IN for tags, so the view keeps the study's runs whose stage is neither of
+:data:`LEFT_OUT_STAGES`. Its chart cards (``compareRunsMode=CHART``, the "compare" view) open on the criterion
+metric, then the headline metrics and their ratios (the exact metrics): without cards MLflow makes one per metric
+in alphabetical order. Its sections are marked reordered, so a metric the cards do not name (the rest, the system
+metrics in their own section after the model metrics) gets its chart appended after them rather than sorted in
+among them, and ``isAccordionReordered`` keeps the sections in the view's order (MLflow would sort a section of
+any other metric prefix before them). The experiment's
 ``mlflow.experimentKind`` tag (set by :mod:`bisect_eagle.tracking.runs`) keeps MLflow 3 from opening it in GenAI
 mode, and ``workflowType=machine_learning`` opens the UI in its "Model training" mode.
 
@@ -55,7 +58,7 @@ from bisect_eagle.cli.common import URI_HELP
 from bisect_eagle.errors import BadInput
 from bisect_eagle.poll import wait_until
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec
-from bisect_eagle.trials.record import ratio_name
+from bisect_eagle.trials.record import HEADLINE, SHOWN_TAG, ratio_name
 
 MODE = {"workflowType": "machine_learning"}  # the UI's "Model training" mode (its mode switch sets this parameter)
 VIEW_TAG = "mlflow.sharedViewState."  # + key: a saved view of the runs page (MLflow >= 3.15)
@@ -63,14 +66,12 @@ VIEW_PARAM = "viewStateShareKey"  # the runs page's parameter that opens a saved
 LIVE_VIEW_KEY = "bisect-eagle-live-trials"
 ASSISTANT_NOTE = ("MLflow opens its assistant panel on a browser's first visit: close it once\n"
                   "and that browser keeps it closed on 127.0.0.1:{port}.")
-HEADLINE = ("accept_length", "output_tok_s")  # shown with their ratios to the baseline beside the criterion
 LEFT_OUT_STAGES = ("standalone", "confirm")  # a study's runs not in its view: stage 1 and the confirmation rounds
 MODEL_SECTION = ("Model metrics", f"{LIVE_VIEW_KEY}-model")  # MLflow's name of a chart section, the view's uuid
 SYSTEM_SECTION = ("System metrics", f"{LIVE_VIEW_KEY}-system")  # the ``system/*`` metrics' section
 RUN_NAME_COLUMN = "attributes.`Run Name`"  # the runs table's column id of the run name
 RUN_NAME_PX = 320  # a trial's run name ("live 003 ids=1,5,9 steps=6 topk=1") whole
-CHAR_PX, PADDING_PX = 7, 40  # a character of a header or value; the sort arrow and the cell's padding
-FLOAT_CHARS = 18  # an exact float as the runs table writes it: 2.4210526315789473
+CHAR_PX, PADDING_PX = 7, 40  # a character of a header; the sort arrow and the cell's padding
 
 
 def server_argv(tracking_uri: str, port: int) -> list[str]:
@@ -89,10 +90,10 @@ def column(kind: str, name: str) -> str:
     return f"{kind}.`{name}`"
 
 
-def column_width(header: str, *, value_chars: int = 0) -> int:
-    """Pixels that show ``header`` and a value of up to ``value_chars`` characters whole, with room for the sort
-    arrow and the padding."""
-    return CHAR_PX * max(len(header), value_chars) + PADDING_PX
+def column_width(header: str) -> int:
+    """Pixels that show ``header`` whole, with room for the sort arrow and the padding (the view's values are
+    shorter than their headers: rounded metrics, the searched settings, the stage)."""
+    return CHAR_PX * len(header) + PADDING_PX
 
 
 def chart_card(metric: str) -> dict[str, Any]:
@@ -110,13 +111,13 @@ def chart_sections() -> list[dict[str, Any]]:
 
 
 def live_view_state(*, study: str, metric: str, searched: list[str]) -> dict[str, Any]:
-    """The runs page's state for a study's live trials and baseline: best ``metric`` first, the columns that matter
-    at the widths of their headers, and the chart view opening on ``metric``."""
+    """The runs page's state for a study's live trials and baseline: best ``metric`` first (the exact metric, not
+    a shown column), the columns that matter at the widths of their headers (the headline metrics as their rounded
+    display tags, ``metric`` first), and the chart view opening on ``metric``."""
     metrics = list(dict.fromkeys(m for name in (metric, *HEADLINE) for m in (name, ratio_name(name))))
-    columns = [column("metrics", m) for m in metrics] + [column("params", p) for p in searched]
+    columns = [column("tags", SHOWN_TAG + m) for m in metrics] + [column("params", p) for p in searched]
     columns.append(column("tags", "stage"))
-    widths = {c: column_width(c.split("`")[1], value_chars=FLOAT_CHARS if c.startswith("metrics.") else 0)
-              for c in columns}
+    widths = {c: column_width(c.split("`")[1]) for c in columns}
     left_out = " and ".join(f"tags.stage != '{stage}'" for stage in LEFT_OUT_STAGES)
     return {"searchFilter": f"tags.study = '{study}' and {left_out}",
             "orderByKey": column("metrics", metric), "orderByAsc": False,

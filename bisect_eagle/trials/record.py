@@ -2,7 +2,8 @@
 
 A live trial's run carries: params = the plan's effective settings (with ``requested.*`` beside the ones the
 engine changed), tags (``stage``, ``trial``: its one name (:func:`trial_name`), ``trial_number`` in a study,
-``fingerprint``, ``outcome``, ``value``, ``effective`` when it fits a tag, failure class and detail, warnings),
+``fingerprint``, ``outcome``, ``value``, ``effective`` when it fits a tag, failure class and detail, warnings,
+the display tags ``shown.<metric>``: the headline metrics and their ratios rounded for a person, :func:`shown_tags`),
 metrics (the criterion's median over repeats and its MAD, the ratios to the baseline, the per-position
 acceptance as one curve, ``launches``: the engine runs the trial made, :mod:`bisect_eagle.trials.launches`),
 and the artifact ``trial.json``, which holds each fact once: ``plan`` (the engine's plan: requested, effective,
@@ -16,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,11 +40,28 @@ DEPLOYMENT = ("target", "draft", "dump", "prompts")
 TRIAL_JSON = "trial.json"
 TRIAL_TAG = "trial"  # a trial run's one name (trial_name): the CLI's tables, report and the UI call it so
 NUMBER_TAG = "trial_number"  # a study's live trial: its Optuna trial number
+HEADLINE = ("accept_length", "output_tok_s")  # a trial's headline metrics, each with its ratio to the baseline
+SHOWN_TAG = "shown."  # + a headline metric or its ratio: the value rounded for a person (the metric stays exact)
 
 
 def ratio_name(metric: str) -> str:
     """The one name of a metric's ratio to the baseline: ``output_tok_s_ratio_to_baseline``."""
     return f"{metric}_ratio_to_baseline"
+
+
+def shown_tags(metrics: Mapping[str, float]) -> dict[str, str]:
+    """The display tags of a trial's headline metrics and their ratios to the baseline, those it has and finite, as
+    the CLI's tables write them: ``shown.output_tok_s`` = ``75.2`` (3 significant digits, one decimal from 100 up),
+    ``shown.output_tok_s_ratio_to_baseline`` = ``1.04×`` (two decimals). MLflow's runs table shows a metric as
+    logged (``4.800000190734863``) and has no number format; these tags are for the eye, the metrics stay exact."""
+    tags: dict[str, str] = {}
+    for name in HEADLINE:
+        value, ratio = metrics.get(name), metrics.get(ratio_name(name))
+        if value is not None and math.isfinite(value):
+            tags[SHOWN_TAG + name] = f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}"
+        if ratio is not None and math.isfinite(ratio):
+            tags[SHOWN_TAG + ratio_name(name)] = f"{ratio:.2f}×"
+    return tags
 
 
 def deployment_paths(spec: Spec) -> dict[str, Path]:
@@ -229,7 +248,8 @@ def _requests_csv(results: list[TrialResult]) -> str:
 
 
 def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results: list[TrialResult]) -> None:
-    """Metrics, outcome tags, artifacts and the final status of a measured (or refused) trial."""
+    """Metrics (exact), outcome tags, the display tags of the headline metrics (:func:`shown_tags`), artifacts
+    and the final status of a measured (or refused) trial."""
     scrub = scrubber_for(plan)
     files = {
         TRIAL_JSON: json.dumps({"plan": plan.to_json(), "repeats": [_repeat(r) for r in results]}, indent=2,
@@ -240,7 +260,7 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
     for name, text in (results[-1].artifacts.items() if results else ()):
         files[name] = text
     ctx.tracking.log_texts(record.run_id, {k: scrub(v) for k, v in files.items()})
-    tags = {"outcome": record.status, "value": str(record.value)}
+    tags = {"outcome": record.status, "value": str(record.value), **shown_tags(record.metrics)}
     if record.failure_class:
         tags["failure_class"] = record.failure_class
         tags["failure_detail"] = scrub(record.failure_detail or "")

@@ -2,8 +2,9 @@
 bisect: the parent run shows the verdict and links the best child, and its verdict, target and deploy command lie
 in the part of its description shown before "Show more"; the best child shows its effective params and its
 per-position acceptance curve; the bisect's probes are in their own experiment, not among the search's trials; the
-saved view of the live trials opens sorted, with the baseline row and its columns whole, and its chart view opens
-on the criterion metric. Without Chromium, the view's state, its tag and its URL are checked against what the
+saved view of the live trials opens best first by the exact criterion metric, with the baseline row, its columns
+whole and the headline metrics rounded (the trials' display tags), and its chart view opens on the criterion
+metric. Without Chromium, the view's state, its tag and its URL are checked against what the
 installed MLflow's runs page reads (its JS bundle).
 
 Where layout matters (what a collapsed description or a column shows), the test asks the page itself over Chromium's
@@ -39,6 +40,7 @@ from bisect_eagle.cli.ui import (
     run_url,
     runs_url,
     save_live_view,
+    save_view,
     searched_params,
     start_ui_server,
     stop_ui_server,
@@ -239,7 +241,7 @@ SHOWN_BEFORE_SHOW_MORE = """((needles) => {
 })(NEEDLES)"""
 
 # Every header and cell of the runs table with its text: [header?, column id, text, whether the text ends inside its
-# cell]; null until the table shows the column ``LAST``.
+# cell, its row's index (null for a header)]; null until the table shows the column ``LAST``.
 TABLE_TEXT = """(() => {
   const cells = [...document.querySelectorAll(".ag-header-cell[col-id], .ag-cell[col-id]")];
   if (!cells.some(c => c.getAttribute("col-id") === LAST)) return null;
@@ -251,7 +253,9 @@ TABLE_TEXT = """(() => {
     const range = document.createRange();
     range.selectNodeContents(deepest(c));
     const whole = range.getBoundingClientRect().right <= c.getBoundingClientRect().right;
-    return [c.classList.contains("ag-header-cell"), c.getAttribute("col-id"), c.textContent.trim(), whole];
+    const row = c.closest(".ag-row");
+    return [c.classList.contains("ag-header-cell"), c.getAttribute("col-id"), c.textContent.trim(), whole,
+            row && row.getAttribute("row-index")];
   });
 })()"""
 
@@ -336,34 +340,55 @@ def test_the_bisect_run_page_shows_each_changes_good_and_bad_value(served, tmp_p
 
 
 @needs_chromium
-def test_the_live_trials_view_opens_best_first_with_the_baseline_and_whole_columns(served, tmp_path):
-    """Wide enough for every column (the grid renders only the columns in sight; the assistant panel takes a third)."""
+def test_the_live_trials_view_opens_best_first_with_the_baseline_whole_columns_and_rounded_values(served, tmp_path):
+    """Wide enough for every column (the grid renders only the columns in sight; the assistant panel takes a third).
+    The headline columns are the trials' display tags, rounded; the rows are sorted by the exact criterion metric,
+    which is not among the columns: the same view sorted ascending lists the baseline first (MLflow's own order,
+    newest first, puts it last)."""
     _, out, _, port = served
     tracking = Tracking.open(out.tracking_uri, "tiny")
     searched = searched_params(load_spec(DEFAULT_SPEC))
     view = save_live_view(tracking.client, out.experiment_id, study=out.study, metric=out.metric, searched=searched)
     url = runs_url(port, out.experiment_id, view=view)
-    runs = tracking.client.search_runs([out.experiment_id], f"tags.study = '{out.study}'")
-    stage = {r.info.run_name: r.data.tags.get("stage") for r in runs}
+    runs = {r.info.run_name: r for r in tracking.client.search_runs([out.experiment_id], f"tags.study = '{out.study}'")}
+    stage = {n: r.data.tags.get("stage") for n, r in runs.items()}
     baseline = next(n for n, s in stage.items() if s == "baseline")
     dom = dom_of(url, tmp_path / "profile", f">{baseline}<", width=3000)
     shown = run_names(dom, out.experiment_id)
     assert [stage[n] for n in shown] == ["live"] * (len(shown) - 1) + ["baseline"]  # every live trial, then it
     assert sorted(shown) == sorted(n for n, s in stage.items() if s in ("live", "baseline"))
     assert shown[0] == tracking.get_run(out.best["run_id"]).info.run_name
+    exact = [runs[n].data.metrics[out.metric] for n in shown if out.metric in runs[n].data.metrics]
+    assert exact == sorted(exact, reverse=True)  # by the exact metric, not by its rounded tag's text
     state = live_view_state(study=out.study, metric=out.metric, searched=searched)
+    save_view(tracking.client, out.experiment_id, key="ascending", name="ascending", state=state | {"orderByAsc": True})
+    ascending = dom_of(runs_url(port, out.experiment_id, view="ascending"), tmp_path / "profile-asc", f">{baseline}<",
+                       width=3000)
+    upward = run_names(ascending, out.experiment_id)
+    assert sorted(upward) == sorted(shown) and upward[0] == baseline  # newest first would put it last
+    assert [runs[n].data.metrics[out.metric] for n in upward if out.metric in runs[n].data.metrics] == sorted(exact)
     table = page_value(url, TABLE_TEXT.replace("LAST", json.dumps(state["selectedColumns"][-1])),
                        tmp_path / "profile-layout", width=3000)
     assert table is not None, "the table never showed its last column"
-    headers = {col for header, col, _, _ in table if header}
+    headers = {col for header, col, *_ in table if header}
     assert set(state["selectedColumns"]) <= headers, sorted(set(state["selectedColumns"]) - headers)
     assert "params.`requested.num_draft_tokens`" not in headers  # only the selected columns, not every param
+    assert not any(col.startswith("metrics.") for col in headers)  # the exact metrics are the charts' and report's
     ours = {RUN_NAME_COLUMN, *state["selectedColumns"]}
-    cut = [(col, text) for _, col, text, whole in table if col in ours and not whole]
+    cut = [(col, text) for _, col, text, whole, _ in table if col in ours and not whole]
     assert not cut, cut  # every header and value of the view's columns ends inside its cell
-    values = {text for header, col, text, _ in table if not header and col == "metrics.`output_tok_s`"}
+    name_of = {row: next(n for n in shown if text.endswith(n))  # the cell starts with the run's colour
+               for header, col, text, _, row in table if not header and col == RUN_NAME_COLUMN}
+    cells = {(name_of[row], col.split("`")[1]): text for header, col, text, _, row in table
+             if not header and col.startswith("tags.`shown.")}
+    assert cells == {(n, col.split("`")[1]): runs[n].data.tags.get(col.split("`")[1], "-") for n in shown
+                     for col in state["selectedColumns"] if col.startswith("tags.`shown.")}  # "-": no such tag
+    assert [k for (n, k), text in cells.items() if n == baseline and text == "-"] == [
+        "shown.accept_length_ratio_to_baseline", "shown.output_tok_s_ratio_to_baseline"]  # the baseline's ratios
+    measured = [text for text in cells.values() if text != "-"]
+    assert all(re.fullmatch(r"\d+(\.\d{1,4})?×?", text) for text in measured), cells  # 4 decimals at most
     best = tracking.get_run(out.best["run_id"]).data.metrics["output_tok_s"]
-    assert repr(best) in values or str(best) in values  # the exact value, whole
+    assert cells[(shown[0], "shown.output_tok_s")] == (f"{best:.1f}" if best >= 100 else f"{best:.3g}")
     assert "bisect-eagle: live trials of" in dom  # the view is named in the page's "Views" menu
 
 
@@ -398,23 +423,23 @@ def test_the_live_view_state_filters_sorts_and_selects_columns():
     assert LEFT_OUT_STAGES == ("standalone", "confirm")
     assert state["orderByKey"] == "metrics.`accept_length`" and state["orderByAsc"] is False
     assert state["selectedColumns"] == [
-        "metrics.`accept_length`", "metrics.`accept_length_ratio_to_baseline`", "metrics.`output_tok_s`",
-        "metrics.`output_tok_s_ratio_to_baseline`", "params.`num_steps`", "tags.`stage`"]
+        "tags.`shown.accept_length`", "tags.`shown.accept_length_ratio_to_baseline`", "tags.`shown.output_tok_s`",
+        "tags.`shown.output_tok_s_ratio_to_baseline`", "params.`num_steps`", "tags.`stage`"]
     tok_s = live_view_state(study="s", metric="output_tok_s", searched=[])["selectedColumns"]
-    assert tok_s[:2] == ["metrics.`output_tok_s`", "metrics.`output_tok_s_ratio_to_baseline`"]
+    assert tok_s[:2] == ["tags.`shown.output_tok_s`", "tags.`shown.output_tok_s_ratio_to_baseline`"]
     assert len(tok_s) == len(set(tok_s)) == 5
 
 
-def test_the_live_view_gives_every_column_the_width_of_its_header_and_an_exact_value():
+def test_the_live_view_gives_every_column_the_width_of_its_header():
     state = live_view_state(study="s", metric="accept_length", searched=["eagle_aux_hidden_state_layer_ids"])
     assert state["columnOrder"] == [RUN_NAME_COLUMN, *state["selectedColumns"]]  # widths apply to listed columns
     widths = state["columnWidths"]
     assert set(widths) == set(state["columnOrder"])
-    assert widths["metrics.`accept_length`"] == column_width("accept_length", value_chars=18) == 7 * 18 + 40
-    assert widths["metrics.`accept_length_ratio_to_baseline`"] == 7 * len("accept_length_ratio_to_baseline") + 40
+    assert widths["tags.`shown.accept_length`"] == column_width("shown.accept_length") == 7 * 19 + 40
+    ratio = "shown.accept_length_ratio_to_baseline"
+    assert widths[f"tags.`{ratio}`"] == 7 * len(ratio) + 40
     assert widths["params.`eagle_aux_hidden_state_layer_ids`"] == 7 * len("eagle_aux_hidden_state_layer_ids") + 40
     assert widths["tags.`stage`"] == 7 * len("stage") + 40
-    assert len(repr(2.4210526315789473)) <= 18  # an exact float fits a metric column
 
 
 def test_the_live_view_charts_open_on_the_criterion_then_the_headline_metrics():

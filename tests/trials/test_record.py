@@ -1,8 +1,16 @@
-"""A trial's one name (``trial_name``) and its MLflow run name (``run_name``), for every kind of trial."""
+"""A trial's one name (``trial_name``) and its MLflow run name (``run_name``), for every kind of trial; the display
+tags ``_log_result`` writes beside the exact metrics."""
 
 from __future__ import annotations
 
-from bisect_eagle.trials.record import run_name, trial_name
+import math
+from typing import Literal
+
+from bisect_eagle.engines.plan import make_plan, speculative_effective
+from bisect_eagle.spec.schema import Spec
+from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.runs import Tracking
+from bisect_eagle.trials.record import TrialContext, TrialRecord, _log_result, run_name, shown_tags, trial_name
 
 SPECULATIVE = {"speculative_algorithm": "EAGLE3", "eagle_aux_hidden_state_layer_ids": [1, 5, 9], "num_steps": 3,
                "topk": 1}
@@ -38,3 +46,36 @@ def test_a_label_names_the_trial_instead_of_its_stage():
     assert trial_name("live", number=7, label="probe 04 +num_steps") == "probe 04 +num_steps"
     assert run_name("probe 04 +num_steps", "live", SPECULATIVE) == "probe 04 +num_steps ids=1,5,9 steps=3 topk=1"
     assert run_name("probe 05 +speculative_algorithm", "live", NONE) == "probe 05 +speculative_algorithm no speculation"
+
+
+def logged(tmp_path, metrics: dict[str, float], status: Literal["ok", "failed"] = "ok"):
+    """The run ``_log_result`` leaves for a trial record with ``metrics`` (``status`` ok, or failed: no metrics)."""
+    tracking = Tracking.open(f"sqlite:///{tmp_path}/mlflow.db", "record")
+    parent = tracking.start_run("study", tags={"role": "study"})
+    settings = LiveSettings(num_steps=3)
+    effective, warnings, refusal = speculative_effective(settings)
+    plan = make_plan("fake", settings, effective=effective, warnings=warnings, refusal=refusal)
+    run_id = tracking.start_run("live 001", tags={"stage": "live"}, parent_run_id=parent)
+    record = TrialRecord(fingerprint=plan.fingerprint, stage="live", status=status,
+                         value=metrics.get("output_tok_s"), metrics=metrics, effective=effective, run_id=run_id,
+                         failure_class=None if status == "ok" else "oom")
+    _log_result(TrialContext(Spec(name="unit"), tracking, "s", parent), plan, record, [])
+    return tracking.get_run(run_id)
+
+
+def test_log_result_writes_the_headline_metrics_rounded_as_tags_and_keeps_them_exact(tmp_path):
+    metrics = {"accept_length": 4.800000190734863, "accept_length_ratio_to_baseline": 4.800000190734863,
+               "output_tok_s": 75.23456789, "output_tok_s_ratio_to_baseline": 1.0423456, "output_tok_s_mad": 0.123456}
+    run = logged(tmp_path, metrics)
+    shown = {k: v for k, v in run.data.tags.items() if k.startswith("shown.")}
+    assert shown == {"shown.accept_length": "4.8", "shown.accept_length_ratio_to_baseline": "4.80×",
+                     "shown.output_tok_s": "75.2", "shown.output_tok_s_ratio_to_baseline": "1.04×"}
+    assert {k: run.data.metrics[k] for k in metrics} == metrics  # the metrics as measured, not rounded
+    assert run.data.tags["value"] == "75.23456789"
+
+
+def test_display_tags_round_large_values_to_one_decimal_and_leave_out_what_was_not_measured(tmp_path):
+    assert shown_tags({"output_tok_s": 1234.5678, "accept_length": math.nan, "output_tok_s_mad": 2.0}) == {
+        "shown.output_tok_s": "1234.6"}  # a baseline: no ratios; a non-finite metric is not logged either
+    run = logged(tmp_path, {}, status="failed")
+    assert not [k for k in run.data.tags if k.startswith("shown.")] and run.data.tags["failure_class"] == "oom"
