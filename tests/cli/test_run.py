@@ -46,6 +46,15 @@ def test_default_run_selects_the_true_wiring_and_reaches_the_target(tiny_run):
     assert out["counts"]["live_measured"] <= 8 and out["tool_overhead_s_per_trial"] < 1.0
 
 
+def test_the_first_run_in_a_new_directory_prints_no_third_party_log_line(tiny_run):
+    """A new store is created (MLflow's tables, Optuna's): none of the libraries' own log lines (which go to stderr
+    whatever the output mode) reach the user."""
+    _, done, _ = tiny_run
+    lines = done.stderr.splitlines()
+    assert not [line for line in lines if re.search(
+        r"\b(INFO|WARNING|DEBUG)\b|mlflow\.|alembic|optuna\.|Downloading artifacts|Traceback", line)]
+
+
 def test_resume_of_a_finished_study_measures_nothing_new_and_prints_where_runs_are(tiny_run):
     cwd, _, out = tiny_run
     done = cli("run", "--resume", cwd=cwd)

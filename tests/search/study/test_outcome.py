@@ -18,13 +18,14 @@ def test_trial_summary_decodes_params_and_names_the_run():
     space.suggest(measured)
     measured.set_user_attr("mlflow_run_id", "run-a")
     measured.set_user_attr("fingerprint", "fp")
+    measured.set_user_attr("name", "live 000")
     study.tell(measured, 3.0)
     dup = study.ask()
     space.suggest(dup)
     dup.set_user_attr("duplicate_of", "run-a")
     study.tell(dup, 3.0)
     first, second = (trial_summary(t, space) for t in study.get_trials())
-    assert first == {"number": 0, "state": "COMPLETE", "value": 3.0,
+    assert first == {"number": 0, "name": "live 000", "state": "COMPLETE", "value": 3.0,
                      "params": {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]},
                      "requested": {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, "fingerprint": "fp",
                      "run_id": "run-a", "duplicate": False, "failure_class": None}
