@@ -55,8 +55,14 @@ from helpers import tiny_fake_bisect, tiny_fake_study
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
-                                    reason="/usr/bin/chromium is absent (Debian: apt-get install -y chromium)")
+_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
+                               reason="/usr/bin/chromium is absent (Debian: apt-get install -y chromium)")
+
+
+def needs_chromium(test):
+    """A test that opens the UI in headless Chromium: skipped without it, and a system test (a study, a bisect, an
+    MLflow server and a browser: CI's own step)."""
+    return pytest.mark.system(_chromium(test))
 RUNS_PAGE_FACETS = ("searchFilter", "orderByKey", "orderByAsc", "startTime", "lifecycleFilter", "modelVersionFilter",
                     "datasetsFilter")  # with any of these in the URL the runs page ignores a saved view
 
