@@ -122,8 +122,9 @@ def num(value: object) -> str:
     """A metric for a person: 3 significant digits (one decimal from 100 up), '-' when absent."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return "-"
-    v = float(value)  # type: ignore[arg-type]
-    return f"{v:.1f}" if abs(v) >= 100 else f"{v:.3g}"
+    from bisect_eagle.trials.record import short_number  # here: trials/ imports MLflow, which --help does not need
+
+    return short_number(float(value))  # type: ignore[arg-type]
 
 
 RATIO_HEADER = "× baseline"  # the column of ratios to the baseline, beside the metric they divide

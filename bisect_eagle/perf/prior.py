@@ -1,4 +1,4 @@
-"""The cold prior of a draft step's cost: what is known before the first speculative trial (issue 24).
+"""The cold prior of a draft step's cost: what is known before the first speculative trial.
 
 Before any speculative trial the cost fit knows one number, the baseline's measured seconds per token (a
 one-token target forward ``t``). What a draft forward costs beside it follows from how a decode forward at

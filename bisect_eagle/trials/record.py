@@ -49,6 +49,11 @@ def ratio_name(metric: str) -> str:
     return f"{metric}_ratio_to_baseline"
 
 
+def short_number(value: float) -> str:
+    """A metric for a person, the one way every table writes it: 3 significant digits, one decimal from 100 up."""
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def shown_tags(metrics: Mapping[str, float]) -> dict[str, str]:
     """The display tags of a trial's headline metrics and their ratios to the baseline, those it has and finite, as
     the CLI's tables write them: ``shown.output_tok_s`` = ``75.2`` (3 significant digits, one decimal from 100 up),
@@ -58,7 +63,7 @@ def shown_tags(metrics: Mapping[str, float]) -> dict[str, str]:
     for name in HEADLINE:
         value, ratio = metrics.get(name), metrics.get(ratio_name(name))
         if value is not None and math.isfinite(value):
-            tags[SHOWN_TAG + name] = f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}"
+            tags[SHOWN_TAG + name] = short_number(value)
         if ratio is not None and math.isfinite(ratio):
             tags[SHOWN_TAG + ratio_name(name)] = f"{ratio:.2f}×"
     return tags
