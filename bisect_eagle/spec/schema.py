@@ -13,8 +13,10 @@ standalone accuracy) or, without wirings, as an ordinary categorical of layer-id
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -26,10 +28,29 @@ VLLM_API_SERVER = "vllm.entrypoints.openai.api_server"  # the CPU build's `vllm`
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "search" / "default_spec.yaml"
 SPECULATIVE_COUNTS = ("num_steps", "topk")  # >= 1 in every speculative trial (0 is the baseline's)
 ADAPTIVE_FLAG = f"server_args.{ADAPTIVE}"  # the field spelled as a flag, folded into it (settings.py)
+NAME_PATTERN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._ -]*[A-Za-z0-9._-])?")
+NAME_RULE = ("a label: a letter or digit, then letters, digits, '.', '_', '-' or inner spaces (no path separator, "
+             "no control character)")
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field's annotation is a number (``int``/``float``, or a union holding one), not a ``bool``."""
+    if get_origin(annotation) in (Union, UnionType):
+        return any(_numeric(a) for a in get_args(annotation))
+    return annotation in (int, float)
 
 
 class _Strict(BaseModel):
+    """Unknown keys refused; a boolean is not a number (pydantic alone would read ``true`` as 1)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError("expected a number, not a boolean")
+        return value
 
 
 class Wiring(_Strict):
@@ -160,6 +181,13 @@ class Storage(_Strict):
     study_name: str | None = Field(None, min_length=1, max_length=200)  # default: the spec's name, start time
 
 
+def _program_first(cls: type, value: list[str]) -> list[str]:
+    """A server's launch command starts with its program (``python``, replaced by the engine's interpreter)."""
+    if not value or not value[0].strip():
+        raise ValueError("expected the program and its arguments, e.g. [python, -m, MODULE]")
+    return value
+
+
 class SglangServer(_Strict):
     """How the sglang engine launches, waits for and stops one server per trial."""
 
@@ -173,6 +201,8 @@ class SglangServer(_Strict):
     stop_grace_s: float = Field(60, ge=0)
     gpu_release_timeout_s: float = Field(180, ge=0)
     extra_args: list[str] = Field(default_factory=list)
+
+    _command = field_validator("launch_command")(_program_first)
 
 
 class VllmServer(_Strict):
@@ -196,6 +226,8 @@ class VllmServer(_Strict):
     gpu_release_timeout_s: float = Field(180, ge=0)
     metrics_timeout_s: float = Field(30, gt=0)  # for /metrics to count the requests answered so far
     extra_args: list[str] = Field(default_factory=list)
+
+    _command = field_validator("launch_command")(_program_first)
 
 
 class EngineSpec(_Strict):
@@ -246,6 +278,14 @@ class Spec(_Strict):
     @classmethod
     def _ids(cls, value: Any) -> Any:
         return check_id_list(value)
+
+    @field_validator("name")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        """The name is a folder of the server logs (``mlruns/logs/<name>``) and a line of the output: a label."""
+        if not NAME_PATTERN.fullmatch(value):
+            raise ValueError(f"expected {NAME_RULE}")
+        return value
 
     @field_validator("baseline", mode="before")
     @classmethod

@@ -194,6 +194,21 @@ SPEC_CASES: list[tuple[str, Callable[[Path], Bad]]] = [
     # bounded inputs: lengths MLflow and a terminal accept, YAML that cannot expand, flag values as a command has
     ("description-100kb", spec_case(top(description="x" * 100_000), "description")),
     ("name-10kb", spec_case(top(name="n" * 10_000), "name")),
+    # a name is a label: it names the server logs' folder, and is printed as part of a line
+    ("name-path-escape", spec_case(top(name="../../../x"), "name", engine="sglang")),
+    ("name-absolute", spec_case(top(name="/tmp/elsewhere"), "name", engine="sglang")),
+    ("name-newline", spec_case(top(name="two\nlines"), "name")),
+    # a boolean is not a number; a server needs a program to launch
+    ("max-launches-true", spec_case(lambda raw: raw["search"].update(max_launches=True), "search.max_launches")),
+    ("repeats-true", spec_case(lambda raw: raw["search"].update(repeats=True), "search.repeats")),
+    ("startup-trials-true", spec_case(lambda raw: raw["search"].update(startup_trials=True),
+                                      "search.startup_trials")),
+    ("max-live-trials-true", spec_case(lambda raw: raw["search"].update(max_live_trials=True),
+                                       "search.max_live_trials")),
+    ("sglang-launch-command-empty", spec_case(lambda raw: raw["engine"]["sglang"].update(launch_command=[]),
+                                              "engine.sglang.launch_command", engine="sglang")),
+    ("vllm-launch-command-empty", spec_case(lambda raw: raw["engine"].update(kind="vllm", vllm={"launch_command": []}),
+                                            "engine.vllm.launch_command", engine="sglang")),
     ("yaml-alias-bomb", raw_spec("name: bomb\nscenario: tiny\nengine:\n  settings:\n    server_args:\n"
                                  + "".join(f"      k{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9) if i else 'x'}]\n"
                                            for i in range(8)), None)),

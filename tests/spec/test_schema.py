@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,57 @@ def test_with_overrides_leaves_other_settings_as_a_plain_merge():
     fixed = {"num_steps": 3, "server_args": {"speculative_adaptive": False}, "env.NCCL_ALGO": "Ring"}
     assert with_overrides(fixed, {"num_steps": 5}) == {**fixed, "num_steps": 5}
     assert with_overrides(fixed, {}) == fixed
+
+
+NOT_LABELS = ["../../../x", "/abs/name", "a/b", "a\\b", "..", ".hidden", "two\nlines", "tab\there", "bell\a",
+              "trailing ", " leading", "n" * 101, ""]
+
+
+@pytest.mark.parametrize("name", NOT_LABELS)
+def test_a_name_that_is_not_a_label_is_refused_at_load(tmp_path, name):
+    path = write(tmp_path, "")
+    path.write_text(path.read_text().replace("name: t\n", f"name: {json.dumps(name)}\n"))
+    with pytest.raises(BadInput) as e:
+        load_spec(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: key 'name'") and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("name", ["t", "glm5-nvfp4-8gpu", "tiny_2.1", "GLM 5 at TP 8", "n" * 100])
+def test_a_label_is_a_name(tmp_path, name):
+    path = write(tmp_path, "")
+    path.write_text(path.read_text().replace("name: t\n", f"name: {json.dumps(name)}\n"))
+    assert load_spec(path).name == name
+
+
+NUMBER_KEYS = ["search.max_launches", "search.max_live_trials", "search.repeats", "search.startup_trials",
+               "search.seed", "search.max_wall_s", "search.confirm.min_pairs", "engine.sglang.tp",
+               "engine.vllm.ready_timeout_s", "training_accuracy", "standalone.samples", "criterion.ratio"]
+
+
+@pytest.mark.parametrize("key", NUMBER_KEYS)
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_a_boolean_is_not_a_number(tmp_path, key, value):
+    *parents, leaf = key.split(".")
+    extra = "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parents))
+    extra += f"{'  ' * len(parents)}{leaf}: {value}\n"
+    path = write(tmp_path, extra)
+    with pytest.raises(BadInput) as e:
+        load_spec(path)
+    assert str(e.value).startswith(f"{path}: key '{key}': expected a number, not a boolean"), str(e.value)
+
+
+def test_a_boolean_range_bound_is_not_a_number(tmp_path):
+    path = write(tmp_path, "space: {num_steps: {type: int, low: true, high: 3}}\n")
+    with pytest.raises(BadInput, match=r"key 'space.num_steps.low': expected a number, not a boolean"):
+        load_spec(path)
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+@pytest.mark.parametrize("command", ["[]", "['']", "['  ', -m, x]"])
+def test_an_empty_launch_command_is_refused_at_load(tmp_path, kind, command):
+    path = write(tmp_path, f"engine: {{kind: {kind}, {kind}: {{launch_command: {command}}}}}\n")
+    with pytest.raises(BadInput) as e:
+        load_spec(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: key 'engine.{kind}.launch_command': expected the program") and "\n" not in msg
