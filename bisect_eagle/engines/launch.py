@@ -2,10 +2,10 @@
 
 Both build a server's argv as :class:`Arg` s (a flag, its values, the setting it came from), turn
 ``settings.server_args`` entries and ``engine.<kind>.extra_args`` into flags the same way, write
-launch_command.txt the same way (secrets hidden, the inherited variables that matter listed) and make the
-per-trial draft copy the same way (symlinks, a new config.json, renamed into place). What differs (the flags an
-engine manages, where the draft's ids go, which inherited variables matter) stays in each engine's ``launch``
-module. Shared so the two engines cannot drift apart in how they quote, hide or copy.
+launch_command.txt the same way (a script to paste: shell-quoted, secrets hidden, the inherited variables that
+matter listed) and make the per-trial draft copy the same way (symlinks, a new config.json, renamed into place).
+What differs (the flags an engine manages, where the draft's ids go, which inherited variables matter) stays in
+each engine's ``launch`` module. Shared so the two engines cannot drift apart in how they quote, hide or copy.
 """
 
 from __future__ import annotations
@@ -84,15 +84,23 @@ def inherited_env(environ: dict[str, str], prefixes: tuple[str, ...]) -> dict[st
     return {k: v for k, v in sorted(environ.items()) if k.startswith(prefixes) and not is_secret_name(k)}
 
 
+def export_line(name: str, value: str) -> str:
+    """``export NAME=VALUE`` with both shell-quoted: pasted into a shell it sets exactly that variable, and no
+    value (spaces, ``$(...)``, quotes, newlines) or name is ever run as a command."""
+    return f"export {shlex.quote(name)}={shlex.quote(value)}"
+
+
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str], prefixes: tuple[str, ...]) -> str:
-    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones."""
-    lines = ["# command", shlex.join(redact_argv(argv)), "", "# environment set for this trial"]
-    lines += [f"{k}={v}" for k, v in sorted(env.items()) if not is_secret_name(k)]
+    """launch_command.txt, a shell script to paste: the trial's variables and the inherited ones that matter as
+    shell-quoted ``export`` lines (secrets left out and counted), then the command as one shell-quoted line."""
+    lines = ["# environment set for this trial"]
+    lines += [export_line(k, v) for k, v in sorted(env.items()) if not is_secret_name(k)]
     hidden = sum(1 for k in env if is_secret_name(k))
     if hidden:
         lines.append(f"# ({hidden} secret variable(s) set, not shown)")
     lines += ["", "# inherited environment that affects the server"]
-    lines += [f"{k}={v}" for k, v in inherited_env(environ, prefixes).items() if k not in env]
+    lines += [export_line(k, v) for k, v in inherited_env(environ, prefixes).items() if k not in env]
+    lines += ["", "# command", shlex.join(redact_argv(argv))]
     return "\n".join(lines) + "\n"
 
 
