@@ -27,12 +27,12 @@ import abc
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
-from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.engines.plan import TrialPlan, acceptance_kind
 from bisect_eagle.errors import BadInput
 from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
 from bisect_eagle.spec.schema import Spec
@@ -78,7 +78,9 @@ class TrialResult:
     output_tok_s: float = float("nan")
     accept_length: float = float("nan")  # Σ completion tokens / Σ verify steps over measured requests
     accept_length_hist: dict[int, int] = field(default_factory=dict)  # tokens per verify step -> count
-    accept_rate_per_position: list[float] = field(default_factory=list)  # P(draft k accepted | k-1 accepted)
+    # conditional: P(draft k accepted | draft k-1 accepted), over the drafts judged (spec.settings.unconditional_rates
+    # turns it into a profile for pinned_acceptance)
+    accept_rate_per_position: list[float] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
     wall_s: float = 0.0
     model_s: float = 0.0  # time inside model forwards (local engine), for overhead accounting
@@ -94,6 +96,12 @@ class TrialResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def acceptance(self) -> str:
+        """``pinned`` when the trial pinned its acceptance (its accept length was set, its tok/s measures cost
+        alone), else ``natural``."""
+        return acceptance_kind(self.effective)
 
     @property
     def rounds(self) -> int:
@@ -122,6 +130,7 @@ class TrialResult:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        d["acceptance"] = self.acceptance
         d["requests"] = [{**asdict(r), "accept_length": r.accept_length} for r in self.requests]
         d["accept_length_hist"] = {str(k): v for k, v in sorted(self.accept_length_hist.items())}
         return d
@@ -215,6 +224,9 @@ class Engine(abc.ABC):
     # whether :meth:`run_rounds` measures its rounds on one launch (the server engines); otherwise each round
     # would be a launch of its own and callers run one round per launch
     rounds_share_launch: ClassVar[bool] = False
+    # what the engine is doing, one short line at a time (loading, warm-up, measuring request 3/8), for a command
+    # that shows progress; None: nobody listens
+    progress: Callable[[str], None] | None = None
 
     @classmethod
     def from_spec(cls, spec: Spec, log_dir: Path) -> Engine:
@@ -280,6 +292,11 @@ class Engine(abc.ABC):
         """``plan`` and the no-speculation ``baseline`` on the same prompts, interleaved per prompt; None when
         this engine cannot pair them (each is then measured with :meth:`run`)."""
         return None
+
+    def _progress(self, message: str) -> None:
+        """Tell :attr:`progress` what the engine does now (nothing when nobody listens)."""
+        if self.progress is not None:
+            self.progress(message)
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release models, servers and ports."""

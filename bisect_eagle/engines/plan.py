@@ -12,6 +12,11 @@ search's dedupe and claims, bisect's differences and probes, ``live --dry-run``,
 - ``warnings``: settings the engine runs differently from the request; ``refusal``: why the engine cannot
   run it (a ``bad_arguments`` trial, never a launch).
 - ``argv``/``env``/``config_patch`` where the engine launches a server; ``checked``: what validated the plan.
+
+A trial with acceptance pinned (``pinned_acceptance``, :mod:`bisect_eagle.spec.settings`) carries its profile in
+``effective``, so it never shares a fingerprint with the natural trial of the same settings; a natural trial's
+effective settings have no such key, so its fingerprint is what it was before pinning existed.
+:attr:`TrialPlan.acceptance` names the kind (``pinned`` or ``natural``), as the trial's MLflow run is tagged.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, apply_speculative_rules
+from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings, apply_speculative_rules
 from bisect_eagle.tracking.redact import digest_mapping, redact_argv, redact_mapping
 
 SPECULATIVE_FIELDS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
@@ -48,6 +53,12 @@ class TrialPlan:
         return self.settings.is_baseline
 
     @property
+    def acceptance(self) -> str:
+        """``pinned`` when the trial's acceptance is pinned (its accept length is set, not measured), else
+        ``natural``."""
+        return acceptance_kind(self.effective)
+
+    @property
     def requested(self) -> dict[str, Any]:
         """The explicitly requested settings, redacted (what a user typed)."""
         return redact_mapping(self.settings.model_dump(mode="json", exclude_unset=True))
@@ -70,6 +81,11 @@ class TrialPlan:
         if self.config_patch is not None:
             out["config_patch"] = self.config_patch
         return out
+
+
+def acceptance_kind(effective: dict[str, Any]) -> str:
+    """``pinned`` or ``natural``: whether a plan's (or a logged trial's) effective settings pin acceptance."""
+    return "pinned" if effective.get(PINNED) is not None else "natural"
 
 
 def canonical_hash(body: dict[str, Any]) -> str:
@@ -109,8 +125,9 @@ def speculative_effective(settings: LiveSettings) -> tuple[dict[str, Any], list[
     """SGLang's speculative rules applied: (effective fields in clear, warnings, refusal or None).
 
     The baseline drops every speculative field to its neutral value; a request the rules refuse keeps its
-    requested values and carries the reason. ``speculative_adaptive`` appears only when on, so the effective
-    settings (and fingerprints) of configs without it are what they were before the field existed.
+    requested values and carries the reason. ``speculative_adaptive`` appears only when on and
+    ``pinned_acceptance`` only when set, so the effective settings (and fingerprints) of configs without them are
+    what they were before the fields existed.
     """
     from bisect_eagle.errors import BadInput
 
@@ -124,4 +141,12 @@ def speculative_effective(settings: LiveSettings) -> tuple[dict[str, Any], list[
 def _adaptive_only_when_on(effective: dict[str, Any]) -> dict[str, Any]:
     if not effective.get(ADAPTIVE):
         effective.pop(ADAPTIVE, None)
+    return natural_unmarked(effective)
+
+
+def natural_unmarked(effective: dict[str, Any]) -> dict[str, Any]:
+    """``effective`` without a ``pinned_acceptance`` key when acceptance is natural (None): a natural trial's
+    fingerprint stays what it was before the field existed. Changes and returns ``effective``."""
+    if effective.get(PINNED) is None:
+        effective.pop(PINNED, None)
     return effective

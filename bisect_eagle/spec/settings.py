@@ -8,10 +8,19 @@ trial and are never measured twice.
 batch-size bucket; ``docs/sglang-facts.md#speculative-adaptive``). It has one spelling in a validated
 :class:`LiveSettings`: ``server_args.speculative_adaptive`` (how it was passed before it was a field) is folded
 into the field, and giving both is refused, so one request never carries two meanings of the same flag.
+
+``pinned_acceptance`` pins acceptance instead of measuring it: one *unconditional* rate per draft position (rate
+``k`` = P(drafts 0..k all accepted), non-increasing, each in [0, 1], ``num_steps`` of them), so the trial's accept
+length is ``1 + sum(rates)`` whatever the wiring, and its tok/s measures the cost side alone (every draft and
+verify forward still runs). ``None`` (the default) is natural acceptance. :func:`profile_for_accept_length` makes
+a profile from a mean accept length (vLLM's minimum-variance schedule, which SGLang's ``match-expected``
+simulation also draws); :func:`unconditional_rates` turns a measured conditional curve (what the engines report as
+``accept_rate_per_position``) into one.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,6 +31,7 @@ from bisect_eagle.errors import BadInput
 NUMERIC = ("num_steps", "topk", "num_draft_tokens", "max_new_tokens", "num_prompts", "warmup_prompts", "concurrency",
            "temperature")
 ADAPTIVE = "speculative_adaptive"
+PINNED = "pinned_acceptance"
 
 
 # SGLang 0.5.23's (and vLLM's) --dtype names → the torch dtype an in-process trial runs in ("auto": the model's
@@ -60,6 +70,8 @@ class LiveSettings(BaseModel):
     env: dict[str, Annotated[str, Field(max_length=MAX_VALUE)]] = Field(default_factory=dict)
     # flag values as a command line holds them: scalars, or lists of scalars for nargs flags
     server_args: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
+    # unconditional acceptance per draft position (module docstring); None = natural acceptance
+    pinned_acceptance: list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -74,6 +86,34 @@ class LiveSettings(BaseModel):
             raise ValueError(f"{ADAPTIVE} and server_args.{ADAPTIVE} are the same SGLang flag "
                              f"(--speculative-adaptive); give it once, as {ADAPTIVE}")
         return {**values, "server_args": server_args, **({} if flag is None else {ADAPTIVE: flag})}
+
+    @field_validator(PINNED, mode="before")
+    @classmethod
+    def _rates(cls, value: Any) -> Any:
+        """A profile as written: a list of numbers (not booleans), non-increasing."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f"expected one acceptance rate per draft position like [1.0, 0.8, 0.5], found the number "
+                             f"{value!r} (an accept length? bisect-eagle live --pin-acceptance {value} converts one)")
+        if isinstance(value, list):
+            if any(isinstance(v, bool) for v in value):
+                raise ValueError("expected acceptance rates in [0, 1], found a boolean")
+            if value and all(isinstance(v, (int, float)) for v in value):
+                check_profile(value)
+        return value
+
+    @model_validator(mode="after")
+    def _profile_fits(self) -> LiveSettings:
+        """A pinned profile has one rate per draft step, and only a speculative trial has drafts to accept."""
+        rates = self.pinned_acceptance
+        if rates is None:
+            return self
+        if self.is_baseline:
+            raise ValueError(f"{PINNED} pins the acceptance of draft tokens; the baseline (speculative_algorithm "
+                             "none) drafts none")
+        if len(rates) != self.num_steps:
+            raise ValueError(f"{PINNED} has {len(rates)} rates but num_steps is {self.num_steps}: give one "
+                             "unconditional rate per draft position")
+        return self
 
     @field_validator(*NUMERIC, mode="before")
     @classmethod
@@ -91,6 +131,69 @@ class LiveSettings(BaseModel):
     @property
     def is_baseline(self) -> bool:
         return self.speculative_algorithm == "none"
+
+    @property
+    def pinned(self) -> bool:
+        """Whether acceptance is pinned (``pinned_acceptance``) rather than natural."""
+        return self.pinned_acceptance is not None
+
+
+def check_profile(rates: list[float]) -> None:
+    """Raise ``ValueError`` unless ``rates`` is a non-empty, non-increasing list of rates in [0, 1]."""
+    if not rates:
+        raise ValueError("expected at least one acceptance rate")
+    bad = [r for r in rates if not 0 <= r <= 1]
+    if bad:
+        raise ValueError(f"acceptance rates must be in [0, 1], found {bad[0]!r}")
+    rising = next((k for k in range(1, len(rates)) if rates[k] > rates[k - 1]), None)
+    if rising is not None:
+        raise ValueError(f"unconditional acceptance rates must be non-increasing (position {rising} cannot be accepted "
+                         f"more often than position {rising - 1}), found {rates}")
+
+
+def profile_for_accept_length(accept_length: float, num_steps: int) -> list[float]:
+    """The non-increasing unconditional profile of ``num_steps`` rates whose accept length is ``accept_length``.
+
+    The minimum-variance schedule (vLLM's ``synthetic_acceptance_length``; SGLang's ``match-expected`` simulation
+    draws the same per-step counts): every position up to ``floor(accept_length - 1)`` always accepted, the next
+    one with the fractional remainder, the rest never. ``1 + sum(profile) == accept_length``.
+
+    Args:
+        accept_length: tokens per verify step, the bonus token included: in ``[1, 1 + num_steps]``.
+        num_steps: draft positions (≥ 1).
+
+    Returns:
+        ``num_steps`` rates in [0, 1], non-increasing.
+
+    Raises:
+        BadInput: ``accept_length`` outside ``[1, 1 + num_steps]`` or not finite, or ``num_steps < 1``.
+    """
+    if num_steps < 1:
+        raise BadInput(f"pinned acceptance needs draft steps; num_steps is {num_steps}")
+    if not math.isfinite(accept_length) or not 1 <= accept_length <= 1 + num_steps:
+        raise BadInput(f"accept length {accept_length!r} cannot be pinned with num_steps {num_steps}: it counts the "
+                       f"bonus token, so it lies in [1, {1 + num_steps}] (at most every draft accepted, plus one)")
+    drafts = accept_length - 1
+    full = min(int(drafts), num_steps)
+    return ([1.0] * full + [round(drafts - full, 12)] + [0.0] * num_steps)[:num_steps]
+
+
+def unconditional_rates(conditional: list[float]) -> list[float]:
+    """Per-position conditional rates ``P(k accepted | k-1 accepted)`` (each engine's ``accept_rate_per_position``)
+    as unconditional ones ``P(0..k all accepted)``: their running product. A position no draft reached (NaN) and
+    every one after it gets rate 0 (nothing measured there is accepted).
+
+    Args:
+        conditional: the measured curve, position 0 first.
+
+    Returns:
+        A profile for ``pinned_acceptance`` (non-increasing, in [0, 1], as long as ``conditional``).
+    """
+    out, running = [], 1.0
+    for rate in conditional:
+        running = 0.0 if rate is None or not math.isfinite(rate) else running * min(1.0, max(0.0, rate))
+        out.append(running)
+    return out
 
 
 def check_id_list(value: Any) -> Any:

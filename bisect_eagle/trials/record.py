@@ -265,7 +265,8 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
     for name, text in (results[-1].artifacts.items() if results else ()):
         files[name] = text
     ctx.tracking.log_texts(record.run_id, {k: scrub(v) for k, v in files.items()})
-    tags = {"outcome": record.status, "value": str(record.value), **shown_tags(record.metrics)}
+    tags = {"outcome": record.status, "value": str(record.value), "acceptance": plan.acceptance,
+            **shown_tags(record.metrics)}
     if record.failure_class:
         tags["failure_class"] = record.failure_class
         tags["failure_detail"] = scrub(record.failure_detail or "")

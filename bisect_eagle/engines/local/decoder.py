@@ -19,11 +19,30 @@ the target's own greedy continuation whatever the draft proposes: a wrong wiring
 (docs/sglang-facts.md#algorithm-names):
 the draft gets the target's final (post-norm) hidden state, 1 × H wide, and ``fc`` is skipped because the
 width already matches; acceptance collapses to about 1 token per verify step.
+
+**Pinned acceptance** (:class:`Pin`): each round still drafts ``s`` tokens and verifies ``s + 1`` in one target
+forward, so the cost of a round is a natural round's; only how many drafts count as accepted is drawn from the pin's
+unconditional profile with its seeded generator (position ``k`` accepted with probability ``rate_k / rate_{k-1}``
+once ``k - 1`` was). Which tokens are emitted depends on whether the pin holds the request's greedy continuation
+(``reference``):
+
+- with it (the local engine): the verify forward is fed the continuation in place of the draft's proposals (the
+  draft's forwards still run, their tokens unused) and the emitted tokens are the target's own greedy tokens, so the
+  output is the natural trial's token for token; a position where the target disagrees with the continuation
+  (numerics) is never accepted;
+- without it (a server, which cannot know a request's continuation before decoding it): the accepted drafts are
+  emitted as proposed and the bonus token is the target's, as SGLang's ``SGLANG_SIMULATE_ACC_TOKEN_MODE=
+  real-draft-token`` does; the output then differs from the greedy one after the first draft accepted against the
+  target.
+
+``cycle_delay_s`` adds a wait to every target forward, inside the model clock: the stand-in server's documented
+cost-side fault (:mod:`bisect_eagle.engines.serve`).
 """
 
 from __future__ import annotations
 
 import inspect
+import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,6 +70,41 @@ class Generation:
     drafted_per_step: list[int] = field(default_factory=list)  # per verify step: drafts proposed and judged
 
 
+@dataclass(kw_only=True)
+class Pin:
+    """Pinned acceptance for one request (module docstring): the unconditional profile, a seeded generator and,
+    where known, the request's greedy continuation (its tokens are then emitted unchanged)."""
+
+    rates: list[float]  # unconditional P(drafts 0..k accepted), non-increasing
+    rng: random.Random
+    reference: list[int] | None = None
+
+    @classmethod
+    def seeded(cls, rates: list[float], input_ids: list[int], reference: list[int] | None = None) -> Pin:
+        """A pin whose draws depend only on the prompt: the same request draws the same acceptances on every
+        engine and every run."""
+        return cls(rates=list(rates), rng=random.Random("pinned:" + ",".join(map(str, input_ids))),
+                   reference=reference)
+
+    def draw(self, drafted: int) -> int:
+        """How many of ``drafted`` leading drafts this round accepts."""
+        n, previous = 0, 1.0
+        while n < min(drafted, len(self.rates)):
+            rate = self.rates[n]
+            if rate <= 0 or (rate < previous and self.rng.random() >= rate / previous):
+                break
+            n, previous = n + 1, rate
+        return n
+
+    def verified(self, done: int, drafts: list[int]) -> list[int]:
+        """The tokens to verify after ``done`` emitted ones: the continuation's next ``len(drafts)`` where it has
+        them (the draft's own proposals past its end), or the drafts when there is no continuation."""
+        if self.reference is None:
+            return drafts
+        ahead = self.reference[done : done + len(drafts)]
+        return ahead + drafts[len(ahead):]
+
+
 class SpeculativeDecoder:
     """Greedy decoding of a target, sped up by an EAGLE-3 draft (``draft=None``: the target alone).
 
@@ -66,8 +120,10 @@ class SpeculativeDecoder:
         num_steps: int,
         device: str = "cpu",
         algorithm: str = "EAGLE3",
+        cycle_delay_s: float = 0.0,
     ):
         self.target = target_model
+        self.cycle_delay_s = cycle_delay_s
         self.draft = draft.model if draft is not None else None
         self.num_steps = num_steps if draft is not None else 0
         self.device = torch.device(device)
@@ -142,6 +198,8 @@ class SpeculativeDecoder:
     def _target_forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
         """Logits [T, V] (the last ``keep`` rows when keep > 0) of ``ids`` [1, T] continuing ``cache``."""
         out = self.target(input_ids=ids, use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache})
+        if self.cycle_delay_s > 0:
+            time.sleep(self.cycle_delay_s)
         return out.logits[0]
 
     def _aux(self, got: dict[int, torch.Tensor]) -> torch.Tensor:
@@ -169,13 +227,17 @@ class SpeculativeDecoder:
             return self._aux(got)[0]
 
     @torch.inference_mode()
-    def generate(self, input_ids: list[int], *, max_new_tokens: int, eos_token_id: int | None = None) -> Generation:
-        """Greedy continuation of ``input_ids``: at most ``max_new_tokens`` tokens, stopping after EOS."""
+    def generate(self, input_ids: list[int], *, max_new_tokens: int, eos_token_id: int | None = None,
+                 pin: Pin | None = None) -> Generation:
+        """Greedy continuation of ``input_ids``: at most ``max_new_tokens`` tokens, stopping after EOS; with ``pin``
+        (speculative decoding only) acceptance is drawn from its profile (module docstring)."""
         if not input_ids:
             raise BadInput("generate needs at least one prompt token")
         if self.draft is None:
+            if pin is not None:
+                raise BadInput("pinned acceptance needs a draft: the target alone accepts no drafts")
             return self._generate_plain(input_ids, max_new_tokens, eos_token_id)
-        return self._generate_spec(input_ids, max_new_tokens, eos_token_id)
+        return self._generate_spec(input_ids, max_new_tokens, eos_token_id, pin)
 
     # -- decode loops -----------------------------------------------------------------------------------
 
@@ -196,7 +258,7 @@ class SpeculativeDecoder:
         return Generation(tokens=out, verify_steps=n, accepted_per_step=[1] * n, model_s=model_s[0],
                           finished_by_eos=bool(out) and out[-1] == eos, drafted_per_step=[0] * n)
 
-    def _generate_spec(self, input_ids: list[int], max_new: int, eos: int | None) -> Generation:
+    def _generate_spec(self, input_ids: list[int], max_new: int, eos: int | None, pin: Pin | None) -> Generation:
         """Speculative rounds as in the module docstring, the last round drafting no more than fits."""
         model_s = [0.0]
         chain = DraftChain(self.draft, len(input_ids) + max_new + self.num_steps, self.device, self.skip_fc)
@@ -215,10 +277,15 @@ class SpeculativeDecoder:
                 steps = min(self.num_steps, max_new - len(out) - 1) if pending_aux is not None else 0
                 with self._clock(model_s):
                     drafts = chain.propose(pending_aux, pending_tokens, steps=steps)
+                if pin is not None:
+                    drafts = pin.verified(len(out), drafts)
                 verify_ids = torch.tensor([[last, *drafts]], device=self.device)
                 with self._clock(model_s):
                     greedy = self._target_forward(verify_ids, cache).argmax(-1).tolist()
                 n = _accepted_prefix(drafts, greedy)
+                if pin is not None:
+                    drawn = pin.draw(len(drafts))
+                    n = drawn if pin.reference is None else min(drawn, n)
                 if n < len(drafts):
                     cache.crop(n - len(drafts))
                 pending_aux = self._aux(got)[:, : n + 1]

@@ -8,6 +8,12 @@ effective settings, so trials differing only in them are one trial. Refused: SGL
 (``temperature != 0``), ids out of range, repeated or of the wrong count for the draft's ``fc``, a device this
 machine does not have.
 
+Pinned acceptance (``pinned_acceptance``): each measured request first gets its greedy continuation, decoded
+naturally before the clock starts (once per prompt, device, dtype and length, kept for later trials); the measured
+decode then verifies that continuation and draws how many drafts count as accepted from the profile, seeded by the
+prompt (:class:`~bisect_eagle.engines.local.decoder.Pin`). The output is the natural trial's token for token, every
+draft and verify forward runs as in a natural round, and the accept length is the profile's.
+
 Paired (:meth:`LocalEngine.run_paired`): the baseline and the speculative config decode the same prompts one
 after the other, in alternating order (baseline first on even prompts), so a change of the machine's load
 hits both sides of a prompt alike; the speedup is the geometric mean of the per-prompt tok/s ratios.
@@ -30,7 +36,7 @@ from bisect_eagle.artifacts.draft import LoadedDraft, load_draft, read_draft_con
 from bisect_eagle.artifacts.prompts import Prompt, load_prompts
 from bisect_eagle.artifacts.target import load_target, read_target_config
 from bisect_eagle.engines.base import Engine, PairedResult, RequestRecord, TrialResult, failed
-from bisect_eagle.engines.local.decoder import Generation, SpeculativeDecoder, accept_rates
+from bisect_eagle.engines.local.decoder import Generation, Pin, SpeculativeDecoder, accept_rates
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.perf.benchmark import Benchmark
@@ -60,6 +66,8 @@ class LocalEngine(Engine):
         self._models: dict[tuple[str, str], tuple[Any, LoadedDraft]] = {}
         self._prompts: list[Prompt] | None = None
         self.eos_token_id: int | None = None
+        # greedy continuations for pinned trials: (device, dtype, prompt id, max_new_tokens) -> tokens
+        self._continuations: dict[tuple[str, str, str, int], list[int]] = {}
 
     @classmethod
     def from_spec(cls, spec: Spec, log_dir: Path | None = None) -> LocalEngine:
@@ -136,6 +144,7 @@ class LocalEngine(Engine):
     def _load(self, device: str, dtype: str) -> tuple[Any, LoadedDraft]:
         """Target and draft for (device, dtype), loaded once; the tokenizer and prompts on the first call."""
         if (device, dtype) not in self._models:
+            self._progress(f"loading the target and the draft ({device}, {dtype})")
             model, tokenizer = load_target(self.target_path, device=device, dtype=DTYPES[dtype])
             draft = load_draft(self.draft_path, target=self.target_path, device=device)
             draft.model.to(DTYPES[dtype])
@@ -162,9 +171,26 @@ class LocalEngine(Engine):
         effective["aux_hidden_state_indices"] = None if baseline else decoder.indices
         return decoder, effective
 
-    def _one(self, decoder: SpeculativeDecoder, p: Prompt, max_new_tokens: int) -> tuple[RequestRecord, Generation]:
+    def _pins(self, plan: TrialPlan, decoder: SpeculativeDecoder, prompts: list[Prompt]) -> dict[str, Pin]:
+        """Per measured prompt id, the :class:`Pin` of a pinned plan (its continuation decoded now, unmeasured, or
+        taken from an earlier trial); empty for a natural plan."""
+        s = plan.settings
+        if s.pinned_acceptance is None:
+            return {}
+        pins = {}
+        for p in prompts:
+            key = (s.device, torch_dtype_name(s.dtype), p.id, s.max_new_tokens)
+            if key not in self._continuations:
+                self._progress(f"decoding the greedy continuation of prompt {p.id} (pinned acceptance)")
+                self._continuations[key] = decoder.generate(p.input_ids, max_new_tokens=s.max_new_tokens,
+                                                            eos_token_id=self.eos_token_id).tokens
+            pins[p.id] = Pin.seeded(s.pinned_acceptance, p.input_ids, self._continuations[key])
+        return pins
+
+    def _one(self, decoder: SpeculativeDecoder, p: Prompt, max_new_tokens: int,
+             pin: Pin | None = None) -> tuple[RequestRecord, Generation]:
         t0 = time.perf_counter()
-        g = decoder.generate(p.input_ids, max_new_tokens=max_new_tokens, eos_token_id=self.eos_token_id)
+        g = decoder.generate(p.input_ids, max_new_tokens=max_new_tokens, eos_token_id=self.eos_token_id, pin=pin)
         record = RequestRecord(id=p.id, prompt_tokens=len(p.input_ids), completion_tokens=len(g.tokens),
                                verify_steps=g.verify_steps, latency_s=time.perf_counter() - t0)
         return record, g
@@ -194,10 +220,15 @@ class LocalEngine(Engine):
         s = plan.settings
         warm, measured = self._split_prompts(s)
         try:
-            for p in warm:
+            for i, p in enumerate(warm):
+                self._progress(f"warm-up request {i + 1}/{len(warm)}")
                 decoder.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
+            pins = self._pins(plan, decoder, measured)
             start = time.perf_counter()
-            done = [self._one(decoder, p, s.max_new_tokens) for p in measured]
+            done = []
+            for i, p in enumerate(measured):
+                self._progress(f"measuring request {i + 1}/{len(measured)}")
+                done.append(self._one(decoder, p, s.max_new_tokens, pins.get(p.id)))
             wall = time.perf_counter() - start
         except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
             return self._failure(plan, effective, e)
@@ -214,15 +245,19 @@ class LocalEngine(Engine):
         warm, measured = self._split_prompts(s)
         sides: dict[str, list[tuple[RequestRecord, Generation]]] = {"spec": [], "base": []}
         try:
-            for p in warm:
+            for i, p in enumerate(warm):
+                self._progress(f"warm-up request {i + 1}/{len(warm)} (trial and baseline)")
                 spec_dec.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
                 base_dec.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
+            pins = self._pins(plan, spec_dec, measured)
             for i, p in enumerate(measured):
+                self._progress(f"measuring request {i + 1}/{len(measured)} (trial and baseline, interleaved)")
                 order = (
                     (("base", base_dec), ("spec", spec_dec)) if i % 2 == 0 else (("spec", spec_dec), ("base", base_dec))
                 )
                 for side, decoder in order:
-                    sides[side].append(self._one(decoder, p, s.max_new_tokens))
+                    sides[side].append(self._one(decoder, p, s.max_new_tokens, pins.get(p.id) if side == "spec"
+                                                 else None))
         except RuntimeError:
             return None
         ratios = [
