@@ -17,9 +17,19 @@ from bisect_eagle.artifacts.prompts import load_prompts
 from bisect_eagle.artifacts.target import load_target
 from bisect_eagle.engines.local import LocalEngine, SpeculativeDecoder
 from bisect_eagle.engines.procs import server as procs
-from bisect_eagle.engines.serve import READY_LINE, Rejected, build_parser, check_args, parse_generate
+from bisect_eagle.engines.serve import (
+    LL_DELAY_S,
+    READY_LINE,
+    Rejected,
+    build_backend,
+    build_parser,
+    check_args,
+    parse_generate,
+    simulation,
+)
 from bisect_eagle.engines.sglang import SglangEngine
 from bisect_eagle.engines.sglang.client import SglangClient
+from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import parse_settings
 
@@ -172,3 +182,60 @@ def test_cli_serve_passes_help_to_the_sglang_style_parser():
                  "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--port", "--host", "--tp-size",
                  "--device", "--enable-return-aux-hidden-states"):
         assert flag in out.output
+
+
+@pytest.mark.parametrize(("environ", "steps", "rates", "delay"), [
+    ({}, 3, None, 0.0),
+    ({"SGLANG_SIMULATE_ACC_LEN": "2.5", "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}, 3, [1.0, 0.5, 0.0], 0.0),
+    ({"SGLANG_SIMULATE_ACC_LEN": "9", "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}, 2, [1.0, 1.0], 0.0),
+    ({"SGLANG_SIMULATE_ACC_LEN": "-1"}, 3, None, 0.0),  # SGLang's "off"
+    ({"SGLANG_SIMULATE_ACC_LEN": "2.5"}, None, None, 0.0),  # no draft: SGLang simulates only a verify step
+    ({"NCCL_PROTO": "LL"}, 3, None, LL_DELAY_S),
+    ({"NCCL_PROTO": "Simple"}, 3, None, 0.0),
+])
+def test_the_environment_pins_acceptance_and_slows_forwards_as_documented(environ, steps, rates, delay):
+    assert simulation(environ, steps) == (rates, delay)
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"SGLANG_SIMULATE_ACC_LEN": "2.5"}, "'fixed' emits token id 100"),
+    ({"SGLANG_SIMULATE_ACC_LEN": "2.5", "SGLANG_SIMULATE_ACC_METHOD": "multinomial",
+      "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}, "'match-expected' only"),
+    ({"SGLANG_SIMULATE_ACC_LEN": "three"}, "expected a number"),
+])
+def test_simulations_the_stand_in_does_not_serve_are_refused(environ, message):
+    with pytest.raises(BadInput, match=message):
+        simulation(environ, 3)
+
+
+def test_the_cost_side_fault_changes_no_token(tiny):
+    parser = build_parser()
+    args = parser.parse_args(["--model-path", str(tiny.target), "--speculative-algorithm", "EAGLE3",
+                              "--speculative-draft-model-path", str(tiny.draft), "--speculative-num-steps", "3"])
+    check_args(parser, args)
+    slow, fast = build_backend(args, {"NCCL_PROTO": "LL"}), build_backend(args, {})
+    assert (slow.decoder.cycle_delay_s, fast.decoder.cycle_delay_s) == (LL_DELAY_S, 0.0)
+    assert slow.info["bisect_eagle_cycle_delay_s"] == LL_DELAY_S
+    body = parse_generate({"text": "def f(x):", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}, 1)
+    a, b = slow.generate(body), fast.generate(body)
+    assert a["output_ids"] == b["output_ids"]
+    assert [a["meta_info"][k] for k in ("completion_tokens", "spec_verify_ct")] == \
+        [b["meta_info"][k] for k in ("completion_tokens", "spec_verify_ct")]
+
+
+def test_a_pinned_trial_on_the_stand_in_reaches_the_pinned_accept_length(tiny, tmp_path):
+    """The sglang engine's pinned plan sets SGLang's simulation variables; the stand-in honours them."""
+    settings = parse_settings({**TRIAL, "pinned_acceptance": [1.0, 1.0, 0.0], "env": {"NCCL_PROTO": "LL"}}, "test")
+    server = SglangServer(launch_command=SERVE, ready_timeout_s=120, request_timeout_s=60, stop_grace_s=10,
+                          gpu_release_timeout_s=5)
+    with SglangEngine(server, target=tiny.target, draft=tiny.draft, prompts=tiny.prompts, log_dir=tmp_path) as engine:
+        plan = engine.plan(settings)
+        result = engine.run(plan)
+    assert result.ok, result.failure_detail
+    assert result.acceptance == "pinned" and result.effective["pinned_acceptance"] == [1.0, 1.0, 0.0]
+    # 12 tokens a request: 3 rounds of 3, then one drafting the 2 that fit, both accepted, and its bonus
+    assert [(r.completion_tokens, r.verify_steps) for r in result.requests] == [(12, 4), (12, 4)]
+    assert result.accept_length == 3.0 and result.accept_rate_per_position[:2] == [1.0, 1.0]
+    log = result.artifacts["server.log"]
+    assert "acceptance pinned (SGLANG_SIMULATE_ACC_LEN)" in log and "NCCL_PROTO=LL: every target forward" in log
+    assert "SGLANG_SIMULATE_ACC_LEN=3" in result.artifacts["launch_command.txt"]

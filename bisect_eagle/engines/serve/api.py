@@ -119,9 +119,11 @@ class Backend(abc.ABC):
 class DecoderBackend(Backend):
     """The local engine's :class:`SpeculativeDecoder` behind the SGLang API."""
 
-    def __init__(self, decoder, tokenizer, info: dict[str, Any], return_aux: bool):
+    def __init__(self, decoder, tokenizer, info: dict[str, Any], return_aux: bool,
+                 pinned: list[float] | None = None):
         super().__init__(info)
         self.decoder = decoder
+        self.pinned = pinned  # SGLang's simulated acceptance as a profile (the package docstring), or None
         self.tokenizer = tokenizer
         self.return_aux = return_aux
         self._model_lock = threading.Lock()
@@ -132,13 +134,16 @@ class DecoderBackend(Backend):
         return True
 
     def decode(self, req: GenerateRequest) -> dict[str, Any]:
+        from bisect_eagle.engines.local.decoder import Pin  # torch: loaded with the models, not with the CLI
+
         if req.return_hidden_states and not self.return_aux:
             raise Rejected("return_hidden_states needs the server started with --enable-return-aux-hidden-states")
         ids = req.input_ids if req.input_ids is not None else list(self.tokenizer(req.text).input_ids)
         eos = None if req.ignore_eos else self.tokenizer.eos_token_id
         start = time.perf_counter()
         with self._model_lock:
-            g = self.decoder.generate(ids, max_new_tokens=req.max_new_tokens, eos_token_id=eos)
+            pin = None if self.pinned is None else Pin.seeded(self.pinned, ids)
+            g = self.decoder.generate(ids, max_new_tokens=req.max_new_tokens, eos_token_id=eos, pin=pin)
             hidden = self.decoder.aux_hidden_states(ids).float().tolist() if req.return_hidden_states else None
         meta: dict[str, Any] = {
             "id": req.rid,

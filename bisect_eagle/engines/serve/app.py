@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,9 @@ log = logging.getLogger("bisect_eagle.serve")
 DTYPE_NAMES = TORCH_DTYPE_NAMES  # SGLang's --dtype names → the torch dtype this server runs in
 ALGORITHMS = {"EAGLE3": "EAGLE3", "EAGLE": "EAGLE", "NEXTN": "EAGLE"}
 AUTO_CHAIN = {"LlamaForCausalLM": (5, 4, 8)}  # SGLang 0.5.23's choice when num_steps is unset; others (3, 1, 4)
+LL_DELAY_S = 0.05  # NCCL_PROTO=LL: the wait added to every target forward (the cost-side fault, package docstring)
+SIMULATE_LEN, SIMULATE_METHOD, SIMULATE_TOKEN_MODE = (
+    "SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD", "SGLANG_SIMULATE_ACC_TOKEN_MODE")
 
 
 def build_parser(prog: str = "bisect-eagle serve") -> argparse.ArgumentParser:
@@ -123,8 +128,42 @@ def _architecture(model_path: str) -> str:
     return str(archs[0])
 
 
-def build_backend(a: argparse.Namespace) -> DecoderBackend:
-    """Load the target (and draft) and wrap the decoder; raises BadInput for unusable inputs."""
+def simulation(environ: Mapping[str, str], num_steps: int | None) -> tuple[list[float] | None, float]:
+    """(the pinned acceptance profile or None, the per-forward delay) the environment asks of this server.
+
+    Args:
+        environ: the server's environment.
+        num_steps: draft steps per verify (None: no speculative decoding, where SGLang simulates nothing).
+
+    Raises:
+        BadInput: a simulation SGLang would refuse, or one the stand-in does not serve (package docstring).
+    """
+    from bisect_eagle.spec.settings import profile_for_accept_length
+
+    delay = LL_DELAY_S if environ.get("NCCL_PROTO", "").strip() == "LL" else 0.0
+    raw = environ.get(SIMULATE_LEN, "").strip()
+    if not raw:
+        return None, delay
+    try:
+        length = float(raw)
+    except ValueError:
+        raise BadInput(f"env {SIMULATE_LEN}={raw!r}: expected a number (the mean accept length)") from None
+    if length <= 0 or not num_steps:  # SGLang: turned off when < 0; only a verify step simulates
+        return None, delay
+    method = environ.get(SIMULATE_METHOD, "match-expected")
+    if method != "match-expected":
+        raise BadInput(f"env {SIMULATE_METHOD}={method!r}: bisect-eagle serve simulates 'match-expected' only "
+                       "(SGLang 0.5.23 also has 'multinomial', a clamped normal draw)")
+    mode = environ.get(SIMULATE_TOKEN_MODE, "fixed")
+    if mode != "real-draft-token":
+        raise BadInput(f"env {SIMULATE_TOKEN_MODE}={mode!r}: bisect-eagle serve simulates 'real-draft-token' only "
+                       f"(set it with {SIMULATE_LEN}; SGLang's default 'fixed' emits token id 100 for every token)")
+    return profile_for_accept_length(max(1.0, min(num_steps + 1.0, length)), num_steps), delay
+
+
+def build_backend(a: argparse.Namespace, environ: Mapping[str, str] | None = None) -> DecoderBackend:
+    """Load the target (and draft) and wrap the decoder, with the simulation ``environ`` (default ``os.environ``)
+    asks for (:func:`simulation`); raises BadInput for unusable inputs."""
 
     from bisect_eagle.artifacts import layers
     from bisect_eagle.artifacts.draft import load_draft
@@ -162,14 +201,22 @@ def build_backend(a: argparse.Namespace) -> DecoderBackend:
             log.warning(note)
         info.update(speculative_draft_model_path=str(draft_dir), speculative_num_steps=effective.num_steps,
                     speculative_eagle_topk=effective.topk, speculative_num_draft_tokens=effective.num_draft_tokens)
+    rates, delay = simulation(os.environ if environ is None else environ,
+                              a.speculative_num_steps if draft is not None else None)
+    if rates is not None:
+        log.info("acceptance pinned (%s): unconditional rates %s per draft position, accept length %.3g",
+                 SIMULATE_LEN, rates, 1 + sum(rates))
+    if delay:
+        log.info("NCCL_PROTO=LL: every target forward waits %g s (the stand-in's cost-side fault)", delay)
+    info.update(bisect_eagle_pinned_acceptance=rates, bisect_eagle_cycle_delay_s=delay)
     decoder = SpeculativeDecoder(model, draft, ids, a.speculative_num_steps or 0, a.device,
-                                 info["speculative_algorithm"] or "EAGLE3")
+                                 info["speculative_algorithm"] or "EAGLE3", cycle_delay_s=delay)
     if decoder.layer_ids is not None:
         info["eagle_aux_hidden_state_layer_ids"] = decoder.layer_ids
         info["aux_hidden_state_indices"] = decoder.indices
         log.info("capturing aux hidden states of SGLang layer ids %s (hidden_states indices %s, %d-layer target)",
                  decoder.layer_ids, layers.ids_to_canonical(decoder.layer_ids, "sglang", num_layers=n), n)
-    return DecoderBackend(decoder, tokenizer, info, a.enable_return_aux_hidden_states)
+    return DecoderBackend(decoder, tokenizer, info, a.enable_return_aux_hidden_states, pinned=rates)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -85,10 +85,9 @@ class SglangEngine(ServedEngine):
             prepare_draft_dir(self.draft, config_patch=plan.config_patch, out_dir=trial_dir / "draft")
         trial_dir.mkdir(parents=True, exist_ok=True)
         version = self.planner.flags().version if self.planner.flags() else None
-        command_text = (
-            launch_text(argv, dict(settings.env), environ=dict(os.environ)) + f"\n# server version: {version}\n"
-        )
-        return ServedLaunch(argv, dict(settings.env), {**os.environ, **settings.env}, command_text, command_text)
+        env = {**settings.env, **plan.private.get("env", {})}  # the planner's own variables (pinned acceptance)
+        command_text = launch_text(argv, env, environ=dict(os.environ)) + f"\n# server version: {version}\n"
+        return ServedLaunch(argv, env, {**os.environ, **env}, command_text, command_text)
 
     def _measure(
         self,

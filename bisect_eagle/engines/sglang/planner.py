@@ -26,6 +26,18 @@ resolution turns it off (``topk > 1``, attention DP …) the key is left out, wi
 so the trial is the static one SGLang runs. Without resolution, ``num_steps`` must be one of the default
 adaptive config's candidate steps, as SGLang checks at start (``docs/sglang-facts.md#speculative-adaptive``).
 
+Pinned acceptance (``pinned_acceptance``) becomes SGLang's simulated acceptance (``srt/environ.py``,
+``speculative/spec_utils.py``): ``SGLANG_SIMULATE_ACC_LEN`` = the profile's accept length ``1 + sum(rates)``,
+``SGLANG_SIMULATE_ACC_METHOD=match-expected`` (each verify step accepts the floor or the ceiling of the length minus
+one drafts, weighted to match the mean) and ``SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token`` (the accepted
+drafts are emitted as drafted, the bonus token is the target's; the default ``fixed`` emits token id 100). SGLang
+pins one mean accept length, not a per-position profile: the effective profile is the minimum-variance one of that
+length (:func:`~bisect_eagle.spec.settings.profile_for_accept_length`), with a warning when the request asked for
+another shape. ``real-draft-token`` needs ``topk == 1`` (SGLang raises at the first verify otherwise) and the
+adaptive controller would pick ``num_steps`` from the simulated acceptance: both are refused with a pin. The variables
+are in the plan's ``env`` (and the launch's); a trial's own ``SGLANG_SIMULATE_*`` entries are refused with a pin and
+left as they are without one.
+
 Without SGLang the same plan is built with the project's own rules and says ``not checked against SGLang``. An
 installed SGLang that is not a release those rules are tested with (:data:`~.rules.TESTED_SGLANG`) refuses every
 plan with one line naming the version and the interpreter: the planner does not guess another release's rules.
@@ -62,13 +74,14 @@ from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter,
 from bisect_eagle.engines.sglang.rules import adaptive_steps, resolved_adaptive, tree_bound, untested_version
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
-from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings
+from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings, profile_for_accept_length
 
 ENGINE = "sglang"
 SET_BY_SGLANG = {  # variables SGLang's launcher overwrites whatever the trial sets (0.5.23, entrypoints/engine.py)
     "CUDA_DEVICE_MAX_CONNECTIONS": "8",
 }
 IGNORED_ENV = ("SGLANG_ENABLE_SPEC_V2",)  # read nowhere in SGLang 0.5.23
+SIMULATE_ENV = ("SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD", "SGLANG_SIMULATE_ACC_TOKEN_MODE")
 PLANNED_INHERITED = ("NCCL_", "SGLANG_", "SGL_")  # inherited variables the plan shows (they change the server)
 RESOLVED_SERVER = ("attention_backend", "speculative_draft_attention_backend", "page_size", "max_running_requests",
                    "cuda_graph_max_bs_decode", "disable_custom_all_reduce", "speculative_adaptive",
@@ -246,11 +259,15 @@ class Planner:
         env, env_warnings = sglang_env(settings)
         warnings += env_warnings + resolved_adaptive(settings, effective, resolved)
         effective.update(self._server_fields(settings, resolved))
-        effective["env"] = env
+        simulated, pin_warnings, pin_refusal = simulated_acceptance(settings, effective)
+        warnings += pin_warnings
+        refusal = refusal or pin_refusal
+        effective["env"] = {**env, **simulated}
         plan = make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal,
-                         argv=[*self.command, *argv_tokens(args)], env=dict(settings.env), config_patch=patch,
-                         checked=self.checked_by(resolved is not None, resolve_note))
-        return replace(plan, private={"launch": Launch(fingerprint=plan.fingerprint, args=tuple(args))})
+                         argv=[*self.command, *argv_tokens(args)], env={**settings.env, **simulated},
+                         config_patch=patch, checked=self.checked_by(resolved is not None, resolve_note))
+        return replace(plan, private={"launch": Launch(fingerprint=plan.fingerprint, args=tuple(args)),
+                                      "env": simulated})
 
     def _ids(self, s: LiveSettings, cfg: dict | None) -> tuple[list[int] | None, list[str], str | None]:
         """(ids SGLang will read, warnings, refusal): the request's, else the draft's own nested ids."""
@@ -360,6 +377,40 @@ def _judged_argv(args: Sequence[Arg], draft: Path) -> list[str]:
     """The argv SGLang judges: the trial's, with the draft read from its source directory (the per-trial copy is
     made only at launch; resolution reads the draft's config) and one fixed port."""
     return argv_tokens(with_values(args, {DRAFT_FLAG: str(draft), PORT_FLAG: JUDGED_PORT}))
+
+
+def simulated_acceptance(s: LiveSettings, effective: dict[str, Any]) -> tuple[dict[str, str], list[str], str | None]:
+    """SGLang's simulated acceptance for a pinned trial (module docstring): (the variables to set, warnings, refusal).
+
+    Sets ``effective["pinned_acceptance"]`` to the profile SGLang runs (the minimum-variance one of the requested
+    accept length, over the effective ``num_steps``); nothing for a natural trial.
+    """
+    rates = s.pinned_acceptance
+    if rates is None:
+        return {}, [], None
+    own = [k for k in SIMULATE_ENV if k in s.env]
+    if own:
+        return {}, [], (f"{PINNED} sets {', '.join(SIMULATE_ENV)} itself; drop env.{own[0]} from the trial (two "
+                        "simulations of one server cannot both hold)")
+    if s.topk != 1:
+        return {}, [], (f"{PINNED} with topk {s.topk}: SGLang's simulated acceptance with real draft tokens raises "
+                        "'SGLANG_SIMULATE_ACC_LEN with real draft tokens currently requires speculative_eagle_topk=1.' "
+                        "at the first verify step; pin a chain (topk 1)")
+    if s.speculative_adaptive:
+        return {}, [], (f"{PINNED} with speculative_adaptive: SGLang's adaptive controller picks num_steps from the "
+                        "acceptance it observes, which the simulation sets; pin a static num_steps")
+    steps = effective.get("num_steps") or s.num_steps
+    length = 1 + sum(rates)
+    profile = profile_for_accept_length(min(length, steps + 1.0), steps)
+    warnings = [f"SGLang pins one mean accept length (SGLANG_SIMULATE_ACC_LEN={length:.6g}), not a per-position "
+                f"profile: each verify step accepts {int(length - 1)} or {int(length - 1) + 1} drafts, i.e. the "
+                f"profile {profile} instead of the requested {rates}"] \
+        if any(abs(a - b) > 1e-9 for a, b in zip(profile, rates, strict=True)) else []
+    warnings.append("acceptance is simulated (SGLang's real-draft-token mode): accepted drafts are emitted as drafted, "
+                    "so the output is not the target's greedy text; the trial measures cost at a pinned accept length")
+    effective[PINNED] = profile
+    return {"SGLANG_SIMULATE_ACC_LEN": f"{length:.6g}", "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+            "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}, warnings, None
 
 
 def sglang_env(s: LiveSettings, environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
