@@ -19,6 +19,14 @@ For a request the planner
    parallel settings, the aux layer ids), the environment (variables vLLM does not know dropped, with a
    warning), server args that differ from vLLM's defaults.
 
+Pinned acceptance (``pinned_acceptance``) becomes vLLM's synthetic rejection sampling: ``"rejection_sample_method":
+"synthetic"`` with ``"synthetic_acceptance_rates"`` = the profile (one unconditional rate per position, vLLM's own
+meaning: ``vllm/config/speculative.py``) in ``--speculative-config``; vLLM pins the whole per-position profile.
+Its CPU build has no synthetic mode: the server starts and answers ``/health``, then its engine dies at the first
+request with ``AssertionError: Synthetic acceptance not supported with CPU sampling``
+(``vllm/utils/cpu_triton_utils.py:330``). A pinned plan that vLLM resolves to the CPU platform, or that asks for
+``device: cpu``, is refused before launch quoting it; one not resolved here carries a warning.
+
 Without vLLM the same plan is built with the project's own reading of vLLM's rules and says
 ``not checked against vLLM``.
 """
@@ -33,17 +41,19 @@ from typing import Any
 
 from bisect_eagle.artifacts.layers import LayerIdError
 from bisect_eagle.engines.launch import explicit_server_args, negated_keys
-from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.plan import TrialPlan, make_plan, natural_unmarked
 from bisect_eagle.engines.vllm import ids as idmod
 from bisect_eagle.engines.vllm.launch import Arg, argv_tokens, managed_dest, trial_args, vllm_env
 from bisect_eagle.engines.vllm.oracle import Description, Oracle, VllmVerdict, interpreter, resolve_executable
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import VllmServer
-from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings
+from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings
 
 ENGINE = "vllm"
 JUDGED_PORT = "30000"  # the port never changes vLLM's verdict: one value keeps the oracle's cache warm
 DRAFT_PLACEHOLDER = "/bisect-eagle/per-trial-draft-copy"  # where the trial's draft copy stands in a judged argv
+CPU_SYNTHETIC = ("'AssertionError: Synthetic acceptance not supported with CPU sampling' "
+                 "(vllm/utils/cpu_triton_utils.py:330)")
 RESOLVED_SERVER = (  # vLLM's resolved values recorded under effective["server"] (oracle_script._resolved)
     "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
     "distributed_executor_backend", "max_num_seqs", "max_num_batched_tokens", "async_scheduling", "block_size",
@@ -166,6 +176,7 @@ class Planner:
         except BadInput as e:
             return make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=str(e),
                              checked=self.checked_by(False, "refused before vLLM was asked"))
+        args = synthetic_args(args, settings)
         warnings += _repeated_flags(args, desc)
         verdict, note = None, "refused before vLLM was asked"
         oracle = self.oracle()
@@ -181,6 +192,9 @@ class Planner:
         if resolved is not None and not settings.is_baseline:
             refusal, more = _resolved_ids(ids, resolved, n)
             warnings += more
+        cpu_refusal, cpu_warnings = cpu_synthetic(settings, resolved)
+        refusal = refusal or cpu_refusal
+        warnings += cpu_warnings
         effective_env, env_warnings = _known_env(env, resolved, self.version())
         warnings += env_warnings
         effective.update(self._server_fields(settings, resolved, desc))
@@ -294,9 +308,44 @@ def _read_json(path: Path) -> dict | None:
     return cfg if isinstance(cfg, dict) else None
 
 
+def synthetic_args(args: list[Arg], s: LiveSettings) -> list[Arg]:
+    """``args`` with a pinned trial's profile in ``--speculative-config`` (vLLM's synthetic rejection sampling);
+    unchanged for a natural trial."""
+    if s.pinned_acceptance is None:
+        return args
+    out = []
+    for arg in args:
+        if managed_dest(arg.flag) == "speculative_config":
+            spec = {**json.loads(arg.values[0]), "rejection_sample_method": "synthetic",
+                    "synthetic_acceptance_rates": [float(r) for r in s.pinned_acceptance]}
+            arg = Arg(arg.flag, (json.dumps(spec, sort_keys=True),), f"{arg.origin}, {PINNED}")
+        out.append(arg)
+    return out
+
+
+def cpu_synthetic(s: LiveSettings, resolved: dict[str, Any] | None) -> tuple[str | None, list[str]]:
+    """(refusal, warnings) of a pinned trial on vLLM's CPU build, which has no synthetic sampling (module docstring).
+
+    Refused when vLLM resolved the CPU platform (``resolved["device_type"]``) or the trial asks for ``device: cpu``;
+    a warning when the platform is not known here.
+    """
+    if s.pinned_acceptance is None:
+        return None, []
+    platform = (resolved or {}).get("device_type")
+    cpu = platform == "cpu" if platform is not None else ("device" in s.model_fields_set and s.device == "cpu")
+    if cpu:
+        return (f"{PINNED} on vLLM's CPU build: its sampler has no synthetic mode, so the server would start and its "
+                f"engine die at the first request with {CPU_SYNTHETIC}; pin acceptance on a GPU build of vLLM or on "
+                "the local engine"), []
+    if platform is None:
+        return None, [f"vLLM's platform is not resolved here: on its CPU build this pinned trial's engine dies at the "
+                      f"first request with {CPU_SYNTHETIC}"]
+    return None, []
+
+
 def _speculative(s: LiveSettings) -> tuple[dict[str, Any], list[str], str | None]:
     """vLLM's speculative rules applied: (effective fields in clear, warnings, refusal or None)."""
-    effective = s.model_dump(mode="json")
+    effective = natural_unmarked(s.model_dump(mode="json"))
     effective.pop(ADAPTIVE, None)
     if s.is_baseline:
         effective.update(num_steps=0, topk=0, num_draft_tokens=0, eagle_aux_hidden_state_layer_ids=None)
