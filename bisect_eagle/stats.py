@@ -194,3 +194,84 @@ def pooled_bounds(candidate: list[float], baseline: list[float], *, others: list
     diff = statistics.fmean(c) - statistics.fmean(b)
     half = t_quantile(1 - (1 - confidence) / looks, dof) * math.sqrt(ss / dof) * math.sqrt(1 / len(c) + 1 / len(b))
     return math.exp(diff), math.exp(diff - half), math.exp(diff + half), dof
+
+
+def family_level(alpha: float, comparisons: int) -> float:
+    """The level of each of ``comparisons`` tests so that the chance that any of them errs is at most ``alpha``
+    (Bonferroni: the union bound, whatever the tests' dependence).
+
+    Args:
+        alpha: the family-wise error rate (0.05: 5 %).
+        comparisons: the most tests the family can make (at least 1).
+
+    Returns:
+        ``alpha / comparisons``.
+    """
+    return alpha / max(1, comparisons)
+
+
+def t_cdf(x: float, dof: int) -> float:
+    """The distribution function of Student's t with ``dof`` degrees of freedom at ``x`` (the normal's without
+    degrees of freedom)."""
+    from scipy.stats import norm, t
+
+    return float(t.cdf(x, dof)) if dof > 0 else float(norm.cdf(x))
+
+
+def distribution_p(a: list[float], b: list[float]) -> float:
+    """Two samples drawn from one distribution? Chromium Pinpoint's p: the smaller of the two-sided
+    Kolmogorov–Smirnov and Mann–Whitney U p-values. KS sees a change of spread or tail, MWU a shift.
+
+    Args:
+        a, b: one or more values each.
+
+    Returns:
+        ``min(p_KS, p_MWU)``; 1.0 when either sample is empty or every value is one number (nothing differs).
+    """
+    from scipy.stats import ks_2samp, mannwhitneyu
+
+    if not a or not b or len({*a, *b}) == 1:
+        return 1.0
+    return float(min(ks_2samp(a, b).pvalue, mannwhitneyu(a, b, alternative="two-sided").pvalue))
+
+
+def centred_logs(launches: list[list[float]]) -> list[float]:
+    """Per-request log values with each launch's mean removed: the spread and tail within launches, free of the
+    launch effect (a launch that runs 2 % fast moves all its requests together). Launches of one request, or with a
+    value that is not positive, add nothing."""
+    out: list[float] = []
+    for values in launches:
+        logs = log_values(values) if len(values) >= 2 else None
+        if logs is not None:
+            mean = statistics.fmean(logs)
+            out.extend(x - mean for x in logs)
+    return out
+
+
+def shape_p(candidate: list[list[float]], reference: list[list[float]]) -> float:
+    """Whether the spread or tail of per-request values differs between two configurations, the launch effects
+    removed (:func:`centred_logs`): :func:`distribution_p` on the centred logs (KS: any change of shape) and on
+    their absolute values (MWU there: a change of spread), the smaller p.
+
+    Within one launch requests are taken as independent; between launches only the shape is compared, so a launch
+    that runs fast or slow as a whole does not count as a difference (the mean is judged on launch values).
+
+    Args:
+        candidate, reference: per-request values (tok/s), grouped by launch.
+
+    Returns:
+        The p-value; 1.0 when either side has fewer than two centred values.
+    """
+    a, b = centred_logs(candidate), centred_logs(reference)
+    if len(a) < 2 or len(b) < 2:
+        return 1.0
+    return min(distribution_p(a, b), distribution_p([abs(x) for x in a], [abs(x) for x in b]))
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of one or more values (linear interpolation between order statistics)."""
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(xs) - 1)
+    return xs[low] + (xs[high] - xs[low]) * (pos - low)

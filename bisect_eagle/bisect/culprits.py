@@ -5,8 +5,9 @@ changes and searched again. Standard library only, as :mod:`.ddmin`."""
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -51,6 +52,7 @@ class Round:
     inert: int  # inert differences held by the bad configuration
     isolating: int = 0  # inert differences this round's search started from after isolating them (0: first)
     among: int = 0  # inert differences they were isolated among
+    checks: int = 0  # completeness checks this round could ask (:func:`completeness_checks`, after each set found)
 
 
 @dataclass
@@ -65,6 +67,8 @@ class Culprits:
     verifications: list[Verification] = field(default_factory=list)  # of the last round's answers
     promoted: list[str] = field(default_factory=list)  # inert differences that turned out to be changes
     rounds: list[Round] = field(default_factory=list)
+    unknown: list[ChangeSet] = field(default_factory=list)  # could hold another breaking set; not judged
+    checks: int = 0  # completeness checks of the current round
 
     @property
     def verified(self) -> bool:
@@ -74,12 +78,12 @@ class Culprits:
 
     @property
     def probe_bound(self) -> int:
-        """The most probes this search could need without UNRESOLVED probes: :func:`probe_bound` per round, plus
-        isolating the inert differences that became changes (``2·p·⌈log2 k⌉ + 1`` for ``p`` among ``k``: the
-        probe with all ``k`` and the isolation)."""
+        """The most probes this search could need without UNRESOLVED probes: :func:`probe_bound` per round, its
+        completeness checks, plus isolating the inert differences that became changes (``2·p·⌈log2 k⌉ + 1`` for
+        ``p`` among ``k``: the probe with all ``k`` and the isolation)."""
         if not self.rounds:
             return probe_bound(0, 0)
-        return sum(probe_bound(r.culprits, r.changes, breaking=r.breaking)
+        return sum(probe_bound(r.culprits, r.changes, breaking=r.breaking) + r.checks
                    + (2 * r.isolating * math.ceil(math.log2(max(r.among, 1))) + 1 if r.isolating else 0)
                    for r in self.rounds)
 
@@ -94,6 +98,14 @@ class Culprits:
     @property
     def unresolved(self) -> list[tuple[str, ...]]:
         return [p.applied for p in self.probes if p.outcome is ProbeOutcome.UNRESOLVED]
+
+
+def expected_probes(changes: int, likely: int) -> int:
+    """About how many distinct configurations a search of ``changes`` changes judges when ``likely`` of them are
+    culprits (at least one), each a breaking set of its own: the two endpoints, ``⌈log2 n⌉`` to isolate each, and a
+    completeness check after each (its repair set and verification are answered by the same configurations)."""
+    c = max(1, min(likely, changes))
+    return 2 + c * math.ceil(math.log2(max(changes, 2))) + c
 
 
 def _with_partners(diff: ChangeSet, context: ChangeSet, test: ProbeMemo,
@@ -116,10 +128,44 @@ def _with_partners(diff: ChangeSet, context: ChangeSet, test: ProbeMemo,
             return cause, f"could not separate {', '.join(test.sorted(partners))} (unresolved probes)"
 
 
-def _search(order: Sequence[str], test: ProbeMemo, result: Culprits, progress: BisectProgress | None) -> None:
-    """One round: the breaking sets and the repair set among ``order`` (good = none applied, bad = all applied)."""
+def minimal_hitting_sets(sets: Sequence[ChangeSet]) -> list[ChangeSet]:
+    """Every minimal set of changes that holds at least one change of each of ``sets`` (all non-empty): reverting one
+    of them from the bad configuration leaves none of ``sets`` whole. Smallest first, then in name order."""
+    if not sets:
+        return [frozenset()]
+    hits = {frozenset(choice) for choice in itertools.product(*(sorted(s) for s in sets))}
+    minimal = [h for h in hits if not any(other < h for other in hits)]
+    return sorted(minimal, key=lambda h: (len(h), sorted(h)))
+
+
+def completeness_checks(everything: ChangeSet, found: Sequence[ChangeSet],
+                        masked: dict[str, tuple[str, ...]]) -> list[ChangeSet]:
+    """The configurations that hold every breaking set not found yet, if there is one (module docstring).
+
+    A breaking set not in ``found`` holds no found set whole (it would not be minimal), so it lies in the bad
+    configuration with a minimal hitting set of ``found`` reverted. One that a change hides in the bad
+    configuration (``masked``: change -> the changes that hide it there, as the plans show) lies there with its
+    maskers reverted as well.
+
+    Args:
+        everything: the bad configuration (every change applied).
+        found: the breaking sets found so far.
+        masked: each change hidden in the bad configuration, and by what.
+    """
+    out: list[ChangeSet] = []
+    for hit in minimal_hitting_sets(found):
+        rest = everything - hit
+        variants = [rest] + [rest - set(by) for name, by in sorted(masked.items())
+                             if name in rest and by and set(by) <= rest]
+        out += [v for v in variants if v and v not in out]
+    return out
+
+
+def _search(order: Sequence[str], test: ProbeMemo, result: Culprits, progress: BisectProgress | None,
+            masked: dict[str, tuple[str, ...]]) -> None:
+    """One round: every minimal breaking set and the repair set among ``order`` (good = none applied, bad = all)."""
     everything = frozenset(order)
-    result.status, result.breaking, result.repair = BisectStatus.ISOLATED, [], None
+    result.status, result.breaking, result.repair, result.unknown = BisectStatus.ISOLATED, [], None, []
     if test(frozenset()) is not ProbeOutcome.GOOD:
         result.status = BisectStatus.GOOD_NOT_GOOD
         result.notes.append("the good configuration is not judged good; nothing to isolate")
@@ -128,18 +174,10 @@ def _search(order: Sequence[str], test: ProbeMemo, result: Culprits, progress: B
         result.status = BisectStatus.BAD_NOT_BAD
         result.notes.append("the bad configuration is not judged bad; nothing to isolate")
         return
-    reverted: ChangeSet = frozenset()
-    while True:
-        rest = everything - reverted
-        if reverted:
-            verdict = test(rest)
-            if verdict is ProbeOutcome.GOOD:
-                break
-            if verdict is ProbeOutcome.UNRESOLVED:
-                result.notes.append("the bad configuration with the culprits reverted could not be judged; "
-                                    "there may be more culprits, and no repair set is established")
-                return
-        passing, failing = isolate(frozenset(), rest, test=test, progress=progress)
+    found: list[ChangeSet] = []
+    witness: ChangeSet | None = everything
+    while witness is not None:
+        passing, failing = isolate(frozenset(), witness, test=test, progress=progress)
         diff = failing - passing
         if len(diff) > 1:
             result.status = BisectStatus.AMBIGUOUS
@@ -154,12 +192,51 @@ def _search(order: Sequence[str], test: ProbeMemo, result: Culprits, progress: B
             return
         if len(cause) > 1:
             cause = frozenset(shrink(test.sorted(cause), lambda c: test(c) is ProbeOutcome.BAD))
+        if cause in found:  # only unresolved probes can lead back to a set found before
+            result.status = BisectStatus.AMBIGUOUS
+            result.notes.append(f"the search led back to {' + '.join(test.sorted(cause))} (unresolved probes)")
+            return
+        found.append(cause)
         result.breaking.append(test.sorted(cause))
-        reverted |= cause
-    if progress and len(reverted) > 1:
-        progress(f"checking which of {', '.join(test.sorted(reverted))} must be reverted to repair the bad "
-                 "configuration")
-    result.repair = shrink(test.sorted(reverted), lambda r: test(everything - r) is ProbeOutcome.GOOD)
+        witness = _next_witness(everything, found, masked, test, result, progress)
+    if result.unknown:
+        result.status = BisectStatus.PARTIAL
+        shown = "; ".join(" + ".join(test.sorted(u)) for u in result.unknown)
+        result.notes.append(f"partial: another breaking set may lie within {shown} (not judged: "
+                            f"{'the budget is spent' if test.spent() else 'unresolved probes'})")
+    if progress and len(found) > 1:
+        progress(f"checking which of {', '.join(test.sorted(frozenset().union(*found)))} must be reverted to repair "
+                 "the bad configuration")
+    union = test.sorted(frozenset().union(*found))
+    if test.peek(everything - set(union)) is ProbeOutcome.UNRESOLVED:
+        result.notes.append("the bad configuration with every breaking set reverted could not be judged; no repair "
+                            "set is established")
+        return
+    result.repair = shrink(union, lambda r: test(everything - r) is ProbeOutcome.GOOD)
+
+
+def _next_witness(everything: ChangeSet, found: list[ChangeSet], masked: dict[str, tuple[str, ...]],
+                  test: ProbeMemo, result: Culprits, progress: BisectProgress | None) -> ChangeSet | None:
+    """A configuration judged BAD that holds no found set whole (another breaking set lies in it), or None when every
+    completeness check is GOOD or could not be judged (those are :attr:`Culprits.unknown`)."""
+    checks = completeness_checks(everything, found, masked)
+    result.checks += len(checks)
+    if progress:
+        sets = "; ".join(" + ".join(test.sorted(f)) for f in found)
+        progress(f"found {sets}: {len(checks)} configuration{'' if len(checks) == 1 else 's'} to judge for "
+                 "another breaking set")
+    result.unknown = []
+    for config in checks:
+        if test.spent():
+            result.unknown.append(config)
+            continue
+        verdict = test(config)
+        if verdict is ProbeOutcome.BAD:
+            result.unknown = []
+            return config
+        if verdict is ProbeOutcome.UNRESOLVED:
+            result.unknown.append(config)
+    return None
 
 
 def _verify(order: Sequence[str], inert: Sequence[str], test: ProbeMemo, result: Culprits,
@@ -200,8 +277,9 @@ def _measured(v: Verification) -> str:
 
 
 def find_culprits(order: Sequence[str], oracle: Oracle, *, inert: Sequence[str] = (),
-                  progress: BisectProgress | None = None) -> Culprits:
-    """Breaking sets and a verified repair set among ``order`` (good = none applied, bad = all applied).
+                  progress: BisectProgress | None = None, masked: dict[str, tuple[str, ...]] | None = None,
+                  spent: Callable[[], bool] | None = None) -> Culprits:
+    """Every minimal breaking set and a verified repair set among ``order`` (good = none applied, bad = all).
 
     Args:
         order: the changes, in the order they are split.
@@ -209,8 +287,11 @@ def find_culprits(order: Sequence[str], oracle: Oracle, *, inert: Sequence[str] 
         inert: requested differences set aside as not changes; the bad configuration holds them, so the repair set
             is verified with them applied, and those that make it fail become changes (module docstring).
         progress: called with one line per step.
+        masked: each change hidden in the bad configuration, and by which changes (the plans' masks): where
+            another breaking set may hide.
+        spent: whether the bisect's budget is spent (no more probes are asked; what is not known is reported).
     """
-    test = ProbeMemo([*order, *inert], oracle)
+    test = ProbeMemo([*order, *inert], oracle, spent=spent)
     result = Culprits(BisectStatus.ISOLATED, probes=test.probes)
     changes, hidden = list(order), list(inert)
     isolating = among = 0
@@ -226,9 +307,10 @@ def find_culprits(order: Sequence[str], oracle: Oracle, *, inert: Sequence[str] 
         return f"bisect continues with {', '.join(found)} as {'a change' if len(found) == 1 else 'changes'}"
 
     while True:
-        _search(changes, test, result, progress)
+        result.checks = 0
+        _search(changes, test, result, progress, masked or {})
         result.rounds.append(Round(len(changes), len(result.culprits), len(result.breaking), len(hidden), isolating,
-                                   among))
+                                   among, result.checks))
         everything = frozenset(changes)
         if result.status is BisectStatus.BAD_NOT_BAD and hidden and test.peek(everything) is ProbeOutcome.GOOD:
             found = _hidden_culprits(everything, hidden, test, progress)  # the bad configuration holds them
@@ -236,7 +318,7 @@ def find_culprits(order: Sequence[str], oracle: Oracle, *, inert: Sequence[str] 
                 result.notes[-1] = (f"the changes applied to the good configuration judge GOOD, but BAD with "
                                     f"{', '.join(found)} too, as the bad configuration holds them: {promote(found)}")
                 continue
-        if result.status is not BisectStatus.ISOLATED:
+        if result.status not in (BisectStatus.ISOLATED, BisectStatus.PARTIAL):
             result.verifications = []
             return result
         result.verifications = _verify(changes, hidden, test, result, progress)

@@ -13,20 +13,27 @@ granularity doubles, until the difference is 1-minimal. Probes are issued lazily
 ``n = 2`` one probe halves the difference (``c✓ ∪ Δ1`` *is* ``c✗ − Δ2``): a single culprit among ``n``
 changes costs ``⌈log2 n⌉`` probes.
 
-:func:`find_culprits` answers two questions, which can have different answers:
+:func:`find_culprits` (:mod:`.culprits`) answers two questions, which can have different answers:
 
-- **breaking sets**: sets of changes that, *applied to the good configuration*, break it. Each is
-  1-minimal (remove any one change and it no longer breaks the good configuration). The first is isolated
-  by ``dd``; when the isolated change is harmless alone, its interacting partners are isolated among the
-  changes that were on the passing side. That cause is then reverted from the bad configuration and the
-  search repeats while the rest still fails, so independent causes are each reported.
+- **breaking sets**: *every* minimal set of changes that, *applied to the good configuration*, breaks it (each
+  1-minimal: remove any one change and it no longer breaks the good configuration). The first is isolated by
+  ``dd`` in the bad configuration; when the isolated change is harmless alone, its interacting partners are
+  isolated among the changes that were on the passing side. Then the rest of the structure is searched: a breaking
+  set not found yet holds no found set whole, so it lies in the bad configuration with a *minimal hitting set* of
+  the found sets reverted (one change of each reverted: for ``{A, B}`` found, the bad configuration without ``A``,
+  and without ``B``; this is how ``{B, C}`` overlapping ``{A, B}`` is found). Each such configuration is probed;
+  one that is BAD holds another breaking set, isolated by ``dd`` in it; when all are GOOD no other breaking set
+  remains. A set a change hides in the bad configuration (the plans' masks: EAGLE hides the wiring) is looked for
+  with its maskers reverted as well. This assumes that a set which breaks the good configuration still breaks it
+  with more changes applied, except where the plans show a change hiding another; a compensation the plans do not
+  show (a change that speeds up what another slows down) can still hide a set.
 - **the repair set**: a set of changes whose *removal from the bad configuration* repairs it, 1-minimal
   (put any one back and it fails again), found by shrinking the union of the breaking sets one change at a
   time. Two changes that fail only together form one breaking set of two, while reverting either one alone
   repairs the bad configuration, so the repair set holds one of them.
 
-Not every breaking set is enumerated: a breaking set hidden in the bad configuration by a change that
-compensates it is found only if reverting the causes found before leaves the rest failing.
+The search ends when every check is GOOD (``isolated``: complete) or when the budget is spent or a check cannot be
+judged (``partial``, naming the configurations that may still hold another breaking set).
 
 **Every answer is verified before it is returned as isolated**, by one probe more each, asked of the oracle
 anew once the search is done (so judged against everything measured by then: the final limit and noise
@@ -39,8 +46,9 @@ that still fails its verification is reported as :attr:`BisectStatus.INTERACTION
 measured values in the notes; one whose verification could not be judged is ambiguous.
 
 For ``c`` culprit changes among ``n`` it needs at most :func:`probe_bound` probes (the two endpoints and the
-verification included) when no probe is UNRESOLVED and no inert difference turns out to be a change
-(:attr:`Culprits.probe_bound` adds the rounds after such a finding); UNRESOLVED probes only cost more probes,
+verification included) plus its completeness checks when no probe is UNRESOLVED and no inert difference turns out
+to be a change (:attr:`Culprits.probe_bound <bisect_eagle.bisect.culprits.Culprits.probe_bound>` adds the checks
+and the rounds after such a finding); UNRESOLVED probes only cost more probes,
 and a difference that cannot be narrowed because of them is reported as ambiguous.
 
 Written here rather than taken from a library: picire (last release 21.8, Aug 2021) implements ddmin and a
@@ -71,7 +79,8 @@ class ProbeOutcome(str, Enum):
 class BisectStatus(str, Enum):
     """How a bisect ended."""
 
-    ISOLATED = "isolated"  # breaking sets (and a repair set) found
+    ISOLATED = "isolated"  # every minimal breaking set found (completeness shown), and a repair set
+    PARTIAL = "partial"  # breaking sets found and verified; whether another one remains is not known (notes)
     GOOD_NOT_GOOD = "good-not-good"  # the good configuration is not judged GOOD
     BAD_NOT_BAD = "bad-not-bad"  # the bad configuration is not judged BAD
     AMBIGUOUS = "ambiguous"  # UNRESOLVED probes kept a difference from being narrowed
@@ -105,9 +114,10 @@ BisectProgress = Callable[[str], None]
 class ProbeMemo:
     """Asks the oracle once per configuration and keeps every probe in order."""
 
-    def __init__(self, order: Sequence[str], oracle: Oracle):
+    def __init__(self, order: Sequence[str], oracle: Oracle, *, spent: Callable[[], bool] | None = None):
         self.order = list(order)
         self.oracle = oracle
+        self.spent: Callable[[], bool] = spent or (lambda: False)
         self.known: dict[ChangeSet, ProbeOutcome] = {}
         self.number: dict[ChangeSet, int] = {}  # configuration -> its probe's number (1-based, in asking order)
         self.probes: list[Probe] = []

@@ -1,30 +1,40 @@
-"""Verdicts that survive noise: GOOD, BAD or UNRESOLVED from a sequence of samples of a higher-is-better metric.
+"""Verdicts that survive noise: GOOD, BAD or UNRESOLVED for a configuration's samples of a higher-is-better metric,
+with the chance of any false verdict in the whole bisect bounded.
 
-The rule (:meth:`Judge.verdict`), a one-sided Student-t bound on the geometric mean:
+The rule (:meth:`Judge.verdict`):
 
-- Model: ``log(sample) = log(true value) + ε`` with ``ε ~ N(0, σ²)`` and one ``σ`` for every configuration,
-  i.e. noise relative to the value, as throughput noise is. ``σ`` is pooled from every configuration
-  sampled more than once: ``s² = Σ_g Σ_i (y_gi − ȳ_g)² / ν`` with ``ν = Σ_g (n_g − 1)`` degrees of
-  freedom. It is first estimated from the endpoints' repeats and refined as probes are sampled.
-- The limit is ``threshold``, or ``ratio`` × the good configuration's geometric mean. The statistic is
-  ``d = ȳ − log(threshold)`` with standard error ``s/√n``, or ``d = ȳ − ȳ_good − log(ratio)`` with
+- **Samples are launches.** One sample is one launch of the configuration (a server start); on an engine whose
+  benchmark rounds share a launch its value is the geometric mean of the launch's rounds. Noise is relative, so
+  everything is on logs: ``log(sample) = log(true value) + ε``, ``ε ~ N(0, σ²)``, one ``σ`` for every
+  configuration of the deployment. ``σ`` is pooled from every configuration launched more than once:
+  ``s² = Σ_g Σ_i (y_gi − ȳ_g)² / ν`` with ``ν = Σ_g (n_g − 1)`` degrees of freedom, first from the endpoints'
+  repeats, then from every probe launched again.
+- **The statistic.** The limit is ``threshold``, or ``ratio`` × the good configuration's geometric mean (the
+  *reference*). ``d = ȳ − log(threshold)`` with standard error ``s/√n``, or ``d = ȳ − ȳ_good − log(ratio)`` with
   ``s·√(1/n + 1/n_good)`` (the reference's own noise counts).
-- GOOD when ``d − t·SE ≥ 0``, BAD when ``d + t·SE < 0``, UNRESOLVED in between, where
-  ``t = t_{1 − α/L}(ν)``, ``α = 1 − confidence`` and ``L`` the number of looks the configuration's
-  sampling schedule allows. A configuration is sampled on a doubling schedule (``n0, 2·n0, 4·n0, …,
-  budget``) and judged after each step until it is GOOD or BAD or its budget is spent. By the union bound
-  over the ``L`` looks, the chance that a configuration whose true value lies on one side of the limit is
-  ever judged on the other side is at most ``α`` (exact for normal log-noise with known ``ν``; the pooled
-  ``s`` is refined between looks, which this bound treats as fixed).
-- In ratio mode the good configuration is the reference and is GOOD by definition (``d = −log(ratio)``
-  with no noise: it is compared with itself). Its uncertainty enters every probe's bound, and it is shared
-  by all of them, so while a probe is UNRESOLVED the reference is sampled (interleaved with the probe) up to
-  twice the probe's count, within the endpoint budget.
-- Without a noise estimate (``ν = 0``: every configuration sampled once, ``repeats = 1``) the limit alone
-  decides, as a single measurement would.
+- **Three values, one error budget.** GOOD when ``d − t·SE ≥ 0``, BAD when ``d + t·SE < 0``, UNRESOLVED in
+  between, with ``t = t_{1 − α/K}(ν)``: ``α = 1 − confidence`` is the chance that *any* verdict of the whole bisect
+  is on the wrong side of the limit, and ``K`` the most verdicts (*looks*) the bisect may take, its launch budget
+  (every look follows a launch, or reads stored samples once). By the union bound over the ``K`` looks, the chance
+  of any false verdict -- so of any false culprit, since a reported set needs a false verdict to be wrong -- is at
+  most ``α`` (exact for normal log-noise with a known ``σ``; the pooled ``s`` is refined between looks, which the
+  bound treats as fixed). An UNRESOLVED configuration buys more launches on a doubling schedule (``1, 2, 4, …``)
+  up to its sample budget, the reference interleaved with it (A B A B: a drift of the machine then moves both).
+- **The shape of the requests.** A t bound on launch means cannot see a stall that hits some requests, or a
+  wider spread. Where launches carry per-request throughput, the spread and tail of each launch's requests (its
+  own mean removed, so a fast or slow launch does not count) are compared with the reference's: ``p = min(KS,
+  MWU)`` as Chromium Pinpoint does (:func:`bisect_eagle.stats.shape_p`). A configuration whose shape differs at
+  the same level ``α/K`` and whose slowest tenth of requests runs below ``ratio`` × the reference's slowest tenth
+  is BAD ("the tail"), whatever its mean.
+- In ratio mode the good configuration is the reference and is GOOD by definition (compared with itself).
+- Without a noise estimate (``ν = 0``: every configuration launched once, ``repeats = 1``) the limit alone
+  decides, as a single measurement would; a deterministic metric has no noise at all.
 
-The bad configuration and the good one in threshold mode are endpoints: they start at ``repeats`` samples
-and may take up to ``endpoint_samples``, so an UNRESOLVED endpoint is sampled more before the bisect gives up.
+Every verdict also gives ``p_below``: the chance that the true value is below the limit given the samples (flat
+prior on ``d``; ``t`` posterior), which :mod:`.posterior` turns into each candidate set's probability.
+
+The bad configuration and the good one in threshold mode are endpoints: they start at ``repeats`` samples and may
+take up to ``endpoint_samples``.
 """
 
 from __future__ import annotations
@@ -36,13 +46,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bisect_eagle.bisect.ddmin import ProbeOutcome
-from bisect_eagle.stats import log_values, schedule, t_quantile
+from bisect_eagle.stats import centred_logs, family_level, log_values, quantile, schedule, shape_p, t_cdf, t_quantile
 
 STANDALONE_METRIC = "standalone_accuracy"
 LIVE_METRICS = ("output_tok_s", "accept_length")
 TOLERANCE = 1e-12  # on log-ratios: a deterministic value equal to the limit is at the limit
-
-
+TAIL = 0.1  # the slowest tenth of requests: the tail compared with the reference's
 @dataclass
 class NoisePool:
     """The pooled log-noise: every configuration's spread about its own mean, plus a prior from a replayed log."""
@@ -77,6 +86,17 @@ class NoisePool:
         return {"sd_log": self.sd, "dof": self.dof}
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """One look's verdict on a configuration: the outcome, why (with the numbers), and what the posterior needs."""
+
+    outcome: ProbeOutcome
+    detail: str
+    value: float | None = None  # the geometric mean of the launches (the statistic judged)
+    p_below: float | None = None  # P(true value below the limit | samples); None: nothing measured
+    shape_p: float | None = None  # p of the requests' shape against the reference's (None: not compared)
+
+
 @dataclass
 class Judge:
     """GOOD / BAD / UNRESOLVED for a configuration's samples (the rule is in the module docstring)."""
@@ -84,17 +104,25 @@ class Judge:
     metric: str = "output_tok_s"
     ratio: float = 0.9
     threshold: float | None = None
-    confidence: float = 0.95
+    confidence: float = 0.95  # 1 − the chance of any false verdict in the whole bisect
     repeats: int = 3  # first samples of each endpoint
-    max_samples: int = 12  # sample budget of a probe
-    endpoint_samples: int = 24  # sample budget of an endpoint
+    max_samples: int = 6  # sample budget of a probe
+    endpoint_samples: int = 12  # sample budget of an endpoint
+    comparisons: int = 24  # K: the most looks the bisect may take (its launch budget)
     reference: list[float] | None = None  # the good configuration's samples (ratio mode)
+    reference_requests: list[list[float]] | None = None  # its per-request values, per launch
     noise: NoisePool = field(default_factory=NoisePool)
+    looks: int = 0  # looks taken so far
 
     @property
     def relative(self) -> bool:
         """Judged against ``ratio`` × the good configuration (else against ``threshold``)."""
         return self.threshold is None
+
+    @property
+    def level(self) -> float:
+        """Each look's one-sided level: ``α / K`` (module docstring)."""
+        return family_level(1 - self.confidence, self.comparisons)
 
     @property
     def limit(self) -> float | None:
@@ -115,70 +143,118 @@ class Judge:
         start, budget = self.budget(endpoint=endpoint)
         return next((c for c in schedule(start, budget) if c > n), None)
 
-    def verdict(self, values: list[float], *, endpoint: bool, is_reference: bool = False) -> tuple[ProbeOutcome, str]:
-        """The verdict on ``values`` (one configuration's samples) and why, with the numbers."""
+    def verdict(self, values: list[float], *, endpoint: bool = False, is_reference: bool = False,
+                requests: list[list[float]] | None = None) -> Verdict:
+        """The verdict on ``values`` (one configuration's launches) and why, with the numbers; ``requests``: its
+        per-request values per launch, for the shape test. Does not count a look (:meth:`decide` does)."""
         if not values:
-            return ProbeOutcome.UNRESOLVED, f"no {self.metric} sample"
+            return Verdict(ProbeOutcome.UNRESOLVED, f"no {self.metric} sample")
         if any(not math.isfinite(v) for v in values):
-            return ProbeOutcome.UNRESOLVED, f"{self.metric} is not a number ({values})"
+            return Verdict(ProbeOutcome.UNRESOLVED, f"{self.metric} is not a number ({values})")
         limit = self.limit
         if limit is None:
             raise ValueError("the judge needs the good configuration's samples first")
         logs = log_values(values)
         n = len(values)
+        launches = f"{n} launch{'' if n == 1 else 'es'}"
         if logs is None or limit <= 0:  # a zero or negative value: no log scale; the limit alone decides
             median = statistics.median(values)
-            what = f"{self.metric} median {median:.4g} of {n} vs limit {limit:.4g}"
-            return (ProbeOutcome.GOOD if median >= limit else ProbeOutcome.BAD), what
+            below = median < limit
+            return Verdict(ProbeOutcome.BAD if below else ProbeOutcome.GOOD,
+                           f"{self.metric} median {median:.4g} of {launches} vs limit {limit:.4g}", median,
+                           1.0 if below else 0.0)
         mean = statistics.fmean(logs)
+        value = math.exp(mean)
         if is_reference and self.relative:
-            d, factor = -math.log(self.ratio), 0.0
-        elif self.relative:
+            return Verdict(ProbeOutcome.GOOD, f"{self.metric} {value:.4g} ({self._mean(n)}): the reference; the "
+                                              f"limit is {self.ratio:g} × it = {limit:.4g}", value, 0.0)
+        if self.relative:
             ref = log_values(self.reference or [])
             assert ref is not None
             d, factor = mean - statistics.fmean(ref) - math.log(self.ratio), math.sqrt(1 / n + 1 / len(ref))
         else:
             d, factor = mean - math.log(limit), math.sqrt(1 / n)
         sd, dof = self.noise.sd, self.noise.dof
-        start, budget = self.budget(endpoint=endpoint)
-        looks = len(schedule(start, budget))
-        t = t_quantile(1 - (1 - self.confidence) / looks, dof) if dof > 0 else 0.0
+        head = f"{self.metric} {value:.4g} ({self._mean(n)}) vs limit {limit:.4g}: {_pct(d)} from it"
+        if dof == 0 or sd == 0:
+            exact = "deterministic" if dof > 0 else "no noise estimate yet: the value decides"
+            below = d < -TOLERANCE
+            return self._tail(Verdict(ProbeOutcome.BAD if below else ProbeOutcome.GOOD, f"{head} ({exact})", value,
+                                      1.0 if below else 0.0), d, requests)
+        t = t_quantile(1 - self.level, dof)
         half = t * sd * factor
-        what = (f"{self.metric} {math.exp(mean):.4g} (geometric mean of {n}) vs limit {limit:.4g}: "
-                f"{100 * (math.exp(d) - 1):+.2f}% ± {100 * (math.exp(half) - 1):.2f}% "
-                f"(noise {100 * sd:.2f}%, {dof} dof, {self.confidence:g} one-sided over {looks} looks)")
+        p_below = t_cdf(-d / (sd * factor), dof)
+        what = (f"{head} ± {100 * (math.exp(half) - 1):.2f}% (level {self.level:.2g} = {1 - self.confidence:g} "
+                f"over {self.comparisons} looks; noise {100 * sd:.2f}% a launch, {dof} dof)")
         if d - half >= -TOLERANCE:
-            return ProbeOutcome.GOOD, what
-        if d + half < -TOLERANCE:
-            return ProbeOutcome.BAD, what
-        return ProbeOutcome.UNRESOLVED, what + ": within the noise band"
+            outcome = ProbeOutcome.GOOD
+        elif d + half < -TOLERANCE:
+            outcome = ProbeOutcome.BAD
+        else:
+            outcome, what = ProbeOutcome.UNRESOLVED, what + ": within the noise band"
+        return self._tail(Verdict(outcome, what, value, p_below), d, requests)
+
+    def _mean(self, n: int) -> str:
+        return "1 launch" if n == 1 else f"geometric mean of {n} launches"
+
+    def _tail(self, verdict: Verdict, d: float, requests: list[list[float]] | None) -> Verdict:
+        """A verdict that is not BAD by its mean, checked for a slow tail against the reference's requests."""
+        ref = self.reference_requests
+        if verdict.outcome is ProbeOutcome.BAD or not self.relative or not requests or not ref:
+            return verdict
+        p = shape_p(requests, ref)
+        mine, theirs = centred_logs(requests), centred_logs(ref)
+        if p >= self.level or len(mine) < 2 or len(theirs) < 2:
+            return Verdict(verdict.outcome, verdict.detail, verdict.value, verdict.p_below, p)
+        tail = d + quantile(mine, TAIL) - quantile(theirs, TAIL)  # the slowest tenth against ratio × the reference's
+        if tail >= -TOLERANCE:
+            return Verdict(verdict.outcome, verdict.detail + f"; requests' shape differs (p {p:.2g}), tail not below",
+                           verdict.value, verdict.p_below, p)
+        return Verdict(ProbeOutcome.BAD, verdict.detail + f"; but its slowest tenth of requests runs {_pct(tail)} from "
+                                                          f"the limit on the reference's slowest tenth (requests' "
+                                                          f"shape p {p:.2g} = min(KS, MWU) < {self.level:.2g}): BAD "
+                                                          "by the tail", verdict.value, 1.0, p)
 
     def decide(self, samples: list[float], *, key: str, endpoint: bool, more: Callable[[int], bool],
-               is_reference: bool = False) -> tuple[ProbeOutcome, str]:
+               is_reference: bool = False, requests: list[list[float]] | None = None) -> Verdict:
         """Judge ``samples`` on the sampling schedule, calling ``more(n)`` to grow them to ``n`` between looks.
 
-        ``more`` returns False when it could not (the caller knows why). ``key`` names the configuration in
-        the pooled noise estimate.
+        Args:
+            samples: the configuration's launch values so far (grown in place by ``more``).
+            key: names the configuration in the pooled noise estimate.
+            endpoint: an endpoint's schedule and budget.
+            more: grows the samples (and ``requests``) to ``n``; False when it could not (the caller knows why).
+            is_reference: the good configuration in ratio mode.
+            requests: per-request values per launch (grown by ``more``), for the shape test.
+
+        Every look but the reference's (GOOD by definition) counts toward ``K``; with ``K`` spent the verdict is
+        UNRESOLVED.
         """
         first, _ = self.budget(endpoint=endpoint)
         if len(samples) < first and not more(first):
-            return ProbeOutcome.UNRESOLVED, "sampling stopped"
+            return Verdict(ProbeOutcome.UNRESOLVED, "sampling stopped")
         while True:
+            if not (is_reference and self.relative):
+                if self.looks >= self.comparisons:
+                    return Verdict(ProbeOutcome.UNRESOLVED, f"the bisect's {self.comparisons} looks are spent")
+                self.looks += 1
             self.noise.observe(key, samples)
-            outcome, what = self.verdict(samples, endpoint=endpoint, is_reference=is_reference)
-            if outcome is not ProbeOutcome.UNRESOLVED:
-                return outcome, what
+            v = self.verdict(samples, endpoint=endpoint, is_reference=is_reference, requests=requests)
+            if v.outcome is not ProbeOutcome.UNRESOLVED:
+                return v
             nxt = self.next_count(len(samples), endpoint=endpoint)
             if nxt is None:
-                return outcome, f"{what}; sample budget spent ({len(samples)} samples)"
+                return Verdict(v.outcome, f"{v.detail}; sample budget spent ({len(samples)} launches)", v.value,
+                               v.p_below, v.shape_p)
             if not more(nxt):
-                return ProbeOutcome.UNRESOLVED, "sampling stopped"
+                return Verdict(ProbeOutcome.UNRESOLVED, f"{v.detail}; sampling stopped", v.value, v.p_below,
+                               v.shape_p)
 
     def settings(self) -> dict[str, Any]:
         """What a bisect log header and the parent run record (and ``--replay`` restores)."""
         return {"metric": self.metric, "ratio": self.ratio, "threshold": self.threshold,
                 "confidence": self.confidence, "repeats": self.repeats, "max_samples": self.max_samples,
-                "endpoint_samples": self.endpoint_samples}
+                "endpoint_samples": self.endpoint_samples, "comparisons": self.comparisons}
 
     def restore(self, reference: Any, noise: Any) -> None:
         """The reference samples and noise estimate of a replayed log (older logs: ``{median, mad}``)."""
@@ -191,3 +267,7 @@ class Judge:
         if isinstance(noise, dict) and noise.get("dof"):
             dof = int(noise["dof"])
             self.noise.prior_dof, self.noise.prior_ss = dof, float(noise.get("sd_log", 0.0)) ** 2 * dof
+
+
+def _pct(log_ratio: float) -> str:
+    return f"{100 * (math.exp(log_ratio) - 1):+.1f}%"

@@ -1,11 +1,21 @@
 """The oracle of a bisect: a set of applied changes -> the engine's plan -> samples -> a verdict.
 
 One plan fingerprint is one measurement: the first configuration that plans to it is measured (or found in
-the MLflow store), every later configuration with the same fingerprint reuses those samples; the prober
-never starts a second trial of one plan. A measurement is sampled sequentially (see
+the MLflow store), every later configuration with the same fingerprint reuses those samples and its verdict; the
+prober never starts a second trial of one plan. A measurement is sampled sequentially (see
 :mod:`~bisect_eagle.bisect.judge`): its first sample is a live trial (:func:`run_live_trial`: one
-child run of the bisect with the plan's params), further samples are more runs of the same plan, recorded
+child run of the bisect with the plan's params), further samples are more launches of the same plan, recorded
 on that run (``{metric}`` = median, ``repeats``, ``bisect_samples.json``).
+
+A sample is one launch. On an engine whose benchmark rounds share a launch (:attr:`Engine.rounds_share_launch
+<bisect_eagle.engines.base.Engine.rounds_share_launch>`) each launch measures several rounds, as confirmation does
+(:mod:`bisect_eagle.search.study.confirm`): ``search.confirm.first_rounds`` while the split of the noise between
+rounds and launches is unmeasured, then :func:`~bisect_eagle.stats.best_rounds` of the split measured on the
+bisect's own launches, at most ``search.confirm.max_rounds``. Rounds average away the noise that lives in them;
+the launch noise needs launches.
+
+The bisect's budget is ``max_launches`` launches (and as many looks, :mod:`~bisect_eagle.bisect.judge`): once it
+is spent no configuration is launched or judged again, and what is not known stays UNRESOLVED.
 
 Every probe that is not replayed gets a child run of the bisect: the trial's own run when measured, else a
 small run pointing (tag ``cached_from``) at the run measured before. Each is tagged ``bisect_applied`` and
@@ -15,6 +25,7 @@ small run pointing (tag ``cached_from``) at the run measured before. Each is tag
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,13 +35,14 @@ from typing import Any, Literal
 from bisect_eagle.bisect.changes import Change, FlatPlanner, apply_changes
 from bisect_eagle.bisect.ddmin import Answer, BisectProgress, ChangeSet, ProbeOutcome
 from bisect_eagle.bisect.endpoints import resolved_wiring
-from bisect_eagle.bisect.judge import STANDALONE_METRIC, Judge
+from bisect_eagle.bisect.judge import STANDALONE_METRIC, Judge, Verdict
 from bisect_eagle.bisect.log import BisectLog
+from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan, make_plan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
 from bisect_eagle.spec.schema import Spec, settings_from
-from bisect_eagle.stats import median_mad
+from bisect_eagle.stats import best_rounds, log_values, median_mad, variance_split
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached
 
@@ -59,10 +71,21 @@ class Measurement:
     plan: TrialPlan | None = field(default=None, repr=False)
     run_id: str | None = None  # the trial's run (for cached ones: measured before this bisect)
     log_run_id: str | None = None  # where this bisect records its samples
-    samples: list[float] = field(default_factory=list)
+    samples: list[float] = field(default_factory=list)  # one per launch
     metrics: dict[str, float] = field(default_factory=dict)
     effective: dict[str, Any] | None = None
     failure: str = ""  # why it cannot be judged
+    requests: list[list[float]] = field(default_factory=list)  # per launch: each request's tok/s (when known)
+    rounds: list[int] = field(default_factory=list)  # per launch measured here: its benchmark rounds
+    round_sd: list[float | None] = field(default_factory=list)  # per launch measured here: sd of its rounds' logs
+    verdict: Verdict | None = None  # the last verdict
+    judged_at: tuple[int, int] = (-1, -1)  # (samples, reference samples) when it was given
+
+    @property
+    def value(self) -> float | None:
+        """The geometric mean of its launches (what the judge compares)."""
+        logs = log_values(self.samples)
+        return None if logs is None else math.exp(statistics.fmean(logs))
 
 
 @dataclass
@@ -77,9 +100,12 @@ class ProbeRecord:
     def to_json(self) -> dict[str, Any]:
         m = self.measurement
         samples = list(m.samples) if m else []
+        v = m.verdict if m else None
         return {"source": self.source, "fingerprint": m.fingerprint if m else None,
                 "run_id": m.run_id if m else None, "child_run_id": self.child_run_id,
-                "median": statistics.median(samples) if samples else None, "samples": samples,
+                "value": m.value if m else None, "median": statistics.median(samples) if samples else None,
+                "samples": samples, "rounds": list(m.rounds) if m else [],
+                "p_below": v.p_below if v else None, "shape_p": v.shape_p if v else None,
                 "effective": m.effective if m else None}
 
 
@@ -89,9 +115,11 @@ class Prober:
     def __init__(self, *, ctx: TrialContext, base: dict[str, Any], changes: list[Change], judge: Judge,
                  planner: FlatPlanner, log: BisectLog, log_path: Path,
                  replayed: dict[ChangeSet, tuple[ProbeOutcome, str]], scrub: Callable[[str], str],
-                 progress: BisectProgress | None = None, inert: list[Change] | None = None):
+                 progress: BisectProgress | None = None, inert: list[Change] | None = None,
+                 max_launches: int | None = None):
         """``inert``: the requested differences that are not changes; a configuration may still apply them (the
-        bad configuration as it is, when an answer is verified)."""
+        bad configuration as it is, when an answer is verified). ``max_launches``: the bisect's launch budget
+        (None: none)."""
         self.ctx, self.base, self.judge, self.planner = ctx, base, judge, planner
         self.changes = {c.name: c for c in [*changes, *(inert or [])]}
         self.order = [c.name for c in [*changes, *(inert or [])]]
@@ -102,7 +130,9 @@ class Prober:
         self.records: dict[ChangeSet, list[ProbeRecord]] = {}  # per configuration, one per time it was asked
         self.reference: Measurement | None = None
         self.measured = 0  # distinct plans measured (live or standalone trials started)
-        self.samples = 0  # engine runs
+        self.samples = 0  # engine runs (launches)
+        self.max_launches = max_launches
+        self.budget_hit = False  # a launch or a look was refused for the budget
         self._dirty: set[str] = set()
         self._scorer = None
         self._started: str | None = None
@@ -110,6 +140,11 @@ class Prober:
     @property
     def standalone(self) -> bool:
         return self.judge.metric == STANDALONE_METRIC
+
+    def spent(self) -> bool:
+        """Whether the bisect's budget is spent: its launches, or the judge's looks."""
+        launches = self.max_launches is not None and self.samples >= self.max_launches
+        return launches or self.judge.looks >= self.judge.comparisons
 
     def record(self, config: ChangeSet, time: int) -> ProbeRecord:
         """The record of the ``time``-th answer (0-based) about ``config`` (a verification asks again)."""
@@ -141,6 +176,7 @@ class Prober:
                 if not config and self.judge.relative and self.judge.reference is None:
                     self.reference = m
                     self.judge.reference = m.samples  # the same list: the limit follows new samples
+                    self.judge.reference_requests = m.requests
                 outcome, what = self._decide(m, endpoint=endpoint)
         except Exception as e:  # a probe that cannot even run is unresolved, never the end of the bisect
             reason = str(e).splitlines()[0] if str(e) else ""
@@ -183,44 +219,76 @@ class Prober:
     # -- samples ------------------------------------------------------------------------------------
 
     def _decide(self, m: Measurement, *, endpoint: bool) -> tuple[ProbeOutcome, str]:
-        """Sample ``m`` on the judge's schedule until it is GOOD or BAD or its budget is spent."""
+        """Sample ``m`` on the judge's schedule until it is GOOD or BAD or its budget is spent; a measurement judged
+        before with the samples it has now (and the reference's) keeps its verdict (no new look)."""
         ref = self.reference if self.judge.relative and m is not self.reference else None
+        if m.failure:
+            return ProbeOutcome.UNRESOLVED, m.failure
+        now = (len(m.samples), len(ref.samples) if ref else 0)
+        if m.verdict is not None and (m.verdict.outcome is not ProbeOutcome.UNRESOLVED or now == m.judged_at):
+            return m.verdict.outcome, m.verdict.detail
         first, _ = self.judge.budget(endpoint=endpoint)
 
-        def more(n: int) -> bool:  # after an UNRESOLVED look, the reference is sampled too
+        def more(n: int) -> bool:  # after an UNRESOLVED look, the reference is sampled too (interleaved)
             unresolved = ref is not None and len(m.samples) >= first
             ref_to = min(2 * n, self.judge.budget(endpoint=True)[1]) if unresolved else 0
             self._sample_to(m, n, ref=ref if unresolved else None, ref_to=ref_to)
             return not m.failure and len(m.samples) >= n
 
+        verdict = self.judge.decide(m.samples, key=m.fingerprint, endpoint=endpoint, more=more,
+                                    is_reference=m is self.reference, requests=m.requests or None)
         if m.failure:
             return ProbeOutcome.UNRESOLVED, m.failure
-        outcome, what = self.judge.decide(m.samples, key=m.fingerprint, endpoint=endpoint, more=more,
-                                          is_reference=m is self.reference)
-        return (ProbeOutcome.UNRESOLVED, m.failure) if m.failure else (outcome, what)
+        m.verdict, m.judged_at = verdict, (len(m.samples), len(ref.samples) if ref else 0)
+        return verdict.outcome, verdict.detail
 
     def _sample_to(self, m: Measurement, n: int, *, ref: Measurement | None = None, ref_to: int = 0) -> None:
-        """Sample ``m`` up to ``n`` samples (and ``ref`` up to ``ref_to``), interleaved: m, ref, m, ref, ..."""
+        """Sample ``m`` up to ``n`` samples (and ``ref`` up to ``ref_to``), interleaved: m, ref, m, ref, ...; never
+        beyond the launch budget."""
         while not m.failure and (len(m.samples) < n or (ref is not None and len(ref.samples) < ref_to)):
+            if self.spent():
+                self.budget_hit = True
+                return
             if len(m.samples) < n:
                 self._sample(m)
-            if (ref is not None and len(ref.samples) < ref_to and not m.failure
+            if (ref is not None and len(ref.samples) < ref_to and not m.failure and not self.spent()
                     and not self._sample(ref, probe=False)):
                 ref = None  # the reference stopped running: keep judging against what it has
 
+    def rounds(self) -> int:
+        """Benchmark rounds for the next launch: 1 where rounds do not share a launch, else from the noise split
+        measured on this bisect's launches (module docstring)."""
+        engine = self.ctx.engine
+        confirm = self.ctx.spec.search.confirm
+        if engine is None or not getattr(engine, "rounds_share_launch", False) or confirm.max_rounds == 1:
+            return 1
+        launches, costs = [], []
+        for m in self.seen.values():
+            for i, value in enumerate(m.samples[len(m.samples) - len(m.rounds):]):
+                if value > 0:
+                    launches.append((m.fingerprint, math.log(value), m.rounds[i], m.round_sd[i]))
+        sigma_r2, sigma_l2 = variance_split(launches)
+        last = getattr(engine, "last", None)
+        if last is not None and last.launch_s and last.wall_s:
+            costs.append(last.launch_s / (last.wall_s / max(1, last.rounds)))
+        return best_rounds(sigma_r2=sigma_r2, sigma_l2=sigma_l2, cost_ratio=costs[0] if costs else 1.0,
+                           first=confirm.first_rounds, most=confirm.max_rounds)
+
     def _sample(self, m: Measurement, *, probe: bool = True) -> bool:
-        """One more run of ``m``'s plan; a failure ends ``m``'s sampling (and marks it, for a probe)."""
+        """One more launch of ``m``'s plan; a failure ends ``m``'s sampling (and marks it, for a probe)."""
         if self.ctx.engine is None or m.plan is None:
             m.failure = m.failure or "no engine to sample it again"
             return False
+        rounds = self.rounds()
         try:
-            result = self.ctx.engine.run(m.plan)
+            result = (self.ctx.engine.run(m.plan) if rounds == 1
+                      else self.ctx.engine.run_rounds(m.plan, rounds=rounds))
         except Exception as e:
             reason = str(e).splitlines()[0] if str(e) else ""
             detail = f"sample {len(m.samples) + 1} could not run: {type(e).__name__}: {reason}"
         else:
             if result.ok:
-                m.samples.append(float(getattr(result, self.judge.metric)))
+                self._add(m, result)
                 self.samples += 1
                 self._dirty.add(m.fingerprint)
                 return True
@@ -232,6 +300,11 @@ class Prober:
             self.progress(self.scrub(f"the good configuration stopped running ({detail}); judging against "
                                      f"its {len(m.samples)} samples"))
         return False
+
+    def _add(self, m: Measurement, result: TrialResult) -> None:
+        """A launch's value, rounds and per-request tok/s onto ``m``."""
+        m.samples.append(float(getattr(result, self.judge.metric)))
+        _launch_detail(m, result, self.judge.metric)
 
     def _flush(self) -> None:
         """Record the samples taken during this probe on each measurement's run."""
@@ -264,13 +337,24 @@ class Prober:
             m.log_run_id = self._pointer(m, "cache", config)
             self.seen[fp] = m
             return ProbeRecord("cache", m.log_run_id, m)
+        if plan.refusal is None and self.spent():
+            self.budget_hit = True
+            m = Measurement(fp, "measured", plan, failure="not measured: the launch budget is spent")
+            return ProbeRecord("measured", None, m)
         self.measured += 1
         self.samples += plan.refusal is None  # a refused plan is recorded, never run
+        rounds = self.rounds()
+        engine = self.ctx.engine
+        if engine is not None and hasattr(engine, "last"):
+            engine.last = None
         trial = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
                                tags={"bisect_applied": self.applied(config)}, on_start=self._on_start,
-                               label=f"probe {self.measured:02d} +{self.applied(config)}")
+                               label=f"probe {self.measured:02d} +{self.applied(config)}", rounds=rounds)
         m = self._from_trial(trial, plan.effective, "measured")
         m.plan, m.log_run_id = plan, trial.run_id
+        last = getattr(engine, "last", None)
+        if m.samples and last is not None and last.ok:
+            _launch_detail(m, last, self.judge.metric)
         self.seen[fp] = m
         self._dirty.add(fp)
         return ProbeRecord("measured", trial.run_id, m)
@@ -335,3 +419,13 @@ class Prober:
                         {STANDALONE_METRIC: verdict.accuracy}, {WIRING: ids})
         self.seen[plan.fingerprint] = m
         return ProbeRecord("measured", verdict.run_id, m)
+
+
+def _launch_detail(m: Measurement, result: TrialResult, metric: str) -> None:
+    """The rounds of a launch and its requests' tok/s, onto ``m`` (its value is already there)."""
+    m.rounds.append(result.rounds)
+    logs = log_values(result.round_values.get(metric, []))
+    m.round_sd.append(statistics.stdev(logs) if logs is not None and len(logs) >= 2 else None)
+    rates = [r.completion_tokens / r.latency_s for r in result.requests if r.latency_s > 0 and r.completion_tokens]
+    if rates:
+        m.requests.append(rates)

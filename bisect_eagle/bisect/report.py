@@ -14,6 +14,8 @@ from bisect_eagle.bisect.changes import Change, Side
 from bisect_eagle.bisect.culprits import Culprits
 from bisect_eagle.bisect.ddmin import BisectStatus, ChangeSet
 from bisect_eagle.bisect.endpoints import Endpoint
+from bisect_eagle.bisect.judge import Judge
+from bisect_eagle.bisect.posterior import set_probability
 from bisect_eagle.bisect.prober import Prober
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.launches import launch_unit
@@ -46,6 +48,13 @@ class BisectReport:
     verified: bool = False  # every answer checked and held (the repair set measured GOOD on the bad config)
     interactions: list[str] = field(default_factory=list)  # one line per repair that needs a masked pair
     promoted: list[str] = field(default_factory=list)  # not-changes alone that verification showed to matter
+    sets: list[dict[str, Any]] = field(default_factory=list)  # each breaking set: changes, probability, verified
+    unknown: list[list[str]] = field(default_factory=list)  # configurations that may hold another breaking set
+    error_control: dict[str, Any] = field(default_factory=dict)  # familywise α, looks K, level α/K, looks used
+    expected_launches: int = 0  # said before the first probe
+    experiment: str = ""  # the MLflow experiment of the bisect's runs
+    tracking_uri: str = ""  # the store
+    max_launches: int = 0  # the budget (bisect.max_launches)
     scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)
 
     def checks_of(self, name: str) -> list[dict[str, Any]]:
@@ -59,51 +68,84 @@ class BisectReport:
         body = {
             "status": self.status.value, "good": self.good, "bad": self.bad, "judge": self.judge,
             "changes": [change(c) for c in self.changes], "not_changes": self.not_changes,
-            "breaking_sets": self.breaking, "repair_set": self.repair,
+            "breaking_sets": self.breaking, "sets": self.sets, "unknown": self.unknown, "repair_set": self.repair,
             "culprits": [change(c) for c in self.culprits], "verified": self.verified,
             "verification": self.verification, "interactions": self.interactions, "promoted": self.promoted,
             "probes": self.probes, "unresolved": self.unresolved, "probes_used": len(self.probes),
             "verification_probes": sum(bool(p.get("verifies")) for p in self.probes),
             "probe_bound": self.probe_bound, "live_trials": self.live_trials, "samples": self.samples,
-            "launches": self.launches, "launch_unit": self.launch_unit,
-            "notes": self.notes, "parent_run_id": self.parent_run_id, "log": self.log,
+            "launches": self.launches, "launch_unit": self.launch_unit, "expected_launches": self.expected_launches,
+            "max_launches": self.max_launches, "error_control": self.error_control,
+            "notes": self.notes, "parent_run_id": self.parent_run_id, "experiment": self.experiment,
+            "log": self.log,
         }
         return _scrubbed(json.loads(json.dumps(body, default=str)), self.scrub)
 
 
 def _report(result: Culprits, prober: Prober, *, changes: list[Change], good: Endpoint, bad: Endpoint, parent: str,
-            log_path: Path) -> BisectReport:
+            log_path: Path, priors: dict[str, float], expected: int, max_launches: int) -> BisectReport:
     by_name = {c.name: c for c in changes}
     probes = []
     asked: collections.Counter[ChangeSet] = collections.Counter()
-    for p in result.probes:
+    first_of: dict[str, int] = {}  # fingerprint -> the probe that measured it
+    below: dict[ChangeSet, float | None] = {}
+    for i, p in enumerate(result.probes, 1):
         config = frozenset(p.applied)
         rec = prober.record(config, asked[config])
         asked[config] += 1
-        probes.append({"applied": list(p.applied), "outcome": p.outcome.name, "detail": prober.scrub(p.detail),
-                       "cached": p.cached, "verifies": p.verifies, **rec.to_json()})
+        entry = {"applied": list(p.applied), "outcome": p.outcome.name, "detail": prober.scrub(p.detail),
+                 "cached": p.cached, "verifies": p.verifies, **rec.to_json()}
+        fp = entry.get("fingerprint")
+        if fp and rec.source == "measured" and fp not in first_of:
+            first_of[fp] = i
+        entry["measured_by"] = first_of.get(fp) if rec.source == "memory" else None
+        probes.append(entry)
+        replayed = {"BAD": 1.0, "GOOD": 0.0}.get(p.outcome.name) if rec.source == "replay" else None
+        below[config] = entry["p_below"] if entry["p_below"] is not None else replayed
     culprits = [by_name[n] for n in result.culprits]
     judge = prober.judge
     verification = [{"check": v.check, "changes": list(v.changes), "applied": list(v.applied),
                      "expected": v.expected.name, "outcome": v.outcome.name, "ok": v.ok, "probe": v.probe,
-                     "median": probes[v.probe - 1].get("median"), "detail": prober.scrub(v.detail)}
+                     "value": probes[v.probe - 1].get("value"), "median": probes[v.probe - 1].get("median"),
+                     "detail": prober.scrub(v.detail)}
                     for v in result.verifications]
     status, notes = result.status, [prober.scrub(n) for n in result.notes]
     if status is BisectStatus.ISOLATED and result.repair is not None and not result.verified:  # never unverified
         status = BisectStatus.INTERACTION
         notes.append("the repair set was not measured GOOD on the bad configuration; the answer is not isolated")
+    checked = {tuple(v.changes): v.ok for v in result.verifications if v.check == "breaking"}
+    sets = [{"changes": list(b), "probability": round(set_probability(b, below, priors), 4),
+             "verified": checked.get(tuple(b), False)} for b in result.breaking]
     repair = None if result.repair is None else list(result.repair)
+    launches = 0 if prober.standalone else prober.samples
     return BisectReport(
         status=status, good=good.label, bad=bad.label,
         judge={**judge.settings(), "limit": judge.limit, "noise": judge.noise.to_json()},
         changes=changes, breaking=[list(c) for c in result.breaking], repair=repair, culprits=culprits,
         probes=probes, unresolved=[list(u) for u in result.unresolved], live_trials=prober.measured,
-        samples=prober.samples, probe_bound=result.probe_bound, launches=0 if prober.standalone else prober.samples,
+        samples=prober.samples, probe_bound=result.probe_bound, launches=launches,
         launch_unit=launch_unit(prober.ctx.spec), notes=notes, parent_run_id=parent,
         log=str(log_path), verification=verification, verified=result.verified,
         interactions=[prober.scrub(line) for line in interactions(changes, breaking=result.breaking,
                                                                   repair=result.repair, probes=probes)],
-        promoted=list(result.promoted))
+        promoted=list(result.promoted), sets=sets, unknown=[list(prober_sorted(prober, u)) for u in result.unknown],
+        error_control={"familywise": round(1 - judge.confidence, 6), "looks": judge.comparisons,
+                       "level": judge.level, "looks_used": judge.looks},
+        expected_launches=expected, max_launches=max_launches)
+
+
+def prober_sorted(prober: Prober, config: ChangeSet) -> tuple[str, ...]:
+    """A configuration's changes in the bisect's order."""
+    return tuple(n for n in prober.order if n in config)
+
+
+def plan_line(judge: Judge, *, expected: int, max_launches: int, standalone: bool) -> str:
+    """What the bisect will spend and how sure each verdict is, said before the first probe."""
+    if standalone:
+        return "standalone accuracy is deterministic: one standalone trial per wiring, no launch"
+    return (f"expect about {expected} launches (budget {max_launches}: --max-launches); each verdict at level "
+            f"{judge.level:.2g} = {1 - judge.confidence:g} / {judge.comparisons} looks, so the chance of any false "
+            f"culprit in this bisect is at most {1 - judge.confidence:g}")
 
 
 def interactions(changes: list[Change], *, breaking: list[tuple[str, ...]], repair: tuple[str, ...] | None,
@@ -132,7 +174,7 @@ def interactions(changes: list[Change], *, breaking: list[tuple[str, ...]], repa
             alone = next((p for p in probes if set(p["applied"]) >= searched - set(hiders)
                           and not set(p["applied"]) & set(hiders) and p["outcome"] != "UNRESOLVED"), None)
             if alone is not None:
-                value = "" if alone.get("median") is None else f", median {alone['median']:.4g}"
+                value = "" if alone.get("value") is None else f", measured {alone['value']:.4g}"
                 line += f" (reverting {', '.join(hiders)} alone: {alone['outcome']}{value})"
             out.append(line)
         for cause in breaking:
@@ -156,15 +198,33 @@ def _cell(value: Any) -> str:
     return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value).replace("|", "/")
 
 
+def probe_run(p: dict[str, Any]) -> tuple[str | None, str]:
+    """The run that measured a probe and how it was answered: its own new run when measured now, else the run
+    measured before (this bisect's earlier probe, or a run of an earlier bisect or study), never the pointer run."""
+    if p.get("source") == "measured":
+        return p.get("child_run_id") or p.get("run_id"), ""
+    if p.get("source") == "memory":
+        return p.get("run_id"), f"probe {p['measured_by']}'s run" if p.get("measured_by") else "measured above"
+    if p.get("source") == "cache":
+        return p.get("run_id"), "an earlier run"
+    return None, "replayed from the log"
+
+
 def bisect_description(body: dict[str, Any], experiment_id: str) -> str:
-    """The bisect parent run's markdown: the culprits, the judge, and the probes as evidence (with run links)."""
+    """The bisect parent run's markdown: the culprits with their probabilities, the error control, and the probes as
+    evidence (each linked to the run that measured it)."""
     j = body["judge"]
     lines = [f"## Bisect: {body['status']}", "", f"Good: `{body['good']}`; bad: `{body['bad']}`.", ""]
-    if body["breaking_sets"]:
-        lines.append("**Breaking sets** (each, applied to the good configuration, breaks it):")
-        lines += [f"- {' + '.join(f'`{n}`' for n in b)}" for b in body["breaking_sets"]]
+    if body["sets"]:
+        lines.append("**Breaking sets** (each, applied to the good configuration, breaks it; probability: the "
+                     "posterior that it is a minimal breaking set, given the probes):")
+        lines += [f"- {' + '.join(f'`{n}`' for n in s['changes'])}: probability {s['probability']:.3f}"
+                  for s in body["sets"]]
     else:
         lines.append("No breaking set found.")
+    if body.get("unknown"):
+        lines += ["", "**Not known** (another breaking set may lie within these; they could not be judged):"]
+        lines += [f"- {' + '.join(f'`{n}`' for n in u)}" for u in body["unknown"]]
     if body["repair_set"] is not None:
         lines += ["", "**Repair set** (reverted from the bad configuration, repairs it): "
                   + (" + ".join(f"`{n}`" for n in body["repair_set"]) or "none")]
@@ -181,19 +241,29 @@ def bisect_description(body: dict[str, Any], experiment_id: str) -> str:
             what = ("applied to the good configuration" if v["check"] == "breaking"
                     else "reverted from the bad configuration")
             lines.append(f"- {v['check']} set {' + '.join(f'`{n}`' for n in v['changes']) or 'none'} {what}: "
-                         f"{v['outcome']} (expected {v['expected']}; probe {v['probe']}, median {_cell(v['median'])})")
+                         f"{v['outcome']} (expected {v['expected']}; probe {v['probe']}, {_cell(v['value'])})")
     limit = "-" if j.get("limit") is None else f"{j['limit']:.4g}"
     if body.get("launches") is not None:
-        lines += ["", f"Cost: {body['launches']} {body.get('launch_unit', 'launches')} for {body['live_trials']} "
-                      f"live trials and {len(body['probes'])} probes."]
-    lines += ["", f"Judged by `{j['metric']}` against the limit {limit} (confidence {j['confidence']:g}).", "",
-              "| probe | changes applied | outcome | median | samples | run |", "|---|---|---|---|---|---|"]
+        lines += ["", f"Cost: {body['launches']} {body.get('launch_unit', 'launches')} (expected about "
+                      f"{body.get('expected_launches', '-')}, budget {body.get('max_launches', '-')}) for "
+                      f"{body['live_trials']} live trials and {len(body['probes'])} probes; without unresolved probes "
+                      f"this search needs at most {body['probe_bound']} probes."]
+    ec = body.get("error_control") or {}
+    if ec:
+        lines += ["", f"Error control: each verdict at level {ec['level']:.2g} = {ec['familywise']:g} / {ec['looks']} "
+                      f"looks ({ec['looks_used']} used), so the chance of any false culprit is at most "
+                      f"{ec['familywise']:g}."]
+    lines += ["", f"Judged by `{j['metric']}` (geometric mean over each configuration's launches) against the limit "
+                  f"{limit}.", "",
+              "| probe | changes applied | outcome | value | launches | run |", "|---|---|---|---|---|---|"]
     for i, p in enumerate(body["probes"], 1):
-        run = p.get("child_run_id") or p.get("run_id")
+        run, how = probe_run(p)
         link = f"[{run[:8]}](#/experiments/{experiment_id}/runs/{run})" if run else "-"
+        if how:
+            link = f"{link} ({how})" if run else how
         verifies = f" (verifies the {p['verifies']} set)" if p.get("verifies") else ""
         lines.append(f"| {i}{verifies} | {', '.join(p['applied']) or '(good config)'} | {p['outcome']} | "
-                     f"{_cell(p.get('median'))} | {len(p.get('samples') or [])} | {link} |")
+                     f"{_cell(p.get('value'))} | {len(p.get('samples') or [])} | {link} |")
     for note in body["notes"]:
         lines += ["", f"Note: {note}"]
     return "\n".join(lines)

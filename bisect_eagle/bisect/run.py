@@ -48,15 +48,16 @@ from bisect_eagle.bisect.changes import (
     not_changes,
     with_masks,
 )
-from bisect_eagle.bisect.culprits import find_culprits
+from bisect_eagle.bisect.culprits import expected_probes, find_culprits
 from bisect_eagle.bisect.ddmin import BisectProgress, ChangeSet, ProbeOutcome
 from bisect_eagle.bisect.endpoints import Endpoint, deployment, load_endpoint
 from bisect_eagle.bisect.judge import LIVE_METRICS, STANDALONE_METRIC, Judge
 from bisect_eagle.bisect.log import BisectLog, ParsedLog, change_params, parse_log
+from bisect_eagle.bisect.posterior import BASE_PRIOR, change_priors
 from bisect_eagle.bisect.prober import Prober, make_planner
-from bisect_eagle.bisect.report import BisectReport, _report, bisect_description, name_probes
+from bisect_eagle.bisect.report import BisectReport, _report, bisect_description, name_probes, plan_line
 from bisect_eagle.engines import make_engine
-from bisect_eagle.engines.base import Engine
+from bisect_eagle.engines.base import Engine, TrialResult
 from bisect_eagle.errors import BadInput
 from bisect_eagle.report.study import plot_probes
 from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
@@ -76,9 +77,10 @@ class BisectOptions:
     metric: str | None = None  # default: the spec's criterion metric
     ratio: float = 0.9
     threshold: float | None = None
-    confidence: float = 0.95
+    confidence: float = 0.95  # 1 − the chance of any false verdict (so of any false culprit) in the whole bisect
     repeats: int | None = None  # first samples of each endpoint; default: max(3, the spec's search.repeats)
-    max_samples: int = 12  # sample budget of a probe (an endpoint's is twice that)
+    max_samples: int = 6  # sample budget (launches) of a probe (an endpoint's is twice that)
+    max_launches: int = 24  # bisect.max_launches: the bisect's launch budget (and its looks: judge.comparisons)
     overrides: dict[str, Any] = field(default_factory=dict)  # settings forced in every probe (e.g. fewer prompts)
     tracking_uri: str | None = None
     log_path: Path | None = None
@@ -106,7 +108,8 @@ def _replay_options(opts: BisectOptions) -> tuple[BisectOptions, ParsedLog | Non
         good=parsed.header["good"], bad=parsed.header["bad"], spec=opts.spec, metric=judge.get("metric"),
         ratio=float(judge.get("ratio", opts.ratio)), threshold=judge.get("threshold"),
         confidence=float(judge.get("confidence", opts.confidence)), repeats=judge.get("repeats"),
-        max_samples=int(judge.get("max_samples", opts.max_samples)), overrides=overrides,
+        max_samples=int(judge.get("max_samples", opts.max_samples)),
+        max_launches=int(judge.get("comparisons", opts.max_launches)), overrides=overrides,
         tracking_uri=opts.tracking_uri, log_path=opts.log_path, replay=opts.replay)
     return merged, parsed
 
@@ -121,13 +124,15 @@ def _judge(opts: BisectOptions, spec: Spec) -> Judge:
         raise BadInput(f"--confidence must be between 0 and 1, got {opts.confidence}")
     if opts.max_samples < 1:
         raise BadInput(f"--max-samples must be >= 1, got {opts.max_samples}")
+    if opts.max_launches < 1:
+        raise BadInput(f"--max-launches must be >= 1, got {opts.max_launches}")
     repeats = opts.repeats if opts.repeats is not None else max(3, spec.search.repeats)
     if repeats < 1:
         raise BadInput(f"--repeats must be >= 1, got {repeats}")
     if metric == STANDALONE_METRIC:  # deterministic: one sample each, the limit alone decides
-        return Judge(metric, opts.ratio, opts.threshold, opts.confidence, 1, 1, 1)
+        return Judge(metric, opts.ratio, opts.threshold, opts.confidence, 1, 1, 1, comparisons=opts.max_launches)
     return Judge(metric, opts.ratio, opts.threshold, opts.confidence, repeats, opts.max_samples,
-                 max(repeats, 2 * opts.max_samples))
+                 max(repeats, 2 * opts.max_samples), comparisons=opts.max_launches)
 
 
 def _deterministic_judge(judge: Judge, engine: Engine | None) -> str | None:
@@ -213,15 +218,31 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             ctx = TrialContext(spec=_probe_spec(spec, judge), tracking=tracking, study=f"bisect-{parent[:8]}",
                                parent_run_id=parent, engine=announced)
             prober = Prober(ctx=ctx, base=base, changes=changes, judge=judge, planner=planner, log=log,
-                            log_path=log_path, replayed=replayed, scrub=scrub, progress=say, inert=inert)
-            result = find_culprits([c.name for c in changes], prober, inert=[c.name for c in inert], progress=say)
+                            log_path=log_path, replayed=replayed, scrub=scrub, progress=say, inert=inert,
+                            max_launches=None if standalone else opts.max_launches)
+            flagged, doctor_note = _flagged(bad, changes)
+            priors = change_priors([c.name for c in [*changes, *inert]],
+                                   [*flagged, *(c.name for c in changes if c.masked_by)])
+            expected = 0 if standalone else (
+                expected_probes(len(changes), sum(p > BASE_PRIOR for p in priors.values()))
+                + 2 * (judge.repeats - 1))  # the endpoints' repeats; each probe about one launch
+            tracking.log(parent, params={"bisect.max_launches": str(opts.max_launches)},
+                         metrics={"expected_launches": float(expected)})
+            if say:
+                say(plan_line(judge, expected=expected, max_launches=opts.max_launches, standalone=standalone))
+            result = find_culprits([c.name for c in changes], prober, inert=[c.name for c in inert], progress=say,
+                                   masked={c.name: c.masked_by["bad"] for c in changes if "bad" in c.masked_by},
+                                   spent=prober.spent)
             promoted = [with_masks(base, bad_values, c, plan=planner, changes=[*changes, *inert])
                         for c in inert if c.name in result.promoted]
             changes = [*changes, *promoted]
             _log_change_values(tracking, parent, promoted, scrub)
             ignored = [n for n in ignored if n not in result.promoted]
-            report = _report(result, prober, changes=changes, good=good, bad=bad, parent=parent, log_path=log_path)
+            report = _report(result, prober, changes=changes, good=good, bad=bad, parent=parent, log_path=log_path,
+                             priors=priors, expected=expected, max_launches=opts.max_launches)
             report.not_changes, report.scrub = ignored, scrub
+            report.experiment, report.tracking_uri = bisect_experiment(spec.name), uri
+            report.notes += [n for n in (doctor_note,) if n]
             if exact:
                 report.notes.append(exact)
             if ignored:
@@ -235,8 +256,13 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
                 tracking.log_files(parent, Path(tmp))
             tracking.log(parent, metrics={"probes": float(len(report.probes)), "live_trials": float(report.live_trials),
                                           "samples": float(report.samples), "probe_bound": float(report.probe_bound),
-                                          "launches": float(report.launches)},
+                                          "launches": float(report.launches), "looks": float(judge.looks),
+                                          "level_per_look": judge.level,
+                                          "familywise_error": 1 - judge.confidence,
+                                          **{f"breaking_set_{i}_probability": s["probability"]
+                                             for i, s in enumerate(body["sets"], 1)}},
                          tags={"outcome": report.status.value, NOTE: bisect_description(body, tracking.experiment_id),
+                               **{f"breaking_set_{i}": " + ".join(s["changes"]) for i, s in enumerate(body["sets"], 1)},
                                "culprits": ",".join(c.name for c in report.culprits),
                                "repair_set": ",".join(report.repair or []),
                                "verified": str(report.verified).lower(),
@@ -246,6 +272,22 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
                                   if body["interactions"] else {})})
             tracking.finish(parent, "FINISHED")
     return report
+
+
+def _flagged(bad: Endpoint, changes: list[Change]) -> tuple[list[str], str]:
+    """The changes whose settings ``doctor`` flags in the bad spec (their prior goes up), and a note when the doctor
+    could not read the spec (a run id has no spec: nothing flagged, no note)."""
+    if bad.spec is None:
+        return [], ""
+    from bisect_eagle.doctor import diagnose
+
+    try:
+        findings = diagnose(bad.spec)
+    except (BadInput, OSError, ValueError) as e:
+        return [], f"doctor could not check {bad.label} ({str(e).splitlines()[0] if str(e) else type(e).__name__}): " \
+                   "every change has the same prior"
+    where = [f.where for f in findings if f.severity in ("error", "warning")]
+    return [c.name for c in changes if any(w.endswith(f"engine.settings.{n}") for n in c.good for w in where)], ""
 
 
 def _log_change_values(tracking: Tracking, run_id: str, changes: list[Change], scrub: Scrubber) -> None:
@@ -285,24 +327,30 @@ def bisect_experiment(spec_name: str) -> str:
 
 
 class Announced:
-    """An engine that says when each measurement starts and how long it took (a probe runs for minutes)."""
+    """An engine that says when each launch starts and how long it took (a probe runs for minutes), and keeps the
+    last result (the prober reads its rounds and per-request throughput)."""
 
     def __init__(self, engine: Engine, say: Callable[[str], None] | None):
         self.engine, self.say, self.name = engine, say, engine.name
         self.deterministic_metrics = tuple(getattr(engine, "deterministic_metrics", ()))
+        self.rounds_share_launch = bool(getattr(engine, "rounds_share_launch", False))
         self.runs = 0
+        self.last: TrialResult | None = None
 
     def plan(self, settings):
         return self.engine.plan(settings)
 
     def run(self, plan):
+        return self.run_rounds(plan, rounds=1)
+
+    def run_rounds(self, plan, *, rounds: int):
         self.runs += 1
         if self.say:
-            self.say(f"  measuring (run {self.runs} of the bisect) ...")
+            each = f", {rounds} benchmark rounds" if rounds > 1 else ""
+            self.say(f"  measuring (launch {self.runs} of the bisect{each}) ...")
         t0 = time.monotonic()
-        result = self.engine.run(plan)
+        result = self.engine.run(plan) if rounds == 1 else self.engine.run_rounds(plan, rounds=rounds)
         if self.say:
             self.say(f"  ... {'done' if result.ok else result.failure_class} in {time.monotonic() - t0:.0f} s")
+        self.last = result
         return result
-
-

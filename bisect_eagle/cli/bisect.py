@@ -1,9 +1,10 @@
 """``bisect-eagle bisect``: which settings, changed from a good to a bad configuration, make it fail.
 
-Two answers, printed separately: the *breaking sets* (changes that, applied to the good configuration,
-break it) and the *repair set* (changes that, reverted from the bad configuration, repair it), each with the
-probe that verified it; a change hidden at one end by another setting says so ("hidden by"), and a repair that
-needs a masked change and its masker together says so in one line.
+Two answers, printed separately: every *breaking set* (changes that, applied to the good configuration,
+break it), each with its probability and the probe that verified it, and the *repair set* (changes that, reverted
+from the bad configuration, repair it); a change hidden at one end by another setting says so ("hidden by"), and a
+repair that needs a masked change and its masker together says so in one line. The last line names the experiment
+and the ``bisect-eagle ui`` command that opens it.
 """
 
 from __future__ import annotations
@@ -66,11 +67,13 @@ def bisect(
                                           "(wiring only); default: the spec's criterion metric."),
     ratio: float = typer.Option(0.9, help="A probe is good when metric >= ratio × the good configuration's."),
     threshold: float = typer.Option(None, help="An absolute limit instead of --ratio."),
-    confidence: float = typer.Option(0.95, help="One-sided confidence of each verdict; probes are sampled until "
-                                                "their bound clears the limit or --max-samples is spent."),
+    confidence: float = typer.Option(0.95, help="1 - the chance of any false culprit in the whole bisect: each "
+                                                "verdict is taken at level (1 - confidence) / --max-launches."),
     repeats: int = typer.Option(None, help="First samples of each endpoint (they estimate the noise; 1 turns "
                                            "noise handling off); default: max(3, the spec's search.repeats)."),
-    max_samples: int = typer.Option(12, help="Sample budget of a probe (an endpoint's is twice this)."),
+    max_samples: int = typer.Option(6, help="Launch budget of one probe (an endpoint's is twice this)."),
+    max_launches: int = typer.Option(24, help="bisect.max_launches: the bisect's launch budget; it stops there, "
+                                              "saying what is still unknown."),
     set_: list[str] = typer.Option([], "--set", help="A setting forced in every probe, key=value (YAML value), "
                                                      "repeatable: --set num_prompts=2."),
     log: Path = typer.Option(None, help="Write the bisect log here (default: mlruns/bisect/bisect-<time>.log)."),
@@ -78,8 +81,9 @@ def bisect(
                                            "configurations not in it are probed."),
     tracking_uri: str = typer.Option(None, help=URI_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (breaking_sets, repair_set, "
-                                                        "verification, changes with masked_by, interactions, "
-                                                        "probes, unresolved, ...)."),
+                                                        "sets with their probability, unknown, verification, "
+                                                        "changes with masked_by, interactions, probes, "
+                                                        "error_control, ...)."),
 ) -> None:
     """Isolate the changes that break the good configuration and those whose reversal repairs the bad one."""
     from bisect_eagle.bisect.run import BisectOptions, run_bisect
@@ -88,7 +92,8 @@ def bisect(
     quiet_libraries()
     sigterm_as_exit()
     opts = BisectOptions(good=good, bad=bad, spec=spec, metric=metric, ratio=ratio, threshold=threshold,
-                         confidence=confidence, repeats=repeats, max_samples=max_samples, overrides=parse_set(set_),
+                         confidence=confidence, repeats=repeats, max_samples=max_samples, max_launches=max_launches,
+                         overrides=parse_set(set_),
                          tracking_uri=tracking_uri, log_path=log, replay=replay)
     with _Status(Console(stderr=True, highlight=False)) as status:  # stdout stays one object
         report = run_bisect(opts, progress=status)
@@ -101,38 +106,51 @@ def bisect(
 
 
 def _print(report) -> None:
+    from bisect_eagle.cli.study import ui_command
+
     console = Console(highlight=False)
     n = len(report.changes)
     console.print(f"{plural(n, 'setting')} {'differs' if n == 1 else 'differ'} as the engine runs them: "
                   f"{escape(report.good)} (good) vs {escape(report.bad)} (bad)")
-    table = Table(caption="breaks: applied to the good configuration, breaks it; repair: in the repair set; "
-                          "hidden by: inert alone at that end, masked there by these settings")
+    table = Table(caption="breaks: in breaking set N (below); repair: in the repair set; hidden by: inert alone at "
+                          "that end, masked there by these settings")
     table.add_column("setting", no_wrap=True, min_width=max((len(c.name) for c in report.changes), default=7))
-    for col in ("good", "bad", "breaks", "repair", "hidden by"):
-        table.add_column(col, overflow="fold")
-    culprits = {c.name for c in report.culprits}
+    for col in ("good", "bad", "breaks", "repair", "hidden by"):  # a header wraps between words, never inside one
+        table.add_column(col, overflow="fold", min_width=max(len(w) for w in col.split()))
     repair = set(report.repair or [])
     for c in report.changes:
         hidden = "; ".join(f"{side}: {', '.join(by) or 'a combination'}" for side, by in c.masked_by.items())
+        sets = ",".join(str(i) for i, b in enumerate(report.breaking, 1) if c.name in b)
         table.add_row(escape(c.name), _value(c.values("good")), _value(c.values("bad")),
-                      "[red]yes[/red]" if c.name in culprits else "", "[red]yes[/red]" if c.name in repair else "",
+                      f"[red]{sets}[/red]" if sets else "", "[red]yes[/red]" if c.name in repair else "",
                       escape(hidden))
     console.print(table)
-    j = report.judge
+    j, ec = report.judge, report.error_control
     limit = "-" if j["limit"] is None else f"{j['limit']:.4g}"
+    of = f"{j['ratio']:g} × the good configuration's" if j.get("threshold") is None else "the threshold"
     noise = j["noise"]
-    console.print(f"judged by {j['metric']} (limit {limit}, confidence {j['confidence']:g}, noise "
-                  f"{100 * noise['sd_log']:.2f}% over {noise['dof']} dof): {plural(len(report.probes), 'probe')}, "
-                  f"{plural(report.live_trials, 'plan')} measured in {plural(report.samples, 'sample')} "
-                  f"({report.launches} {report.launch_unit}), bound {report.probe_bound}")
+    console.print(f"judged by {j['metric']}, the geometric mean of each configuration's launches, against the limit "
+                  f"{limit} ({of}); noise {100 * noise['sd_log']:.2f}% a launch over {noise['dof']} dof")
+    if ec:
+        console.print(f"error control: each verdict at level {ec['level']:.2g} = {ec['familywise']:g} / {ec['looks']} "
+                      f"looks ({ec['looks_used']} used): the chance of any false culprit is at most "
+                      f"{ec['familywise']:g}")
+    console.print(f"cost: {report.launches} {report.launch_unit} (expected about {report.expected_launches}, budget "
+                  f"{report.max_launches}); {plural(len(report.probes), 'probe')}, "
+                  f"{plural(report.live_trials, 'plan')} measured; without unresolved probes this search needs at most "
+                  f"{report.probe_bound} probes")
     if report.unresolved:
         console.print(f"unresolved probes (skipped): {escape(str(report.unresolved))}")
     for note in report.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     checks = {(v["check"], tuple(v["changes"])): v for v in report.verification}
-    for cause in report.breaking:
+    for i, s in enumerate(report.sets, 1):
+        cause = s["changes"]
         console.print(f"[bold red]breaks the good configuration when applied to it:[/bold red] "
-                      f"{escape(' + '.join(cause))}{_verified(checks.get(('breaking', tuple(cause))))}")
+                      f"{escape(' + '.join(cause))} (set {i}, probability {s['probability']:.3f})"
+                      f"{_verified(checks.get(('breaking', tuple(cause))))}")
+    for u in report.unknown:
+        console.print(f"[yellow]not known:[/yellow] another breaking set may lie within {escape(' + '.join(u))}")
     if report.repair is not None:
         console.print(f"[bold red]repairs the bad configuration when reverted from it:[/bold red] "
                       f"{escape(' + '.join(report.repair))}{_verified(checks.get(('repair', tuple(report.repair))))}")
@@ -141,15 +159,16 @@ def _print(report) -> None:
     if report.status.value != "isolated":
         console.print(f"[yellow]{report.status.value}[/yellow]")
     console.print(f"log (replay with --replay): {escape(report.log)}")
-    console.print(f"MLflow: run {report.parent_run_id} in the experiment of the spec's bisects")
+    console.print(f"MLflow: run {report.parent_run_id} in the experiment {escape(repr(report.experiment))}; open it "
+                  f"with: {escape(ui_command(report.tracking_uri))}")
 
 
 def _verified(check: dict | None) -> str:
-    """`` (verified: probe N measured BAD, median M)``: the probe that checked an answer."""
+    """`` (verified: probe N measured BAD, 71.2)``: the probe that checked an answer."""
     if check is None:
         return " [yellow](not verified)[/yellow]"
-    median = "" if check["median"] is None else f", median {check['median']:.4g}"
-    text = escape(f"probe {check['probe']} measured {check['outcome']}{median}")
+    value = "" if check["value"] is None else f", {check['value']:.4g}"
+    text = escape(f"probe {check['probe']} measured {check['outcome']}{value}")
     if check["ok"]:
         return f" (verified: {text})"
     return f" [yellow](NOT verified, expected {check['expected']}: {text})[/yellow]"
