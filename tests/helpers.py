@@ -1,7 +1,14 @@
-"""Test helpers: small random drafts and fake target directories written to disk."""
+"""Test helpers: small random drafts and fake target directories written to disk; the command line run as a
+subprocess (a timeout fails saying the machine was too slow) and the processes a test started, found by a mark in
+their environment."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import torch
@@ -174,3 +181,64 @@ def screen_in_a_pty(code: str, *, cwd: Path, timeout_s: float = 600) -> tuple[li
         proc.wait(timeout=30)
         os.close(leader)
     return seen, proc.returncode
+
+
+CLI_TIMEOUT_S = 1800.0  # a whole tiny study on a 2-core machine at load 20 takes minutes; this is far beyond it
+MARK_ENV = "BISECT_EAGLE_TEST_MARK"  # in the environment of a test's commands, inherited by all they start
+
+
+def cli(*args: str, cwd: Path, timeout_s: float = CLI_TIMEOUT_S, env: dict[str, str] | None = None,
+        mark: str | None = None) -> subprocess.CompletedProcess:
+    """``bisect-eagle ARGS`` as a subprocess in its own process group, output captured, without
+    ``MLFLOW_TRACKING_URI`` (the default store under ``cwd``).
+
+    Args:
+        args: the command line after ``bisect-eagle``.
+        cwd: where it runs.
+        timeout_s: past this the whole process group is killed and the test fails, saying the machine was too slow
+            (a timeout is the machine's load, not the command's answer).
+        env: the environment (default: this process's).
+        mark: a token put in the environment as :data:`MARK_ENV`; :func:`marked_processes` finds what it started.
+
+    Returns:
+        The finished process (``returncode``, ``stdout``, ``stderr``).
+    """
+    import pytest
+
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "MLFLOW_TRACKING_URI"}
+    if mark is not None:
+        env[MARK_ENV] = mark
+    argv = [sys.executable, "-m", "bisect_eagle.cli", *args]
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        load = os.getloadavg()[0]
+        pytest.fail(f"`bisect-eagle {' '.join(args)}` did not finish within {timeout_s:g} s: the machine was too "
+                    f"slow (load {load:.1f}); this says nothing about the command", pytrace=False)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def new_mark() -> str:
+    """A fresh token for :func:`cli`'s ``mark``."""
+    return uuid.uuid4().hex
+
+
+def marked_processes(mark: str) -> list:
+    """The running processes (``psutil.Process``) whose environment carries ``mark``: what a test's commands
+    started, even after their parents exited, and nothing that another test or user runs."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(MARK_ENV) == mark and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return out

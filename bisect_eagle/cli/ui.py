@@ -47,9 +47,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import quote, urlencode
 
 import typer
@@ -72,6 +74,8 @@ SYSTEM_SECTION = ("System metrics", f"{LIVE_VIEW_KEY}-system")  # the ``system/*
 RUN_NAME_COLUMN = "attributes.`Run Name`"  # the runs table's column id of the run name
 RUN_NAME_PX = 320  # a trial's run name ("live 003 ids=1,5,9 steps=6 topk=1") whole
 CHAR_PX, PADDING_PX = 7, 40  # a character of a header; the sort arrow and the cell's padding
+UI_TIMEOUT_S = 600.0  # MLflow's server answers in seconds on an idle machine, minutes on a loaded one
+EXIT_NOT_SERVED = 3  # the server did not answer within --timeout (2 is bad input, 1 a server that died)
 
 
 def server_argv(tracking_uri: str, port: int) -> list[str]:
@@ -180,20 +184,79 @@ def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) ->
                             start_new_session=True, env=env)
 
 
-def wait_ready(proc: subprocess.Popen, port: int, *, timeout_s: float = 120.0) -> None:
-    """Wait until the server answers /health; an exit or a timeout is a RuntimeError."""
+class NotReady(RuntimeError):
+    """The MLflow server exited before it answered (``exited`` True), or did not answer within the timeout."""
+
+    def __init__(self, message: str, *, exited: bool):
+        super().__init__(message)
+        self.exited = exited
+
+
+class WaitClock:
+    """The time waited so far on stderr: one line rewritten in place on a terminal (each second), else a line
+    every ``every_s`` (a log stays short)."""
+
+    def __init__(self, what: str, *, timeout_s: float, stream: TextIO | None = None, every_s: float = 15.0):
+        self.what, self.timeout_s, self.every_s = what, timeout_s, every_s
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
+        self.shown = -1
+
+    def __call__(self, elapsed: float) -> None:
+        """Show ``elapsed`` seconds (called at each poll; prints only when the shown figure changes)."""
+        step = 1 if self.tty else self.every_s
+        mark = int(elapsed // step)
+        if mark == self.shown:
+            return
+        self.shown = mark
+        text = f"{self.what}: {clock(elapsed)} of at most {clock(self.timeout_s)} (--timeout)"
+        self.stream.write(f"\r{text}" if self.tty else f"{text}\n")
+        self.stream.flush()
+
+    def done(self, elapsed: float) -> None:
+        """End the clock's line, saying how long it took."""
+        self.stream.write(f"{chr(13) if self.tty else ''}{self.what}: answered after {clock(elapsed)}\n")
+        self.stream.flush()
+
+
+def clock(seconds: float) -> str:
+    """``m:ss`` (``h:mm:ss`` from an hour on)."""
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def wait_ready(proc: subprocess.Popen, port: int, *, timeout_s: float = UI_TIMEOUT_S,
+               tick: Callable[[float], None] = lambda elapsed: None) -> float:
+    """Wait until the server answers /health.
+
+    Args:
+        proc: the server's process (an exit ends the wait at once).
+        port: its port on 127.0.0.1.
+        timeout_s: how long to wait.
+        tick: called with the seconds waited so far at each poll (:class:`WaitClock` shows them).
+
+    Returns:
+        The seconds it took.
+
+    Raises:
+        NotReady: the server exited first, or did not answer within ``timeout_s``.
+    """
     import httpx
 
+    start = time.monotonic()
+
     def answers() -> bool:
+        tick(time.monotonic() - start)
         if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with code {proc.returncode} before it was ready")
+            raise NotReady(f"mlflow server exited with code {proc.returncode} before it was ready", exited=True)
         try:
             return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200
         except httpx.HTTPError:
             return False
 
     if not wait_until(answers, timeout_s=timeout_s, max_interval_s=0.5, what=f"mlflow server on port {port}"):
-        raise RuntimeError(f"mlflow server did not answer on 127.0.0.1:{port} within {timeout_s:g} s")
+        raise NotReady(f"mlflow server did not answer on 127.0.0.1:{port} within {timeout_s:g} s", exited=False)
+    return time.monotonic() - start
 
 
 def stop_ui_server(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
@@ -214,8 +277,13 @@ def ui(
     spec: Path = typer.Argument(None, help="Spec whose experiment to open (default: the embedded tiny scenario spec)."),
     tracking_uri: str = typer.Option(None, help=URI_HELP),
     port: int = typer.Option(5000, min=1, max=65535, help="Port on 127.0.0.1."),
+    timeout: float = typer.Option(UI_TIMEOUT_S, "--timeout", min=1, help="Seconds to wait for the MLflow server to "
+                                  "answer (a loaded machine needs longer); the time waited is shown meanwhile."),
 ) -> None:
-    """Serve the MLflow UI for the store and print the runs URL; Ctrl-C stops it."""
+    """Serve the MLflow UI for the store and print the runs URL; Ctrl-C stops it.
+
+    The server's output goes to a log file, removed when ``ui`` ends unless the server failed. Exit 2 on bad input,
+    3 when the server has not answered within ``--timeout``, 1 when it exited (each one line, naming the log)."""
     from mlflow import MlflowClient
 
     from bisect_eagle.cli.common import load_spec_or_default, quiet_libraries, sigterm_as_exit
@@ -237,9 +305,22 @@ def ui(
         parent, metric = studies[0], studies[0].data.params.get("criterion.metric", s.criterion.metric)
         view = save_live_view(client, experiment.experiment_id, study=parent.data.tags.get("study", ""),
                               metric=metric, searched=searched_params(s))
-    proc = start_ui_server(uri, port)
+    fd, name = tempfile.mkstemp(prefix=f"bisect-eagle-ui-{port}-", suffix=".log")
+    os.close(fd)
+    log = Path(name)
     try:
-        wait_ready(proc, port)
+        proc = start_ui_server(uri, port, log=log)
+    except BaseException:
+        log.unlink()  # bad input (the port taken, a store the UI cannot serve) leaves nothing behind
+        raise
+    failed = False
+    try:
+        waiting = WaitClock(f"waiting for the MLflow server on 127.0.0.1:{port}", timeout_s=timeout)
+        try:
+            waiting.done(wait_ready(proc, port, timeout_s=timeout, tick=waiting))
+        except NotReady as e:
+            failed = True
+            _said_not_ready(e, log=log, waiting=waiting)
         print(f"MLflow UI for {uri} (Ctrl-C stops it)")
         print(ASSISTANT_NOTE.format(port=port))
         if studies:
@@ -250,11 +331,43 @@ def ui(
         if view:
             charts = runs_url(port, experiment.experiment_id, view=view, mode="CHART")
             print(f"their charts, the criterion first:\n  {charts}")
-        proc.wait()
+        sys.stdout.flush()  # the URLs now, also into a pipe
+        if proc.wait() != 0:
+            failed = True
+            _said_exit(proc.returncode, log=log)
     except KeyboardInterrupt:
         typer.echo("stopping the MLflow UI")
     finally:
         stop_ui_server(proc)
+        if not failed:
+            log.unlink(missing_ok=True)
+
+
+def _last_line(log: Path) -> str:
+    """The server log's last non-blank line (what it said before it died), secrets scrubbed, at most 300
+    characters."""
+    from bisect_eagle.tracking.redact import Scrubber
+
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return Scrubber()(lines[-1][:300]) if lines else "nothing"
+
+
+def _said_not_ready(e: NotReady, *, log: Path, waiting: WaitClock) -> None:
+    """One line on stderr for a server that never answered, then the exit (1: it died; 3: not within --timeout)."""
+    if waiting.tty:
+        sys.stderr.write("\n")
+    if e.exited:
+        _said_exit(None, log=log, what=str(e))
+    typer.echo(f"error: {e}; a loaded machine may need longer: give a longer --timeout (the server's log: {log})",
+               err=True)
+    raise typer.Exit(EXIT_NOT_SERVED)
+
+
+def _said_exit(code: int | None, *, log: Path, what: str | None = None) -> None:
+    """One line on stderr for a server that exited, with the last line it wrote; exit 1."""
+    what = what or f"mlflow server exited with code {code}"
+    typer.echo(f"error: {what}; its last line: {_last_line(log)} (its log: {log})", err=True)
+    raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers import cli
+
 OTHER_RATIOS = re.compile(r"÷|\dx\b|x base")  # every ratio to the baseline reads "1.04× baseline"
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.run([sys.executable, "-m", "bisect_eagle.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=900, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +39,7 @@ def test_default_run_selects_the_true_wiring_and_reaches_the_target(tiny_run):
     assert (cwd / "mlruns" / "optuna.db").is_file() and (cwd / "mlruns" / "artifacts").is_dir()
     live = [t for t in out["trials"] if not t["duplicate"]]
     assert all(t["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9] for t in live)
-    assert out["counts"]["live_measured"] <= 8 and out["tool_overhead_s_per_trial"] < 1.0
+    assert out["counts"]["live_measured"] <= 8  # its speed (tool_overhead_s_per_trial): scripts/bench_search.py
 
 
 def test_the_first_run_in_a_new_directory_prints_no_third_party_log_line(tiny_run):
