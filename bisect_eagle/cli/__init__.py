@@ -7,14 +7,55 @@ prints one line naming the file, the key and what was expected, and exits with c
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
+import textwrap
 
 import typer
+from typer._click import Context
 from typer._click.exceptions import UsageError  # typer vendors click: its parent of every command-line fault
+from typer._click.formatting import HelpFormatter, measure_table
+from typer.core import TyperCommand, TyperGroup
 
 from bisect_eagle.errors import BadInput
 
+
+def _whole_words(text: str, width: int) -> str:
+    """``text``'s paragraphs wrapped at ``width`` between words only (``--study-name`` stays one word), each marked
+    for click's wrapper to keep as it is (a ``\\b`` line before it)."""
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
+    return "\n\n".join("\b\n" + textwrap.fill(p, max(width, 10), break_on_hyphens=False, break_long_words=False)
+                       for p in paragraphs)
+
+
+class _Formatter(HelpFormatter):
+    """``--help`` wrapped between words: a flag named in a help text is never split at a hyphen."""
+
+    def write_text(self, text: str) -> None:
+        super().write_text(_whole_words(text, self.width - self.current_indent))
+
+    def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
+        rows = list(rows)
+        first = min(measure_table(rows)[0], col_max) + col_spacing if rows else 0
+        width = max(self.width - first - 2 - self.current_indent, 10)
+        super().write_dl([(term, _whole_words(help, width) if help else help) for term, help in rows], col_max,
+                         col_spacing)
+
+
+class _Context(Context):
+    formatter_class = _Formatter
+
+
+class _Command(TyperCommand):
+    context_class = _Context
+
+
+class _Group(TyperGroup):
+    context_class = _Context
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=False,
     help="Search and bisect EAGLE-3 speculative-decoding deployments; every trial is logged to MLflow.",
@@ -47,6 +88,11 @@ COMMAND_MODULES = [
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"bisect_eagle.cli.{_name}").register(app)
+for _info in app.registered_commands:  # the commands list shows each command's summary whole, wrapped at words
+    if not isinstance(_info.cls, type) or _info.cls is TyperCommand:
+        _info.cls = _Command
+    if _info.short_help is None and _info.callback is not None:
+        _info.short_help = " ".join((inspect.getdoc(_info.callback) or "").split("\n\n")[0].split())
 
 
 def _usage_line(e: UsageError) -> str:

@@ -1,5 +1,9 @@
-"""Small helpers shared by the command modules: quiet libraries, SIGTERM as an exit, the default spec, scenario
-path defaults and JSON output."""
+"""Small helpers shared by the command modules: what a command is doing while it waits (:class:`Activity`), quiet
+libraries, SIGTERM as an exit, the default spec, scenario path defaults, the store a reading command needs, and
+JSON output.
+
+Nothing heavy is imported here at module level (pandas, MLflow, torch): every command module imports this one, and a
+command says what it is doing before its own heavy imports."""
 
 from __future__ import annotations
 
@@ -9,18 +13,128 @@ import math
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
-import pandas as pd
 import typer
-import yaml
 
-from bisect_eagle.artifacts import scenarios
 from bisect_eagle.errors import BadInput
 
 if TYPE_CHECKING:
     from bisect_eagle.spec.schema import Spec
+
+STARTED = time.monotonic()  # when this process imported the command line: the clock every command shows
+
+
+def clock(seconds: float) -> str:
+    """A duration as ``H:MM:SS``, the one time format of every progress line (elapsed and left alike)."""
+    s = max(0, int(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class Activity:
+    """What a command is doing while it waits, on stderr with the command's elapsed clock, so that no wait is silent.
+
+    On a terminal: one live line, redrawn every quarter second (``⠋ reading the runs of study 'x'  0:00:04``),
+    cut to the terminal's width and cleared when the activity ends (the command's output follows it, unmixed).
+    Off a terminal: a plain line (``[0:00:04] reading the runs of study 'x'``) for each step that goes on for more
+    than :attr:`QUIET_S`, then ``still ...`` every :attr:`HEARTBEAT_S` while it lasts. Before
+    :meth:`inputs_checked` a step is written only after :attr:`UNCHECKED_QUIET_S`: bad input, refused within
+    seconds, leaves a pipe its one ``error:`` line.
+
+    Use it as a context manager; call it with each new step (``activity("opening the store ...")``).
+    """
+
+    QUIET_S = 2.0
+    UNCHECKED_QUIET_S = 15.0
+    HEARTBEAT_S = 30.0
+    TICK_S = 0.25
+
+    def __init__(self, *, enabled: bool = True, stream: TextIO | None = None, since: float = STARTED) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and self.stream.isatty()
+        self.since = since
+        self.what: str | None = None
+        self.step_at = 0.0
+        self.said_at: float | None = None  # when the current step was last written off a terminal
+        self.checked = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._drawn = False
+
+    def __enter__(self) -> Activity:
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, name="activity", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __call__(self, what: str, *, said: bool = False) -> None:
+        """The command's new step. ``said``: its line was printed already (off a terminal only heartbeats follow)."""
+        with self._lock:
+            self.what, self.step_at = what, time.monotonic()
+            self.said_at = self.step_at if said else None
+            if self.tty and not self._stop.is_set():
+                self._draw()
+
+    def inputs_checked(self) -> None:
+        """The command's inputs were checked: from now on, off a terminal, a step is written after :attr:`QUIET_S`."""
+        self.checked = True
+
+    def close(self) -> None:
+        """Stop the clock and clear the live line (idempotent)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+        with self._lock:
+            if self._drawn:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+                self._drawn = False
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.TICK_S):
+            with self._lock:
+                if self.what is None:
+                    continue
+                if self.tty:
+                    self._draw()
+                else:
+                    self._plain()
+
+    def _draw(self) -> None:
+        import shutil
+
+        now = time.monotonic()
+        width = max(20, shutil.get_terminal_size().columns) - 1
+        tail = f"  {clock(now - self.since)}"
+        head = f"{SPINNER[int(now / self.TICK_S) % len(SPINNER)]} {self.what}"
+        if len(head) + len(tail) > width:
+            head = head[:max(0, width - len(tail) - 1)] + "…"
+        self.stream.write(f"\r{head}{tail}\x1b[K")
+        self.stream.flush()
+        self._drawn = True
+
+    def _plain(self) -> None:
+        now = time.monotonic()
+        quiet = self.QUIET_S if self.checked else self.UNCHECKED_QUIET_S
+        if self.said_at is None and now - self.step_at >= quiet:
+            self.stream.write(f"[{clock(now - self.since)}] {self.what}\n")
+        elif self.said_at is not None and now - self.said_at >= self.HEARTBEAT_S:
+            self.stream.write(f"[{clock(now - self.since)}] still: {self.what}\n")
+        else:
+            return
+        self.stream.flush()
+        self.said_at = now
 
 
 def quiet_libraries() -> None:
@@ -58,6 +172,8 @@ def load_spec_or_default(spec: Path | None, *, live: bool = True) -> Spec:
 
 def resolve_paths(scenario: str | None, **paths: Path | None) -> dict[str, Path]:
     """Fill missing paths (``target``, ``draft``, ``dump``, ``prompts``) from a shipped scenario."""
+    from bisect_eagle.artifacts import scenarios
+
     sc = scenarios.get(scenario) if scenario else None
     out = {}
     for key, value in paths.items():
@@ -88,43 +204,65 @@ def print_json(obj: object) -> None:
 URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
 
 
-def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: str | None):
-    """(tracking, parent run) of a spec's study (default: its newest)."""
-    from bisect_eagle.report.study import find_parent
+def require_store(uri: str) -> None:
+    """A command that reads runs refuses, creating nothing, a SQLite store that does not exist yet (``report`` or
+    ``export`` before any ``run``): :class:`BadInput` saying to run ``bisect-eagle run`` first."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return
+    db = Path(uri[len(prefix):])
+    if db.exists():
+        return
+    where = db.parent
+    shown = f"./{where.relative_to(Path.cwd())}" if where.is_absolute() and where.is_relative_to(Path.cwd()) \
+        else str(where)
+    raise BadInput(f"no runs in {shown} yet ({db} does not exist): run `bisect-eagle run` first, or give "
+                   "--tracking-uri of a store that has them")
+
+
+def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: str | None,
+                   activity: Activity | None = None):
+    """(tracking, parent run) of a spec's study (default: its newest), each step said on ``activity``; bad input (the
+    spec, a store that does not exist yet or cannot be reached) is refused before anything is created."""
     from bisect_eagle.tracking.redact import redact_url
-    from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
+    from bisect_eagle.tracking.runs import resolve_tracking_uri
     from bisect_eagle.tracking.stores import check_stores
 
+    say = activity or (lambda what: None)
+    say(f"loading the spec {spec or '(the embedded tiny scenario)'} and checking its inputs")
     s = load_spec_or_default(spec, live=False)
     uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)
+    require_store(uri)
     check_stores(storage=None, tracking_uri=uri)  # an unreachable store is one line within seconds
-    reading(f"reading study {study_name or '(newest)'} of spec {s.name!r} from {redact_url(uri)}")
+    say(f"opening the tracking store {redact_url(uri)} (loading MLflow)")
+    from bisect_eagle.report.study import find_parent
+    from bisect_eagle.tracking.runs import Tracking
+
     tracking = Tracking.open(uri, s.name)
-    return tracking, find_parent(tracking, study_name)
-
-
-def reading(what: str, *, stream: Any = None) -> None:
-    """Say on a terminal's stderr what a command is reading before a wait of seconds (``reading the dump ...``).
-
-    Only where stderr is a terminal: a script or a pipe gets stdout unchanged and, on bad input, stderr's one line.
-    """
-    import shutil
-    import textwrap
-
-    stream = stream or sys.stderr
-    if stream.isatty():
-        width = shutil.get_terminal_size().columns
-        print(textwrap.fill(f"… {what}", width=max(40, width), subsequent_indent="  ", break_on_hyphens=False,
-                            break_long_words=True), file=stream, flush=True)
+    say(f"finding study {study_name or '(the newest)'} of spec {s.name!r}")
+    parent = find_parent(tracking, study_name)
+    if activity is not None:
+        activity.inputs_checked()
+    return tracking, parent
 
 
 def num(value: object) -> str:
     """A metric for a person: 3 significant digits (one decimal from 100 up), '-' when absent."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if _absent(value):
         return "-"
     from bisect_eagle.trials.record import short_number  # here: trials/ imports MLflow, which --help does not need
 
     return short_number(float(value))  # type: ignore[arg-type]
+
+
+def _absent(value: object) -> bool:
+    """None, NaN (pandas' missing value included) or pandas' NA."""
+    if value is None:
+        return True
+    try:
+        return math.isnan(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return type(value).__name__ in ("NAType", "NaTType")
 
 
 RATIO_HEADER = "× baseline"  # the column of ratios to the baseline, beside the metric they divide
@@ -133,15 +271,15 @@ RATIO_HEADER = "× baseline"  # the column of ratios to the baseline, beside the
 def times_baseline(ratio: float | None, baseline: float | None = None) -> str:
     """A ratio to the baseline in the one notation every command prints: ``1.04× baseline``, with the baseline's
     own value when given (``1.04× baseline 90.0``); '-' when absent."""
-    if ratio is None or (isinstance(ratio, float) and pd.isna(ratio)):
+    if _absent(ratio):
         return "-"
     return f"{float(ratio):.2f}× baseline" + ("" if baseline is None else f" {num(baseline)}")
 
 
 def trial_ref(name: str | None, run_id: str) -> str:
-    """A trial as every command refers to it: its name and the run id a user copies (``live 003 (run 7ca37e03…)``,
-    the id given whole or as a prefix), or ``run 7ca37e03…`` alone for a run without a name."""
-    return f"{name} (run {run_id})" if name else f"run {run_id}"
+    """A trial as every command refers to it: its name and the 8 characters of its run id a user copies (every
+    command takes them), ``live 003 (run 7ca37e03)``, or ``run 7ca37e03`` alone for a run without a name."""
+    return f"{name} (run {run_id[:8]})" if name else f"run {run_id[:8]}"
 
 
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:
@@ -151,16 +289,37 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
 
 def parse_set(items: list[str]) -> dict[str, Any]:
     """``key=value`` flags to a mapping; values are YAML scalars or lists (``[5,9,11]``, ``4``, ``bfloat16``)."""
+    import yaml
+
     values: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise BadInput(f"--set {item!r}: expected key=value, e.g. --set num_steps=4")
+        check_setting_name(key.strip(), flag=f"--set {item}")
         try:
             values[key.strip()] = yaml.safe_load(raw)
         except yaml.YAMLError as e:
             raise BadInput(f"--set {item!r}: value is not a YAML scalar or list ({e.problem})") from None
     return values
+
+
+def check_setting_name(name: str, *, flag: str) -> None:
+    """A setting's name as ``--set`` takes it (a live setting, ``env.NAME`` or ``server_args.flag``); an unknown one
+    is :class:`BadInput` with the closest known name (``unknown setting num_step; did you mean num_steps?``)."""
+    import difflib
+
+    from bisect_eagle.spec.settings import LiveSettings
+
+    kind, dot, key = name.partition(".")
+    if dot and kind in ("env", "server_args") and key:
+        return
+    known = list(LiveSettings.model_fields)
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else f"the settings are {', '.join(known)}, env.NAME, server_args.flag"
+    raise BadInput(f"{flag}: unknown setting {name}; {hint}")
 
 
 VLLM_PYTHON_HELP = "Interpreter that has vLLM (its own environment); overrides engine.vllm.python."

@@ -17,12 +17,12 @@ import typer
 from bisect_eagle.cli.common import (
     URI_HELP,
     VLLM_PYTHON_HELP,
+    Activity,
     print_json,
     quiet_libraries,
-    reading,
+    require_store,
     use_pythons,
 )
-from bisect_eagle.trials.record import trial_failure
 
 
 def export_plan(tracking, run, *, port: int, sglang_python: str | None = None,
@@ -64,34 +64,11 @@ def export(
 ) -> None:
     """Print what to run to serve a trial's config: command, environment and draft config patch (exit 3 when the
     trial failed or its engine refuses the plan, unless --force)."""
-    from bisect_eagle.errors import BadInput
-    from bisect_eagle.report.study import best_row, trials_frame
-    from bisect_eagle.tracking.redact import redact_url
-    from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
-
-    quiet_libraries()
-    uri = resolve_tracking_uri(tracking_uri)
-    if run_id is None:
-        from bisect_eagle.cli.common import open_study_run
-
-        tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name)
-        best = best_row(trials_frame(tracking, parent.info.run_id), parent.data.params.get("criterion.metric",
-                                                                                           "output_tok_s"))
-        if best is None:
-            raise BadInput(f"study {parent.data.tags.get('study')!r} has no live trial that finished ok; "
-                           "give a RUN_ID")
-        run_id = str(best["run_id"])
-        uri = tracking.uri
-    reading(f"reading run {run_id} from {redact_url(uri)}")
-    tracking, run = Tracking.of_run(uri, run_id)
-    run_id = run.info.run_id  # the whole id of a prefix
-    reading(f"planning run {run_id[:8]}'s trial with its study's engine (its parser checks the command)")
-    failure = trial_failure(run)
-    plan = export_plan(tracking, run, port=port, sglang_python=sglang_python, vllm_python=vllm_python)
-    plan["trial_failure"] = failure
-    blocked = [f"run {run_id}: {failure}" if failure else None,
-               f"run {run_id}: the engine refuses this launch: {plan['refusal']}" if plan.get("refusal") else None]
-    blocked = [b for b in blocked if b]
+    with Activity() as activity:
+        activity("loading the tool (MLflow)")
+        quiet_libraries()
+        plan, run_id, blocked = _plan(activity, run_id, spec=spec, study_name=study_name, tracking_uri=tracking_uri,
+                                      port=port, sglang_python=sglang_python, vllm_python=vllm_python)
     if as_json:
         print_json(plan)
     else:
@@ -101,16 +78,58 @@ def export(
         raise typer.Exit(3)
 
 
+def _plan(activity: Activity, run_id: str | None, *, spec: Path | None, study_name: str | None,
+          tracking_uri: str | None, port: int, sglang_python: str | None,
+          vllm_python: str | None) -> tuple[dict[str, Any], str, list[str]]:
+    """(export plan, the run's whole id, why it is not a command to deploy), each step said on ``activity``."""
+    from bisect_eagle.errors import BadInput
+    from bisect_eagle.tracking.redact import redact_url
+    from bisect_eagle.tracking.runs import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if run_id is None:
+        from bisect_eagle.cli.common import open_study_run
+
+        tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name, activity=activity)
+        activity(f"finding the best trial of study {parent.data.tags.get('study')!r}")
+        from bisect_eagle.report.study import best_row, trials_frame
+
+        best = best_row(trials_frame(tracking, parent.info.run_id), parent.data.params.get("criterion.metric",
+                                                                                           "output_tok_s"))
+        if best is None:
+            raise BadInput(f"study {parent.data.tags.get('study')!r} has no live trial that finished ok; "
+                           "give a RUN_ID")
+        run_id = str(best["run_id"])
+        uri = tracking.uri
+    require_store(uri)
+    activity(f"reading run {run_id[:8]} from {redact_url(uri)} (loading MLflow)")
+    from bisect_eagle.tracking.runs import Tracking
+    from bisect_eagle.trials.record import trial_failure
+
+    tracking, run = Tracking.of_run(uri, run_id)
+    run_id = run.info.run_id  # the whole id of a prefix
+    activity.inputs_checked()
+    activity(f"planning run {run_id[:8]}'s trial with its study's engine (its parser checks the command)")
+    failure = trial_failure(run)
+    plan = export_plan(tracking, run, port=port, sglang_python=sglang_python, vllm_python=vllm_python)
+    plan["trial_failure"] = failure
+    blocked = [f"run {run_id[:8]}: {failure}" if failure else None,
+               f"run {run_id[:8]}: the engine refuses this launch: {plan['refusal']}" if plan.get("refusal") else None]
+    return plan, run_id, [b for b in blocked if b]
+
+
 def _print(plan: dict[str, Any], run_id: str, *, marked: list[str]) -> None:
     for text in marked:
         comment(f"WARNING: {text}")
-    comment(f"launch for trial {run_id}")
+    comment(f"launch for trial {run_id[:8]}")
     comment(f"checked by: {plan['checked']}")
     comment("environment:" if plan["env"] else "environment: nothing beyond your own")
     for key, value in sorted(plan["env"].items()):
         shown = value if value.startswith("$") else shlex.quote(value)
         print(f"export {key}={shown}")
     comment("command (one line):")
+    if plan.get("interpreter_note"):
+        comment(plan["interpreter_note"])
     print(plan["command"])  # never wrapped: it is copied and pasted
     if plan["draft_config_patch"] is not None:
         print()

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from bisect_eagle.cli.common import print_json, reading, resolve_paths
+from bisect_eagle.cli.common import Activity, print_json, resolve_paths
 
 
 def _id(value: int | None) -> str:
@@ -33,28 +33,34 @@ def fingerprint(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (matches, recommended, notes)."),
 ) -> None:
     """Match each dumped hidden state to the target layer it came from, and recommend ids and wiring."""
-    from bisect_eagle.artifacts import scenarios
     from bisect_eagle.errors import BadInput
-    from bisect_eagle.inspect.layermatch import load
-    from bisect_eagle.inspect.layermatch import match_layers as match
-    from bisect_eagle.spec.checks import validate_data
 
     if samples < 1:
         raise BadInput(f"--samples {samples}: expected at least 1")
     if server is not None and not server.startswith(("http://", "https://")):
         raise BadInput(f"--server {server!r}: expected an http:// or https:// URL")
-    p = resolve_paths(scenario, dump=dump, target=target)
-    validate_data(target=p["target"], dump=p["dump"], draft=draft)
-    if draft is None and scenario:
-        draft = scenarios.get(scenario).draft
-    reading(f"loading the target {p['target']} and the dump {p['dump']}")
-    model, reader, loaded = load(p["target"], p["dump"], draft=draft)
-    reading(f"running the target over {samples} dumped sample(s) to match every tensor to a layer")
-    if spec is not None:
-        result = _with_capture_server(spec, capture_ids, sglang_python, model=model, reader=reader, draft=loaded,
-                                      samples=samples)
-    else:
-        result = match(model, reader, samples=samples, draft=loaded, server_url=server)
+    with Activity() as activity:
+        activity("checking the target, the dump and the draft (loading torch)")
+        from bisect_eagle.artifacts import scenarios
+        from bisect_eagle.spec.checks import validate_data
+
+        p = resolve_paths(scenario, dump=dump, target=target)
+        validate_data(target=p["target"], dump=p["dump"], draft=draft)
+        if draft is None and scenario:
+            draft = scenarios.get(scenario).draft
+        activity.inputs_checked()
+        activity(f"loading the target {p['target']} and the dump {p['dump']}")
+        from bisect_eagle.inspect.layermatch import load
+        from bisect_eagle.inspect.layermatch import match_layers as match
+
+        model, reader, loaded = load(p["target"], p["dump"], draft=draft)
+        if spec is not None:
+            activity(f"starting the capture-only server of {spec} and matching what it captures")
+            result = _with_capture_server(spec, capture_ids, sglang_python, model=model, reader=reader, draft=loaded,
+                                          samples=samples)
+        else:
+            activity(f"running the target over {samples} dumped sample(s) to match every tensor to a layer")
+            result = match(model, reader, samples=samples, draft=loaded, server_url=server)
     if as_json:
         print_json(result.to_json())
         return

@@ -4,29 +4,30 @@ to MLflow)."""
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
 import typer
 
 from bisect_eagle.cli.common import (
     RATIO_HEADER,
     URI_HELP,
+    Activity,
     num,
     open_study_run,
     plural,
     print_json,
     quiet_libraries,
-    reading,
     times_baseline,
     trial_ref,
 )
-from bisect_eagle.report.model import INTERVAL, best_measured, measured_per_concurrency, per_concurrency
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas and the report's modules are imported when used: the command speaks first
+    import pandas as pd
+
     from bisect_eagle.report.model import Adaptive, ModelView
     from bisect_eagle.report.study import Report
 
@@ -37,6 +38,8 @@ WIDTH = 80
 
 def setting_text(row: pd.Series, names: list[str]) -> str:
     """``ids=[1, 5, 9] steps=3``: the named settings of a trial, short names, nothing cut."""
+    import pandas as pd
+
     return " ".join(f"{SHORT.get(n, n.removeprefix('num_'))}={row[n]}" for n in names
                     if n in row and pd.notna(row[n]))
 
@@ -47,21 +50,28 @@ def wrapped(text: str, indent: str = "  ") -> list[str]:
 
 
 def summary_lines(parent, rep) -> list[str]:
-    """Target, verdict, why it stopped, and the best run with its metrics and settings."""
-    from bisect_eagle.report.study import study_value, trial_label
+    """The study, its verdict sentence (said once), the best config's tok/s against the baseline's, the best run with
+    its metrics and settings."""
+    import pandas as pd
+
+    from bisect_eagle.report.study import trial_label
 
     metric, m = rep.metric, parent.data.metrics
-    baseline, target = study_value(parent, "baseline", metric=metric), study_value(parent, "target", metric=metric)
     tags = parent.data.tags
-    lines = [f"study {tags.get('study', parent.info.run_name)} (run {parent.info.run_id})"]
-    if target is not None:
-        ratio = f" ({times_baseline(target / baseline)}; baseline {metric} {num(baseline)})" if baseline else ""
-        lines += wrapped(f"target: {metric} >= {num(target)}{ratio}")
-    verdict = (f"target {tags['verdict']}" if "verdict" in tags else tags.get("outcome")) or (
-        "still running" if parent.info.status == "RUNNING" else "unknown")
-    lines += wrapped(f"verdict: {verdict}", indent="  ")
-    if tags.get("stop_reason") and tags["stop_reason"] not in verdict:
-        lines += wrapped(f"stopped: {tags['stop_reason']}", indent="  ")
+    lines = [f"study {tags.get('study', parent.info.run_name)} (run {parent.info.run_id[:8]})"]
+    if tags.get("verdict"):
+        lines += wrapped(tags["verdict"])
+    else:  # a study still running (or stopped before its end): its target, and that it has no verdict yet
+        from bisect_eagle.report.study import study_value
+
+        baseline, target = (study_value(parent, kind, metric=metric) for kind in ("baseline", "target"))
+        if target is not None:
+            ratio = f" ({times_baseline(target / baseline)}; baseline {metric} {num(baseline)})" if baseline else ""
+            lines += wrapped(f"target: {metric} >= {num(target)}{ratio}")
+        lines.append(f"verdict: {'none yet, still running' if parent.info.status == 'RUNNING' else 'none'}")
+    speed = tags.get("speed") or speed_text(rep.best, rep.frame)
+    if speed:
+        lines += wrapped(speed)
     best = rep.best
     if best is None:
         return [*lines, "best: no live trial finished ok"]
@@ -80,9 +90,27 @@ def summary_lines(parent, rep) -> list[str]:
     return lines
 
 
+def speed_text(best: pd.Series | None, frame: pd.DataFrame) -> str | None:
+    """The best config's output tok/s against the baseline trial's, for a study whose run has no ``speed`` tag
+    (still running): said plainly when speculation is slower; None without both."""
+    from bisect_eagle.search.study.outcome import speed_sentence
+
+    if best is None or "output_tok_s" not in best or frame.empty or "stage" not in frame:
+        return None
+    base = frame.loc[frame["stage"] == "baseline", "output_tok_s"].dropna() if "output_tok_s" in frame else []
+    if not len(base) or _missing(best["output_tok_s"]):
+        return None
+    return speed_sentence({"output_tok_s": float(best["output_tok_s"]), "baseline_output_tok_s": float(base.iloc[0])})
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def trial_lines(frame: pd.DataFrame, metric: str, *, settings: list[str]) -> list[str]:
     """Live trials, best first: the trial's name and run, value, ratio, the other headline metric, settings, and a
     failure's class (wrapped at 80 columns, never cut)."""
+
     from bisect_eagle.report.study import trial_label
 
     if frame.empty or "stage" not in frame:
@@ -110,6 +138,8 @@ def model_lines(rep: Report, *, settings: list[str]) -> list[str]:
     """The throughput model: its error over the trials it predicted and the configs it skipped, SGLang's adaptive
     speculation against the best measured config (at the adaptive config's concurrency when ``model.json`` names
     it), and the best config per concurrency level."""
+    from bisect_eagle.report.model import INTERVAL, best_measured
+
     view = rep.model
     lines = [line for note in view.notes for line in wrapped(note)]
     skipped = "" if view.skipped is None else f"{plural(view.skipped, 'config')} skipped as predicted below the target"
@@ -129,6 +159,8 @@ def model_lines(rep: Report, *, settings: list[str]) -> list[str]:
 def adaptive_text(adaptive: Adaptive | None, *, best: float | None) -> list[str]:
     """SGLang's ``--speculative-adaptive`` on the best config (predicted, and measured when a trial ran it),
     and whether the best measured config beats it (above its interval), loses (below) or cannot tell."""
+    from bisect_eagle.report.model import INTERVAL
+
     if adaptive is None:
         return []
     lines = []
@@ -159,6 +191,8 @@ def params_text(params: dict, names: list[str]) -> str:
 def concurrency_lines(artifact: dict | None, frame: pd.DataFrame, *, settings: list[str]) -> list[str]:
     """The model's best config per concurrency level (``model.json``) and, when concurrency was searched, the best
     measured trial per level."""
+    from bisect_eagle.report.model import INTERVAL, measured_per_concurrency, per_concurrency
+
     lines = []
     predicted = per_concurrency(artifact)
     if predicted:
@@ -200,20 +234,24 @@ def report(
                              "(default: mlruns/reports/STUDY)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """State a study's target, verdict and best run; list its live trials; plot them per setting."""
-    from bisect_eagle.report.study import varying_settings, write_report
+    """State a study's verdict, its tok/s against the baseline and its best run; list its live trials; plot them."""
+    with Activity() as activity:
+        activity("loading the tool (MLflow, Optuna, pandas)")
+        quiet_libraries()
+        tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name, activity=activity)
+        study = parent.data.tags.get("study", parent.info.run_name)
+        folder = out or Path.cwd() / "mlruns" / "reports" / study
+        activity(f"reading the runs of study {study!r}, drawing its plots and logging them to its run")
+        from bisect_eagle.report.study import varying_settings, write_report
 
-    quiet_libraries()
-    tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name)
-    study = parent.data.tags.get("study", parent.info.run_name)
-    folder = out or Path.cwd() / "mlruns" / "reports" / study
-    reading(f"reading the runs of study {study!r} and drawing its plots")
-    rep = write_report(tracking, parent, out=folder)
+        rep = write_report(tracking, parent, out=folder)
     best = None if rep.best is None else rep.best.dropna().to_dict()
     if as_json:
         print_json({"study": study, "parent_run_id": parent.info.run_id, "metric": rep.metric, "best": best,
-                    "verdict": parent.data.tags.get("outcome"), "files": [str(f) for f in rep.files],
-                    "model": model_json(rep.model), "trials": rep.frame.to_dict(orient="records")})
+                    "verdict": parent.data.tags.get("outcome"), "verdict_text": parent.data.tags.get("verdict"),
+                    "speed_text": parent.data.tags.get("speed") or speed_text(rep.best, rep.frame),
+                    "files": [str(f) for f in rep.files], "model": model_json(rep.model),
+                    "trials": rep.frame.to_dict(orient="records")})
         return
     frame = rep.frame
     live_ok = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame

@@ -12,7 +12,16 @@ from typing import Any
 
 import typer
 
-from bisect_eagle.cli.common import URI_HELP, num, print_json, quiet_libraries, sigterm_as_exit, times_baseline
+from bisect_eagle.cli.common import (
+    URI_HELP,
+    Activity,
+    num,
+    print_json,
+    quiet_libraries,
+    require_store,
+    sigterm_as_exit,
+    times_baseline,
+)
 
 
 def compare(old: dict[str, float], new: dict[str, float], *,
@@ -60,43 +69,22 @@ def reproduce(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Measure a logged trial again beside a fresh baseline; say whether its gain over the baseline reproduced."""
-    from bisect_eagle.engines import make_engine
-    from bisect_eagle.search.study.parent import resolved_spec
-    from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
-    from bisect_eagle.trials.live import run_live_trial
-    from bisect_eagle.trials.record import TrialContext, deployment_tags, ratio_name, settings_of_run, spec_of_study
+    with Activity() as activity:
+        activity("loading the tool (MLflow)")
+        quiet_libraries()
+        sigterm_as_exit()
+        run, tracking, parent, base, record, metric = _measure(activity, run_id, tracking_uri=tracking_uri,
+                                                               repeats=repeats)
+        from bisect_eagle.tracking.runs import NOTE
+        from bisect_eagle.trials.record import ratio_name
 
-    quiet_libraries()
-    sigterm_as_exit()
-    say = (lambda m: None) if as_json else (lambda m: typer.echo(m, err=True))
-    store, run = Tracking.of_run(resolve_tracking_uri(tracking_uri), run_id)
-    run_id = run.info.run_id  # the whole id of a prefix
-    settings, parent_id = settings_of_run(store, run)
-    spec = spec_of_study(store, parent_id)
-    if repeats:
-        spec.search.repeats = repeats
-    metric = spec.criterion.metric
-    tracking = Tracking.open(store.uri, f"{spec.name} / reproduce", description=(
-        f"bisect-eagle reproduce: trials of spec {spec.name!r} measured again beside a fresh baseline."))
-    parent = tracking.start_run(f"reproduce {run.info.run_name}", tags={"role": "reproduce", "reproduces": run_id,
-                                                                   **deployment_tags(spec)})
-    tracking.log_texts(parent, {"spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})
-    with tracking.run_guard(parent), make_engine(spec) as engine:
-        ctx = TrialContext(spec, tracking, f"reproduce-{parent[:8]}", parent, engine=engine)
-        n = spec.search.repeats
-        say(f"1/2 measuring a fresh baseline (no speculation, {n} run{'s' if n != 1 else ''}) ...")
-        base_settings = spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"})
-        base = run_live_trial(ctx, engine.plan(base_settings), stage="baseline", parent_run_id=parent)
-        if base.status == "ok":
-            ctx.baseline, ctx.baseline_tok_s = base.metrics[metric], base.metrics["output_tok_s"]
-        say(f"2/2 measuring run {run_id[:8]} again ({run.info.run_name}) ...")
-        record = run_live_trial(ctx, engine.plan(settings), stage="reproduce", parent_run_id=parent,
-                                tags={"reproduces": run_id})
-    got = verdict(metric=metric, old_ratio=run.data.metrics.get(ratio_name(metric), run.data.metrics.get(
-        "ratio_to_baseline")), new_ratio=record.metrics.get(ratio_name(metric)), tolerance=tolerance)
-    tracking.log(parent, metrics={"ratio_diff": got["diff"]} if got["diff"] is not None else {},
-                 tags={"outcome": "reproduced" if got["reproduced"] else "not reproduced", NOTE: got["text"]})
-    tracking.finish(parent, "FINISHED")
+        activity("recording the verdict")
+        run_id = run.info.run_id
+        got = verdict(metric=metric, old_ratio=run.data.metrics.get(ratio_name(metric), run.data.metrics.get(
+            "ratio_to_baseline")), new_ratio=record.metrics.get(ratio_name(metric)), tolerance=tolerance)
+        tracking.log(parent, metrics={"ratio_diff": got["diff"]} if got["diff"] is not None else {},
+                     tags={"outcome": "reproduced" if got["reproduced"] else "not reproduced", NOTE: got["text"]})
+        tracking.finish(parent, "FINISHED")
     rows = compare(dict(run.data.metrics), record.metrics, tolerance=tolerance)
     moved = changed_beyond(rows, tolerance=tolerance)
     if as_json:
@@ -114,7 +102,48 @@ def reproduce(
     print(got["text"])
     if moved:
         print(moved)
-    print(f"runs: {tracking.experiment_name()!r}, run {parent}")
+    print(f"runs: {tracking.experiment_name()!r}, run {parent[:8]}")
+
+
+def _measure(activity: Activity, run_id: str, *, tracking_uri: str | None, repeats: int | None):
+    """Measure a fresh baseline and the logged trial again, as children of a new reproduce run, each step said on
+    ``activity``: (the logged run, the reproduce experiment's tracking, its parent run id, the baseline's record, the
+    trial's new record, the criterion metric)."""
+    from bisect_eagle.search.study.parent import resolved_spec
+    from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
+    from bisect_eagle.trials.record import TrialContext, deployment_tags, settings_of_run, spec_of_study
+
+    uri = resolve_tracking_uri(tracking_uri)
+    require_store(uri)
+    activity(f"reading run {run_id[:8]} and its study's spec")
+    store, run = Tracking.of_run(uri, run_id)
+    run_id = run.info.run_id  # the whole id of a prefix
+    settings, parent_id = settings_of_run(store, run)
+    spec = spec_of_study(store, parent_id)
+    if repeats:
+        spec.search.repeats = repeats
+    activity.inputs_checked()
+    activity(f"starting the {spec.engine.kind} engine (loading torch)")
+    from bisect_eagle.engines import make_engine
+    from bisect_eagle.trials.live import run_live_trial
+
+    tracking = Tracking.open(store.uri, f"{spec.name} / reproduce", description=(
+        f"bisect-eagle reproduce: trials of spec {spec.name!r} measured again beside a fresh baseline."))
+    parent = tracking.start_run(f"reproduce {run.info.run_name}", tags={"role": "reproduce", "reproduces": run_id,
+                                                                   **deployment_tags(spec)})
+    tracking.log_texts(parent, {"spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})
+    with tracking.run_guard(parent), make_engine(spec) as engine:
+        ctx = TrialContext(spec, tracking, f"reproduce-{parent[:8]}", parent, engine=engine)
+        n = spec.search.repeats
+        activity(f"1/2 measuring a fresh baseline (no speculation, {n} run{'s' if n != 1 else ''})")
+        base_settings = spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"})
+        base = run_live_trial(ctx, engine.plan(base_settings), stage="baseline", parent_run_id=parent)
+        if base.status == "ok":
+            ctx.baseline, ctx.baseline_tok_s = base.metrics[spec.criterion.metric], base.metrics["output_tok_s"]
+        activity(f"2/2 measuring run {run_id[:8]} again ({run.info.run_name})")
+        record = run_live_trial(ctx, engine.plan(settings), stage="reproduce", parent_run_id=parent,
+                                tags={"reproduces": run_id})
+    return run, tracking, parent, base, record, spec.criterion.metric
 
 
 def register(app: typer.Typer) -> None:

@@ -12,11 +12,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, ProgressColumn, SpinnerColumn, Task, TextColumn
 from rich.progress import Progress as ProgressBar
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from bisect_eagle.cli.common import (
     RATIO_HEADER,
+    STARTED,
+    Activity,
+    clock,
     load_spec_or_default,
     plural,
     print_json,
@@ -37,20 +40,14 @@ LIVE_STAGES = ("live", "confirm", "done")  # the stages whose bar counts live tr
 WIRING_STEP = re.compile(r"^standalone (\d+)/(\d+)\b")  # stage 1's "standalone i/N: <wiring>"
 
 
-def clock(seconds: float) -> str:
-    """A duration as ``H:MM:SS``, the one time format of the progress line (elapsed and left alike)."""
-    s = max(0, int(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
 class Eta:
-    """Elapsed and time left of a study, recomputed whenever asked (the display asks on every refresh), not only
-    when an event arrives.
+    """The time a study has left, recomputed whenever asked (the display asks on every refresh), not only when an
+    event arrives: an estimate, or nothing.
 
-    While live trials run, once some were measured, left is an estimate (``~``): the trials still allowed × the
-    mean time of those measured so far, less the time the current one has run, when it is inside the wall budget.
-    Otherwise (stage 1, the baseline, confirmation, or a trial running past the mean) it is the bound the wall
-    budget sets (``≤``).
+    While live trials run, once some were measured, it is the trials still allowed × the mean time of those
+    measured so far, less the time the current one has run. Nothing is estimated in stage 1, the baseline or
+    confirmation, for a trial running past the mean, or when the estimate runs past the wall budget (the budget
+    ends the study first: an estimate of it would only restate the budget).
     """
 
     def __init__(self) -> None:
@@ -76,52 +73,64 @@ class Eta:
         """The study's elapsed seconds at monotonic time ``now``."""
         return 0.0 if self.at is None else self.elapsed_s + (now - self.at)
 
-    def left(self, now: float) -> tuple[float, str] | None:
-        """(seconds the study is expected to go on at ``now``, ``"~"`` for an estimate or ``"≤"`` for the wall
-        budget's bound); None before the first event."""
-        if self.at is None:
+    def left(self, now: float) -> float | None:
+        """The estimated seconds the study goes on at ``now``; None when there is no estimate."""
+        if (self.at is None or self.stage != "live" or self.live_since is None or self.last_done_s is None
+                or self.done <= self.live_since[1]):
             return None
         elapsed = self.elapsed(now)
-        bound = max(0.0, self.max_wall_s - elapsed)
-        if (self.stage == "live" and self.live_since is not None and self.last_done_s is not None
-                and self.done > self.live_since[1]):
-            per_trial = (self.last_done_s - self.live_since[0]) / (self.done - self.live_since[1])
-            estimate = max(0, self.total - self.done) * per_trial - (elapsed - self.last_done_s)
-            if 0 < estimate < bound:
-                return estimate, "~"
-        return bound, "≤"
+        per_trial = (self.last_done_s - self.live_since[0]) / (self.done - self.live_since[1])
+        estimate = max(0, self.total - self.done) * per_trial - (elapsed - self.last_done_s)
+        return estimate if 0 < estimate < self.max_wall_s - elapsed else None
 
 
 class _Times(ProgressColumn):
-    """``0:01:05 elapsed, left ~0:12:30``: rendered from :class:`Eta` at every refresh of the bar."""
+    """``0:01:05 ~0:12:30 left`` while an estimate exists, ``0:01:05`` otherwise; the command's elapsed clock, frozen
+    when the study ends. Rendered at every refresh of the bar."""
 
-    def __init__(self, eta: Eta) -> None:
-        super().__init__()
-        self.eta = eta
+    def __init__(self, display: Display) -> None:
+        super().__init__(table_column=Column(no_wrap=True))
+        self.display = display
 
     def render(self, task: Task) -> Text:
-        now = time.monotonic()
-        left = self.eta.left(now)
-        shown = "-" if left is None else f"{left[1]}{clock(left[0])}"
-        return Text(f"{clock(self.eta.elapsed(now))} elapsed, left {shown}", style="progress.elapsed")
+        d = self.display
+        now = d.ended_at or time.monotonic()
+        left = None if d.ended_at else d.eta.left(now)
+        shown = clock(now - d.since) + ("" if left is None else f" ~{clock(left)} left")
+        return Text(shown, style="progress.elapsed")
 
 
 class Display:
-    """A rich progress line on stderr: the stage, what it counts (stage 1's wirings, then live trials i of N), best
-    against the target, elapsed and time left (refreshed on a timer, ``H:MM:SS``), and one line per event."""
+    """``run``'s progress on stderr: one line of at most 80 columns (stage, a bar for what it counts: stage 1's
+    wirings, then live trials, best against target, the command's elapsed clock and an estimate of the time left
+    when there is one), redrawn twice a second, and one line per event with its clock.
+
+    Before the first event, :class:`~bisect_eagle.cli.common.Activity` says what the command does (loading the
+    tool, opening the stores, starting the study); the bar takes over at the first event. At the end
+    (:meth:`finish`) the bar is full, the spinner stopped, the clock frozen and nothing is said to be left. Off a
+    terminal only the event lines are written (with the activity's heartbeat during a long trial), and the bar once,
+    at the end.
+    """
 
     REFRESH_PER_SECOND = 2
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, *, activity: Activity | None = None, since: float = STARTED) -> None:
         self.console = Console(stderr=True)
         self.enabled = enabled
+        self.activity = activity
+        self.since = since
+        self.ended_at: float | None = None
         self.eta = Eta()
+        text = Column(no_wrap=True)
         self.bar = ProgressBar(
-            SpinnerColumn(), TextColumn("[bold]{task.fields[stage]:<10}"), BarColumn(bar_width=20),
-            TextColumn("{task.fields[count]}"), TextColumn("best {task.fields[best]} / target {task.fields[target]}"),
-            _Times(self.eta), console=self.console, refresh_per_second=self.REFRESH_PER_SECOND,
+            SpinnerColumn(finished_text="✓", table_column=Column(no_wrap=True, width=1)),
+            TextColumn("[bold]{task.fields[stage]}", table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=4)),
+            TextColumn("{task.fields[count]}", table_column=text),
+            TextColumn("{task.fields[best]}", table_column=Column(no_wrap=True)),
+            _Times(self), console=self.console, refresh_per_second=self.REFRESH_PER_SECOND, expand=True,
         )
-        self.task = self.bar.add_task("search", total=None, stage="start", count="", best="-", target="-")
+        self.task = self.bar.add_task("search", total=None, stage="start", count="", best="")
 
     def __enter__(self) -> Display:
         self.started = False  # the bar appears with the first event: an input refused before one prints one line
@@ -135,25 +144,47 @@ class Display:
         if not self.enabled:
             return
         if not self.started:
+            if self.activity is not None and self.console.is_terminal:
+                self.activity.close()  # the bar's line replaces the activity's
             self.bar.start()
             self.started = True
         self.eta.update(p, time.monotonic())
-        self.bar.console.print(f"[dim]{p.stage:<10}[/dim] {escape(event_text(p.stage, p.message))}")
+        text = escape(event_text(p.stage, p.message))
+        self.bar.console.print(f"[dim]{clock(time.monotonic() - self.since)} {p.stage:<10}[/dim] {text}")
+        if self.activity is not None:  # off a terminal: a heartbeat while the event's work goes on
+            self.activity(f"{p.stage} {event_text(p.stage, p.message)}", said=True)
         step = WIRING_STEP.match(p.message) if p.stage == "standalone" else None
         if p.stage in LIVE_STAGES or p.done:
-            total, completed, count = max(p.total, 1), p.done, f"{p.done}/{p.total} live trials"
+            total, completed, count = max(p.total, 1), p.done, f"{p.done}/{p.total} trials"
         elif step:
             i, n = int(step.group(1)), int(step.group(2))
             total, completed, count = n, i - 1, f"wiring {i}/{n}"
         else:  # before live trials (plan, gate, baseline): a pulsing bar, no count of trials not yet begun
             total, completed, count = None, 0, ""
-        fields = {"stage": p.stage, "count": count, "best": "-" if p.best is None else f"{p.best:.2f}",
-                  "target": "-" if p.target is None else f"{p.target:.2f}"}
+        self._show(total=total, completed=completed, stage=p.stage, count=count, best=best_text(p.best, p.target))
+
+    def finish(self, out: StudyOutcome) -> None:
+        """The study ended: the bar full, the spinner stopped, the clock frozen, no time left."""
+        if not (self.enabled and self.started):
+            return
+        self.ended_at = time.monotonic()
+        done = out.counts.get("live_measured", 0)
+        best = None if out.best is None else out.best["value"]
+        self._show(total=1, completed=1, stage="done", count=plural(done, "trial"), best=best_text(best, out.target))
+
+    def _show(self, *, total: int | None, completed: int, **fields: str) -> None:
         if total is None and self.bar.tasks[0].total is not None:  # rich's update keeps a total: a new task pulses
             self.bar.remove_task(self.task)
             self.task = self.bar.add_task("search", total=None, **fields)
         self.bar.update(self.task, total=total, completed=completed, **fields)
         self.bar.refresh()  # the line agrees with the event just printed
+
+
+def best_text(best: float | None, target: float | None) -> str:
+    """``best 4.60 / target 4.50``, ``best 242.1 / target 135.0`` (``-`` for a value not known yet)."""
+    from bisect_eagle.search.study.outcome import value_text
+
+    return f"best {'-' if best is None else value_text(best)} / target {'-' if target is None else value_text(target)}"
 
 
 def event_text(stage: str, message: str) -> str:
@@ -192,14 +223,10 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     if out.counts.get("skipped"):
         console.print(f"the throughput model skipped {out.counts['skipped']} proposed configs predicted below the "
                       "target (bisect-eagle report: predicted vs measured)", markup=False)
-    if out.target_reached:
-        rest = out.verdict.removeprefix("reached")  # "reached (confirmed, bound ...)": said once
-        console.print(f"[green]target reached[/green]{escape(rest)}")
-    else:
-        console.print(f"[red]target not reached[/red]: {escape(out.stop_reason)}; {escape(out.verdict)}")
-    if out.baseline is not None:
-        tok_s = f" ({out.baseline_output_tok_s:.1f} tok/s)" if out.baseline_output_tok_s else ""
-        console.print(f"baseline {out.metric} {out.baseline:.2f}{tok_s}, target {out.target:.2f}")
+    head, _, rest = out.verdict.partition(":")  # the verdict sentence, said once
+    console.print(f"[{'green' if out.target_reached else 'red'}]{escape(head)}[/]:{escape(rest)}")
+    if out.speed_text:
+        console.print(out.speed_text, markup=False)
     if out.launches:
         live = out.counts.get("live_measured", 0)
         console.print(f"cost: {plural(live, 'live trial')}, {Launches.from_json(out.launches).summary()}",
@@ -207,18 +234,13 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
     if out.best:
         b = out.best
         ratio = f" ({times_baseline(b['value'] / out.baseline)})" if out.baseline else ""
-        tok_s = b["metrics"].get("output_tok_s")
-        tok_ratio = b["metrics"].get("output_tok_s_ratio_to_baseline")
-        extra = ""
-        if tok_s and out.metric != "output_tok_s":
-            extra = f", {tok_s:.1f} tok/s" + (f" ({times_baseline(tok_ratio)})" if tok_ratio else "")
         console.print(f"best: {trial_ref(best_name(out), b['run_id'])}", markup=False)
-        console.print(f"  {out.metric} {b['value']:.2f}{ratio}{extra}", markup=False)
+        console.print(f"  {out.metric} {b['value']:.2f}{ratio}", markup=False)
         for key, value in sorted(b["params"].items()):
             if value not in ({}, None):
                 console.print(f"  {key}: {value}", markup=False)
     console.print(f"runs: tracking URI {out.tracking_uri}, experiment {out.experiment_id}, "
-                  f"parent run {out.parent_run_id} (study {out.study})")
+                  f"parent run {out.parent_run_id[:8]} (study {out.study})", markup=False)
     console.print("see them (the study's run is the answer; tables and plots: bisect-eagle report):", markup=False)
     console.print(f"  {ui_command(out.tracking_uri)}", markup=False, soft_wrap=True)
 
@@ -320,27 +342,41 @@ def study_command(*, spec: Path | None, storage: str | None, tracking_uri: str |
         join_wait_s: join an existing study, waiting up to this long for it (``worker``); None starts one.
         options: further :class:`~bisect_eagle.search.study.Options` fields (``resume``, ``study_name``, ...).
     """
+    with Activity(enabled=not as_json) as activity:
+        out = _run(activity, spec=spec, storage=storage, tracking_uri=tracking_uri, sglang_python=sglang_python,
+                   vllm_python=vllm_python, as_json=as_json, join_wait_s=join_wait_s, **options)
+    finish(out, as_json)
+
+
+def _run(activity: Activity, *, spec: Path | None, storage: str | None, tracking_uri: str | None,
+         sglang_python: str | None, vllm_python: str | None, as_json: bool, join_wait_s: float | None,
+         **options: Any) -> StudyOutcome:
+    """:func:`study_command`'s study, each step before its first event said on ``activity``; its outcome."""
     import os
 
-    from bisect_eagle.tracking.runs import resolve_tracking_uri
-    from bisect_eagle.tracking.stores import check_stores
-
-    quiet_libraries()
+    activity(f"loading the spec {spec or '(the embedded tiny scenario)'} and checking its inputs")
     sigterm_as_exit()
     s = load_spec_or_default(spec)
     use_pythons(s, sglang=sglang_python, vllm=vllm_python)
+    from bisect_eagle.tracking.runs import resolve_tracking_uri
+    from bisect_eagle.tracking.stores import check_stores
+
     if join_wait_s is None:
         tracking_uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)
     else:
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     # an unreachable store fails in seconds, before the heavy imports and the search
     check_stores(storage=storage or s.storage.optuna, tracking_uri=tracking_uri)
-
+    activity.inputs_checked()
+    activity("loading the search and the engine (Optuna, MLflow, torch)")
+    quiet_libraries()
     from bisect_eagle.engines import make_engine
     from bisect_eagle.search.study import Options, join_study, resolve_storage, run_study
     from bisect_eagle.search.study.loop import BaselineFailed
 
-    with Display(enabled=not as_json) as display:
+    activity("joining the study (its stores, its parent run)" if join_wait_s is not None else
+             "starting the study: its stores, its parent run, stage 1's target, draft and dump")
+    with Display(enabled=not as_json, activity=activity) as display:
         opts = Options(storage=resolve_storage(storage, s), tracking_uri=tracking_uri, progress=display, **options)
         try:
             if join_wait_s is None:
@@ -348,6 +384,8 @@ def study_command(*, spec: Path | None, storage: str | None, tracking_uri: str |
             else:
                 out = join_study(s, options=opts, engine_factory=make_engine, wait_s=join_wait_s)
         except BaselineFailed as e:
+            activity.close()
             Console(stderr=True).print(f"[red]error[/red]: {escape(str(e))}")
             raise typer.Exit(EXIT_NOT_REACHED) from None
-    finish(out, as_json)
+        display.finish(out)
+    return out

@@ -3,12 +3,15 @@ pseudo-terminal with a slow fake engine, a progress line that changes at least e
 
 from __future__ import annotations
 
+import io
 import re
+import time
 from pathlib import Path
 
 import pytest
 
-from bisect_eagle.cli.study import Eta, clock, event_text
+from bisect_eagle.cli.common import clock
+from bisect_eagle.cli.study import Eta, event_text
 from bisect_eagle.search.study import StudyProgress
 
 from helpers import screen_in_a_pty
@@ -26,29 +29,29 @@ def test_clock_is_one_format():
                                                                "1:49:53", "0:00:00"]
 
 
-def test_left_moves_with_the_clock_between_events():
+def test_left_is_an_estimate_or_nothing_never_the_wall_budget():
     eta = Eta()
     assert eta.left(0.0) is None and eta.elapsed(0.0) == 0.0
     eta.update(event("standalone", elapsed=10.0, wall=100.0), now=1000.0)
     assert eta.elapsed(1012.0) == pytest.approx(22.0)
-    assert eta.left(1000.0) == (pytest.approx(90.0), "≤") and eta.left(1030.0) == (pytest.approx(60.0), "≤")
-    assert eta.left(5000.0) == (0.0, "≤")  # past the budget: never negative
+    assert eta.left(1000.0) is None and eta.left(1030.0) is None  # stage 1: no estimate, and no budget shown as one
 
 
 def test_left_comes_from_the_trial_budget_and_the_measured_trial_times():
     eta = Eta()
     eta.update(event("live", elapsed=100.0), now=0.0)  # live trials begin at study time 100 s
+    assert eta.left(0.0) is None  # nothing measured yet
     eta.update(event("live", elapsed=130.0, done=1), now=30.0)
     eta.update(event("live", elapsed=160.0, done=2), now=60.0)  # 30 s a trial, 6 of 8 still allowed
-    assert eta.left(60.0) == (pytest.approx(180.0), "~")
-    assert eta.left(70.0) == (pytest.approx(170.0), "~")  # the current trial has run 10 s
-    assert eta.left(1000.0) == (pytest.approx(6100.0), "≤")  # slower than estimated: the wall budget's bound
+    assert eta.left(60.0) == pytest.approx(180.0)
+    assert eta.left(70.0) == pytest.approx(170.0)  # the current trial has run 10 s
+    assert eta.left(1000.0) is None  # slower than estimated: no estimate (never the wall budget instead)
     eta.update(event("confirm", elapsed=170.0, done=2), now=70.0)
-    assert eta.left(70.0) == (pytest.approx(7030.0), "≤")  # confirmation is not counted in trials
+    assert eta.left(70.0) is None  # confirmation is not counted in trials
     tight = Eta()
     tight.update(event("live", elapsed=0.0, wall=50.0), now=0.0)
     tight.update(event("live", elapsed=30.0, done=1, wall=50.0), now=30.0)
-    assert tight.left(30.0) == (pytest.approx(20.0), "≤")  # the wall budget ends first
+    assert tight.left(30.0) is None  # the wall budget ends the study before the estimate: none is shown
 
 
 def test_an_event_does_not_repeat_its_stage():
@@ -72,11 +75,13 @@ def test_the_bar_counts_wirings_in_stage_1_pulses_before_live_trials_then_counts
             task = display.bar.tasks[0]
             seen.append((task.fields["stage"], task.fields["count"], task.total))
     assert seen == [("standalone", "wiring 1/5", 5), ("standalone", "wiring 2/5", 5), ("standalone", "", None),
-                    ("baseline", "", None), ("live", "1/8 live trials", 8)]  # no "0/8 live trials" in stage 1
+                    ("baseline", "", None), ("live", "1/8 trials", 8)]  # no "0/8 trials" in stage 1
 
 
 DRIVER = """
-import sys
+import os, sys
+os.environ["COLUMNS"] = "{columns}"
+os.environ["NO_COLOR"] = "1"  # the bar's unfilled part is blank: a full bar is one run of ━
 sys.path.insert(0, {tests!r})
 import bisect_eagle.engines
 from fake_engine import FakeEngine
@@ -85,18 +90,37 @@ sys.argv = ["bisect-eagle", "run", {spec!r}, "--max-live-trials", "2"]
 from bisect_eagle.cli import main
 main()
 """
-TIMES = re.compile(r"(\d+:\d\d:\d\d) elapsed, left ([~≤]\d+:\d\d:\d\d)")
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+BAR = re.compile(r"^(?P<spin>[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏✓]) (?P<stage>[a-z]+) .*?(?P<clock>\d+:\d\d:\d\d)"
+                 r"(?: ~(?P<left>\d+:\d\d:\d\d) left)?$")
 
 
-def _screen_in_a_pty(tmp_path: Path, sleep_s: float, timeout_s: float = 600) -> list[tuple[float, str]]:
-    """Run `run` (tiny spec, 4 standalone samples, fake engine sleeping ``sleep_s`` a trial) in a 120-column
-    pseudo-terminal; every line or redraw it writes, with when it was read."""
+def _screen_in_a_pty(tmp_path: Path, sleep_s: float, *, columns: int = 120,
+                     timeout_s: float = 600) -> list[tuple[float, str]]:
+    """Run `run` (tiny spec, 4 standalone samples, fake engine sleeping ``sleep_s`` a trial, 2 live trials) in a
+    pseudo-terminal ``columns`` wide; every line or redraw it writes, with when it was read."""
     spec = tmp_path / "tiny.yaml"
     spec.write_text((ROOT / "experiments" / "tiny.yaml").read_text().replace("samples: 32", "samples: 4"))
-    seen, code = screen_in_a_pty(DRIVER.format(tests=str(TESTS), sleep=sleep_s, spec=str(spec)), cwd=tmp_path,
-                                 timeout_s=timeout_s)
+    seen, code = screen_in_a_pty(DRIVER.format(tests=str(TESTS), sleep=sleep_s, spec=str(spec), columns=columns),
+                                 cwd=tmp_path, timeout_s=timeout_s)
     assert code in (0, 3), "\n".join(text for _, text in seen[-40:])
     return seen
+
+
+def test_at_80_columns_the_progress_line_fits_estimates_or_says_nothing_and_ends_full_and_stopped(tmp_path):
+    seen = _screen_in_a_pty(tmp_path, 2.0, columns=80)
+    texts = [text for _, text in seen]
+    assert not [t for t in texts if len(t) > 80], [t for t in texts if len(t) > 80]
+    bars = [found for text in texts if (found := BAR.match(text))]
+    running = [b for b in bars if b["spin"] != "✓"]
+    assert running and {b["stage"] for b in running} >= {"standalone", "baseline", "live"}
+    assert not [t for t in texts if "≤" in t]  # never the wall budget shown as the time left
+    assert all(b["left"] is None for b in running if b["stage"] != "live")  # no estimate outside live trials
+    assert any(b["left"] for b in running)  # an estimate once a live trial was measured
+    end = bars[-1]  # the last redraw: the bar full, the spinner stopped, nothing left
+    assert end["spin"] == "✓" and end["stage"] == "done" and end["left"] is None, end.string
+    assert re.fullmatch(r"✓ done ━+ \d+ trials? best \S+ / target \S+ \d:\d\d:\d\d", end.string), end.string
+    assert not [b for b in bars[bars.index(end):] if b["spin"] in SPINNER]
 
 
 @pytest.mark.system
@@ -105,41 +129,59 @@ def test_the_progress_line_changes_at_least_every_10_s_with_a_slow_engine(tmp_pa
     seen = _screen_in_a_pty(tmp_path, sleep_s)
     changes, last = [], None
     for at, text in seen:
-        found = TIMES.search(text)
-        if found and found.groups() != last:
-            changes.append((at, found.groups()))
-            last = found.groups()
+        found = BAR.match(text)
+        if found and (found["clock"], found["left"]) != last:
+            changes.append((at, found["clock"], found["left"]))
+            last = found["clock"], found["left"]
     assert len(changes) > 10, seen[-20:]
     gaps = [b[0] - a[0] for a, b in zip(changes, changes[1:], strict=False)]
     assert max(gaps) < 10, max(gaps)
-    # between two events (a 12 s trial, no line printed) the time left itself counts down: a timer recomputes it
-    timed = [(at, text) for at, text in seen if not TIMES.search(text)]
-    (start, _), (end, _) = max(zip(timed, timed[1:], strict=False), key=lambda pair: pair[1][0] - pair[0][0])
-    assert end - start >= sleep_s * 0.9
-    lefts = {left for at, (_, left) in changes if start < at < end}
-    assert len(lefts) >= 5, (lefts, end - start)
-    events = [text for _, text in timed]
-    assert not [t for t in events if "standalone standalone" in t or "baseline   baseline" in t]
-    bars = [text for _, text in seen if TIMES.search(text)]
-    first_live = next(i for i, text in enumerate(bars) if text.lstrip("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ").startswith("live"))
-    assert bars[:first_live] and not [b for b in bars[:first_live] if "live trials" in b]  # no 0/2 in stage 1
-    assert any("wiring 1/5" in b for b in bars[:first_live])
-    assert "live trials" in bars[first_live]
+    # during the second live trial (no line printed for 12 s) the time left itself counts down: a timer recomputes it
+    assert len({left for _, _, left in changes if left}) >= 5, changes
+    timed = [text for _, text in seen if not BAR.match(text)]
+    assert not [t for t in timed if "standalone standalone" in t or "baseline   baseline" in t]
+    bars = [found for _, text in seen if (found := BAR.match(text))]
+    first_live = next(i for i, b in enumerate(bars) if b["stage"] == "live")
+    assert bars[:first_live] and not [b for b in bars[:first_live] if " trials " in b.string]  # no 0/2 in stage 1
+    assert any("wiring 1/5" in b.string for b in bars[:first_live])
+    assert "/2 trials" in bars[first_live].string
 
 
-def test_what_a_command_reads_is_said_on_a_terminal_only():
-    import io
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
 
-    from bisect_eagle.cli.common import reading
 
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
+def test_an_activity_is_a_live_line_with_a_clock_on_a_terminal_cleared_at_the_end():
+    from bisect_eagle.cli.common import Activity
 
-    tty, pipe = Terminal(), io.StringIO()
-    reading("reading run 7ca37e03", stream=tty)
-    reading("reading run 7ca37e03", stream=pipe)
-    assert tty.getvalue() == "… reading run 7ca37e03\n" and pipe.getvalue() == ""
+    tty = _Terminal()
+    with Activity(stream=tty) as activity:
+        activity("reading run 7ca37e03")
+        time.sleep(3 * Activity.TICK_S)  # redrawn by its clock
+    draws = tty.getvalue().split("\r")
+    assert [d for d in draws if re.fullmatch(r"[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] reading run 7ca37e03  \d:\d\d:\d\d\x1b\[K", d)]
+    assert len(draws) >= 3 and draws[-1] == "\x1b[K"  # cleared: the command's output starts on a clean line
+
+
+def test_off_a_terminal_an_activity_writes_a_plain_line_once_a_step_lasts(monkeypatch):
+    from bisect_eagle.cli.common import Activity
+
+    monkeypatch.setattr(Activity, "QUIET_S", 0.3)
+    monkeypatch.setattr(Activity, "UNCHECKED_QUIET_S", 60.0)
+    pipe = io.StringIO()
+    with Activity(stream=pipe) as activity:
+        activity("loading the spec")  # before the inputs are checked: a bad input's one line stays alone
+        time.sleep(1.0)
+        assert pipe.getvalue() == ""
+        activity.inputs_checked()
+        activity("short step")
+        activity("reading the runs")
+        deadline = time.monotonic() + 60
+        while "reading the runs" not in pipe.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    lines = pipe.getvalue().splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"\[\d:\d\d:\d\d\] reading the runs", lines[0]), lines
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +228,7 @@ def test_a_trial_has_one_name_in_runs_table_report_mlflow_and_optuna(named, tmp_
         assert run.info.run_name.startswith(f"{name} ids=") and run.data.tags["trial"] == name
     assert {t.user_attrs["name"] for t in study.trials} == {f"live {t.number:03d}" for t in study.trials}
     best = next(name for name, run in measured.items() if run == out.best["run_id"])
-    assert f"best: {best} (run {out.best['run_id']})\n" in buf.getvalue()
+    assert f"best: {best} (run {out.best['run_id'][:8]})\n" in buf.getvalue()
 
     done = CliRunner().invoke(app, ["report", str(spec), "--tracking-uri", out.tracking_uri, "--out",
                                     str(tmp_path / "report")])
@@ -194,4 +236,4 @@ def test_a_trial_has_one_name_in_runs_table_report_mlflow_and_optuna(named, tmp_
     rows = re.findall(r"^(live \d{3}) ([0-9a-f]{8}) ", done.output, re.M)
     assert sorted(rows) == sorted((name, run[:8]) for name, run in measured.items())
     assert rows[0] == (best, out.best["run_id"][:8])  # best first
-    assert f"best: {best} (run {out.best['run_id']})" in done.output
+    assert f"best: {best} (run {out.best['run_id'][:8]})" in done.output

@@ -11,6 +11,10 @@ argv names a copy of the draft beside it (``<draft>-vllm-ids-2-6-10``), ``draft_
 ``config.json`` (``draft_config``); the shipped draft is never changed. A trial that served the draft's own ids
 names the draft itself, without a patch. Nothing is written here; secret values are never printed (``$NAME`` in
 the environment, ``<redacted>`` in the argv).
+
+The command runs as printed on the node: its interpreter is vLLM's (``engine.vllm.python`` or ``--vllm-python``),
+or the launch command's own when it names one. Where neither is known and this machine's ``python`` cannot import
+vLLM, it is ``python3 -m vllm.entrypoints.openai.api_server ...`` and ``interpreter_note`` says what to point it at.
 """
 
 from __future__ import annotations
@@ -54,8 +58,8 @@ def export(spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], 
            python: str | None = None) -> dict[str, Any]:
     """The vLLM launch of a logged trial (:meth:`~bisect_eagle.engines.base.Engine.export`: its arguments and what
     it returns), plus ``server`` (``"vLLM"``), ``draft_source`` (the draft to copy; None for the baseline),
-    ``draft_note`` (how to make the copy, for a person; None without one) and ``server_version`` (the vLLM that
-    judged it, None when unchecked)."""
+    ``draft_note`` (how to make the copy, for a person; None without one), ``server_version`` (the vLLM that
+    judged it, None when unchecked) and ``interpreter_note`` (what to point ``python3`` at; None when known)."""
     server = spec.engine.vllm
     if python:
         server = server.model_copy(update={"python": python})
@@ -82,6 +86,13 @@ def export(spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], 
         warnings.append(f"the trial measured vLLM aux layer ids {measured}, this launch captures {served} (has the "
                         f"draft's config.json changed since?)")
     argv = list(plan.argv or [])
+    note = None
+    head = server.launch_command[0] if server.launch_command else ""
+    if (not server.python and argv and "/" not in head and head.startswith("python")
+            and plan.checked.startswith("not checked")):
+        argv, note = ["python3", *argv[1:]], ("python3: the interpreter that has vLLM on the node (its environment's "
+                                              "bin/python); set engine.vllm.python in the spec or give --vllm-python "
+                                              "to print its path here")
     draft_config = None if settings.is_baseline else str((copy or draft) / "config.json")
     note = None if copy is None else (
         f"copy {draft} to {copy} (its files, or symlinks to them; the draft itself stays as it is) and merge into "
@@ -91,4 +102,4 @@ def export(spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], 
             "draft_config": draft_config, "draft_config_patch": plan.config_patch,
             "draft_source": None if settings.is_baseline else str(draft), "draft_note": note, "server": "vLLM",
             "checked": plan.checked, "refusal": plan.refusal, "fingerprint": plan.fingerprint,
-            "warnings": warnings, "server_version": version}
+            "warnings": warnings, "server_version": version, "interpreter_note": note}

@@ -13,10 +13,16 @@ be confused with the bisect's outcome and progress (:mod:`bisect_eagle.bisect`),
 ``counts["live_measured"]``: with repeats and confirmation a live trial is several launches.
 ``tool_overhead_s_per_trial`` is this process's own time per live trial it measured, steering, the model and
 confirmation bookkeeping included (:mod:`bisect_eagle.search.study.spend`).
+
+Whatever the criterion, the mission is the baseline's tokens per second: :attr:`StudyOutcome.verdict` is the one
+sentence on the criterion (said once wherever the outcome is shown), :attr:`StudyOutcome.speed_text` the best
+config's output tok/s against the baseline's, saying plainly when speculation is slower here and why when the
+cause is known (``speed``: the engine on the CPU, a machine loaded beyond its cores).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -71,23 +77,96 @@ class StudyOutcome:
     confirmation: dict[str, Any] | None = None  # Confirmation.to_json of the best config, when confirmed or tried
     confirmations: dict[str, dict[str, Any]] | None = None  # every confirmation: fingerprint -> verdict
     launches: dict[str, Any] | None = None  # Launches.to_json: total, live, confirm, baseline, unit (all workers)
+    # the best config's output tok/s against the baseline's, and what slowed it when known (speed_facts)
+    speed: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> str:
-        """One line: "reached (confirmed, bound ...)", "not confirmed (...)" or "not reached"."""
-        c = self.confirmation
-        if self.target_reached:
-            return f"reached ({_summary(c)})" if c else "reached (not confirmed: confirmation disabled)"
-        return f"not confirmed ({_summary(c)})" if c else "not reached"
+        """The one verdict sentence: ``target reached: accept length 4.80, target ≥ 4.50 (4.5× baseline), confirmed by
+        one measurement``, or ``target not reached: best accept length 3.20, target ≥ 4.50 (4.5× baseline);
+        stopped: <why>``."""
+        return verdict_sentence(self)
+
+    @property
+    def speed_text(self) -> str | None:
+        """The best config's output tok/s against the baseline's, in one sentence (None when either is unknown)."""
+        return speed_sentence(self.speed)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _summary(c: dict[str, Any]) -> str:
-    from bisect_eagle.search.study.confirm import Confirmation
+METRIC_WORDS = {"accept_length": "accept length", "output_tok_s": "output tok/s"}
 
-    return Confirmation(**c).summary()
+
+def value_text(value: float) -> str:
+    """A criterion value in the verdict: two decimals, one from 100 up (``4.80``, ``95.12``, ``123.4``)."""
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.2f}"
+
+
+def verdict_sentence(out: StudyOutcome) -> str:
+    """The verdict on the criterion, in one sentence: the best value against the target (and the target's ratio to
+    the baseline), how it was confirmed, and, when not reached, why the study stopped."""
+    metric = METRIC_WORDS.get(out.metric, out.metric)
+    if out.target is None or out.best is None:
+        return f"target not reached: no live trial measured {metric}; stopped: {out.stop_reason}"
+    ratio = f" ({out.target / out.baseline:.3g}× baseline)" if out.baseline else ""
+    head = f"{metric} {value_text(out.best['value'])}, target ≥ {value_text(out.target)}{ratio}"
+    c = out.confirmation
+    if out.target_reached:
+        return f"target reached: {head}, {_confirmed_by(c)}"
+    confirmed = "" if c is None else f", {_confirmed_by(c)}"
+    return f"target not reached: best {head}{confirmed}; stopped: {out.stop_reason}"
+
+
+def _confirmed_by(c: dict[str, Any] | None) -> str:
+    """How the verdict was confirmed: ``confirmed by one measurement``, ``confirmed by 3 re-measurements, 95 % lower
+    bound 1.06×``, ``not confirmed: <why>``, or that confirmation is off."""
+    if c is None:
+        return "not re-measured (confirmation is off)"
+    if c["status"] != "confirmed":
+        bound = "" if c.get("lower") is None else f" (lower bound {c['lower']:.3g}× < {c['ratio']:g}×)"
+        return f"not confirmed{bound}: {c.get('detail') or 'see the confirm runs'}"
+    if c.get("deterministic"):
+        return "confirmed by one measurement"
+    pairs = c.get("pairs") or 0
+    return (f"confirmed by {pairs} re-measurement{'s' if pairs != 1 else ''}, {c['confidence'] * 100:g} % lower bound "
+            f"{c['lower']:.3g}×")
+
+
+def speed_sentence(speed: dict[str, Any] | None) -> str | None:
+    """``output tok/s 61.2 against 90.0 without speculation (0.68× baseline): speculation is slower here than no
+    speculation, likely because ...``; None without both figures."""
+    if not speed or speed.get("output_tok_s") is None or not speed.get("baseline_output_tok_s"):
+        return None
+    ratio = speed["output_tok_s"] / speed["baseline_output_tok_s"]
+    text = (f"output tok/s {value_text(speed['output_tok_s'])} against {value_text(speed['baseline_output_tok_s'])} "
+            f"without speculation ({ratio:.2f}× baseline)")
+    if ratio >= 1:
+        return text
+    causes = speed.get("causes") or []
+    why = f", likely because {' and '.join(causes)}" if causes else ""
+    return f"{text}: speculation is slower here than no speculation{why}"
+
+
+def speed_facts(best: dict[str, Any] | None, baseline_tok_s: float | None) -> dict[str, Any] | None:
+    """The best config's output tok/s beside the baseline's, with what slowed it when known: the engine on the CPU
+    (effective ``device`` ``cpu``) and a machine loaded beyond its cores (this host's load average, read now,
+    above its core count). None without a best config."""
+    if best is None:
+        return None
+    tok_s = best["metrics"].get("output_tok_s")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    causes = []
+    if best["params"].get("device") == "cpu":
+        causes.append("the engine runs on the CPU, where verifying several tokens in one pass costs more than one "
+                      "decoding step (on a GPU it costs about the same)")
+    if load is not None and load > cores:
+        causes.append(f"the machine is loaded (load average {load:.1f} on {cores} cores): other processes slow "
+                      "every trial, unevenly")
+    return {"output_tok_s": tok_s, "baseline_output_tok_s": baseline_tok_s, "load_average": load, "cores": cores,
+            "causes": causes}
 
 
 def trial_summary(t: optuna.trial.FrozenTrial, space: SearchSpace | None) -> dict[str, Any]:
@@ -138,5 +217,5 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
         trials=trials, counts=counts, elapsed_s=run.elapsed(),
         tool_overhead_s_per_trial=run.spend.per_trial(),
         confirmation=confirmations.get(best_claim.fingerprint) if best_claim else None, confirmations=confirmations,
-        launches=run.launches().to_json(),
+        launches=run.launches().to_json(), speed=speed_facts(best, ctx.baseline_tok_s),
     )

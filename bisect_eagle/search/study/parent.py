@@ -4,8 +4,10 @@ Every trial of a study is a child of this run. Its artifacts are the spec as wri
 values scrubbed) and as resolved (``spec.resolved.json``: absolute paths, secret values redacted), from which
 ``reproduce`` and ``export`` rebuild the spec; its params name the versions, the host and the search budget;
 its dataset inputs are the target, draft, dump and prompts. When the study ends, its description
-(``mlflow.note.content``) states the verdict, the best config with a link to its run and the ``export``
-command, and its metrics hold the best trial's values beside the baseline and the target.
+(``mlflow.note.content``) states the verdict sentence once, the best config's tok/s against the baseline's, the
+best config with a link to its run and the ``export`` command; its tags ``outcome`` (``target reached`` or ``target
+not reached``), ``verdict`` (the sentence) and ``speed`` (the tok/s sentence); its metrics the best trial's values
+beside the baseline and the target.
 """
 
 from __future__ import annotations
@@ -102,32 +104,25 @@ def _num(v: float | None) -> str:
 
 
 def description(out: StudyOutcome) -> str:
-    """The parent run's markdown. Its first lines are what the UI shows before "Show more": the verdict, the best
-    run (linked) against the baseline and the target, stated once, and the command that deploys it; then why the
-    study stopped, its cost, the best config's metrics and settings."""
-    verdict = "Target reached" if out.target_reached else "Target not reached"
-    lines = [f"## {verdict}", ""]
+    """The parent run's markdown. Its first lines are what the UI shows before "Show more": the verdict sentence
+    (said once), the best config's tok/s against the baseline's, the best run (linked) and the command that deploys
+    it; then the study's cost, the best config's metrics and settings."""
+    verdict = out.verdict
+    lines = [f"**{verdict[:1].upper()}{verdict[1:]}.**", ""]
+    if out.speed_text:
+        lines += [f"Speed: {out.speed_text}.", ""]
     b = out.best
-    where = ""
-    if out.target is not None:
-        where = f" (baseline {_num(out.baseline)}, target ≥ {_num(out.target)})"
     if b:
-        ratio = b["metrics"].get(ratio_name(out.metric))
-        times = f" = {_times(ratio)}" if ratio is not None else ""
         name = f"{b['name']} (run {b['run_id'][:8]})" if b.get("name") else f"run {b['run_id'][:8]}"
-        lines += [f"**Best: [{name}](#/experiments/{out.experiment_id}/runs/{b['run_id']})**: "
-                  f"{out.metric} {_num(b['value'])}{times}{where}.", "",
-                  f"Deploy it: `bisect-eagle export {b['run_id']} --tracking-uri {out.tracking_uri}` (the engine's "
-                  "launch command, its environment and the draft's config patch).", ""]
-    elif where:
-        lines += [f"{out.metric}{where}: no live trial finished ok; the failed trials' runs say why (tag "
-                  "`failure_class`).", ""]
-    lines += [f"Verdict: {out.verdict}. Stopped: {out.stop_reason}."]
+        lines += [f"Best: [{name}](#/experiments/{out.experiment_id}/runs/{b['run_id']}). Deploy it: "
+                  f"`bisect-eagle export {b['run_id'][:8]} --tracking-uri {out.tracking_uri}` (the engine's launch "
+                  "command, its environment and the draft's config patch).", ""]
+    else:
+        lines += ["No live trial finished ok: the failed trials' runs say why (tag `failure_class`).", ""]
     if out.launches is not None:
-        lines += ["", f"Cost: {Launches.from_json(out.launches).summary()} for {out.counts['live_measured']} "
-                      "live trials."]
+        lines += [f"Cost: {Launches.from_json(out.launches).summary()} for {out.counts['live_measured']} live trials."]
     if not b:
-        return "\n".join(lines)
+        return "\n".join(lines).rstrip()
     lines += ["", "### Best config", "", "| metric | best | baseline | ratio |", "|---|---|---|---|"]
     baselines = {out.metric: out.baseline, "output_tok_s": out.baseline_output_tok_s}
     for name in dict.fromkeys([out.metric, *HEADLINE]):
@@ -149,8 +144,10 @@ def _times(ratio: float) -> str:
 def finish_parent_run(tracking: Tracking, outcome: StudyOutcome) -> None:
     """Summary and best-trial metrics, the description and verdict tags, then status FINISHED."""
     out = outcome
-    tags = {"outcome": "target reached" if out.target_reached else "target not reached",
-            "stop_reason": out.stop_reason, "verdict": out.verdict, NOTE: description(out)}
+    tags = {"outcome": "target reached" if out.target_reached else "target not reached", "verdict": out.verdict,
+            NOTE: description(out)}
+    if out.speed_text:
+        tags["speed"] = out.speed_text
     if out.best:
         tags["best_run_id"] = out.best["run_id"]
     tracking.log(out.parent_run_id, metrics=summary_metrics(out), tags=tags)
