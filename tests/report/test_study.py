@@ -78,9 +78,10 @@ def test_the_parent_run_is_the_answer(study):
     assert m["target_output_tok_s"] == out.target
     assert m["best_output_tok_s_ratio_to_baseline"] == pytest.approx(out.best["value"] / out.baseline)
     note = parent.data.tags["mlflow.note.content"]
-    assert note.startswith("## Target not reached")
+    assert note.startswith("**Target not reached: best output tok/s") and note.count("target not reached") == 0
+    assert parent.data.tags["verdict"] == out.verdict and note.count(out.verdict[len("target not reached"):]) == 1
     assert f"(#/experiments/{out.experiment_id}/runs/{out.best['run_id']})" in note
-    assert f"bisect-eagle export {out.best['run_id']} --tracking-uri" in note
+    assert f"bisect-eagle export {out.best['run_id'][:8]} --tracking-uri" in note
     assert "| num_steps | `3` |" in note
     inputs = {i.dataset.name for i in parent.inputs.dataset_inputs}
     assert inputs == {"target", "draft", "dump", "prompts"}

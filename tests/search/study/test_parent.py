@@ -63,16 +63,21 @@ def test_parent_run_carries_budget_and_spec_then_the_outcome(tracking, spec):
                                                       "metrics": {"output_tok_s": 110.0,
                                                                   "output_tok_s_ratio_to_baseline": 2.2}},
         gate=[], trials=[],
-        counts={"live_measured": 3, "duplicates": 1, "failed": 1}, elapsed_s=12.0, tool_overhead_s_per_trial=0.2)
+        counts={"live_measured": 3, "duplicates": 1, "failed": 1}, elapsed_s=12.0, tool_overhead_s_per_trial=0.2,
+        speed={"output_tok_s": 110.0, "baseline_output_tok_s": 50.0, "causes": []})
     finish_parent_run(tracking, out)
     run = tracking.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["outcome"] == "target reached" and run.data.tags["best_run_id"] == "r1"
     assert run.data.metrics["best_output_tok_s_ratio_to_baseline"] == pytest.approx(2.2)
     note = run.data.tags["mlflow.note.content"]
-    head = note.splitlines()[:5]  # what the UI shows before "Show more"
-    assert head[0] == "## Target reached"
-    assert "output_tok_s 110.0 = 2.20× baseline (baseline 50, target ≥ 100.0)" in head[2]
-    assert head[4].startswith("Deploy it: `bisect-eagle export r1 --tracking-uri t`")
+    head = note.splitlines()[:5]  # what the UI shows before "Show more": the verdict once, tok/s, the deploy command
+    assert head[0] == ("**Target reached: output tok/s 110.0, target ≥ 100.0 (2× baseline), not re-measured "
+                       "(confirmation is off).**")
+    assert run.data.tags["verdict"] == head[0][2:-3].replace("Target", "target", 1)
+    assert head[2] == "Speed: output tok/s 110.0 against 50.00 without speculation (2.20× baseline)."
+    assert run.data.tags["speed"] == head[2][len("Speed: "):-1]
+    assert head[4].startswith("Best: [run r1](#/experiments/")
+    assert "Deploy it: `bisect-eagle export r1 --tracking-uri t`" in head[4]
     assert note.count("100.0") == 1 and "x baseline" not in note  # the target once, one ratio notation
     assert run.data.metrics["live_trials"] == 3 and run.data.metrics["tool_overhead_s_per_trial"] == 0.2
