@@ -8,8 +8,11 @@ liar so parallel workers spread out, grouped when parameters are conditional), a
 from __future__ import annotations
 
 import json
+import math
 import warnings
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -82,20 +85,90 @@ def list_configs(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan
     return out
 
 
+SAMPLED = 200  # configs planned from a space that cannot be listed (continuous, or too large): a seeded sample
+
+
+@dataclass(frozen=True)
+class SpacePlan:
+    """Every config of a space judged by the engine's plans; of a space that cannot be listed, a seeded sample."""
+
+    planned: int  # configs planned
+    listed: bool  # whether they are the whole space (False: a sample of ``SAMPLED``)
+    bound: int | None  # configs the space holds at most (the product of the value counts); None: a float range
+    refused: dict[str, int]  # reason (one line) -> configs the engine refuses for it, most first
+    checked: dict[str, int]  # what checked the plans it accepts -> how many
+
+    @property
+    def launchable(self) -> int:
+        """The configs planned that the engine would launch."""
+        return self.planned - sum(self.refused.values())
+
+    def whole(self) -> str:
+        """What ``planned`` counts: ``"27216 configs of the space"`` or ``"a seeded sample of 200 configs of a space
+        too large to list (at most 1200000)"``."""
+        if self.listed:
+            return f"{self.planned} configs of the space"
+        size = "a float range" if self.bound is None else f"at most {self.bound}"
+        return f"a seeded sample of {self.planned} configs of a space too large to list ({size})"
+
+    def check(self, engine: str, source: object) -> None:
+        """:class:`BadInput` when the engine refuses every config of a listed space (the study could launch
+        nothing); a sample refused whole says only that the sample is (see :meth:`whole`), and is no verdict."""
+        if self.planned and self.listed and not self.launchable:
+            reason, count = next(iter(self.refused.items()))
+            raise BadInput(f"{source}: the {engine} engine refuses all {self.planned} configs of the space ({count} "
+                           f"of them: {reason})")
+
+
+def plan_space(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan], sample: int = SAMPLED) -> SpacePlan:
+    """Plan every config of ``space`` with ``plan`` (the engine's; nothing runs), or a seeded sample of ``sample``
+    configs when the space cannot be listed (a float range, or more than the space lists).
+
+    Args:
+        space: the space, its conditions applied (inactive parameters are left out, so repeats are planned once).
+        plan: the engine's plan of a config's settings; its refusal, or a :class:`BadInput` it raises, refuses it.
+        sample: how many configs to draw from a space that cannot be listed (Optuna's random sampler, seed 0).
+
+    Returns:
+        The counts, refusals grouped by reason.
+    """
+    combos = space.enumerate()
+    listed = combos is not None
+    sizes = [space.values(name) for name in space.order]
+    bound = None if any(v is None for v in sizes) else math.prod(max(1, len(v)) for v in sizes)
+    refused: Counter[str] = Counter()
+    checked: Counter[str] = Counter()
+    planned = 0
+    for sampled in combos if listed else _sampled(space, sample):
+        planned += 1
+        try:
+            p = plan(space.settings(sampled))
+            reason = p.refusal
+        except BadInput as e:
+            p, reason = None, str(e)
+        if reason is not None:
+            refused[" ".join(reason.split())] += 1
+        elif p is not None:
+            checked[p.checked or "the engine's own rules"] += 1
+    return SpacePlan(planned=planned, listed=listed, bound=bound, refused=dict(refused.most_common()),
+                     checked=dict(checked.most_common()))
+
+
 def refusals(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan]) -> tuple[int, dict[str, int]] | None:
     """How many configs ``space`` lists and, per reason, how many of them the engine refuses (bad values
     included); None when the space cannot be listed. Planning is cheap: nothing runs."""
-    combos = space.enumerate()
-    if combos is None:
+    if space.enumerate() is None:
         return None
-    total, refused = 0, {}
-    for sampled in combos:
-        total += 1
-        try:
-            reason = plan(space.settings(sampled)).refusal
-        except BadInput as e:
-            reason = str(e)
-        if reason is not None:
-            reason = " ".join(reason.split())
-            refused[reason] = refused.get(reason, 0) + 1
-    return total, refused
+    found = plan_space(space, plan=plan)
+    return found.planned, found.refused
+
+
+def _sampled(space: SearchSpace, n: int) -> list[dict[str, Any]]:
+    """``n`` configs of a space that cannot be listed, drawn by Optuna's random sampler (seeded: reproducible)."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    out = []
+    for _ in range(n):
+        trial = study.ask()
+        out.append(space.suggest(trial))
+        study.tell(trial, 0.0)
+    return out
