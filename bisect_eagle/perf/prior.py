@@ -22,6 +22,17 @@ the target's weights per GPU are then a deployment's typical footprint (:data:`W
 memory, :data:`ACTIVE_SHARE` of it read per token, whatever ``tp`` is: a target is sharded to fit its GPUs),
 and the draft's weights :data:`DRAFT_SHARE` of the target's.
 
+An extra token in the verify forward (:meth:`ColdPrior.verify_token`) costs the per-token work ``c`` (compute,
+attention, sampling: small, and not known before a trial) plus, on a MoE target, the routed experts it reads that
+the other tokens did not: a share ``routed · (1 - k/E)`` of the weights (``routed``: the routed experts' share of
+the bytes read per token; ``k`` of ``E`` experts per token), paid as streamed bytes in the memory-bound part of the
+forward and, in the latency-bound part, as the expert GEMMs that are launched for it (a share ``w``, unknown)::
+
+    vt = c + routed · (1 - k/E) · ((1 - φ) + φ · w)
+
+so a dense target's extra token is nearly free while a sparse MoE's can cost a large share of a forward, and the
+prior is wide where the config.json says MoE or says nothing.
+
 Uncertainty: ``u``, the bandwidth, and each size are drawn (``u ~ Beta(2, 2)``, log-normal factors on the
 bandwidth and the sizes, wider for an unknown model) and ``r`` is computed per draw: the prior is the draws'
 median and their log-sd (:meth:`ColdPrior.draft_step`). :meth:`ColdPrior.terms` hands the cost fit
@@ -47,6 +58,10 @@ ACTIVE_SHARE = 0.22  # weights read per token when unknown: geometric midpoint o
 DRAFT_SHARE = 0.03  # the draft's weights over the target's active ones when unknown (one layer and a head)
 TYPICAL_LAYERS = 48  # target layers when unknown
 SPEC_OVERHEAD = (0.1, 1.0)  # per drafting cycle beyond its forwards (tree build, acceptance): share, relative sd
+TOKEN_WORK = 0.025  # median share of a forward one more token's own work costs (c), log-sd TOKEN_WORK_SD
+TOKEN_WORK_SD = 1.0
+UNKNOWN_ROUTED = (0.0, 0.85)  # the routed experts' share of a target's bytes when no config.json tells (uniform)
+EXPERT_COST_SD = 0.7  # log-sd of what reading and launching one more token's experts costs (kernels, expert routing)
 BANDWIDTH_SD = 0.4  # log-sd of the device's bandwidth around its nominal value
 KNOWN_SIZE_SD = 0.3  # log-sd of bytes read per token estimated from a config.json (kernels, KV reads, scales)
 UNKNOWN_SIZE_SD = 1.0  # log-sd of a size that no config.json told
@@ -62,6 +77,9 @@ class ModelSize:
     active_params: float
     bytes_per_param: float
     layers: int
+    routed_params: float = 0.0  # of active_params: the routed experts' (MoE; 0 for a dense model)
+    experts: int = 0  # routed experts per MoE layer
+    experts_per_token: int = 0
 
     @property
     def bytes(self) -> float:
@@ -106,15 +124,17 @@ class ModelSize:
             shared = float(cfg.get("n_shared_experts") or 0)
             moe_inter = _positive(cfg.get("moe_intermediate_size")) or inter
             dense = min(layers, float(cfg.get("first_k_dense_replace") or 0))
-            mlp = dense * 3 * h * inter + (layers - dense) * ((per_token + shared) * 3 * h * moe_inter + h * experts)
+            routed = (layers - dense) * per_token * 3 * h * moe_inter
+            mlp = dense * 3 * h * inter + routed + (layers - dense) * (shared * 3 * h * moe_inter + h * experts)
         else:
-            mlp = layers * 3 * h * inter
+            routed, mlp = 0.0, layers * 3 * h * inter
         vocab = _positive(cfg.get("draft_vocab_size") or cfg.get("vocab_size")) or 32000.0
         fc = 0.0
         if any(k in config for k in ("draft_vocab_size", "eagle_config", "transformer_layer_config")):
             fc = float(config.get("num_aux_hidden_states") or 3) * (_positive(cfg.get("target_hidden_size")) or h) * h
         params = layers * attention + mlp + vocab * h + fc
-        return cls(active_params=params, bytes_per_param=_bytes_per_param(cfg), layers=int(layers))
+        return cls(active_params=params, bytes_per_param=_bytes_per_param(cfg), layers=int(layers),
+                   routed_params=routed, experts=int(experts or 0), experts_per_token=int(per_token or 0))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,40 +163,73 @@ class ColdPrior:
         self.draws = draws
         self.seed = seed
 
+    def _fixed_share(self, forward_s: float, rng: np.random.Generator) -> np.ndarray:
+        """Draws of ``φ``, the fixed (latency) share of the measured one-token forward ``forward_s``."""
+        d, n = self.deployment, self.draws
+        if d.target is not None:
+            target_gpu, target_sd = d.target.bytes / d.tp, KNOWN_SIZE_SD
+        else:
+            target_gpu, target_sd = DEVICE_MEMORY * WEIGHT_FILL * ACTIVE_SHARE, UNKNOWN_SIZE_SD
+        target_gpu = target_gpu * np.exp(target_sd * rng.standard_normal(n))
+        t_mem = target_gpu / (d.bandwidth * np.exp(BANDWIDTH_SD * rng.standard_normal(n)))
+        return np.maximum(0.0, 1.0 - t_mem / forward_s)
+
     def draft_step(self, forward_s: float) -> tuple[float, float]:
         """(median, log-sd) of a draft step in one-token target forwards, given the measured ``forward_s``.
 
         Raises:
             ValueError: ``forward_s`` not finite and > 0.
         """
-        if not (math.isfinite(forward_s) and forward_s > 0):
-            raise ValueError(f"forward_s must be finite and > 0, got {forward_s}")
+        _check(forward_s)
         d, rng = self.deployment, np.random.default_rng(self.seed)
         n = self.draws
-        if d.target is not None:
-            target_gpu = d.target.bytes / d.tp
-            target_sd, layers = KNOWN_SIZE_SD, d.target.layers
-        else:
-            target_gpu = DEVICE_MEMORY * WEIGHT_FILL * ACTIVE_SHARE
-            target_sd, layers = UNKNOWN_SIZE_SD, TYPICAL_LAYERS
-        target_gpu = target_gpu * np.exp(target_sd * rng.standard_normal(n))
+        fixed = self._fixed_share(forward_s, rng)
+        layers = d.target.layers if d.target is not None else TYPICAL_LAYERS
         if d.draft is not None and d.target is not None:
             ratio, ratio_sd, draft_layers = d.draft.bytes / d.target.bytes, KNOWN_SIZE_SD, d.draft.layers
         else:
             ratio, ratio_sd, draft_layers = DRAFT_SHARE, UNKNOWN_SIZE_SD, d.draft.layers if d.draft else 1
         ratio = np.minimum(1.0, ratio * np.exp(ratio_sd * rng.standard_normal(n)))
-        t_mem = target_gpu / (d.bandwidth * np.exp(BANDWIDTH_SD * rng.standard_normal(n)))
-        fixed = np.maximum(0.0, 1.0 - t_mem / forward_s)
         per_forward = rng.beta(2.0, 2.0, n)
         kappa = per_forward + (1 - per_forward) * min(1.0, draft_layers / layers)
-        r = fixed * kappa + (1 - fixed) * ratio
-        log_r = np.log(np.maximum(r, 1e-6))
-        return float(np.exp(np.median(log_r))), float(np.std(log_r))
+        return _median_sd(fixed * kappa + (1 - fixed) * ratio)
+
+    def verify_token(self, forward_s: float) -> tuple[float, float]:
+        """(median, log-sd) of one more token in the verify forward, in one-token target forwards (module docstring).
+
+        Raises:
+            ValueError: ``forward_s`` not finite and > 0.
+        """
+        _check(forward_s)
+        d, rng = self.deployment, np.random.default_rng(self.seed + 1)
+        n = self.draws
+        fixed = self._fixed_share(forward_s, rng)
+        work = TOKEN_WORK * np.exp(TOKEN_WORK_SD * rng.standard_normal(n))
+        if d.target is None:
+            routed, new = rng.uniform(*UNKNOWN_ROUTED, n), 1.0
+        else:
+            routed = d.target.routed_params / d.target.active_params
+            new = 1 - d.target.experts_per_token / d.target.experts if d.target.experts else 0.0
+        launched = rng.beta(1.0, 3.0, n)  # the latency-bound part's extra expert GEMMs, a share of it
+        experts = routed * new * ((1 - fixed) + fixed * launched) * np.exp(EXPERT_COST_SD * rng.standard_normal(n))
+        return _median_sd(work + experts)
 
     def terms(self, forward_s: float) -> dict[str, tuple[float, float]]:
-        """The cost fit's prior (share of a one-token target forward, relative sd) of the speculative terms."""
-        share, log_sd = self.draft_step(forward_s)
-        return {"draft_step": (share, log_sd), "spec_fixed": SPEC_OVERHEAD}
+        """The cost fit's prior (share of a one-token target forward, relative sd) of the speculative terms and of
+        the verify forward's per-token cost."""
+        return {"draft_step": self.draft_step(forward_s), "spec_fixed": SPEC_OVERHEAD,
+                "verify_token": self.verify_token(forward_s)}
+
+
+def _check(forward_s: float) -> None:
+    if not (math.isfinite(forward_s) and forward_s > 0):
+        raise ValueError(f"forward_s must be finite and > 0, got {forward_s}")
+
+
+def _median_sd(draws: np.ndarray) -> tuple[float, float]:
+    """(median, log-sd) of positive draws."""
+    log_r = np.log(np.maximum(draws, 1e-6))
+    return float(np.exp(np.median(log_r))), float(np.std(log_r))
 
 
 def _positive(value: Any) -> float | None:

@@ -12,6 +12,10 @@ Two accuracies, because frameworks disagree (speculators' and SpecForge's traini
 vocabulary (SpecForge; target tokens outside the draft vocabulary always miss). The simulated accept
 length is SpecForge's ``a0 + a0·a1 + …`` over per-step full-vocabulary accuracies (drafted tokens only;
 add 1 for SGLang's AL).
+
+Uncertainty: each accuracy's standard error (``accuracy_sd``) is a bootstrap over the dump's samples (its tokens
+are not independent: a sample's tokens share a prompt), from the first step's hits per sample
+(:func:`bootstrap_sd`). The gate (:mod:`bisect_eagle.search.gate`) sizes its margin with it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 
 from bisect_eagle.artifacts.draft import LoadedDraft
@@ -28,6 +33,7 @@ from bisect_eagle.artifacts.target import TargetHead
 from bisect_eagle.artifacts.wiring import Rule, check_width
 from bisect_eagle.errors import BadInput
 
+BOOTSTRAP_DRAWS = 2000
 ALIGNMENT = (
     "row t: fc(rule(states)[t]) + token t+1 -> target argmax at t+1, masked by loss_mask[t+1] "
     "(SpecForge dumps: loss_mask[t]); step k reads token t+1+k, scored at t+1+k"
@@ -41,6 +47,7 @@ class Counts:
     tokens: int = 0
     draft_hits: int = 0
     full_hits: int = 0
+    by_sample: list[tuple[int, int, int]] = field(default_factory=list)  # (tokens, draft hits, full hits) per sample
 
     def rate(self, hits: int) -> float:
         return hits / self.tokens if self.tokens else float("nan")
@@ -58,6 +65,7 @@ class StandaloneResult:
     accuracy: dict[str, float]
     per_position: list[dict[str, float]]
     simulated_accept_length: float
+    accuracy_sd: dict[str, float] = field(default_factory=dict)  # bootstrap over samples (module docstring)
     skipped_files: list[str] = field(default_factory=list)
     alignment: str = ALIGNMENT
 
@@ -126,6 +134,29 @@ def score_batch(loaded: LoadedDraft, batch: Batch, *, steps: int, counts: list[C
         counts[k].tokens += int(valid.sum())
         counts[k].full_hits += int(full_hit.sum())
         counts[k].draft_hits += int(draft_hit.sum())
+        counts[k].by_sample += zip(valid.sum(1).tolist(), draft_hit.sum(1).tolist(), full_hit.sum(1).tolist(),
+                                   strict=True)
+
+
+def bootstrap_sd(tokens: list[int], hits: list[int], *, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> float:
+    """The standard error of ``sum(hits) / sum(tokens)`` over samples, by the bootstrap (samples resampled whole).
+
+    Args:
+        tokens: scored tokens of each sample.
+        hits: hits of each sample (same length).
+        draws: bootstrap resamples.
+        seed: the resampling's seed (an accuracy's error is reproducible).
+
+    Returns:
+        The resampled ratios' standard deviation; NaN with fewer than two samples that scored a token.
+    """
+    n, h = np.asarray(tokens, dtype=float), np.asarray(hits, dtype=float)
+    keep = n > 0
+    n, h = n[keep], h[keep]
+    if len(n) < 2:
+        return float("nan")
+    pick = np.random.default_rng(seed).integers(0, len(n), size=(draws, len(n)))
+    return float(np.std(h[pick].sum(1) / n[pick].sum(1)))
 
 
 def summarize(
@@ -139,6 +170,10 @@ def summarize(
     for p in per_position:
         running *= p["full_vocab"]
         sim += running
+    first = counts[0].by_sample
+    sample_tokens = [t for t, _, _ in first]
+    sd = {"draft_vocab": bootstrap_sd(sample_tokens, [d for _, d, _ in first]),
+          "full_vocab": bootstrap_sd(sample_tokens, [f for _, _, f in first])}
     return StandaloneResult(
         rule=rule.text,
         selection=selection,
@@ -148,6 +183,7 @@ def summarize(
         accuracy={"draft_vocab": per_position[0]["draft_vocab"], "full_vocab": per_position[0]["full_vocab"]},
         per_position=per_position,
         simulated_accept_length=sim,
+        accuracy_sd=sd,
         skipped_files=skipped,
     )
 

@@ -107,7 +107,9 @@ class Verdict:
     simulated_accept_length: float
     per_position: list[dict[str, float]]
     tokens: int
+    accuracy_sd: float = 0.0  # the accuracy's bootstrap standard error over the dump's samples
     passed: bool = False
+    threshold: float | None = None  # the gate's threshold for this wiring (search.gate.apply_gate)
     run_id: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -118,6 +120,7 @@ class Verdict:
         """What scoring alone says (no gate decision: that needs every wiring's score)."""
         d = self.to_json()
         d.pop("passed")
+        d.pop("threshold")
         return d
 
 
@@ -250,5 +253,6 @@ def _verdict(c: Candidate, r: StandaloneResult, metric: str) -> Verdict:
         r.simulated_accept_length,
         r.per_position,
         r.tokens,
+        accuracy_sd=r.accuracy_sd.get(metric, 0.0),
         notes=notes,
     )

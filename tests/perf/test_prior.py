@@ -132,3 +132,22 @@ def test_a_cold_interval_narrows_as_trials_arrive():
     assert width(warm) < 0.5 * width(cold)
     assert warm.low <= eight_gpu_truth(3)["output_tok_s"] <= warm.high
     assert abs(warm.tok_s / eight_gpu_truth(3)["output_tok_s"] - 1) < 0.05
+
+
+def test_a_moe_config_json_raises_and_widens_the_verify_token_prior():
+    """One more verified token: nearly free on a dense target, a wide and larger share of a forward on a sparse MoE,
+    whose extra token reads experts the other tokens did not; widest where no config.json tells."""
+    forward_s = 0.011  # a one-token forward of a large target on 8 GPUs
+    moe = ColdPrior(Deployment(target=ModelSize.from_config(DEEPSEEK_V3), tp=8)).terms(forward_s)["verify_token"]
+    dense = ColdPrior(Deployment(target=ModelSize.from_config(LLAMA_8B), tp=1)).terms(forward_s)["verify_token"]
+    unknown = ColdPrior(Deployment(tp=8)).terms(forward_s)["verify_token"]
+    assert moe[0] > 2 * dense[0] and moe[0] * moe[1] > 2 * dense[0] * dense[1]  # larger, and wider in shares
+    assert unknown[0] * unknown[1] > dense[0] * dense[1]
+    assert ModelSize.from_config(LLAMA_8B).routed_params == 0.0
+    ds = ModelSize.from_config(DEEPSEEK_V3)
+    assert ds.experts == 256 and ds.experts_per_token == 8 and 0.3 < ds.routed_params / ds.active_params < 0.9
+
+
+def test_the_cost_fit_is_told_the_verify_token_prior():
+    prior = ColdPrior(Deployment(target=ModelSize.from_config(DEEPSEEK_V3), tp=8))
+    assert set(prior.terms(0.011)) == {"draft_step", "spec_fixed", "verify_token"}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.search.gate import apply_gate
+from bisect_eagle.search.gate import GATE_Z, PROXY_REL_SD, apply_gate
 from bisect_eagle.spec.schema import Spec, StandaloneStage, Wiring
 from bisect_eagle.trials.standalone import Candidate, Scorer, Verdict, candidates
 
@@ -33,16 +35,39 @@ def test_bad_wirings_name_the_spec_entry():
         candidates(spec_with({"layer_ids": [1, 5, 12]}), 12)
 
 
-def verdict(label: str, acc: float) -> Verdict:
-    return Verdict(label, [1], "[0]", "dump", acc, 1.0, [], 10)
+def verdict(label: str, acc: float, sd: float = 0.0) -> Verdict:
+    return Verdict(label, [1], "[0]", "dump", acc, 1.0, [], 10, accuracy_sd=sd)
 
 
-def test_gate_keeps_wirings_within_the_margin_of_the_reference():
-    vs = [verdict("a", 0.80), verdict("b", 0.76), verdict("c", 0.30)]
+def test_gate_keeps_wirings_within_noise_of_the_reference():
+    vs = [verdict("a", 0.80), verdict("b", 0.74), verdict("c", 0.30)]
     assert apply_gate(vs, margin=0.05, reference=None) == 0.80
+    # 0.06 below the best is outside the margin but inside the teacher-forced proxy's own error (2.33·4 % of 0.8)
     assert [v.passed for v in vs] == [True, True, False]
+    assert vs[1].threshold == pytest.approx(0.80 - GATE_Z * PROXY_REL_SD * 0.80)
+    assert [n for n in vs[0].notes if n.startswith("gate rank")] == ["gate rank 1"]
+    assert [n for n in vs[1].notes if n.startswith("gate rank")] == ["gate rank 2"]
     assert apply_gate(vs, margin=0.05, reference=0.95) == 0.95  # the draft's recorded training accuracy
     assert not any(v.passed for v in vs)
+
+
+def test_the_margin_is_a_floor_and_the_samples_noise_widens_the_gate():
+    apply_gate(vs := [verdict("a", 0.80), verdict("b", 0.60)], margin=0.05, reference=None)
+    assert not vs[1].passed and "gate rank 1" not in vs[1].notes
+    apply_gate(vs := [verdict("a", 0.80), verdict("b", 0.60)], margin=0.25, reference=None)
+    assert vs[1].passed and vs[1].threshold == pytest.approx(0.55)
+    apply_gate(vs := [verdict("a", 0.80, sd=0.06), verdict("b", 0.60, sd=0.06)], margin=0.05, reference=None)
+    assert vs[1].passed  # a dump of few samples cannot tell 0.60 from 0.80
+
+
+def test_a_dumps_samples_give_the_accuracy_its_bootstrap_error():
+    from bisect_eagle.trials.accuracy import bootstrap_sd
+
+    even = bootstrap_sd([100] * 50, [80] * 50)
+    assert even == pytest.approx(0.0, abs=1e-12)  # every sample agrees: no sampling error
+    mixed = bootstrap_sd([100] * 50, [100, 60] * 25)
+    assert mixed == pytest.approx(0.2 / 50**0.5, rel=0.15)  # per-sample rates 1.0 and 0.6: sd 0.2 over 50 samples
+    assert math.isnan(bootstrap_sd([100], [80]))  # one sample: no error can be told
 
 
 @pytest.fixture(scope="module")

@@ -225,7 +225,8 @@ def test_stage1_artifacts_carry_the_gate_decision(tracking):
         run = tracking.get_run(v.run_id)
         assert body["passed"] is passed and json.loads(run.data.tags["verdict"])["passed"] is passed
         assert run.data.tags["gate"] == ("pass" if passed else "reject")
-        assert run.data.metrics["gate_threshold"] == pytest.approx(0.87) and body["gate"]["reference"] == 0.9
+        assert run.data.metrics["gate_threshold"] == pytest.approx(v.threshold) and body["gate"]["reference"] == 0.9
+        assert run.data.metrics["gate_distance"] == pytest.approx(v.accuracy - v.threshold)
 
 
 def new_monitor_threads(before: set[threading.Thread]) -> list[threading.Thread]:

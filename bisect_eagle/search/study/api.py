@@ -36,6 +36,7 @@ from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.tracking.stores import check_stores, first_open_lock
 from bisect_eagle.trials.record import TrialContext, settings_of_run
+from bisect_eagle.trials.standalone import Scorer
 
 WORKER_WAIT_S = 1800.0  # how long a worker waits for the study's stage 1 and baseline
 WORKER_POLL_S = 2.0  # at most this long between two looks at the study while waiting
@@ -60,6 +61,9 @@ class Options:
     max_launches: int | None = None  # overrides the spec's search.max_launches
     log_dir: Path | None = None  # where the engine records its servers (default engines.default_log_dir(spec))
     progress: Callable[[StudyProgress], None] = field(default=_no_progress)
+    # stage 1's scorer of the spec's wirings (default trials.standalone.Scorer: the draft on the dump); another one
+    # scores a simulated deployment's stage 1, as the engine factory runs its live trials
+    scorer_factory: Callable[[Spec], Scorer] = field(default=Scorer)
 
 
 def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) -> StudyOutcome:
@@ -243,7 +247,8 @@ def _study_run(spec: Spec, *, study: optuna.Study, claims: Claims, ctx: TrialCon
     return StudyRun(spec=spec, study=study, claims=claims, ctx=ctx, storage_url=opts.storage,
                     max_live_trials=opts.max_live_trials or spec.search.max_live_trials,
                     max_wall_s=opts.max_wall_s or spec.search.max_wall_s, progress=opts.progress,
-                    max_launches=opts.max_launches or spec.search.max_launches, seed=spec.search.seed + seed_offset)
+                    max_launches=opts.max_launches or spec.search.max_launches, seed=spec.search.seed + seed_offset,
+                    scorer_factory=opts.scorer_factory)
 
 
 def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> StudyOutcome:

@@ -22,6 +22,11 @@ child runs of the study (stage ``confirm``), and judged on them (spec ``search.c
 - Confirmed when the lower bound is ≥ the criterion ratio; not confirmed as soon as the upper bound is below
   it (the sequential test concludes "below" and stops spending launches), when the budget is spent, or when a
   re-measurement fails.
+- **An indifference zone.** A candidate next to the target would need many launches to tell from it. As soon as
+  its upper bound is below ``(1 + δ) ×`` the criterion ratio (``indifference``), it cannot be shown to clear the
+  target by more than ``δ``: it is set aside as ``at target`` (within δ), no more launches are spent on it, and
+  the search looks for a config with more margin. With ``max_pairs`` candidate launches (8 by default) and at most
+  one baseline launch each, no candidate spends more than ``2 · max_pairs`` launches.
 
 Launches are what a confirmation costs (minutes to half an hour each for a large target), so it spends them only
 where they buy certainty:
@@ -86,7 +91,7 @@ from bisect_eagle.stats import (
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import TrialContext, TrialRecord
 
-ConfirmStatus = Literal["confirmed", "not confirmed"]
+ConfirmStatus = Literal["confirmed", "not confirmed", "at target"]
 TOLERANCE = 1e-12  # on log ratios: a deterministic value equal to the target is at the target
 
 
@@ -120,9 +125,13 @@ class Confirmation:
         return self.status == "confirmed"
 
     def summary(self) -> str:
-        """``confirmed, bound 1.04 ≥ 1.00`` or ``not confirmed, bound 0.97 < 1.00``: what the outcome says."""
+        """``confirmed, bound 1.04 ≥ 1.00``, ``not confirmed, bound 0.97 < 1.00`` or ``at target within 2 %, bound
+        0.99..1.01``: what the outcome says."""
         if self.lower is None:
             return f"{self.status}: {self.detail}"
+        if self.status == "at target":
+            return (f"at target: {self.lower:.3f}..{self.upper:.3f} × baseline ({self.confidence:g} bounds, "
+                    f"{self.pairs} candidate launches, estimate {self.estimate:.3f}); {self.detail}")
         if self.deterministic:
             sign = "≥" if self.confirmed else "<"
             return (f"{self.status}, bound {self.lower:.3f} {sign} {self.ratio:g} × baseline; deterministic: "
@@ -335,6 +344,9 @@ class _Confirming:
                 return self.verdict("confirmed", f"lower bound clears the criterion ratio; {how}", bounds)
             if bounds[2] < self.ratio:
                 return self.verdict("not confirmed", f"upper bound below the criterion ratio; {how}", bounds)
+            if bounds[2] < self.ratio * (1 + self.settings.indifference):
+                return self.verdict("at target", f"within {self.settings.indifference:.0%} of the target, and no "
+                                                 f"more: set aside for a config with more margin; {how}", bounds)
         return self.verdict("not confirmed", f"launch budget spent ({self.settings.max_pairs} candidate launches)"
                             + (f"; {how}" if how else ""), bounds)
 

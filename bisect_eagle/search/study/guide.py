@@ -6,17 +6,31 @@ acceptance priors from stage 1's per-position accuracy (the gate), and then ever
 (the baseline and each worker's live trials, read back from their MLflow runs, so all workers learn the same
 things). Before a config runs, :meth:`ModelGuide.forecast` gives its criterion metric (``output_tok_s`` or
 ``accept_length``) with the model's 80 % interval of a *measurement*, the chance that a measurement reaches
-the target and the ``search.model.optimism`` quantile. The study loop
+the target, its expected improvement over the target and the ``search.model.optimism`` quantile. The study loop
 (:mod:`bisect_eagle.search.study.loop`) then:
 
-- runs next the untried config with the highest chance (:meth:`ModelGuide.choose`, when the space can be
-  listed; ties go to the higher prediction; at most :data:`CHOOSE_LIMIT` configs, a seeded sample of larger
-  spaces), through Optuna's ``enqueue_trial``, so the sampler's history stays complete;
+- runs next the untried config with the highest **expected improvement** over the target (:meth:`ModelGuide.choose`:
+  ``E[max(0, log measurement − log target)]``, which values both a config's predicted margin, what makes its
+  confirmation cheap, and what the model does not know about it), through Optuna's ``enqueue_trial``, so the
+  sampler's history stays complete (when the space can be listed; at most :data:`CHOOSE_LIMIT` configs, a seeded
+  sample of larger spaces);
+- **identifies before it trusts**: while the best untried config's chance is below :data:`IDENTIFY_BELOW` and the
+  trials so far cannot tell a cost term apart (every speculative trial verified the same number of tokens, or ran
+  the same number of draft steps: :meth:`ModelGuide.unidentified`), it runs the best config that varies that term,
+  and says so;
 - never launches a config whose optimistic quantile misses the target (the Optuna trial is PRUNED with an
   infeasibility constraint and the user attribute ``skipped``), and stops when no untried config is left that
-  could reach it, saying so — but only once the model has learned from a speculative live trial of this study:
-  priors alone (stage 1's teacher-forced accuracy, default step costs) never rule a config out;
+  could reach it, saying so, but only once the model has earned it (:meth:`ModelGuide.vetoes`): it learned from a
+  speculative live trial of this study and every cost term the untried configs vary is identified;
 - logs ``predicted_*`` metrics on each live run (:meth:`Forecast.metrics`).
+
+**Never worse than the sampler alone.** The model proposes; the loop keeps the sampler's guarantee
+(:mod:`bisect_eagle.search.study.loop`): every :data:`SAMPLER_EVERY`-th live trial is the sampler's own proposal,
+never vetoed, and when the model is stuck (:data:`STUCK_AFTER` of its own picks in a row found no better
+measurement while its best untried chance stays below :data:`STUCK_CHANCE`) the sampler proposes the next
+:data:`HANDOFF` trials alone. The spread of every forecast is never narrower than the model's own measured error in
+this study (:meth:`ModelGuide.misfit`): a model that predicts badly here widens its intervals, rules out less and
+leaves more to exploration.
 
 Forecasts are reused while nothing they depend on changed: a forecast depends only on the model's view of a
 config (:class:`~bisect_eagle.perf.model.Config`: its wiring, speculative shape, concurrency and context, not its
@@ -65,6 +79,12 @@ from bisect_eagle.trials.record import ACCEPT_CURVE, effective_of
 
 INTERVAL_Z = NormalDist().inv_cdf(0.9)  # ThroughputModel's default interval is the central 80 %
 MISFIT = 0.15  # least log-sd of a measurement around its prediction (scripts/bench_model.py: p90 error ~0.1)
+IDENTIFY_BELOW = 0.5  # below this best chance, a config that identifies an unidentified cost term runs first
+SAMPLER_EVERY = 4  # every fourth live trial is the sampler's own proposal, never vetoed
+STUCK_AFTER = 3  # the model's own picks in a row without a better measurement ...
+STUCK_CHANCE = 0.25  # ... while its best untried chance stays below this: stuck
+HANDOFF = 3  # live trials the sampler then proposes alone
+RECENT = 4  # the model's own recent predictions whose errors set its least spread (ModelGuide.misfit)
 CHOOSE_LIMIT = 5000  # configs forecast per choice (a forecast costs ~2-3 ms)
 PREDICTED = ("predicted_output_tok_s", "predicted_output_tok_s_low", "predicted_output_tok_s_high",
              "predicted_accept_length")
@@ -80,6 +100,7 @@ class Forecast:
     high: float
     optimistic: float  # the search.model.optimism quantile of a measurement
     chance: float  # probability that a measurement reaches the target
+    gain: float  # expected improvement over the target: E[max(0, log measurement - log target)]
     prediction: Prediction
 
     def metrics(self) -> dict[str, float]:
@@ -87,7 +108,7 @@ class Forecast:
         p = self.prediction
         out = {"predicted_output_tok_s": p.tok_s, "predicted_output_tok_s_low": p.low,
                "predicted_output_tok_s_high": p.high, "predicted_accept_length": p.accept_length,
-               "predicted_chance": self.chance}
+               "predicted_chance": self.chance, "predicted_gain": self.gain}
         if self.metric == "accept_length":
             out.update({"predicted_accept_length_low": self.low, "predicted_accept_length_high": self.high})
         return {k: float(v) for k, v in out.items() if math.isfinite(v)}
@@ -95,7 +116,7 @@ class Forecast:
     def to_json(self) -> dict[str, Any]:
         """The forecast as stored on its Optuna trial (user attribute ``predicted``) and in ``model.json``."""
         return {"metric": self.metric, "value": self.value, "low": self.low, "high": self.high,
-                "optimistic": self.optimistic, "chance": self.chance,
+                "optimistic": self.optimistic, "chance": self.chance, "gain": self.gain,
                 "predicted_output_tok_s": self.prediction.tok_s}
 
 
@@ -138,6 +159,10 @@ class ModelGuide:
         self.forecasts = 0  # forecasts computed (not reused): what the model's guidance cost
         self._z = NormalDist().inv_cdf(optimism)
         self.live_learned = 0  # speculative live trials learned: until one, nothing is ruled out
+        self.shapes: set[tuple[int, int, int]] = set()  # (num_steps, topk, num_draft_tokens) of those trials
+        self.errors: list[float] = []  # log(measured / predicted) of each live run, oldest first
+        self.note = ""  # why the last choice was made, when it was not the plain best expected improvement
+        self.varied = {"verify_token", "draft_step"}  # the terms the untried configs of the last choice vary
 
     @property
     def ready(self) -> bool:
@@ -172,8 +197,51 @@ class ModelGuide:
             except ValueError:  # settings the model cannot read (e.g. topk > 1 without num_draft_tokens)
                 continue
             new += 1
-            self.live_learned += int(effective.get("num_steps") or 0) > 0
+            steps = int(effective.get("num_steps") or 0)
+            if steps > 0 and effective.get("speculative_algorithm") != "none":
+                self.live_learned += 1
+                self.shapes.add((steps, int(effective.get("topk") or 1), int(effective.get("num_draft_tokens") or 0)))
+            self._score(run.data.metrics)
         return new  # what the model learned advanced its state: the forecasts are made again (forecast)
+
+    def _score(self, metrics: Mapping[str, float]) -> None:
+        """Keep how a live run's prediction (logged before it ran) fared against its measurement."""
+        name = "output_tok_s" if self.metric == "output_tok_s" else "accept_length"
+        predicted, measured = metrics.get(f"predicted_{name}"), metrics.get(name)
+        if predicted and measured and predicted > 0 and measured > 0:
+            self.errors.append(math.log(measured / predicted))
+
+    def misfit(self) -> float:
+        """The least log-sd of a measurement around its prediction: :data:`MISFIT`, or the root mean square of the
+        model's log errors over its last :data:`RECENT` predictions in this study when that is larger (two or more):
+        a model that predicts this deployment badly now widens every interval, rules out less and explores more;
+        its cold start's errors, once the trials have taught it, no longer do."""
+        recent = self.errors[-RECENT:]
+        if len(recent) < 2:
+            return MISFIT
+        return max(MISFIT, math.sqrt(sum(e * e for e in recent) / len(recent)))
+
+    def unidentified(self) -> list[tuple[str, str]]:
+        """Cost terms the speculative trials so far cannot tell apart from the rest, with why, among those the untried
+        configs of the last :meth:`choose` vary (a term no remaining config varies changes none of their
+        predictions): ``verify_token`` while every trial verified the same number of tokens, ``draft_step`` while
+        every trial ran the same number of draft steps. Empty before the first speculative trial."""
+        if not self.shapes:
+            return []
+        out = []
+        ndts = {n for _, _, n in self.shapes}
+        if len(ndts) < 2 and "verify_token" in self.varied:
+            out.append(("verify_token", f"every speculative trial so far verified {next(iter(ndts))} tokens"))
+        steps = {k for k, _, _ in self.shapes}
+        if len(steps) < 2 and "draft_step" in self.varied:
+            out.append(("draft_step", f"every speculative trial so far ran {next(iter(steps))} draft steps"))
+        return out
+
+    def vetoes(self) -> bool:
+        """Whether the model may rule configs out (module docstring): it learned from a speculative live trial and
+        every cost term the untried configs vary is identified (its recent errors already set its spread:
+        :meth:`misfit`)."""
+        return self.live_learned > 0 and not self.unidentified()
 
     def forecast(self, effective: Mapping[str, Any], *, target: float) -> Forecast | None:
         """The criterion metric of ``effective`` predicted against ``target``; None while the model cannot predict.
@@ -204,11 +272,15 @@ class ModelGuide:
             value, low, high = p.accept_length, *self._accept_length_interval(effective, p)
         if not (value > 0 and math.isfinite(value)):
             return None
-        spread = max(math.log(max(high, value) / value) / INTERVAL_Z, MISFIT)
-        chance = 1.0 - NormalDist(math.log(value), spread).cdf(math.log(target))
+        spread = max(math.log(max(high, value) / value) / INTERVAL_Z, self.misfit())
+        margin = math.log(value / target)
+        z = margin / spread
+        unit = NormalDist()
+        chance = unit.cdf(z)
+        gain = spread * math.exp(-z * z / 2) / math.sqrt(2 * math.pi) + margin * unit.cdf(z)
         optimistic = value * math.exp(self._z * spread)
         return Forecast(metric=self.metric, value=value, low=low, high=high, optimistic=optimistic, chance=chance,
-                        prediction=p)
+                        gain=gain, prediction=p)
 
     def _accept_length_interval(self, effective: Mapping[str, Any], p: Prediction) -> tuple[float, float]:
         cfg = self.model.config(effective)
@@ -220,24 +292,30 @@ class ModelGuide:
 
     def hopeless(self, forecast: Forecast | None, *, target: float) -> bool:
         """True when even the optimistic quantile of the prediction misses ``target`` (never launched); always
-        False before the model has learned from a speculative live trial."""
-        return self.live_learned > 0 and forecast is not None and forecast.optimistic < target
+        False while the model has not earned a veto (:meth:`vetoes`)."""
+        return forecast is not None and forecast.optimistic < target and self.vetoes()
 
     def choose(self, untried: Mapping[str, tuple[dict[str, Any], dict[str, Any]]], *,
                target: float) -> tuple[dict[str, Any] | None, Forecast | None, int | None]:
         """The next config to run among ``untried`` (fingerprint -> (sampled values, effective settings)).
 
-        Returns (its sampled values, its forecast, how many untried configs are hopeless); (None, None, n)
-        when every untried config is hopeless, or when the model cannot predict yet (then n is 0). Above
-        :data:`CHOOSE_LIMIT` configs a seeded sample is ranked and the count is None (nothing is concluded).
+        The highest expected improvement over ``target``; while the best chance is below :data:`IDENTIFY_BELOW`
+        and a cost term is unidentified, the highest among the configs that vary it (:attr:`note` says why).
+
+        Returns:
+            (its sampled values, its forecast, how many untried configs are hopeless); (None, None, n) when every
+            untried config is hopeless, or when the model cannot predict yet (then n is 0). Above
+            :data:`CHOOSE_LIMIT` configs a seeded sample is ranked and the count is None (nothing is concluded).
         """
-        best: tuple[float, float] | None = None
-        chosen: tuple[dict[str, Any] | None, Forecast | None] = (None, None)
-        hopeless = 0
+        self.note = ""
         items = list(untried.items())
+        self.varied = {t for t in ("verify_token", "draft_step") if any(_varies(t, e, self.shapes) for _, e in
+                                                                         untried.values())}
         if len(items) > CHOOSE_LIMIT:
             rng = np.random.default_rng(len(self.learned))
             items = [items[i] for i in rng.choice(len(items), CHOOSE_LIMIT, replace=False)]
+        ranked: list[tuple[float, float, dict[str, Any], dict[str, Any], Forecast]] = []
+        hopeless = 0
         for _, (sampled, effective) in items:
             fc = self.forecast(effective, target=target)  # reused until the model learns something
             if fc is None:
@@ -245,10 +323,29 @@ class ModelGuide:
             if self.hopeless(fc, target=target):
                 hopeless += 1
                 continue
-            key = (fc.chance, fc.value)
-            if best is None or key > best:
-                best, chosen = key, (sampled, fc)
-        return chosen[0], chosen[1], hopeless if len(items) == len(untried) else None
+            ranked.append((fc.gain, fc.value, sampled, effective, fc))
+        counted = hopeless if len(items) == len(untried) else None
+        if not ranked:
+            return None, None, counted
+        best = max(ranked, key=lambda r: (r[0], r[1]))
+        if best[4].chance < IDENTIFY_BELOW:
+            for term, why in self.unidentified():
+                varying = [r for r in ranked if _varies(term, r[3], self.shapes)]
+                if varying:
+                    best = max(varying, key=lambda r: (r[0], r[1]))
+                    self.note = (f"identifying {term}: {why}; the best untried chance is "
+                                 f"{max(r[4].chance for r in ranked):.0%}")
+                    break
+        return best[2], best[4], counted
+
+
+def _varies(term: str, effective: Mapping[str, Any], shapes: set[tuple[int, int, int]]) -> bool:
+    """Whether a config's shape differs from every measured one in what identifies ``term``."""
+    if int(effective.get("num_steps") or 0) == 0:
+        return False
+    if term == "verify_token":
+        return int(effective.get("num_draft_tokens") or 0) not in {n for _, _, n in shapes}
+    return int(effective.get("num_steps") or 0) not in {k for k, _, _ in shapes}
 
 
 def cold_prior(spec: Spec) -> ColdPrior:

@@ -10,7 +10,10 @@ configs in a row, the launch budget (``search.max_launches``: :mod:`bisect_eagle
 ``search.model``) no untried config left whose optimistic prediction reaches the target.
 
 With ``search.model.enabled`` the throughput model picks the next config, skips those predicted below the target
-and puts ``predicted_*`` metrics on each live run (:mod:`bisect_eagle.search.study.guide`).
+and puts ``predicted_*`` metrics on each live run (:mod:`bisect_eagle.search.study.guide`). The sampler keeps its
+own turns: every ``SAMPLER_EVERY``-th live trial is its proposal, never skipped, and when the model's own picks stop
+finding better measurements while it sees no likely winner (stuck), the sampler proposes the next ``HANDOFF``
+trials alone; the progress output says when and why.
 
 A config measured at or above the target is a candidate: with ``search.confirm.enabled`` it is re-measured
 interleaved with the baseline (:mod:`bisect_eagle.search.study.candidates`, :mod:`bisect_eagle.search.study.confirm`;
@@ -40,7 +43,14 @@ from bisect_eagle.search.gate import apply_gate, record_gate
 from bisect_eagle.search.space import SearchSpace, encode
 from bisect_eagle.search.study.candidates import reached
 from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
-from bisect_eagle.search.study.guide import Forecast, ModelGuide
+from bisect_eagle.search.study.guide import (
+    HANDOFF,
+    SAMPLER_EVERY,
+    STUCK_AFTER,
+    STUCK_CHANCE,
+    Forecast,
+    ModelGuide,
+)
 from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
 from bisect_eagle.search.study.sampler import Listed, list_configs
 from bisect_eagle.search.study.spend import Spend
@@ -87,9 +97,13 @@ class StudyRun:
     guide: ModelGuide | None = None  # the throughput model (search.model.enabled)
     listed: Listed | None = None  # every runnable config, when the space can be listed (set by loop)
     skips_in_row: int = 0  # consecutive proposals the model predicted below the target
+    sampler_turn: bool = False  # the next live trial is the sampler's own proposal: never skipped
+    handoff: int = 0  # live trials the sampler still proposes alone (the model was stuck)
+    streak: int = 0  # the model's own picks in a row that measured no better than the best before them
     # records a trial's first heartbeat the moment it is asked (Liveness.beat_trial): a process killed before its
     # heartbeat thread's next tick would otherwise leave a trial Optuna never sees as stale, never reaped
     first_beat: Callable[[int], None] = field(default=lambda trial_id: None)
+    scorer_factory: Callable[[Spec], Scorer] = Scorer  # stage 1's scorer (Options.scorer_factory)
 
     def __post_init__(self) -> None:
         self.spend = Spend(meter=self.ctx.meter, unit=launch_unit(self.spec))
@@ -130,7 +144,7 @@ class StudyRun:
         if not st.wirings:
             self.study.set_user_attr("gate", [])
             return []
-        scorer = Scorer(self.spec)
+        scorer = self.scorer_factory(self.spec)
         cands = scorer.candidates()
         verdicts: list[Verdict] = []
         for i, c in enumerate(cands):
@@ -226,8 +240,18 @@ class StudyRun:
             return None
         if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return None  # a config is enqueued already (by this process or another worker): it runs first
-        sampled, _, hopeless = guide.choose(untried, target=target)
+        if self.handoff > 0 or (len(claims) + 1) % SAMPLER_EVERY == 0:
+            self.sampler_turn = True
+            return None
+        sampled, forecast, hopeless = guide.choose(untried, target=target)
+        if sampled is not None and self.streak >= STUCK_AFTER and forecast.chance < STUCK_CHANCE:
+            self.emit("live", f"model stuck: its last {self.streak} picks measured nothing better and its best "
+                              f"untried chance is {forecast.chance:.0%}; the sampler proposes the next {HANDOFF}")
+            self.handoff, self.streak, self.sampler_turn = HANDOFF, 0, True
+            return None
         if sampled is not None:
+            if guide.note:
+                self.emit("live", f"model: {guide.note}")
             self.study.enqueue_trial({k: encode(v) for k, v in sampled.items()}, user_attrs={"enqueued_by": "model"})
             return None
         if not hopeless or hopeless < len(untried):
@@ -273,8 +297,23 @@ class StudyRun:
                 self.skips_in_row = self.skips_in_row + 1 if kind == "skipped" else 0
                 if kind == "measured" and record is not None:
                     self.spend.measured += 1
+                    self._after_measured(record)
                     shown = f"{record.value:.2f}" if record.value is not None else record.failure_class
                     self.emit("live", f"{record.name}: {shown} ({record.status}), run {record.run_id[:8]}")
+
+    def _after_measured(self, record: TrialRecord) -> None:
+        """The sampler's turn is spent; a model pick that measured no better than the best before it extends the
+        streak the stuck test reads (:meth:`steer`)."""
+        if self.sampler_turn:
+            self.sampler_turn = False
+            self.handoff = max(0, self.handoff - 1)
+            return
+        if self.guide is None:
+            return
+        before = [c.value for c in self.claims.all() if c.state == "ok" and c.value is not None
+                  and c.run_id != record.run_id]
+        better = record.value is not None and (not before or record.value > max(before))
+        self.streak = 0 if better else self.streak + 1
 
     def one_trial(self, space: SearchSpace) -> tuple[TrialKind, TrialRecord | None]:
         """One Optuna trial: what it came to (:data:`TrialKind`) and the record when measured."""
@@ -298,8 +337,8 @@ class StudyRun:
         # what tables and optuna-dashboard show beside the sampled params
         trial.set_user_attr("effective", {k: plan.effective.get(k, v) for k, v in sampled.items()})
         forecast = self._forecast(trial, plan.effective)
-        if self.guide is not None and self.guide.hopeless(forecast, target=self.ctx.target) and (
-                self.claims.get(fp) is None):  # a measured config is a duplicate, never "skipped"
+        if self.guide is not None and not self.sampler_turn and self.guide.hopeless(forecast, target=self.ctx.target) \
+                and self.claims.get(fp) is None:  # a measured config is a duplicate, never "skipped"
             trial.set_user_attr("skipped", f"predicted {forecast.metric} {forecast.value:.4g} (optimistic "
                                            f"{forecast.optimistic:.4g}) < target {self.ctx.target:.4g}")
             trial.set_constraint("predicted_below", 1.0)

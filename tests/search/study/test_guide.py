@@ -10,7 +10,7 @@ import optuna
 import pytest
 from fake_engine import BASELINE_TOK_S, FakeEngine, make_spec, search
 
-from bisect_eagle.search.study.guide import ModelGuide, _curve, model_inputs, summarize
+from bisect_eagle.search.study.guide import SAMPLER_EVERY, ModelGuide, _curve, model_inputs, summarize
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking
@@ -125,7 +125,9 @@ def test_a_study_with_the_model_predicts_each_trial_and_logs_its_error(tmp_path:
     assert [_curve(tracking, r.info.run_id) for r in live] == [[0.6] * n for n in steps]  # what the model reads
     study = optuna.load_study(storage=store["storage"], study_name=out.study)
     launched = [t for t in study.trials if "mlflow_run_id" in t.user_attrs]
-    assert launched and all(t.user_attrs.get("enqueued_by") == "model" for t in launched)  # the model chose
+    # the model chose, except every SAMPLER_EVERY-th live trial: the sampler's own
+    by_model = [t.user_attrs.get("enqueued_by") == "model" for t in launched]
+    assert launched and by_model == [(i + 1) % SAMPLER_EVERY != 0 for i in range(len(launched))]
     parent = tracking.get_run(out.parent_run_id)
     assert parent.data.metrics["model_predictions"] == len(live)
     errors = [abs(m["predicted_output_tok_s"] - m["output_tok_s"]) / m["output_tok_s"] for m in (r.data.metrics
