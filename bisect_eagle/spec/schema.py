@@ -132,7 +132,9 @@ class Confirm(_Strict):
     enabled: bool = True
     confidence: float = Field(0.95, gt=0, lt=1, description="one-sided, over all looks (union bound)")
     min_pairs: int = Field(3, ge=2, description="candidate re-measurements before the first look")
-    max_pairs: int = Field(12, ge=2, description="candidate re-measurements at most (looks at min_pairs, doubling)")
+    max_pairs: int = Field(8, ge=2, description="candidate re-measurements at most (looks at min_pairs, doubling)")
+    indifference: float = Field(0.02, ge=0, lt=1, description="δ: a candidate whose upper bound stays below "
+                                "(1 + δ) × the criterion ratio is set aside as at the target within δ")
     first_rounds: int = Field(3, ge=1, description="benchmark rounds of a launch while the noise split is unmeasured "
                                                   "(at most max_rounds)")
     max_rounds: int = Field(8, ge=1, description="benchmark rounds of one launch at most (1: one round a launch)")
