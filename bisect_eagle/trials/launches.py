@@ -46,11 +46,13 @@ class Meter:
 
     runs: int = 0
     engine_s: float = 0.0
+    engine_cpu_s: float = 0.0  # this process's CPU inside engine runs (an in-process engine's own work)
 
-    def add(self, seconds: float) -> None:
-        """One engine run that took ``seconds``."""
+    def add(self, seconds: float, *, cpu_s: float = 0.0) -> None:
+        """One engine run that took ``seconds`` of wall time and ``cpu_s`` of this process's CPU."""
         self.runs += 1
         self.engine_s += seconds
+        self.engine_cpu_s += cpu_s
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -58,13 +58,13 @@ def _measure(ctx: TrialContext, plan: TrialPlan, rounds: int = 1) -> tuple[list[
     results: list[TrialResult] = []
     engine_s = 0.0
     for i in range(search.repeats):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         try:
             result = ctx.engine.run(plan) if rounds == 1 else ctx.engine.run_rounds(plan, rounds=rounds)
         finally:  # an interrupted run was a launch too
             seconds = time.perf_counter() - t0
             engine_s += seconds
-            ctx.meter.add(seconds)
+            ctx.meter.add(seconds, cpu_s=time.process_time() - cpu0)
         results.append(result)
         if not result.ok:
             return results, engine_s, False

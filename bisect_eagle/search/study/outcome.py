@@ -12,7 +12,8 @@ be confused with the bisect's outcome and progress (:mod:`bisect_eagle.bisect`),
 ``confirm``, ``baseline`` and ``unit``, "launches" of a server or the local engine's "runs"), next to
 ``counts["live_measured"]``: with repeats and confirmation a live trial is several launches.
 ``tool_overhead_s_per_trial`` is this process's own time per live trial it measured, steering, the model and
-confirmation bookkeeping included (:mod:`bisect_eagle.search.study.spend`).
+confirmation bookkeeping included (:mod:`bisect_eagle.search.study.spend`), and ``tool_cpu_s_per_trial`` the same
+steps' CPU seconds (what the tool costs, whatever else the machine runs).
 
 Whatever the criterion, the mission is the baseline's tokens per second: :attr:`StudyOutcome.verdict` is the one
 sentence on the criterion (said once wherever the outcome is shown), :attr:`StudyOutcome.speed_text` the best
@@ -79,6 +80,7 @@ class StudyOutcome:
     launches: dict[str, Any] | None = None  # Launches.to_json: total, live, confirm, baseline, unit (all workers)
     # the best config's output tok/s against the baseline's, and what slowed it when known (speed_facts)
     speed: dict[str, Any] | None = None
+    tool_cpu_s_per_trial: float | None = None  # the tool's own CPU seconds per live trial (Spend.cpu_per_trial)
 
     @property
     def verdict(self) -> str:
@@ -215,7 +217,7 @@ def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> S
         parent_run_id=ctx.parent_run_id, metric=run.spec.criterion.metric, baseline=ctx.baseline,
         target=target, baseline_output_tok_s=ctx.baseline_tok_s, best=best, gate=run.attr("gate") or [],
         trials=trials, counts=counts, elapsed_s=run.elapsed(),
-        tool_overhead_s_per_trial=run.spend.per_trial(),
+        tool_overhead_s_per_trial=run.spend.per_trial(), tool_cpu_s_per_trial=run.spend.cpu_per_trial(),
         confirmation=confirmations.get(best_claim.fingerprint) if best_claim else None, confirmations=confirmations,
         launches=run.launches().to_json(), speed=speed_facts(best, ctx.baseline_tok_s),
     )

@@ -79,6 +79,8 @@ def summary_metrics(out: StudyOutcome) -> dict[str, float]:
                "failed_trials": float(out.counts["failed"]), "elapsed_s": out.elapsed_s}
     if out.tool_overhead_s_per_trial is not None:
         metrics["tool_overhead_s_per_trial"] = out.tool_overhead_s_per_trial
+    if out.tool_cpu_s_per_trial is not None:
+        metrics["tool_cpu_s_per_trial"] = out.tool_cpu_s_per_trial
     if out.launches is not None:  # launches, launches_live, launches_confirm, launches_baseline
         metrics.update(Launches.from_json(out.launches).metrics())
     if out.baseline is not None:

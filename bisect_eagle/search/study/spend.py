@@ -12,7 +12,9 @@ The tool's own time (:meth:`Spend.tool_time`) is the wall time of each step of t
 engine ran within it (:class:`~bisect_eagle.trials.launches.Meter`): deciding whether to stop (confirmation
 bookkeeping included), steering with the throughput model (its forecasts of every untried config), asking
 Optuna, planning, claiming and recording. ``tool_overhead_s_per_trial`` is that total over the live trials this
-process measured.
+process measured. Wall time grows with whatever else the machine runs, so the same steps are also measured as
+this process's CPU time less the CPU an in-process engine spent in its runs: ``tool_cpu_s_per_trial``, the cost
+of the tool itself (a server engine's CPU is its own processes', never this one's).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Spend:
     meter: Meter  # the trial context's: this process's engine runs and their seconds
     unit: LaunchUnit = "launches"
     tool_s: float = 0.0  # the tool's own seconds in the loop
+    tool_cpu_s: float = 0.0  # this process's CPU seconds in the loop, less an in-process engine's
     measured: int = 0  # live trials this process measured
     _seen: tuple[Hashable, int] | None = field(default=None, repr=False)
     _count: Launches | None = field(default=None, repr=False)
@@ -41,14 +44,20 @@ class Spend:
     def tool_time(self) -> Iterator[None]:
         """Adds the block's wall time, less the engine's seconds within it, to :attr:`tool_s`."""
         t0, engine0 = time.perf_counter(), self.meter.engine_s
+        cpu0, engine_cpu0 = time.process_time(), self.meter.engine_cpu_s
         try:
             yield
         finally:
             self.tool_s += time.perf_counter() - t0 - (self.meter.engine_s - engine0)
+            self.tool_cpu_s += time.process_time() - cpu0 - (self.meter.engine_cpu_s - engine_cpu0)
 
     def per_trial(self) -> float | None:
-        """The tool's own seconds per live trial measured here; None before the first."""
+        """The tool's own wall seconds per live trial measured here; None before the first."""
         return self.tool_s / self.measured if self.measured else None
+
+    def cpu_per_trial(self) -> float | None:
+        """The tool's own CPU seconds per live trial measured here; None before the first."""
+        return self.tool_cpu_s / self.measured if self.measured else None
 
     def launches(self, tracking: Tracking, parent_run_id: str, *, state: Hashable) -> Launches:
         """The study's launches so far (all workers). ``state`` is what others change when they launch (the
