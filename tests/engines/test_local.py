@@ -309,21 +309,21 @@ def test_cli_live_json_and_baseline():
         _cli(), [*args, "--set", "eagle_aux_hidden_state_layer_ids=[5,9,11]", "--set", "num_steps=4"]
     )
     assert spec.exit_code == 0, spec.output
-    out = json.loads(spec.output)
+    out = json.loads(spec.stdout)  # stderr: what the command is doing, with its clock
     assert out["effective"]["eagle_aux_hidden_state_layer_ids"] == [5, 9, 11]
     assert (out["effective"]["num_steps"], out["effective"]["num_draft_tokens"]) == (4, 5)
     assert len(out["accept_rate_per_position"]) == 4 and len(out["requests"]) == 2
     assert out["output_tok_s"] > 0 and out["accept_length"] >= 1
     base = CliRunner().invoke(_cli(), [*args, "--baseline"])
     assert base.exit_code == 0, base.output
-    assert json.loads(base.output)["effective"]["speculative_algorithm"] == "none"
+    assert json.loads(base.stdout)["effective"]["speculative_algorithm"] == "none"
 
 
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
         (["--set", "num_steps"], "expected key=value"),
-        (["--set", "num_stepz=3"], "--set: key 'num_stepz'"),
+        (["--set", "num_stepz=3"], "unknown setting num_stepz; did you mean num_steps?"),
         (["--set", "eagle_aux_hidden_state_layer_ids=[5,9"], "not a YAML scalar or list"),
         (["--baseline", "--set", "speculative_algorithm=EAGLE3"], "--baseline conflicts"),
     ],
