@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 EXIT_NOT_REACHED = 3
 
 
-LIVE_STAGES = ("live", "confirm", "done")  # the stages whose bar counts live trials
+LIVE_STAGES = ("live", "confirm")  # the stages whose bar counts live trials
+SAVING = "saving the study's answer: its run's verdict and description, the report's plots"
 WIRING_STEP = re.compile(r"^standalone (\d+)/(\d+)\b")  # stage 1's "standalone i/N: <wiring>"
 
 
@@ -143,25 +144,30 @@ class Display:
     def __call__(self, p: StudyProgress) -> None:
         if not self.enabled:
             return
-        if not self.started:
-            if self.activity is not None and self.console.is_terminal:
-                self.activity.close()  # the bar's line replaces the activity's
-            self.bar.start()
-            self.started = True
+        if not self.started and self.activity is not None and self.console.is_terminal:
+            self.activity.close()  # the bar's line replaces the activity's
         self.eta.update(p, time.monotonic())
-        text = escape(event_text(p.stage, p.message))
-        self.bar.console.print(f"[dim]{clock(time.monotonic() - self.since)} {p.stage:<10}[/dim] {text}")
+        if p.stage != "done":  # done's message is why the study stopped, which the verdict sentence says once
+            text = escape(event_text(p.stage, p.message))
+            self.bar.console.print(f"[dim]{clock(time.monotonic() - self.since)} {p.stage:<10}[/dim] {text}")
         if self.activity is not None:  # off a terminal: a heartbeat while the event's work goes on
-            self.activity(f"{p.stage} {event_text(p.stage, p.message)}", said=True)
+            said = p.stage != "done"
+            self.activity(f"{p.stage} {event_text(p.stage, p.message)}" if said else SAVING, said=said)
         step = WIRING_STEP.match(p.message) if p.stage == "standalone" else None
-        if p.stage in LIVE_STAGES or p.done:
+        if p.stage == "done":  # the study's run and plots are being written: pulsing until finish()
+            total, completed, count = None, 0, ""
+        elif p.stage in LIVE_STAGES or p.done:
             total, completed, count = max(p.total, 1), p.done, f"{p.done}/{p.total} trials"
         elif step:
             i, n = int(step.group(1)), int(step.group(2))
             total, completed, count = n, i - 1, f"wiring {i}/{n}"
         else:  # before live trials (plan, gate, baseline): a pulsing bar, no count of trials not yet begun
             total, completed, count = None, 0, ""
-        self._show(total=total, completed=completed, stage=p.stage, count=count, best=best_text(p.best, p.target))
+        stage = "saving" if p.stage == "done" else p.stage
+        self._show(total=total, completed=completed, stage=stage, count=count, best=best_text(p.best, p.target))
+        if not self.started:  # the bar's first frame shows this event
+            self.bar.start()
+            self.started = True
 
     def finish(self, out: StudyOutcome) -> None:
         """The study ended: the bar full, the spinner stopped, the clock frozen, no time left."""
@@ -177,7 +183,8 @@ class Display:
             self.bar.remove_task(self.task)
             self.task = self.bar.add_task("search", total=None, **fields)
         self.bar.update(self.task, total=total, completed=completed, **fields)
-        self.bar.refresh()  # the line agrees with the event just printed
+        if self.started:
+            self.bar.refresh()  # the line agrees with the event just printed
 
 
 def best_text(best: float | None, target: float | None) -> str:

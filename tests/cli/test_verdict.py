@@ -17,7 +17,7 @@ from bisect_eagle.search.study.outcome import StudyOutcome, speed_facts, speed_s
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-SENTENCE = re.compile(r"target (not )?reached: ")
+SENTENCE = re.compile(r"\btarget (not )?reached\b")
 
 
 def outcome(**changes) -> StudyOutcome:
