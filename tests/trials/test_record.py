@@ -48,11 +48,12 @@ def test_a_label_names_the_trial_instead_of_its_stage():
     assert run_name("probe 05 +speculative_algorithm", "live", NONE) == "probe 05 +speculative_algorithm no speculation"
 
 
-def logged(tmp_path, metrics: dict[str, float], status: Literal["ok", "failed"] = "ok"):
+def logged(tmp_path, metrics: dict[str, float], status: Literal["ok", "failed"] = "ok",
+           settings: LiveSettings | None = None):
     """The run ``_log_result`` leaves for a trial record with ``metrics`` (``status`` ok, or failed: no metrics)."""
     tracking = Tracking.open(f"sqlite:///{tmp_path}/mlflow.db", "record")
     parent = tracking.start_run("study", tags={"role": "study"})
-    settings = LiveSettings(num_steps=3)
+    settings = settings or LiveSettings(num_steps=3)
     effective, warnings, refusal = speculative_effective(settings)
     plan = make_plan("fake", settings, effective=effective, warnings=warnings, refusal=refusal)
     run_id = tracking.start_run("live 001", tags={"stage": "live"}, parent_run_id=parent)
@@ -79,3 +80,9 @@ def test_display_tags_round_large_values_to_one_decimal_and_leave_out_what_was_n
         "shown.output_tok_s": "1234.6"}  # a baseline: no ratios; a non-finite metric is not logged either
     run = logged(tmp_path, {}, status="failed")
     assert not [k for k in run.data.tags if k.startswith("shown.")] and run.data.tags["failure_class"] == "oom"
+
+
+def test_a_trial_run_is_tagged_with_its_acceptance_pinned_or_natural(tmp_path):
+    assert logged(tmp_path / "n", {"output_tok_s": 9.0}).data.tags["acceptance"] == "natural"
+    pinned = logged(tmp_path / "p", {"output_tok_s": 9.0}, settings=LiveSettings(pinned_acceptance=[1.0, 0.5, 0.0]))
+    assert pinned.data.tags["acceptance"] == "pinned"
