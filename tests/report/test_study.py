@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import optuna
 import pandas as pd
 import pytest
@@ -111,10 +113,12 @@ def test_report_command_fits_80_columns(study, monkeypatch):
     assert done.exit_code == 0, done.output
     lines = done.output.splitlines()
     assert max(len(line) for line in lines) <= 80 and "…" not in done.output
-    assert any(line.startswith("target: output_tok_s >= ") for line in lines)
-    assert "verdict: target not reached" in done.output
+    text = " ".join(done.output.split())
+    assert text.count(out.verdict) == 1 and len(re.findall(r"\btarget (not )?reached\b", text)) == 1  # said once
+    assert out.verdict.startswith("target not reached: best output tok/s ") and "target ≥ " in out.verdict
+    assert out.speed_text and out.speed_text in text  # tok/s against the baseline's
     (best,) = [t for t in out.trials if t["run_id"] == out.best["run_id"] and not t["duplicate"]]
-    assert f"best: live {best['number']:03d} (run {out.best['run_id']})" in done.output
+    assert f"best: live {best['number']:03d} (run {out.best['run_id'][:8]})" in done.output
     assert not any(line.startswith("model:") for line in lines)  # search.model.enabled: false, nothing to say
     assert not any(len(x) > 8 for line in lines for x in line.split() if x.replace(".", "").isdigit())
 
