@@ -180,15 +180,11 @@ def _search(order: Sequence[str], test: ProbeMemo, result: Culprits, progress: B
         passing, failing = isolate(frozenset(), witness, test=test, progress=progress)
         diff = failing - passing
         if len(diff) > 1:
-            result.status = BisectStatus.AMBIGUOUS
-            result.breaking.append(test.sorted(diff))
-            result.notes.append(f"could not narrow {', '.join(test.sorted(diff))} further (unresolved probes)")
+            _unsettled(result, test, failing, f"could not narrow {', '.join(test.sorted(diff))} further")
             return
         cause, note = _with_partners(diff, passing, test, progress)
         if note:
-            result.status = BisectStatus.AMBIGUOUS
-            result.breaking.append(test.sorted(cause))
-            result.notes.append(note)
+            _unsettled(result, test, cause | passing, note)
             return
         if len(cause) > 1:
             cause = frozenset(shrink(test.sorted(cause), lambda c: test(c) is ProbeOutcome.BAD))
@@ -213,6 +209,17 @@ def _search(order: Sequence[str], test: ProbeMemo, result: Culprits, progress: B
                             "set is established")
         return
     result.repair = shrink(union, lambda r: test(everything - r) is ProbeOutcome.GOOD)
+
+
+def _unsettled(result: Culprits, test: ProbeMemo, region: ChangeSet, why: str) -> None:
+    """A breaking set lies in ``region`` (a BAD configuration) but could not be isolated: it is
+    :attr:`Culprits.unknown`, never reported as a breaking set. ``partial`` when the budget is spent, else
+    ``ambiguous`` (unresolved probes)."""
+    spent = test.spent()
+    result.status = BisectStatus.PARTIAL if spent else BisectStatus.AMBIGUOUS
+    result.unknown.append(region)
+    result.notes.append(f"{why} ({'the budget is spent' if spent else 'unresolved probes'}); a breaking set lies "
+                        f"within {' + '.join(test.sorted(region))}")
 
 
 def _next_witness(everything: ChangeSet, found: list[ChangeSet], masked: dict[str, tuple[str, ...]],

@@ -229,9 +229,10 @@ class Prober:
             return m.verdict.outcome, m.verdict.detail
         first, _ = self.judge.budget(endpoint=endpoint)
 
-        def more(n: int) -> bool:  # after an UNRESOLVED look, the reference is sampled too (interleaved)
+        def more(n: int) -> bool:  # after an UNRESOLVED look, one reference launch per launch of it: A B A B
             unresolved = ref is not None and len(m.samples) >= first
-            ref_to = min(2 * n, self.judge.budget(endpoint=True)[1]) if unresolved else 0
+            ref_to = (min(len(ref.samples) + n - len(m.samples), self.judge.budget(endpoint=True)[1])
+                      if ref is not None and unresolved else 0)
             self._sample_to(m, n, ref=ref if unresolved else None, ref_to=ref_to)
             return not m.failure and len(m.samples) >= n
 
