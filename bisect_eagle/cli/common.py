@@ -43,7 +43,8 @@ class Activity:
     On a terminal: one live line, redrawn every quarter second (``⠋ reading the runs of study 'x'  0:00:04``),
     cut to the terminal's width and cleared when the activity ends (the command's output follows it, unmixed).
     Off a terminal: a plain line (``[0:00:04] reading the runs of study 'x'``) for each step that goes on for more
-    than :attr:`QUIET_S`, then ``still ...`` every :attr:`HEARTBEAT_S` while it lasts. Before
+    than :attr:`QUIET_S` (wrapped at the terminal's width, else 80 columns), then ``still ...`` every
+    :attr:`HEARTBEAT_S` while it lasts. Before
     :meth:`inputs_checked` a step is written only after :attr:`UNCHECKED_QUIET_S`: bad input, refused within
     seconds, leaves a pipe its one ``error:`` line.
 
@@ -125,14 +126,19 @@ class Activity:
         self._drawn = True
 
     def _plain(self) -> None:
+        import shutil
+        import textwrap
+
         now = time.monotonic()
         quiet = self.QUIET_S if self.checked else self.UNCHECKED_QUIET_S
         if self.said_at is None and now - self.step_at >= quiet:
-            self.stream.write(f"[{clock(now - self.since)}] {self.what}\n")
+            line = f"[{clock(now - self.since)}] {self.what}"
         elif self.said_at is not None and now - self.said_at >= self.HEARTBEAT_S:
-            self.stream.write(f"[{clock(now - self.since)}] still: {self.what}\n")
+            line = f"[{clock(now - self.since)}] still: {self.what}"
         else:
             return
+        width = max(40, shutil.get_terminal_size().columns)
+        self.stream.write(textwrap.fill(line, width, subsequent_indent=" " * 10, break_on_hyphens=False) + "\n")
         self.stream.flush()
         self.said_at = now
 

@@ -68,6 +68,6 @@ def test_off_a_terminal_report_writes_plain_lines_with_the_clock(store):
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stderr.splitlines()
-    assert lines and all(re.fullmatch(r"\[\d:\d\d:\d\d\] .+", line) for line in lines), lines
+    assert lines and all(re.fullmatch(r"\[\d:\d\d:\d\d\] .+| {10}\S.*", line) for line in lines), lines
     assert any("reading the runs of study" in line for line in lines), lines
     assert "\r" not in done.stderr and "\x1b" not in done.stderr  # plain lines, no redraws

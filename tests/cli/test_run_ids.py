@@ -35,7 +35,7 @@ def test_export_takes_the_8_characters_a_table_shows(store, monkeypatch, capsys)
     assert code == 0
     code, short, err = run_cli(["export", best[:8], "--tracking-uri", uri], monkeypatch, capsys)
     assert code == 0, err
-    assert short == whole and f"launch for trial {best}" in short
+    assert short == whole and f"launch for trial {best[:8]}" in short
 
 
 def test_reproduce_takes_a_prefix_and_records_the_whole_id(store, monkeypatch, capsys):
