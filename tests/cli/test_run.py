@@ -56,12 +56,12 @@ def test_resume_of_a_finished_study_measures_nothing_new_and_prints_where_runs_a
     done = cli("run", "--resume", cwd=cwd)
     assert done.returncode == 0, done.stderr[-4000:]
     text = done.stdout
-    assert "target reached" in text and f"parent run {out['parent_run_id']}" in text
+    assert "target reached" in text and f"parent run {out['parent_run_id'][:8]}" in text
     (best,) = [t for t in out["trials"] if t["run_id"] == out["best"]["run_id"] and not t["duplicate"]]
-    assert f"best: live {best['number']:03d} (run {out['best']['run_id']})\n  accept_length " in text
+    assert f"best: live {best['number']:03d} (run {out['best']['run_id'][:8]})\n  accept_length " in text
     assert "eagle_aux_hidden_state_layer_ids: [1, 5, 9]" in text
     assert "× baseline" in text and not OTHER_RATIOS.search(text)  # one ratio notation
-    assert "reached (confirmed, bound" in text
+    assert "target reached: accept length " in text and ", confirmed by one measurement" in text
     assert "\n  bisect-eagle ui\n" in text  # the default store: the command needs no URI
 
 

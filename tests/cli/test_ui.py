@@ -393,7 +393,7 @@ def test_the_parent_run_page_shows_the_verdict_and_links_the_best_child(served, 
     dom = dom_of(url, tmp_path / "profile", "Target")
     assert "Target reached" in dom or "Target not reached" in dom
     assert f'href="#/experiments/{out.experiment_id}/runs/{out.best["run_id"]}"' in dom
-    assert f"bisect-eagle export {out.best['run_id']}" in dom
+    assert f"bisect-eagle export {out.best['run_id'][:8]}" in dom
     chromium(url, tmp_path / "profile-shot", f"--screenshot={root / 'parent.png'}")
     assert (root / "parent.png").stat().st_size > 10_000
 
@@ -403,7 +403,7 @@ def test_the_study_page_shows_verdict_target_and_deploy_command_before_show_more
     """The description's collapsed box (MLflow shows its first 100 px until "Show more") holds the answer."""
     _, out, _, port = served
     verdict = "Target reached" if out.target_reached else "Target not reached"
-    export = f"bisect-eagle export {out.best['run_id']} --tracking-uri {out.tracking_uri}"
+    export = f"bisect-eagle export {out.best['run_id'][:8]} --tracking-uri {out.tracking_uri}"
     needles = [export, verdict, "target ≥"]
     shown = page_value(run_url(port, experiment_id=out.experiment_id, run_id=out.parent_run_id),
                        SHOWN_BEFORE_SHOW_MORE.replace("NEEDLES", json.dumps(needles)), tmp_path / "profile")
