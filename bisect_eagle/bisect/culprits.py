@@ -204,7 +204,8 @@ def _search(order: Sequence[str], test: ProbeMemo, result: Culprits, progress: B
         progress(f"checking which of {', '.join(test.sorted(frozenset().union(*found)))} must be reverted to repair "
                  "the bad configuration")
     union = test.sorted(frozenset().union(*found))
-    if test.peek(everything - set(union)) is ProbeOutcome.UNRESOLVED:
+    repaired = everything - set(union)
+    if repaired in result.unknown or test.peek(repaired) is ProbeOutcome.UNRESOLVED:
         result.notes.append("the bad configuration with every breaking set reverted could not be judged; no repair "
                             "set is established")
         return

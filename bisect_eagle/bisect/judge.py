@@ -108,7 +108,7 @@ class Judge:
     repeats: int = 3  # first samples of each endpoint
     max_samples: int = 6  # sample budget of a probe
     endpoint_samples: int = 12  # sample budget of an endpoint
-    comparisons: int = 24  # K: the most looks the bisect may take (its launch budget)
+    comparisons: int = 32  # K: the most looks the bisect may take (its launch budget)
     reference: list[float] | None = None  # the good configuration's samples (ratio mode)
     reference_requests: list[list[float]] | None = None  # its per-request values, per launch
     noise: NoisePool = field(default_factory=NoisePool)

@@ -80,7 +80,7 @@ class BisectOptions:
     confidence: float = 0.95  # 1 − the chance of any false verdict (so of any false culprit) in the whole bisect
     repeats: int | None = None  # first samples of each endpoint; default: max(3, the spec's search.repeats)
     max_samples: int = 6  # sample budget (launches) of a probe (an endpoint's is twice that)
-    max_launches: int = 24  # bisect.max_launches: the bisect's launch budget (and its looks: judge.comparisons)
+    max_launches: int = 32  # bisect.max_launches: the bisect's launch budget (and its looks: judge.comparisons)
     overrides: dict[str, Any] = field(default_factory=dict)  # settings forced in every probe (e.g. fewer prompts)
     tracking_uri: str | None = None
     log_path: Path | None = None

@@ -72,7 +72,7 @@ def bisect(
     repeats: int = typer.Option(None, help="First samples of each endpoint (they estimate the noise; 1 turns "
                                            "noise handling off); default: max(3, the spec's search.repeats)."),
     max_samples: int = typer.Option(6, help="Launch budget of one probe (an endpoint's is twice this)."),
-    max_launches: int = typer.Option(24, help="bisect.max_launches: the bisect's launch budget; it stops there, "
+    max_launches: int = typer.Option(32, help="bisect.max_launches: the bisect's launch budget; it stops there, "
                                               "saying what is still unknown."),
     set_: list[str] = typer.Option([], "--set", help="A setting forced in every probe, key=value (YAML value), "
                                                      "repeatable: --set num_prompts=2."),
@@ -112,25 +112,28 @@ def _print(report) -> None:
     n = len(report.changes)
     console.print(f"{plural(n, 'setting')} {'differs' if n == 1 else 'differ'} as the engine runs them: "
                   f"{escape(report.good)} (good) vs {escape(report.bad)} (bad)")
-    table = Table(caption="breaks: in breaking set N (below); repair: in the repair set; hidden by: inert alone at "
-                          "that end, masked there by these settings")
+    table = Table(caption="breaks: in breaking set N (below); repair: in the repair set")
     table.add_column("setting", no_wrap=True, min_width=max((len(c.name) for c in report.changes), default=7))
-    for col in ("good", "bad", "breaks", "repair", "hidden by"):  # a header wraps between words, never inside one
-        table.add_column(col, overflow="fold", min_width=max(len(w) for w in col.split()))
+    for col in ("good", "bad", "breaks", "repair"):  # a header never wraps inside a word
+        table.add_column(col, overflow="fold", min_width=len(col))
     repair = set(report.repair or [])
     for c in report.changes:
-        hidden = "; ".join(f"{side}: {', '.join(by) or 'a combination'}" for side, by in c.masked_by.items())
         sets = ",".join(str(i) for i, b in enumerate(report.breaking, 1) if c.name in b)
         table.add_row(escape(c.name), _value(c.values("good")), _value(c.values("bad")),
-                      f"[red]{sets}[/red]" if sets else "", "[red]yes[/red]" if c.name in repair else "",
-                      escape(hidden))
+                      f"[red]{sets}[/red]" if sets else "", "[red]yes[/red]" if c.name in repair else "")
     console.print(table)
+    for c in report.changes:
+        for side, by in c.masked_by.items():
+            console.print(f"hidden: {escape(c.name)} is inert alone in the {side} configuration, masked there by "
+                          f"{escape(', '.join(by) or 'a combination of the others')}")
     j, ec = report.judge, report.error_control
     limit = "-" if j["limit"] is None else f"{j['limit']:.4g}"
     of = f"{j['ratio']:g} × the good configuration's" if j.get("threshold") is None else "the threshold"
     noise = j["noise"]
+    spread = (f"noise {100 * noise['sd_log']:.2f}% a launch over {noise['dof']} dof" if noise["dof"]
+              else "no noise estimate: one launch each, the value decides")
     console.print(f"judged by {j['metric']}, the geometric mean of each configuration's launches, against the limit "
-                  f"{limit} ({of}); noise {100 * noise['sd_log']:.2f}% a launch over {noise['dof']} dof")
+                  f"{limit} ({of}); {spread}")
     if ec:
         console.print(f"error control: each verdict at level {ec['level']:.2g} = {ec['familywise']:g} / {ec['looks']} "
                       f"looks ({ec['looks_used']} used): the chance of any false culprit is at most "
@@ -159,8 +162,8 @@ def _print(report) -> None:
     if report.status.value != "isolated":
         console.print(f"[yellow]{report.status.value}[/yellow]")
     console.print(f"log (replay with --replay): {escape(report.log)}")
-    console.print(f"MLflow: run {report.parent_run_id} in the experiment {escape(repr(report.experiment))}; open it "
-                  f"with: {escape(ui_command(report.tracking_uri))}")
+    console.print(f"MLflow: the bisect's run {report.parent_run_id}, its probes as child runs; open them with:")
+    console.print(f"experiment {escape(repr(report.experiment))}: {escape(ui_command(report.tracking_uri))}")
 
 
 def _verified(check: dict | None) -> str:

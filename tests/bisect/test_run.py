@@ -98,7 +98,7 @@ def test_the_changes_and_the_not_changes_are_said_before_the_first_probe(tmp_pat
         "2 requested differences not bisected:",
         "  eagle_aux_hidden_state_layer_ids: not a change, the engine runs it as [1, 5, 9] at both ends",
         "  env.NCCL_ALGO: not a change, the fake engine does not use it",
-        "expect about 8 launches (budget 24: --max-launches); each verdict at level 0.0021 = 0.05 / 24 looks, so "
+        "expect about 8 launches (budget 32: --max-launches); each verdict at level 0.0016 = 0.05 / 32 looks, so "
         "the chance of any false culprit in this bisect is at most 0.05",
     ]
 

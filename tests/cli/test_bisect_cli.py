@@ -1,4 +1,8 @@
-"""`bisect-eagle bisect` on the tiny scenario: exact culprits within the probe bound, caching, replay, crashes."""
+"""`bisect-eagle bisect` on the tiny scenario: exact culprits within the probe bound, caching, replay, crashes, two
+overlapping breaking sets on the stand-in server, and the table at 80 columns in a terminal.
+
+Subprocesses get generous time limits (a loaded machine is slow, not wrong); one that runs past them fails saying
+the machine was too slow."""
 
 from __future__ import annotations
 
@@ -32,10 +36,21 @@ CLI = ("import sys; from bisect_eagle import cli; from bisect_eagle.cli import b
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
+LIMIT_S = 1800  # a bisect of the tiny scenario takes under a minute on a quiet 2-core machine
+
+
+def _run(argv: list[str], *, cwd: Path, env: dict | None = None,
+         limit_s: float = LIMIT_S) -> subprocess.CompletedProcess:
+    """``argv`` to its end, or a failure saying the machine was too slow (never a bare TimeoutExpired)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=limit_s, cwd=cwd, env=env or ENV)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"machine too slow: {' '.join(argv[3:6])} ... ran past {limit_s:.0f} s")
+
+
 def _bisect(tmp: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CLI, "bisect", "--metric", "accept_length", *FAST,
-                           "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}", "--json", *args],
-                          capture_output=True, text=True, timeout=300, cwd=tmp, env=ENV)
+    return _run([sys.executable, "-c", CLI, "bisect", "--metric", "accept_length", *FAST,
+                 "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}", "--json", *args], cwd=tmp)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +76,13 @@ def test_names_exactly_the_planted_culprits_within_the_bound(first):
     wiring = next(x for x in report["culprits"] if x["name"] == "eagle_aux_hidden_state_layer_ids")
     assert (wiring["good"], wiring["bad"]) == ([1, 5, 9], [-1, 1, 5])
     b = len(report["breaking_sets"])
-    bound = 2 * c * (n - 1).bit_length() + 2 + c + b + 1  # + one verification probe per answer
+    # + one verification probe per answer, + one completeness check after each set found (the bad configuration
+    # with the sets found so far reverted: GOOD after the second, so no third set remains)
+    bound = 2 * c * (n - 1).bit_length() + 2 + c + b + 1 + b
     assert report["probes_used"] == len(report["probes"]) <= report["probe_bound"] == bound
+    assert [sorted(s["changes"]) for s in report["sets"]] == sorted(map(sorted, report["breaking_sets"]))
+    assert all(s["probability"] > 0.99 and s["verified"] for s in report["sets"])  # deterministic: near certain
+    assert report["unknown"] == [] and report["error_control"]["familywise"] == 0.05
     assert report["verified"] and report["verification_probes"] == b + 1
     repair = next(v for v in report["verification"] if v["check"] == "repair")
     assert repair["outcome"] == "GOOD" and set(repair["applied"]) == set(report["not_changes"])  # bad as it is
@@ -114,9 +134,8 @@ def test_rerun_costs_nothing_and_replay_follows_edited_marks(first):
               for line in lines]
     assert edited != lines
     (tmp / "edited.log").write_text("\n".join(edited) + "\n")
-    replay = subprocess.run([sys.executable, "-c", CLI, "bisect", "--replay", str(tmp / "edited.log"),
-                             "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}", "--log", str(tmp / "r.log"),
-                             "--json"], capture_output=True, text=True, timeout=300, cwd=tmp, env=ENV)
+    replay = _run([sys.executable, "-c", CLI, "bisect", "--replay", str(tmp / "edited.log"),
+                   "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}", "--log", str(tmp / "r.log"), "--json"], cwd=tmp)
     assert replay.returncode in (0, 1), replay.stderr
     replayed = json.loads(replay.stdout)
     logged = {tuple(applied) for _, applied, _ in parse_log(tmp / "edited.log").marks}
@@ -184,30 +203,30 @@ def test_a_wiring_hidden_by_eagle_is_reverted_with_the_algorithm(tiny, tmp_path)
     checks = {(v["check"], tuple(v["changes"])): v for v in report["verification"]}
     for name in (algo, wiring):
         v = checks[("breaking", (name,))]
-        assert v["applied"] == [name] and v["outcome"] == "BAD" and v["median"] < limit
+        assert v["applied"] == [name] and v["outcome"] == "BAD" and v["value"] < limit
     repair = checks[("repair", tuple(report["repair_set"]))]
-    assert repair["outcome"] == "GOOD" and repair["median"] >= limit
+    assert repair["outcome"] == "GOOD" and repair["value"] >= limit
     assert set(repair["applied"]) == set(report["not_changes"])  # the bad deployment with both reverted, as it is
     for v in report["verification"]:
         assert report["probes"][v["probe"] - 1]["verifies"] == v["check"]
     # with two changes, the bad configuration with the algorithm alone reverted is the wiring alone applied to good
     only_algo = next(p for p in report["probes"] if p["applied"] == [wiring])
-    assert only_algo["outcome"] == "BAD" and only_algo["median"] < limit
+    assert only_algo["outcome"] == "BAD" and only_algo["value"] < limit
     assert report["interactions"] == [
-        f"{algo}=EAGLE hides {wiring} in the bad configuration: revert both (reverting {algo} alone: BAD, median "
-        f"{only_algo['median']:.4g})"]
+        f"{algo}=EAGLE hides {wiring} in the bad configuration: revert both (reverting {algo} alone: BAD, measured "
+        f"{only_algo['value']:.4g})"]
     assert report["probes_used"] <= report["probe_bound"]
-    human = subprocess.run([sys.executable, "-c", CLI, "bisect", "--metric", "accept_length", *FAST, "--tracking-uri",
-                            f"sqlite:///{tmp_path / 'mlflow.db'}", "--good", str(GOOD), "--bad", str(bad), "--log",
-                            str(tmp_path / "again.log")], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                           env={**ENV, "COLUMNS": "250"})
+    human = _run([sys.executable, "-c", CLI, "bisect", "--metric", "accept_length", *FAST, "--tracking-uri",
+                  f"sqlite:///{tmp_path / 'mlflow.db'}", "--good", str(GOOD), "--bad", str(bad), "--log",
+                  str(tmp_path / "again.log")], cwd=tmp_path, env={**ENV, "COLUMNS": "250"})
     assert human.returncode == 0, human.stderr
     text = " ".join(human.stdout.split())
     assert f"interaction: {algo}=EAGLE hides {wiring} in the bad configuration: revert both" in text
     assert re.search(rf"repairs the bad configuration when reverted from it: ({algo} \+ {wiring}|{wiring} \+ {algo}) "
-                     r"\(verified: probe \d+ measured GOOD, median [\d.]+\)", text), text
-    assert re.search(rf"breaks the good configuration when applied to it: {wiring} \(verified: probe \d+ measured "
-                     r"BAD", text)
+                     r"\(verified: probe \d+ measured GOOD, [\d.]+\)", text), text
+    assert re.search(rf"breaks the good configuration when applied to it: {wiring} \(set \d, probability "
+                     r"[\d.]+\) \(verified: probe \d+ measured BAD", text), text
+    assert text.endswith("experiment 'tiny-eagle-masked / bisect': bisect-eagle ui --tracking-uri sqlite:///mlflow.db")
 
 
 class ScriptedEngine(Engine):
@@ -285,35 +304,17 @@ def test_crashing_probes_are_unresolved_and_the_bisect_still_ends(tiny, tmp_path
 
 
 def test_bad_input_is_one_line_and_exit_2(tiny, tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", "nope.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    out = _run([sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", "nope.yaml"], cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: --bad nope.yaml: not a spec file, nor an MLflow run id (32 hex digits, or a "
                                   "unique prefix of at least 6)")
-    same = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            CLI,
-            "bisect",
-            "--good",
-            str(GOOD),
-            "--bad",
-            str(GOOD),
-            "--tracking-uri",
-            f"sqlite:///{tmp_path / 'm.db'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    same = _run([sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", str(GOOD), "--tracking-uri",
+                 f"sqlite:///{tmp_path / 'm.db'}"], cwd=tmp_path)
     assert same.returncode == 2 and "nothing to bisect" in same.stderr
+    budget = _run([sys.executable, "-c", CLI, "bisect", "--good", str(GOOD), "--bad", str(BAD), "--max-launches", "0",
+                   "--tracking-uri", f"sqlite:///{tmp_path / 'b.db'}"], cwd=tmp_path)
+    assert budget.returncode == 2 and budget.stderr.strip() == "error: --max-launches must be >= 1, got 0"
+    assert not (tmp_path / "b.db").exists()
 
 
 def test_standalone_accuracy_probes_see_only_the_wiring(tiny, tmp_path):
@@ -377,3 +378,102 @@ def test_the_bisect_status_line_changes_at_least_every_10_s_with_a_slow_engine(t
     assert events[-1] - events[0] > 3 * sleep_s  # several slow samples were measured
     assert len(changes) > 3 * sleep_s and max(b - a for a, b in zip(changes, changes[1:], strict=False)) < 10
     assert any("breaks the good configuration" in text for _, text in seen)
+
+
+PTY_80 = """
+import os, sys
+os.environ["COLUMNS"] = "80"
+sys.path.insert(0, {tests!r})
+import bisect_eagle.engines
+from fake_engine import FakeEngine
+bisect_eagle.engines.make_engine = lambda spec, log_dir=None: FakeEngine()
+sys.argv = ["bisect-eagle", "bisect", "--good", {good!r}, "--bad", {bad!r}, "--metric", "accept_length",
+            "--repeats", "1", "--tracking-uri", {uri!r}]
+from bisect_eagle.cli import main
+main()
+"""
+HEADERS = ("setting", "good", "bad", "breaks", "repair")
+
+
+def test_the_bisect_table_fits_80_columns_in_a_terminal_and_no_header_is_cut_mid_word(tmp_path):
+    """In a pseudo-terminal 80 columns wide: every line fits, the table's header cells hold whole words only (a
+    header wraps between words), and the last line names the experiment and the command that opens it."""
+    from helpers import screen_in_a_pty
+
+    code = PTY_80.format(tests=str(ROOT / "tests"), good=str(GOOD), bad=str(BAD),
+                         uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    seen, rc = screen_in_a_pty(code, cwd=tmp_path, timeout_s=LIMIT_S)
+    lines = [text for _, text in seen]
+    assert rc == 0, "\n".join(lines[-40:])
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    top = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    assert lines[top].endswith("┓")  # the whole table, not cropped at the right edge
+    header = lines[top + 1:next(i for i in range(top, len(lines)) if lines[i].startswith("┡"))]
+    cells = [[c.strip() for c in row.strip().strip("┃").split("┃")] for row in header]
+    words = {w for h in HEADERS for w in h.split()}
+    assert all(w in words for row in cells for cell in row for w in cell.split()), cells
+    assert [" ".join(filter(None, col)) for col in zip(*cells, strict=True)] == list(HEADERS)
+    assert any("breaks the good configuration when applied to it" in line for line in lines)
+    assert lines[-1].startswith("experiment 'tiny / bisect': bisect-eagle ui") or (
+        " ".join(lines[-2:]).startswith("experiment 'tiny / bisect': bisect-eagle ui")), lines[-3:]
+
+
+class PlantedFaults(Engine):
+    """The tiny scenario's stand-in server (``experiments/tiny-sglang.yaml``: one ``bisect-eagle serve`` per launch)
+    with two cost-side faults planted on what it measures, as the NCCL fault of the stand-in does for one variable:
+    ``NCCL_ALGO=Tree`` with ``NCCL_PROTO=Simple`` halves the throughput, and so does ``NCCL_PROTO=Simple`` with
+    ``NCCL_IB_HCA=mlx5``; each alone costs nothing. Throughput is ``10 ×`` the server's measured accept length (a
+    tiny model's tok/s on a loaded CPU is noise; its greedy accept length is exact), so it is deterministic."""
+
+    name = "planted"
+    deterministic_metrics = ("output_tok_s",)
+
+    def __init__(self, inner: Engine):
+        self.inner = inner
+
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        return self.inner.plan(settings)
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        result = self.inner.run(plan)
+        if result.ok:
+            env = plan.effective.get("env") or {}
+            simple = env.get("NCCL_PROTO") == "Simple"
+            slow = simple and (env.get("NCCL_ALGO") == "Tree" or env.get("NCCL_IB_HCA") == "mlx5")
+            result.output_tok_s = 10 * result.accept_length * (0.5 if slow else 1.0)
+        return result
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.system
+def test_two_overlapping_breaking_sets_on_the_stand_in_server_are_both_reported(tiny, tmp_path):
+    """{NCCL_ALGO, NCCL_PROTO} and {NCCL_PROTO, NCCL_IB_HCA} share NCCL_PROTO: after the first is found, the bad
+    configuration with NCCL_ALGO reverted still breaks (it holds the second), so the second is found too; with
+    NCCL_PROTO reverted, or NCCL_ALGO and NCCL_IB_HCA, it is good: no third set. NCCL_DEBUG changes nothing."""
+    import yaml
+
+    from bisect_eagle.engines import make_engine
+
+    good = ROOT / "experiments" / "tiny-sglang.yaml"
+    raw = yaml.safe_load(good.read_text())
+    raw["name"] = "tiny-sglang-overlap"
+    raw["engine"]["settings"].update({"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "Simple",
+                                      "env.NCCL_IB_HCA": "mlx5", "env.NCCL_DEBUG": "INFO"})
+    bad = tmp_path / "overlap.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    opts = BisectOptions(good=str(good), bad=str(bad), tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+                         log_path=tmp_path / "o.log", overrides={"num_prompts": 2, "max_new_tokens": 12})
+    report = run_bisect(opts, engine_factory=lambda spec: PlantedFaults(make_engine(spec, tmp_path / "logs")))
+    body = report.to_json()
+    assert body["status"] == "isolated", body["notes"]
+    assert sorted(map(sorted, body["breaking_sets"])) == [["env.NCCL_ALGO", "env.NCCL_PROTO"],
+                                                          ["env.NCCL_IB_HCA", "env.NCCL_PROTO"]]
+    assert body["repair_set"] == ["env.NCCL_PROTO"]
+    assert all(s["probability"] > 0.99 for s in body["sets"]) and body["unknown"] == []
+    tracking, parent = Tracking.of_run(f"sqlite:///{tmp_path / 'mlflow.db'}", body["parent_run_id"])
+    sets = {parent.data.tags[f"breaking_set_{i}"]: parent.data.metrics[f"breaking_set_{i}_probability"]
+            for i in (1, 2)}
+    assert set(sets) == {"env.NCCL_ALGO + env.NCCL_PROTO", "env.NCCL_IB_HCA + env.NCCL_PROTO"}
+    assert all(p > 0.99 for p in sets.values())
