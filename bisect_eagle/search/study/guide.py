@@ -30,7 +30,7 @@ never vetoed, and when the model is stuck (:data:`STUCK_AFTER` of its own picks 
 measurement while its best untried chance stays below :data:`STUCK_CHANCE`) the sampler proposes the next
 :data:`HANDOFF` trials alone. The spread of every forecast is never narrower than the model's own measured error in
 this study (:meth:`ModelGuide.misfit`): a model that predicts badly here widens its intervals, rules out less and
-leaves more to exploration.
+leaves more to exploration; and each forecast is corrected by the model's recent bias (:meth:`ModelGuide.bias`).
 
 Forecasts are reused while nothing they depend on changed: a forecast depends only on the model's view of a
 config (:class:`~bisect_eagle.perf.model.Config`: its wiring, speculative shape, concurrency and context, not its
@@ -60,7 +60,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -69,6 +69,7 @@ import numpy as np
 from bisect_eagle.artifacts.configs import read_config_json
 from bisect_eagle.engines import benchmark_of
 from bisect_eagle.engines.base import Engine
+from bisect_eagle.engines.plan import acceptance_kind
 from bisect_eagle.errors import BadInput
 from bisect_eagle.perf.cost import CostModel
 from bisect_eagle.perf.model import Config, Prediction, ThroughputModel
@@ -82,7 +83,7 @@ MISFIT = 0.15  # least log-sd of a measurement around its prediction (scripts/be
 IDENTIFY_BELOW = 0.5  # below this best chance, a config that identifies an unidentified cost term runs first
 SAMPLER_EVERY = 4  # every fourth live trial is the sampler's own proposal, never vetoed
 STUCK_AFTER = 3  # the model's own picks in a row without a better measurement ...
-STUCK_CHANCE = 0.25  # ... while its best untried chance stays below this: stuck
+STUCK_CHANCE = 0.5  # ... while its best untried config is likelier to miss the target than reach it: stuck
 HANDOFF = 3  # live trials the sampler then proposes alone
 RECENT = 4  # the model's own recent predictions whose errors set its least spread (ModelGuide.misfit)
 CHOOSE_LIMIT = 5000  # configs forecast per choice (a forecast costs ~2-3 ms)
@@ -101,14 +102,15 @@ class Forecast:
     optimistic: float  # the search.model.optimism quantile of a measurement
     chance: float  # probability that a measurement reaches the target
     gain: float  # expected improvement over the target: E[max(0, log measurement - log target)]
-    prediction: Prediction
+    bias: float  # the log correction of the model's recent bias applied (ModelGuide.bias)
+    prediction: Prediction  # with the bias corrected when the criterion is tok/s
 
     def metrics(self) -> dict[str, float]:
         """The ``predicted_*`` metrics of a live run (tok/s with its interval, accept length, the chance)."""
         p = self.prediction
         out = {"predicted_output_tok_s": p.tok_s, "predicted_output_tok_s_low": p.low,
                "predicted_output_tok_s_high": p.high, "predicted_accept_length": p.accept_length,
-               "predicted_chance": self.chance, "predicted_gain": self.gain}
+               "predicted_chance": self.chance, "predicted_gain": self.gain, "predicted_bias": self.bias}
         if self.metric == "accept_length":
             out.update({"predicted_accept_length_low": self.low, "predicted_accept_length_high": self.high})
         return {k: float(v) for k, v in out.items() if math.isfinite(v)}
@@ -191,6 +193,8 @@ class ModelGuide:
             if run.info.status != "FINISHED" or "output_tok_s" not in run.data.metrics:
                 continue
             effective = effective_of(tracking, run)
+            if acceptance_kind(effective) == "pinned":  # its acceptance was drawn, not the deployment's
+                continue
             try:
                 self.model.update(effective, model_inputs(run.data.metrics, effective, rates=_curve(tracking, run_id)),
                                   record=False)
@@ -208,18 +212,28 @@ class ModelGuide:
         """Keep how a live run's prediction (logged before it ran) fared against its measurement."""
         name = "output_tok_s" if self.metric == "output_tok_s" else "accept_length"
         predicted, measured = metrics.get(f"predicted_{name}"), metrics.get(name)
-        if predicted and measured and predicted > 0 and measured > 0:
-            self.errors.append(math.log(measured / predicted))
+        if predicted and measured and predicted > 0 and measured > 0:  # against the model's own, uncorrected
+            corrected = metrics.get("predicted_bias", 0.0) if name == "output_tok_s" else 0.0
+            self.errors.append(math.log(measured / predicted) + corrected)
+
+    def bias(self) -> float:
+        """The model's recent bias in this study: the mean log error of its last :data:`RECENT` predictions (two or
+        more; else 0), shrunk by ``n / (n + 1)``. Every forecast is corrected by it, so a model that keeps
+        over-predicting (a cost it does not have a term for) stops believing its own optimism."""
+        recent = self.errors[-RECENT:]
+        return sum(recent) / (len(recent) + 1) if len(recent) >= 2 else 0.0
 
     def misfit(self) -> float:
-        """The least log-sd of a measurement around its prediction: :data:`MISFIT`, or the root mean square of the
-        model's log errors over its last :data:`RECENT` predictions in this study when that is larger (two or more):
-        a model that predicts this deployment badly now widens every interval, rules out less and explores more;
-        its cold start's errors, once the trials have taught it, no longer do."""
+        """The least log-sd of a measurement around its (bias-corrected) prediction: :data:`MISFIT`, or the root mean
+        square of the model's log errors over its last :data:`RECENT` predictions in this study about their bias
+        (:meth:`bias`) when that is larger (two or more): a model that predicts this deployment erratically widens
+        every interval, rules out less and explores more; its cold start's errors, once the trials have taught it,
+        no longer do."""
         recent = self.errors[-RECENT:]
         if len(recent) < 2:
             return MISFIT
-        return max(MISFIT, math.sqrt(sum(e * e for e in recent) / len(recent)))
+        bias = self.bias()
+        return max(MISFIT, math.sqrt(sum((e - bias) ** 2 for e in recent) / len(recent)))
 
     def unidentified(self) -> list[tuple[str, str]]:
         """Cost terms the speculative trials so far cannot tell apart from the rest, with why, among those the untried
@@ -266,10 +280,12 @@ class ModelGuide:
             p = self.model.predict(effective)
         except ValueError:
             return None
+        shift = math.exp(self.bias())
         if self.metric == "output_tok_s":
+            p = replace(p, tok_s=p.tok_s * shift, low=p.low * shift, high=p.high * shift)
             value, low, high = p.tok_s, p.low, p.high
         else:  # accept length: the acceptance posterior's draws (deterministic under greedy decoding)
-            value, low, high = p.accept_length, *self._accept_length_interval(effective, p)
+            value, low, high = (x * shift for x in (p.accept_length, *self._accept_length_interval(effective, p)))
         if not (value > 0 and math.isfinite(value)):
             return None
         spread = max(math.log(max(high, value) / value) / INTERVAL_Z, self.misfit())
@@ -280,7 +296,7 @@ class ModelGuide:
         gain = spread * math.exp(-z * z / 2) / math.sqrt(2 * math.pi) + margin * unit.cdf(z)
         optimistic = value * math.exp(self._z * spread)
         return Forecast(metric=self.metric, value=value, low=low, high=high, optimistic=optimistic, chance=chance,
-                        gain=gain, prediction=p)
+                        gain=gain, bias=self.bias(), prediction=p)
 
     def _accept_length_interval(self, effective: Mapping[str, Any], p: Prediction) -> tuple[float, float]:
         cfg = self.model.config(effective)

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
+from bisect_eagle.engines.plan import acceptance_kind
 from bisect_eagle.errors import BadInput
 from bisect_eagle.search.gate import apply_gate, record_gate
 from bisect_eagle.search.space import SearchSpace, encode
@@ -326,6 +327,9 @@ class StudyRun:
             plan = self.ctx.plan(space.settings(sampled))
             if plan.refusal is not None:
                 raise BadInput(plan.refusal)
+            if acceptance_kind(plan.effective) == "pinned":  # its tok/s is not the deployment's: never a winner
+                raise BadInput("pinned_acceptance measures a config's cost alone: a search trial's acceptance is "
+                               "natural")
         except BadInput as e:  # a combination the engine refuses (e.g. topk > 1 without num_draft_tokens)
             trial.set_user_attr("invalid", str(e))
             trial.set_constraint("invalid", 1.0)

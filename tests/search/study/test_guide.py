@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,15 @@ import optuna
 import pytest
 from fake_engine import BASELINE_TOK_S, FakeEngine, make_spec, search
 
-from bisect_eagle.search.study.guide import SAMPLER_EVERY, ModelGuide, _curve, model_inputs, summarize
+from bisect_eagle.search.study.guide import (
+    HANDOFF,
+    SAMPLER_EVERY,
+    STUCK_AFTER,
+    ModelGuide,
+    _curve,
+    model_inputs,
+    summarize,
+)
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking
@@ -212,3 +221,43 @@ def test_the_cold_prior_reads_the_deployment_from_the_spec(tmp_path: Path):
     assert deployment.draft.active_params < 0.1 * deployment.target.active_params
     local = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "local"})})
     assert (cold_prior(local).deployment.bandwidth, cold_prior(local).deployment.tp) == (CPU_BANDWIDTH, 1)  # on cpu
+
+
+class PlateauEngine(FakeEngine):
+    """Every speculative config measures 93 % of the baseline: a shape that tops out below a target of 110 %, which
+    the model's widest quantile still reaches (so it rules nothing out)."""
+
+    def run(self, plan):
+        result = super().run(plan)
+        return dataclasses.replace(result, output_tok_s=93.0) if result.ok and not plan.settings.is_baseline else result
+
+
+def test_a_model_stuck_below_the_target_hands_the_next_trials_to_the_sampler(tmp_path: Path, store):
+    spec = load_spec(make_spec(tmp_path, "plateau", ratio=1.1, budget=12, model=True))
+    events: list[str] = []
+    out = search(spec, PlateauEngine(), store, progress=lambda p: events.append(p.message))
+    stuck = [i for i, e in enumerate(events) if e.startswith("model stuck:")]
+    assert stuck, events
+    assert f"the sampler proposes the next {HANDOFF}" in events[stuck[0]]
+    study = optuna.load_study(storage=store["storage"], study_name=out.study)
+    launched = [t for t in study.trials if "mlflow_run_id" in t.user_attrs]
+    by_model = [t.user_attrs.get("enqueued_by") == "model" for t in launched]
+    # the model's picks before the hand-off: at least STUCK_AFTER in a row measured nothing better
+    first_handoff = next(i for i in range(STUCK_AFTER, len(by_model) - HANDOFF + 1)
+                         if not any(by_model[i:i + HANDOFF]) and all(by_model[i - 2:i]))
+    assert sum(by_model[:first_handoff]) >= STUCK_AFTER
+    values = [t.value for t in launched[:first_handoff]]
+    assert max(values) < spec.criterion.ratio * 100.0  # stuck below the target
+
+
+def test_an_unidentified_verify_cost_is_identified_before_the_model_rules_anything_out():
+    guide, engine = _taught()
+    guide.shapes = {(1, 4, 4)}  # every speculative trial so far: one step, a tree of 4 tokens
+    guide.live_learned = 1
+    four = _effective(engine, num_steps=3, topk=4, num_draft_tokens=4)
+    eight = _effective(engine, num_steps=3, topk=4, num_draft_tokens=8)
+    _, fc, _ = guide.choose({"a": ({"n": 4}, four), "b": ({"n": 8}, eight)}, target=50 * BASELINE_TOK_S)
+    assert guide.unidentified() and not guide.vetoes()  # no variation in verified tokens: nothing ruled out
+    sampled, _, _ = guide.choose({"a": ({"n": 4}, four), "b": ({"n": 8}, eight)}, target=50 * BASELINE_TOK_S)
+    assert sampled == {"n": 8} and guide.note.startswith("identifying verify_token: every speculative trial so far "
+                                                         "verified 4 tokens")

@@ -164,3 +164,17 @@ def test_the_baseline_is_named_once_and_confirmation_runs_by_pair_and_role(confi
     assert sorted(r.info.run_name for r in confirm if r.data.tags["confirm_role"] == "candidate") == [
         f"confirm {k} candidate {candidate}" for k in range(1, pairs + 1)]
     assert {r.data.tags["confirm_role"] for r in confirm} == {"candidate", "baseline"}
+
+
+def test_a_pinned_acceptance_config_is_never_a_search_trial(tmp_path):
+    """Pinned acceptance measures cost alone: the search refuses it as a trial (never a winner or a sample)."""
+    from fake_engine import make_spec, search
+
+    store = {"storage": f"sqlite:///{tmp_path}/optuna.db", "tracking": f"sqlite:///{tmp_path}/mlflow.db"}
+    path = make_spec(tmp_path, "pinned", ratio=1.2, budget=4)
+    path.write_text(path.read_text().replace("engine: {kind: sglang}",
+                                             "engine: {kind: sglang, settings: {num_steps: 2, pinned_acceptance: [0.9, 0.8]}}")
+                    .replace("  num_steps: {type: int, low: 1, high: 6}\n", ""))
+    out = search(load_spec(path, check_inputs=False), FakeEngine(), store)
+    assert out.counts["live_measured"] == 0 and not out.target_reached
+    assert all("pinned_acceptance" in t.get("invalid", "") for t in out.trials if t.get("invalid")), out.trials
