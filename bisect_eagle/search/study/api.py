@@ -29,9 +29,9 @@ from bisect_eagle.search.study.loop import StudyRun
 from bisect_eagle.search.study.outcome import StudyOutcome, StudyProgress
 from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
 from bisect_eagle.search.study.resume import Liveness, reap_dead_servers, reap_dead_trials
-from bisect_eagle.search.study.sampler import live_space, make_sampler, refusals, space_json
+from bisect_eagle.search.study.sampler import live_space, make_sampler, plan_space, space_json
 from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
-from bisect_eagle.spec.schema import WIRING_SETTING, Spec
+from bisect_eagle.spec.schema import Spec
 from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.tracking.stores import check_stores, first_open_lock
@@ -124,21 +124,16 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
 
 
 def check_refusals(spec: Spec, engine_factory: EngineFactory) -> list[str]:
-    """The configs of the spec's space (wirings aside: stage 1 picks them) that the engine refuses, said before
-    anything runs: one note per reason; every config refused is :class:`BadInput`."""
-    space = SearchSpace({k: v for k, v in spec.space.items() if k != WIRING_SETTING}, spec.engine.settings,
-                        str(spec.source))
+    """The configs of the spec's space (its layer-id choices included; stage 1's wirings aside: the gate picks them)
+    that the engine refuses, said before anything runs: one note per reason, of the whole space or of a seeded
+    sample of a space too large to list (the note says which); every config of a listed space refused is
+    :class:`BadInput`."""
+    space = SearchSpace(dict(spec.space), spec.engine.settings, str(spec.source))
     with engine_factory(spec) as engine:
-        found = refusals(space, plan=engine.plan)
-    if found is None or not found[1]:
-        return []
-    total, refused = found
-    if sum(refused.values()) == total:
-        reason, count = max(refused.items(), key=lambda kv: kv[1])
-        raise BadInput(f"{spec.source}: the {engine.name} engine refuses all {total} configs of the space "
-                       f"({count} of them: {reason})")
-    return [f"the {engine.name} engine refuses {count} of {total} configs: {reason}"
-            for reason, count in sorted(refused.items(), key=lambda kv: -kv[1])]
+        found = plan_space(space, plan=engine.plan)
+    found.check(engine.name, spec.source)
+    return [f"the {engine.name} engine refuses {count} of {found.whole()}: {reason}"
+            for reason, count in found.refused.items()]
 
 
 def _unrecorded_parent(study: optuna.Study, tracking: Tracking) -> str | None:

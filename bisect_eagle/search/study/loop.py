@@ -339,7 +339,10 @@ class StudyRun:
         trial.set_user_attr("fingerprint", fp)
         # the searched settings as the engine runs them (a default it resolved, e.g. num_draft_tokens None -> 4):
         # what tables and optuna-dashboard show beside the sampled params
-        trial.set_user_attr("effective", {k: plan.effective.get(k, v) for k, v in sampled.items()})
+        effective = {k: plan.effective.get(k, v) for k, v in sampled.items()}
+        trial.set_user_attr("effective", effective)
+        for key, value in effective.items():  # one row each in optuna-dashboard's user attributes, beside the params
+            trial.set_user_attr(f"effective.{key}", value)
         forecast = self._forecast(trial, plan.effective)
         if self.guide is not None and not self.sampler_turn and self.guide.hopeless(forecast, target=self.ctx.target) \
                 and self.claims.get(fp) is None:  # a measured config is a duplicate, never "skipped"

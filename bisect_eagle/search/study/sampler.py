@@ -154,15 +154,6 @@ def plan_space(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan],
                      checked=dict(checked.most_common()))
 
 
-def refusals(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan]) -> tuple[int, dict[str, int]] | None:
-    """How many configs ``space`` lists and, per reason, how many of them the engine refuses (bad values
-    included); None when the space cannot be listed. Planning is cheap: nothing runs."""
-    if space.enumerate() is None:
-        return None
-    found = plan_space(space, plan=plan)
-    return found.planned, found.refused
-
-
 def _sampled(space: SearchSpace, n: int) -> list[dict[str, Any]]:
     """``n`` configs of a space that cannot be listed, drawn by Optuna's random sampler (seeded: reproducible)."""
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))

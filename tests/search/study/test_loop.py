@@ -178,3 +178,13 @@ def test_a_pinned_acceptance_config_is_never_a_search_trial(tmp_path):
     out = search(load_spec(path, check_inputs=False), FakeEngine(), store)
     assert out.counts["live_measured"] == 0 and not out.target_reached
     assert all("pinned_acceptance" in t.get("invalid", "") for t in out.trials if t.get("invalid")), out.trials
+
+
+def test_optuna_dashboard_sees_each_trials_effective_values(confirmed):
+    """A default the engine resolved (num_draft_tokens None -> num_steps + 1 for a chain) is shown as it ran."""
+    _, study, _, _ = confirmed
+    trial = study.best_trial
+    effective = trial.user_attrs["effective"]
+    assert effective["num_draft_tokens"] == effective["num_steps"] + 1
+    assert trial.user_attrs["effective.num_draft_tokens"] == effective["num_draft_tokens"]
+    assert trial.user_attrs["effective.num_steps"] == trial.params["num_steps"]
