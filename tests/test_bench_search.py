@@ -35,7 +35,7 @@ def test_members_are_drawn_from_their_seed_with_headroom_and_both_kinds():
     assert {w.moe for w in worlds} == {True, False}
     assert all(w.best()[1] >= landscape.MIN_HEADROOM * w.base_tok_s for w in worlds)
     vts = [w.verify_token for w in worlds]
-    assert min(vts) < 0.05 and max(vts) > 0.2  # a verified token costs a little or a lot of a forward
+    assert min(vts) < 0.05 and max(vts) > 0.15  # a verified token costs a little or a lot of a forward
     assert not set(landscape.REPORTED_SEEDS) & set(landscape.HELDOUT_SEEDS)
 
 
