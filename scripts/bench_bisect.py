@@ -61,7 +61,7 @@ from bisect_eagle.spec.schema import WIRING_SETTING, settings_from  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 RATIO = 0.9  # the bisect's limit: 0.9 × the good configuration
-MARGIN = 0.04  # every subset's noise-free value at least this far (log) from the limit
+MARGIN = 0.05  # every subset's noise-free value at least this far (log) from the limit
 KINDS = ("overlap", "masked", "plain")
 HARMLESS = {"env.NCCL_DEBUG": "INFO", "server_args.log_level": "warning"}
 DRAWS = 600  # candidate bad configurations drawn per member and kind before giving up on it

@@ -79,7 +79,7 @@ class BisectOptions:
     threshold: float | None = None
     confidence: float = 0.95  # 1 − the chance of any false verdict (so of any false culprit) in the whole bisect
     repeats: int | None = None  # first samples of each endpoint; default: max(3, the spec's search.repeats)
-    max_samples: int = 6  # sample budget (launches) of a probe (an endpoint's is twice that)
+    max_samples: int = 8  # sample budget (launches) of a probe (an endpoint's is twice that)
     max_launches: int = 32  # bisect.max_launches: the bisect's launch budget (and its looks: judge.comparisons)
     overrides: dict[str, Any] = field(default_factory=dict)  # settings forced in every probe (e.g. fewer prompts)
     tracking_uri: str | None = None

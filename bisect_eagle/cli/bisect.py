@@ -71,7 +71,7 @@ def bisect(
                                                 "verdict is taken at level (1 - confidence) / --max-launches."),
     repeats: int = typer.Option(None, help="First samples of each endpoint (they estimate the noise; 1 turns "
                                            "noise handling off); default: max(3, the spec's search.repeats)."),
-    max_samples: int = typer.Option(6, help="Launch budget of one probe (an endpoint's is twice this)."),
+    max_samples: int = typer.Option(8, help="Launch budget of one probe (an endpoint's is twice this)."),
     max_launches: int = typer.Option(32, help="bisect.max_launches: the bisect's launch budget; it stops there, "
                                               "saying what is still unknown."),
     set_: list[str] = typer.Option([], "--set", help="A setting forced in every probe, key=value (YAML value), "
@@ -138,9 +138,9 @@ def _print(report) -> None:
         console.print(f"error control: each verdict at level {ec['level']:.2g} = {ec['familywise']:g} / {ec['looks']} "
                       f"looks ({ec['looks_used']} used): the chance of any false culprit is at most "
                       f"{ec['familywise']:g}")
-    console.print(f"cost: {report.launches} {report.launch_unit} (expected about {report.expected_launches}, budget "
-                  f"{report.max_launches}); {plural(len(report.probes), 'probe')}, "
-                  f"{plural(report.live_trials, 'plan')} measured; without unresolved probes this search needs at most "
+    console.print(f"cost: {plural(len(report.probes), 'probe')}, {plural(report.live_trials, 'plan')} measured "
+                  f"({report.launches} {report.launch_unit}) against about {report.expected_launches} expected and a "
+                  f"budget of {report.max_launches}; without unresolved probes this search needs at most "
                   f"{report.probe_bound} probes")
     if report.unresolved:
         console.print(f"unresolved probes (skipped): {escape(str(report.unresolved))}")

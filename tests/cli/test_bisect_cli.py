@@ -76,9 +76,9 @@ def test_names_exactly_the_planted_culprits_within_the_bound(first):
     wiring = next(x for x in report["culprits"] if x["name"] == "eagle_aux_hidden_state_layer_ids")
     assert (wiring["good"], wiring["bad"]) == ([1, 5, 9], [-1, 1, 5])
     b = len(report["breaking_sets"])
-    # + one verification probe per answer, + one completeness check after each set found (the bad configuration
-    # with the sets found so far reverted: GOOD after the second, so no third set remains)
-    bound = 2 * c * (n - 1).bit_length() + 2 + c + b + 1 + b
+    # + one verification probe per answer, + one completeness check: after the first set, the bad configuration with
+    # it reverted (BAD: the second set); after the second, that configuration is the good one (nothing is left)
+    bound = 2 * c * (n - 1).bit_length() + 2 + c + b + 1 + 1
     assert report["probes_used"] == len(report["probes"]) <= report["probe_bound"] == bound
     assert [sorted(s["changes"]) for s in report["sets"]] == sorted(map(sorted, report["breaking_sets"]))
     assert all(s["probability"] > 0.99 and s["verified"] for s in report["sets"])  # deterministic: near certain
@@ -140,8 +140,8 @@ def test_rerun_costs_nothing_and_replay_follows_edited_marks(first):
     replayed = json.loads(replay.stdout)
     logged = {tuple(applied) for _, applied, _ in parse_log(tmp / "edited.log").marks}
     assert all(p["source"] == "replay" for p in replayed["probes"] if tuple(p["applied"]) in logged)
-    (alone,) = [p for p in replayed["probes"] if p["applied"] == ["num_steps"]]
-    assert alone["outcome"] == "GOOD" and alone["source"] == "replay"  # the edited mark is followed ...
+    alone = [p for p in replayed["probes"] if p["applied"] == ["num_steps"]]
+    assert alone and all(p["outcome"] == "GOOD" and p["source"] == "replay" for p in alone)  # the edited mark ...
     assert replayed["breaking_sets"] != report["breaking_sets"]  # ... and changes the answer
     assert parse_log(tmp / "r.log").header["good"] == str(GOOD)
 
@@ -226,7 +226,7 @@ def test_a_wiring_hidden_by_eagle_is_reverted_with_the_algorithm(tiny, tmp_path)
                      r"\(verified: probe \d+ measured GOOD, [\d.]+\)", text), text
     assert re.search(rf"breaks the good configuration when applied to it: {wiring} \(set \d, probability "
                      r"[\d.]+\) \(verified: probe \d+ measured BAD", text), text
-    assert text.endswith("experiment 'tiny-eagle-masked / bisect': bisect-eagle ui --tracking-uri sqlite:///mlflow.db")
+    assert text.endswith("experiment 'tiny / bisect': bisect-eagle ui --tracking-uri sqlite:///mlflow.db")  # good's
 
 
 class ScriptedEngine(Engine):
