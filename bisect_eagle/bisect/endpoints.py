@@ -40,8 +40,12 @@ def load_endpoint(text: str, *, flag: str, tracking_uri: str) -> Endpoint:
     if path.is_file():
         spec = load_spec(path)
         return Endpoint(str(path), flat_settings(spec.fixed_settings()), spec)
+    if path.exists():
+        raise BadInput(f"{flag} {text}: not a file (give a spec file, or an MLflow run id)")
     if not RUN_ID.fullmatch(text):
-        raise BadInput(f"{flag} {text}: not a spec file, nor an MLflow run id (32 hex digits, or a unique prefix "
+        if "/" in text or path.suffix in (".yaml", ".yml", ".json"):  # meant as a file
+            raise BadInput(f"{flag} {text}: no such file: {path.resolve()}")
+        raise BadInput(f"{flag} {text}: no such file, nor an MLflow run id (32 hex digits, or a unique prefix "
                        "of at least 6)")
     try:
         tracking, run = Tracking.of_run(tracking_uri, text)
