@@ -16,10 +16,12 @@ pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {  # script -> (quick arguments, keys its JSON line holds)
     "bench_model.py": (["--quick"], {"model_median_rel_error", "interval_coverage", "cost_fit"}),
-    "bench_search.py": (["--seeds", "2"], {"bisect_correct_rate", "bisect_within_bound", "confirm_launches_median",
-                                            "launches_to_confirmed", "tool_cpu_s_per_live_trial",
-                                            "first_prediction_rel_error", "interval_coverage",
-                                            "interval_coverage_min_step"}),
+    "bench_search.py": (["--seeds", "1", "--bisects", "1"], {
+        "family_members", "default_launches_median", "model_off_launches_median", "worst_member_ratio",
+        "members_default_failed", "false_success_rate", "first_prediction_rel_error", "interval_coverage",
+        "gate_dropped_true_wiring_rate", "tool_cpu_s_per_trial", "bisect_correct_rate"}),
+    "bench_bisect.py": (["--per-world", "1"], {"bisect_exact_rate", "bisect_false_culprit_rate",
+                                               "bisect_launches_median", "bisect_launches_max"}),
     "bench_standalone.py": (["--repeats", "1"], {"overhead_ratio", "whole_s", "bare_s"}),
     "bench_engine.py": (["--quick"], {"rows"}),
 }
