@@ -4,7 +4,6 @@ a natural round's forwards, and the cost-side delay."""
 import random
 
 import pytest
-import torch
 
 from bisect_eagle.artifacts.draft import init_weights, load_draft
 from bisect_eagle.artifacts.prompts import load_prompts
@@ -14,14 +13,6 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import LiveSettings, profile_for_accept_length
 
 FAST = {"num_prompts": 2, "warmup_prompts": 1, "max_new_tokens": 31}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

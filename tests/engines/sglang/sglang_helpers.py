@@ -6,12 +6,27 @@ import json
 import sys
 from pathlib import Path
 
+from bisect_eagle.artifacts import scenarios
+from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import LiveSettings, parse_settings
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_servers" / "fake_sglang.py"
 EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
 QUICK = {"max_new_tokens": 8, "num_prompts": 2, "warmup_prompts": 1, "concurrency": 2}
+SGLANG = ["python", "-m", "sglang.launch_server"]
+
+
+def tiny_planner(log_dir: Path) -> Planner:
+    """A planner of the tiny scenario's pair behind ``python -m sglang.launch_server``, without SGLang's oracle."""
+    tiny = scenarios.get("tiny")
+    return Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft, log_dir, check=False)
+
+
+def plan(planner: Planner, **settings) -> TrialPlan:
+    """``planner``'s plan of ``settings`` (spec names) on port 30000 with the draft at /tmp/trial/draft."""
+    return planner.plan(parse_settings(settings, "test"), port=30000, draft_dir=Path("/tmp/trial/draft"))
 
 
 def settings(**kw) -> LiveSettings:

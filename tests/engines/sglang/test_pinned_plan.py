@@ -6,27 +6,17 @@ environment, which SGLang's parser never sees.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from sglang_helpers import plan, tiny_planner
 
 from bisect_eagle.artifacts import scenarios
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.spec.schema import SglangServer
-from bisect_eagle.spec.settings import parse_settings
-
-SGLANG = ["python", "-m", "sglang.launch_server"]
 
 
 @pytest.fixture(scope="module")
 def planner(tmp_path_factory) -> Planner:
-    tiny = scenarios.get("tiny")
-    return Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft,
-                   tmp_path_factory.mktemp("logs"), check=False)
-
-
-def plan(planner: Planner, **settings):
-    return planner.plan(parse_settings(settings, "test"), port=30000, draft_dir=Path("/tmp/trial/draft"))
+    return tiny_planner(tmp_path_factory.mktemp("logs"))
 
 
 def test_a_pinned_plan_carries_sglangs_simulation_in_its_environment(planner):

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from sglang_helpers import SGLANG, plan, tiny_planner
 
 from bisect_eagle.artifacts import scenarios
 from bisect_eagle.engines.sglang.oracle import SglangVerdict
@@ -21,7 +22,6 @@ from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import ADAPTIVE, parse_settings
 
-SGLANG = ["python", "-m", "sglang.launch_server"]
 # Fingerprints of today's configs (before speculative_adaptive existed): a false value leaves each unchanged.
 FINGERPRINTS = [
     ({}, "1b71aa6ff045a5dc"),
@@ -34,13 +34,7 @@ FINGERPRINTS = [
 
 @pytest.fixture(scope="module")
 def planner(tmp_path_factory) -> Planner:
-    tiny = scenarios.get("tiny")
-    return Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft,
-                   tmp_path_factory.mktemp("logs"), check=False)
-
-
-def plan(planner: Planner, **settings):
-    return planner.plan(parse_settings(settings, "test"), port=30000, draft_dir=Path("/tmp/trial/draft"))
+    return tiny_planner(tmp_path_factory.mktemp("logs"))
 
 
 @pytest.mark.parametrize("request_, fingerprint", FINGERPRINTS)

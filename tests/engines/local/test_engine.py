@@ -18,15 +18,6 @@ EOS = 256
 FAST = {"num_prompts": 2, "warmup_prompts": 1, "max_new_tokens": 12}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: tiny matmuls on a shared 2-core machine slow down tenfold with more."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def models(tiny):
     torch.manual_seed(0)
