@@ -72,3 +72,25 @@ def test_the_pooled_bound_clears_a_true_ratio_no_more_often_than_its_confidence_
 def test_the_pooled_bound_needs_a_repeated_config():
     with pytest.raises(ValueError, match="launched twice"):
         pooled_bounds([1.0], [2.0], others=[[3.0]], confidence=0.95, looks=1)
+
+
+def test_the_family_level_splits_the_error_over_the_comparisons():
+    from bisect_eagle.stats import family_level
+
+    assert family_level(0.05, 25) == pytest.approx(0.002) and family_level(0.05, 0) == 0.05
+
+
+def test_pinpoints_p_sees_a_shift_and_a_change_of_spread():
+    from bisect_eagle.stats import distribution_p, shape_p
+
+    rng = random.Random(0)
+    a = [rng.gauss(0, 1) for _ in range(200)]
+    assert distribution_p(a, [rng.gauss(0, 1) for _ in range(200)]) > 0.01
+    assert distribution_p(a, [rng.gauss(0.5, 1) for _ in range(200)]) < 1e-4  # a shift: MWU
+    assert distribution_p(a, [rng.gauss(0, 3) for _ in range(200)]) < 1e-4  # a wider spread: KS
+    assert distribution_p([1.0, 1.0], [1.0]) == 1.0
+    # per launch: a launch that runs 5 % fast as a whole is no change of shape; a stall in some requests is
+    calm = [[100 * math.exp(rng.gauss(0, 0.01)) for _ in range(30)] for _ in range(3)]
+    fast = [[105 * math.exp(rng.gauss(0, 0.01)) for _ in range(30)] for _ in range(3)]
+    stall = [[(50 if i % 5 == 0 else 100) * math.exp(rng.gauss(0, 0.01)) for i in range(30)] for _ in range(3)]
+    assert shape_p(fast, calm) > 0.01 and shape_p(stall, calm) < 1e-4
