@@ -32,6 +32,6 @@ def test_a_sets_probability_needs_it_bad_and_each_part_good():
     priors = change_priors(["a", "b", "c"], flagged=[])
     below = {frozenset({"a", "b"}): 0.999, frozenset({"a"}): 0.001, frozenset({"b"}): 0.002}
     assert set_probability(["a", "b"], below, priors) > 0.98
-    below[frozenset({"a"})] = 0.9  # a alone likely breaks it too: {a, b} is likely not minimal
+    below[frozenset({"a"})] = 0.99  # a alone likely breaks it too: {a, b} is likely not minimal
     assert set_probability(["a", "b"], below, priors) < 0.2
     assert set_probability(["c"], below, priors) == pytest.approx(BASE_PRIOR)  # never judged: its prior
