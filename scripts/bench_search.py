@@ -241,7 +241,7 @@ def bisect_run(tmp: Path, store: dict[str, str], world: World, case: dict[str, A
     repairs = repaired is not None and repaired >= 0.9 * world.truth(good)
     body = report.to_json()
     return {"masked": case["masked"], "correct": report.status.value == "isolated" and report.verified and named
-            and repairs, "status": report.status.value, "probes": body["probes_used"],
+            and repairs, "status": report.status.value, "probes": body["probes_used"], "launches": body.get("launches"),
             "live_trials": report.live_trials}
 
 
@@ -269,6 +269,9 @@ def run_member(job: tuple[int, int, float, int]) -> tuple[dict[str, Any] | None,
         for i, case in enumerate(bisect_cases(world)):
             for seed in range(bisects):
                 bisected.append(bisect_run(tmp, store, world, case, noise=noise, seed=seed * 10 + i))
+                got = bisected[-1]
+                print(f"member {member} bisect {sorted(case['culprit'])}: {got['status']}, "
+                      f"{'correct' if got['correct'] else 'WRONG'}, {got['launches']} launches", flush=True)
     return (member_summary(world, default, off) if seeds else None), default, off, bisected
 
 
