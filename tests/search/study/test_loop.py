@@ -172,8 +172,8 @@ def test_a_pinned_acceptance_config_is_never_a_search_trial(tmp_path):
 
     store = {"storage": f"sqlite:///{tmp_path}/optuna.db", "tracking": f"sqlite:///{tmp_path}/mlflow.db"}
     path = make_spec(tmp_path, "pinned", ratio=1.2, budget=4)
-    path.write_text(path.read_text().replace("engine: {kind: sglang}",
-                                             "engine: {kind: sglang, settings: {num_steps: 2, pinned_acceptance: [0.9, 0.8]}}")
+    pinned = "engine: {kind: sglang, settings: {num_steps: 2, pinned_acceptance: [0.9, 0.8]}}"
+    path.write_text(path.read_text().replace("engine: {kind: sglang}", pinned)
                     .replace("  num_steps: {type: int, low: 1, high: 6}\n", ""))
     out = search(load_spec(path, check_inputs=False), FakeEngine(), store)
     assert out.counts["live_measured"] == 0 and not out.target_reached
