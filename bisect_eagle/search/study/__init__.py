@@ -12,6 +12,9 @@ Modules, in the order a study meets them:
 - :mod:`.loop`: :class:`StudyRun`, one process's part of a study: stage 1, the baseline, the stage-2 loop and
   its stop reasons. Crashed configs are told as PRUNED with an infeasibility constraint (TPE ignores FAIL
   trials and would propose them again); interrupted trials are told FAIL and measured again after ``--resume``.
+- :mod:`.guide`: the throughput model's decisions (forecasts, expected improvement, identification, the vetoes it
+  has earned); the loop keeps the sampler's turns and hands off when the model is stuck.
+- :mod:`.model_summary`: the model at the study's end (its errors, what it skipped, its best per concurrency).
 - :mod:`.confirm`: before "target reached", the candidate re-measured (with the baseline's launches where they
   are needed) until a one-sided confidence bound on their ratio clears the target, falls below it, or the budget
   is spent.

@@ -24,8 +24,9 @@ from bisect_eagle.poll import wait_until
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.search.study.binding import bind, check_bound
 from bisect_eagle.search.study.claims import Claims
-from bisect_eagle.search.study.guide import ModelGuide, cold_prior, summarize
+from bisect_eagle.search.study.guide import ModelGuide, cold_prior
 from bisect_eagle.search.study.loop import StudyRun
+from bisect_eagle.search.study.model_summary import summarize
 from bisect_eagle.search.study.outcome import StudyOutcome, StudyProgress
 from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
 from bisect_eagle.search.study.resume import Liveness, reap_dead_servers, reap_dead_trials

@@ -18,8 +18,8 @@ from bisect_eagle.search.study.guide import (
     ModelGuide,
     _curve,
     model_inputs,
-    summarize,
 )
+from bisect_eagle.search.study.model_summary import summarize
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking
