@@ -374,7 +374,6 @@ def _run(activity: Activity, *, spec: Path | None, storage: str | None, tracking
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     # an unreachable store fails in seconds, before the heavy imports and the search
     check_stores(storage=storage or s.storage.optuna, tracking_uri=tracking_uri)
-    activity.inputs_checked()
     activity("loading the search and the engine (Optuna, MLflow, torch)")
     quiet_libraries()
     from bisect_eagle.engines import make_engine
@@ -384,7 +383,11 @@ def _run(activity: Activity, *, spec: Path | None, storage: str | None, tracking
     activity("joining the study (its stores, its parent run)" if join_wait_s is not None else
              "starting the study: its stores, its parent run, stage 1's target, draft and dump")
     with Display(enabled=not as_json, activity=activity) as display:
-        opts = Options(storage=resolve_storage(storage, s), tracking_uri=tracking_uri, progress=display, **options)
+        def progress(p: StudyProgress) -> None:
+            activity.inputs_checked()  # the study's first event: its inputs, the space's refusals too, are checked
+            display(p)
+
+        opts = Options(storage=resolve_storage(storage, s), tracking_uri=tracking_uri, progress=progress, **options)
         try:
             if join_wait_s is None:
                 out = run_study(s, options=opts, engine_factory=make_engine)
