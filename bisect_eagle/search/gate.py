@@ -10,7 +10,8 @@ accuracy is within noise of the reference (the best candidate, or the draft's tr
 
 ``margin`` (``standalone.margin``) is a floor. The wirings that go live are ranked by accuracy (a note
 ``gate rank N``, 1 the best) and the throughput model starts from their per-position accuracy; a wiring below its
-threshold is never dropped silently: its run says ``gate: reject`` with its accuracy, its threshold and the distance between them.
+threshold is never dropped silently: its run says ``gate: reject`` with its accuracy, its threshold and the
+distance between them.
 """
 
 from __future__ import annotations
