@@ -39,7 +39,7 @@ def test_reaches_target_without_measuring_a_config_twice(tmp_path, store):
     engine = FakeEngine()
     out = search(spec, engine, store)
     assert out.target_reached and out.stop_reason.startswith("target reached (confirmed, bound ")
-    assert out.verdict.startswith("reached (confirmed, bound 2.")
+    assert out.verdict.startswith("target reached: output tok/s ") and "95 % lower bound 2." in out.verdict
     assert out.best["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
     assert out.best["value"] >= out.target == pytest.approx(200.0)
     assert out.best["metrics"]["output_tok_s_ratio_to_baseline"] >= 2.0
