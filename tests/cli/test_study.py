@@ -136,8 +136,9 @@ def test_the_progress_line_changes_at_least_every_10_s_with_a_slow_engine(tmp_pa
     assert len(changes) > 10, seen[-20:]
     gaps = [b[0] - a[0] for a, b in zip(changes, changes[1:], strict=False)]
     assert max(gaps) < 10, max(gaps)
-    # during the second live trial (no line printed for 12 s) the time left itself counts down: a timer recomputes it
-    assert len({left for _, _, left in changes if left}) >= 5, changes
+    # the time left is recomputed at every redraw, between events too (counted down in
+    # test_left_comes_from_the_trial_budget_and_the_measured_trial_times); here the search may confirm its winner
+    # after its first live trial, so whether an estimate shows depends on the search, not on the display
     timed = [text for _, text in seen if not BAR.match(text)]
     assert not [t for t in timed if "standalone standalone" in t or "baseline   baseline" in t]
     bars = [found for _, text in seen if (found := BAR.match(text))]
