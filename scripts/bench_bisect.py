@@ -30,6 +30,7 @@ directory. The last line printed is one JSON object.
 
     python scripts/bench_bisect.py                      # 48 cases (8 members × 6), 2 % noise
     python scripts/bench_bisect.py --per-world 3 --noise 0.03
+    python scripts/bench_bisect.py --per-world 1 --members 2   # a quick look: 2 cases
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def draw_cases(seeds: tuple[int, ...], per_world: int) -> list[Case]:
         rng = random.Random(1000 + seed)
         want = {k: per_world // len(KINDS) + (i < per_world % len(KINDS)) for i, k in enumerate(KINDS)}
         picked: list[Case] = []
-        for kind in KINDS:
+        for kind in (k for k in KINDS if want[k]):
             got = 0
             for _ in range(DRAWS):
                 case = draw_case(world, rng, overlap=kind == "overlap")
@@ -260,11 +261,13 @@ def main(
     per_world: int = typer.Option(6, min=1, help="Cases per member of the family."),
     heldout: bool = typer.Option(False, "--heldout", help="The held-out members instead of the reported ones."),
     max_launches: int = typer.Option(32, min=1, help="The bisect's launch budget (--max-launches)."),
+    members: int = typer.Option(0, min=0, help="At most this many members (0: all of the chosen set)."),
 ) -> None:
     """Every minimal breaking set, no false culprit, within the launch budget, over the family's cases."""
     warnings.simplefilter("ignore")
     logging.getLogger("mlflow").setLevel(logging.ERROR)
-    seeds = landscape.HELDOUT_SEEDS if heldout else landscape.REPORTED_SEEDS
+    seeds = list(landscape.HELDOUT_SEEDS if heldout else landscape.REPORTED_SEEDS)
+    seeds = seeds[:members] if members else seeds
     cases = draw_cases(tuple(seeds), per_world)
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench-bisect-") as name:

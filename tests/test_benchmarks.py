@@ -20,8 +20,8 @@ QUICK = {  # script -> (quick arguments, keys its JSON line holds)
         "family_members", "default_launches_median", "model_off_launches_median", "worst_member_ratio",
         "members_default_failed", "false_success_rate", "first_prediction_rel_error", "interval_coverage",
         "gate_dropped_true_wiring_rate", "tool_cpu_s_per_trial", "bisect_correct_rate"}),
-    "bench_bisect.py": (["--per-world", "1"], {"bisect_exact_rate", "bisect_false_culprit_rate",
-                                               "bisect_launches_median", "bisect_launches_max"}),
+    "bench_bisect.py": (["--per-world", "1", "--members", "2"], {
+        "bisect_exact_rate", "bisect_false_culprit_rate", "bisect_launches_median", "bisect_launches_max"}),
     "bench_standalone.py": (["--repeats", "1"], {"overhead_ratio", "whole_s", "bare_s"}),
     "bench_engine.py": (["--quick"], {"rows"}),
 }

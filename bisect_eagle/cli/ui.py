@@ -75,6 +75,7 @@ RUN_NAME_COLUMN = "attributes.`Run Name`"  # the runs table's column id of the r
 RUN_NAME_PX = 320  # a trial's run name ("live 003 ids=1,5,9 steps=6 topk=1") whole
 CHAR_PX, PADDING_PX = 7, 40  # a character of a header; the sort arrow and the cell's padding
 UI_TIMEOUT_S = 600.0  # MLflow's server answers in seconds on an idle machine, minutes on a loaded one
+JOB_EXECUTION = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"  # MLflow's own switch for its job runners
 EXIT_NOT_SERVED = 3  # the server did not answer within --timeout (2 is bad input, 1 a server that died)
 
 
@@ -171,7 +172,11 @@ def port_free(port: int) -> bool:
 
 
 def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) -> subprocess.Popen:
-    """Start ``mlflow server`` in its own process group (output to ``log``, else inherited)."""
+    """Start ``mlflow server`` in its own process group (output to ``log``, else inherited).
+
+    MLflow's job runners (a pool of ``huey`` consumers, each importing MLflow, for its GenAI jobs) stay off unless
+    ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION`` is set: nothing here uses them, and on a busy machine their imports are
+    most of the server's start (minutes on 2 cores)."""
     if not tracking_uri.startswith(("sqlite:", "postgresql", "mysql", "mssql")):
         raise BadInput(f"--tracking-uri {tracking_uri}: the UI serves a database store; for an http(s) tracking "
                        "server open that server instead")
@@ -179,7 +184,7 @@ def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) ->
         raise BadInput(f"--port {port}: 127.0.0.1:{port} is taken (a process listens on it or holds it bound); "
                        "give another --port")
     out = open(log, "w") if log else None  # noqa: SIM115 (owned by the child for its lifetime)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {JOB_EXECUTION: "false", **os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(server_argv(tracking_uri, port), stdout=out, stderr=subprocess.STDOUT if out else None,
                             start_new_session=True, env=env)
 

@@ -209,6 +209,24 @@ def test_a_server_that_never_answers_is_one_line_and_no_traceback(empty_store, t
     log.unlink()
 
 
+@pytest.mark.parametrize("asked,seen", [(None, "false"), ("true", "true")])
+def test_mlflows_job_runners_stay_off_unless_asked_for(empty_store, tmp_path, monkeypatch, asked, seen):
+    """The server starts without MLflow's job runners (a pool of processes nothing here uses); a user who set
+    MLFLOW_SERVER_ENABLE_JOB_EXECUTION keeps their value."""
+    import bisect_eagle.cli.ui as ui_cli
+
+    if asked is None:
+        monkeypatch.delenv(ui_cli.JOB_EXECUTION, raising=False)
+    else:
+        monkeypatch.setenv(ui_cli.JOB_EXECUTION, asked)
+    said = tmp_path / "env.txt"
+    server = f"import os, pathlib; pathlib.Path({str(said)!r}).write_text(os.environ[{ui_cli.JOB_EXECUTION!r}])"
+    monkeypatch.setattr(ui_cli, "server_argv", lambda uri, port: [sys.executable, "-c", server])
+    proc = ui_cli.start_ui_server(empty_store, free_ui_port())
+    assert proc.wait(timeout=600) == 0
+    assert said.read_text() == seen
+
+
 def test_a_port_taken_leaves_no_log_behind(empty_store, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with socket.socket() as taken:
@@ -231,17 +249,17 @@ def test_ui_beside_cpu_burners_prints_the_url_not_a_traceback(empty_store, tmp_p
     err = tmp_path / "stderr.txt"
     with err.open("w") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "bisect_eagle.cli", "ui", "--tracking-uri", empty_store,
-                                 "--port", str(port)], stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+                                 "--port", str(port)], stdout=subprocess.PIPE, stderr=stderr, env=env,
                                 cwd=tmp_path, start_new_session=True)
-    lines: list[str] = []
+    said_out = ""  # read from the pipe's descriptor: a buffered readline would hold the URL's line unseen by select
     try:
         deadline = time.monotonic() + 1200
-        while not any(f"http://127.0.0.1:{port}/" in line for line in lines):
+        while f"http://127.0.0.1:{port}/" not in said_out:
             if proc.poll() is not None or time.monotonic() > deadline:
                 break
             ready, _, _ = select.select([proc.stdout], [], [], 1.0)
             if ready:
-                lines.append(proc.stdout.readline())
+                said_out += os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
     finally:
         for burner in burners:
             os.killpg(burner.pid, signal.SIGKILL)
@@ -250,9 +268,9 @@ def test_ui_beside_cpu_burners_prints_the_url_not_a_traceback(empty_store, tmp_p
             os.killpg(proc.pid, signal.SIGTERM)  # ui stops its server on SIGTERM
         proc.wait(timeout=120)
     said = err.read_text()
-    if not any(f"http://127.0.0.1:{port}/" in line for line in lines) and proc.returncode is None:
+    if f"http://127.0.0.1:{port}/" not in said_out and proc.returncode is None:
         pytest.fail("`bisect-eagle ui` printed no URL within 1200 s: the machine was too slow", pytrace=False)
-    assert any(f"http://127.0.0.1:{port}/" in line for line in lines), (lines, said)
+    assert f"http://127.0.0.1:{port}/" in said_out, (said_out, said)
     assert "Traceback" not in said and f"waiting for the MLflow server on 127.0.0.1:{port}: 0:00" in said, said
     assert "answered after" in said
     assert wait_until(lambda: marked_processes(mark) == [], timeout_s=60)  # the server went with ui
