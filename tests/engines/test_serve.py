@@ -6,7 +6,6 @@ import os
 import sys
 
 import httpx
-import psutil
 import pytest
 import torch
 import typer
@@ -33,22 +32,15 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import parse_settings
 
+from helpers import MARK_ENV, marked_processes, new_mark
+
 SERVE = [sys.executable, "-m", "bisect_eagle.engines.serve"]
 TRIAL = {"num_steps": 3, "topk": 1, "max_new_tokens": 12, "num_prompts": 2, "warmup_prompts": 1}
 
 
-def _serve_processes() -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if "bisect_eagle.engines.serve" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
-
-
-def test_serve_gives_the_local_engines_accept_length(tiny, tmp_path):
+def test_serve_gives_the_local_engines_accept_length(tiny, tmp_path, monkeypatch):
+    mark = new_mark()  # the server inherits it: another test's servers may run beside this one
+    monkeypatch.setenv(MARK_ENV, mark)
     settings = parse_settings({**TRIAL, "eagle_aux_hidden_state_layer_ids": [1, 5, 9]}, "test")
     server = SglangServer(launch_command=SERVE, ready_timeout_s=120, request_timeout_s=60, stop_grace_s=10,
                           gpu_release_timeout_s=5)
@@ -70,7 +62,7 @@ def test_serve_gives_the_local_engines_accept_length(tiny, tmp_path):
     assert eff["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9] and eff["server"]["max_running_requests"] == 1
     assert READY_LINE in remote.artifacts["server.log"]
     assert "--speculative-draft-model-path" in remote.artifacts["launch_command.txt"]
-    assert not _serve_processes()
+    assert marked_processes(mark) == []
 
 
 def test_serve_api_overrides_hidden_states_flush_and_sigterm(tiny, tmp_path):

@@ -12,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 from mlflow.tracking import MlflowClient
+
+from helpers import MARK_ENV, marked_processes, new_mark
 
 pytestmark = pytest.mark.system
 
@@ -22,16 +23,9 @@ ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "experiments" / "tiny-vllm.yaml"
 
 
-def _vllm_processes() -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        if "vllm.entrypoints" in " ".join(p.info["cmdline"] or []):
-            out.append(p)
-    return out
-
-
 def test_a_study_served_by_real_vllm(tmp_path, vllm_python):
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    mark = new_mark()  # the servers this study starts carry it: another test's servers may run beside it
+    env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, MARK_ENV: mark}
     done = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "run", str(SPEC), "--json",
                            "--vllm-python", vllm_python], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=1800)
@@ -62,7 +56,7 @@ def test_a_study_served_by_real_vllm(tmp_path, vllm_python):
     for key, value in outputs.items():
         assert value == baseline, key  # greedy: speculation changes speed, never the tokens
 
-    assert not _vllm_processes()
+    assert marked_processes(mark) == []
 
     # export of the best trial: the launch that serves what it measured, judged by vLLM itself (starts no server)
     best = out["best"]["run_id"]
