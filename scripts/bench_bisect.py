@@ -25,8 +25,11 @@ UNRESOLVED to a bisect, git bisect's *skip*, not BAD). Cases come in three kinds
 Graded per case: ``exact`` when the bisect says ``isolated`` and its breaking sets are exactly the truth's; a
 ``false culprit`` when any set it reports is not a minimal breaking set of the truth (whatever its status). Reported:
 ``bisect_exact_rate`` (goal ≥ 0.95), ``bisect_false_culprit_rate`` (≤ 0.05), ``bisect_launches_median`` (≤ 20),
-``bisect_launches_max``, per kind, and the share of cases the bisect left ``partial``. Stores live in a temporary
-directory. The last line printed is one JSON object.
+``bisect_launches_max``, per kind, and the share of cases the bisect left ``partial``. Each true breaking set found
+also gets a side (acceptance or cost: the bisect probes it again with acceptance pinned, ``bisect/sides.py``),
+graded against the same rule applied to the noise-free truth: ``bisect_side_agreement`` over the sets whose
+pinned value lies at least :data:`MARGIN` from the limit, and the share the bisect left ``unknown``. Launches
+include these pinned probes. Stores live in a temporary directory. The last line printed is one JSON object.
 
     python scripts/bench_bisect.py                      # 48 cases (8 members × 6), 2 % noise
     python scripts/bench_bisect.py --per-world 3 --noise 0.03
@@ -56,9 +59,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import landscape  # noqa: E402
 
 from bisect_eagle.bisect.changes import list_changes  # noqa: E402
+from bisect_eagle.bisect.ddmin import ProbeOutcome  # noqa: E402
+from bisect_eagle.bisect.judge import MAX_LAUNCHES  # noqa: E402
 from bisect_eagle.bisect.run import BisectOptions, run_bisect  # noqa: E402
+from bisect_eagle.bisect.sides import classify  # noqa: E402
 from bisect_eagle.spec.load import load_spec  # noqa: E402
 from bisect_eagle.spec.schema import WIRING_SETTING, settings_from  # noqa: E402
+from bisect_eagle.spec.settings import PINNED, profile_for_accept_length  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 RATIO = 0.9  # the bisect's limit: 0.9 × the good configuration
@@ -214,6 +221,30 @@ def write_spec(tmp: Path, name: str, settings: dict[str, Any]) -> Path:
     return path
 
 
+def true_side(case: Case, cause: frozenset[str]) -> str | None:
+    """The side (``bisect/sides.py``) of a breaking set by the noise-free truth: the set applied to the good
+    configuration with acceptance pinned to the good configuration's true accept length; None when that value lies
+    within :data:`MARGIN` of the limit (no verdict to expect) or there are no draft steps."""
+    engine = landscape.WorldEngine(case.world)
+
+    def truth(flat: dict[str, Any]) -> tuple[float | None, float, int]:
+        plan = engine.plan(settings_from(dict(flat), "bench"))
+        value, accept_length, _ = case.world.true_value(plan.effective)
+        return value, accept_length, int(plan.effective.get("num_steps") or 0)
+
+    good, good_al, _ = truth(case.good)
+    flat = {**case.good, **{n: case.bad[n] for n in cause}}
+    _, natural, steps = truth(flat)
+    if good is None or steps < 1 or not math.isfinite(good_al):
+        return None
+    pinned, _, _ = truth({**flat, PINNED: profile_for_accept_length(max(1.0, min(1.0 + steps, good_al)), steps)})
+    limit = RATIO * good
+    if pinned is None or abs(math.log(pinned / limit)) < MARGIN:
+        return None
+    return classify(ProbeOutcome.GOOD if pinned >= limit else ProbeOutcome.BAD, natural=natural, good=good_al,
+                    ratio=RATIO)
+
+
 def run_case(tmp: Path, uri: str, case: Case, *, index: int, noise: float, max_launches: int) -> dict[str, Any]:
     """One bisect of ``case``; what it found against the truth, and what it cost."""
     engine = landscape.WorldEngine(case.world, noise=noise, seed=index)
@@ -224,16 +255,20 @@ def run_case(tmp: Path, uri: str, case: Case, *, index: int, noise: float, max_l
                         engine_factory=lambda s: engine)
     found = {frozenset(b) for b in report.breaking}
     truth = set(case.truth)
+    sides = [(s.get("side", "unknown"), true_side(case, frozenset(s["changes"]))) for s in report.sets
+             if frozenset(s["changes"]) in truth]
     return {"index": index, "seed": case.world.seed, "kind": case.kind, "status": report.status.value,
             "exact": report.status.value == "isolated" and found == truth, "false": bool(found - truth),
             "missed": len(truth - found), "launches": report.launches, "probes": len(report.probes),
             "truth": [sorted(s) for s in case.truth], "found": [sorted(s) for s in found],
-            "probabilities": [s["probability"] for s in report.sets], "changes": len(case.changes)}
+            "probabilities": [s["probability"] for s in report.sets], "changes": len(case.changes),
+            "sides": [[said, true] for said, true in sides if true is not None]}
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON line's figures (module docstring)."""
     launches = [r["launches"] for r in runs]
+    sides = [pair for r in runs for pair in r["sides"]]  # (said, true) for each true set found, truth decided
     per_kind = {k: {"cases": len(rs), "exact": sum(r["exact"] for r in rs) / len(rs),
                     "false_culprit": sum(r["false"] for r in rs) / len(rs),
                     "launches_median": statistics.median(r["launches"] for r in rs)}
@@ -250,6 +285,9 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "bisect_partial_rate": sum(r["status"] == "partial" for r in runs) / len(runs),
         "bisect_probability_true_sets_median": statistics.median(true_probs) if true_probs else None,
         "bisect_probability_false_sets_max": max(false_probs) if false_probs else None,
+        "bisect_side_sets": len(sides),
+        "bisect_side_agreement": (sum(said == true for said, true in sides) / len(sides)) if sides else None,
+        "bisect_side_unknown_rate": (sum(said == "unknown" for said, _ in sides) / len(sides)) if sides else None,
         "bisect_per_kind": per_kind,
     }
 
@@ -260,7 +298,7 @@ def main(
                                                     "scale)."),
     per_world: int = typer.Option(6, min=1, help="Cases per member of the family."),
     heldout: bool = typer.Option(False, "--heldout", help="The held-out members instead of the reported ones."),
-    max_launches: int = typer.Option(32, min=1, help="The bisect's launch budget (--max-launches)."),
+    max_launches: int = typer.Option(MAX_LAUNCHES, min=1, help="The bisect's launch budget (--max-launches)."),
     members: int = typer.Option(0, min=0, help="At most this many members (0: all of the chosen set)."),
 ) -> None:
     """Every minimal breaking set, no false culprit, within the launch budget, over the family's cases."""

@@ -148,7 +148,8 @@ class World:
         wiring = effective.get(WIRING_SETTING)
         if effective.get("speculative_algorithm") == "EAGLE":  # the target's final state: no fc, ids unused
             wiring = [-1]
-        al = self.acceptance(wiring, steps=steps, topk=topk, ndt=ndt)
+        pinned = effective.get("pinned_acceptance")  # acceptance pinned: every forward runs, the profile accepts
+        al = 1 + sum(pinned) if pinned else self.acceptance(wiring, steps=steps, topk=topk, ndt=ndt)
         return speed * al / self.cycle_cost(steps=steps, topk=topk, ndt=ndt), al, None
 
     def truth(self, flat: dict[str, Any]) -> float:

@@ -52,6 +52,10 @@ STANDALONE_METRIC = "standalone_accuracy"
 LIVE_METRICS = ("output_tok_s", "accept_length")
 TOLERANCE = 1e-12  # on log-ratios: a deterministic value equal to the limit is at the limit
 TAIL = 0.1  # the slowest tenth of requests: the tail compared with the reference's
+# The default launch budget (``bisect.max_launches``, so ``K``): room for four breaking sets among six changes
+# (about 20 configurations), the endpoints' repeats and the good configuration launched again beside unresolved
+# probes; a bisect with less to find stops long before it (``scripts/bench_bisect.py``).
+MAX_LAUNCHES = 48
 @dataclass
 class NoisePool:
     """The pooled log-noise: every configuration's spread about its own mean, plus a prior from a replayed log."""
@@ -108,7 +112,7 @@ class Judge:
     repeats: int = 3  # first samples of each endpoint
     max_samples: int = 6  # sample budget of a probe
     endpoint_samples: int = 12  # sample budget of an endpoint
-    comparisons: int = 32  # K: the most looks the bisect may take (its launch budget)
+    comparisons: int = MAX_LAUNCHES  # K: the most looks the bisect may take (its launch budget)
     reference: list[float] | None = None  # the good configuration's samples (ratio mode)
     reference_requests: list[list[float]] | None = None  # its per-request values, per launch
     noise: NoisePool = field(default_factory=NoisePool)
@@ -249,6 +253,15 @@ class Judge:
             if not more(nxt):
                 return Verdict(ProbeOutcome.UNRESOLVED, f"{v.detail}; sampling stopped", v.value, v.p_below,
                                v.shape_p)
+
+    def predict(self, values: list[float]) -> Verdict:
+        """The verdict on samples derived from a configuration's launches (e.g. scaled to another accept length),
+        not launches of their own: a look (it counts toward ``K``; UNRESOLVED once ``K`` is spent), never added to
+        the pooled noise."""
+        if self.looks >= self.comparisons:
+            return Verdict(ProbeOutcome.UNRESOLVED, f"the bisect's {self.comparisons} looks are spent")
+        self.looks += 1
+        return self.verdict(values)
 
     def settings(self) -> dict[str, Any]:
         """What a bisect log header and the parent run record (and ``--replay`` restores)."""

@@ -42,6 +42,7 @@ from bisect_eagle.engines.plan import TrialPlan, make_plan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
 from bisect_eagle.spec.schema import Spec, settings_from
+from bisect_eagle.spec.settings import PINNED
 from bisect_eagle.stats import best_rounds, log_values, median_mad, variance_split
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached
@@ -78,6 +79,8 @@ class Measurement:
     requests: list[list[float]] = field(default_factory=list)  # per launch: each request's tok/s (when known)
     rounds: list[int] = field(default_factory=list)  # per launch measured here: its benchmark rounds
     round_sd: list[float | None] = field(default_factory=list)  # per launch measured here: sd of its rounds' logs
+    accept_lengths: list[float] = field(default_factory=list)  # per launch measured here: its accept length
+    curves: list[list[float]] = field(default_factory=list)  # per launch measured here: accept_rate_per_position
     verdict: Verdict | None = None  # the last verdict
     judged_at: tuple[int, int] = (-1, -1)  # (samples, reference samples) when it was given
 
@@ -86,6 +89,15 @@ class Measurement:
         """The geometric mean of its launches (what the judge compares)."""
         logs = log_values(self.samples)
         return None if logs is None else math.exp(statistics.fmean(logs))
+
+    @property
+    def accept_length(self) -> float | None:
+        """The mean accept length of its launches (the trial's own when its launches were not seen here)."""
+        values = [v for v in self.accept_lengths if math.isfinite(v)]
+        if values:
+            return statistics.fmean(values)
+        value = self.metrics.get("accept_length")
+        return float(value) if value is not None and math.isfinite(value) else None
 
 
 @dataclass
@@ -154,9 +166,43 @@ class Prober:
     def applied(self, config: ChangeSet) -> str:
         return ",".join(n for n in self.order if n in config) or "-"
 
-    def plan(self, config: ChangeSet) -> TrialPlan:
+    def plan(self, config: ChangeSet, *, pinned: list[float] | None = None) -> TrialPlan:
+        """The plan of ``config`` (names applied to the good configuration); ``pinned``: with acceptance pinned to
+        these unconditional rates (``pinned_acceptance``)."""
         chosen = [self.changes[n] for n in self.order if n in config]
-        return self.planner(apply_changes(self.base, chosen))
+        flat = apply_changes(self.base, chosen)
+        return self.planner(flat if pinned is None else {**flat, PINNED: list(pinned)})
+
+    def measurement(self, config: ChangeSet) -> Measurement | None:
+        """The measurement ``config`` planned to in this bisect, if it was probed."""
+        return self.seen.get(self.plan(config).fingerprint)
+
+    def probe_pinned(self, config: ChangeSet, rates: list[float]) -> tuple[ProbeOutcome, Measurement | None, str]:
+        """``config`` with acceptance pinned to ``rates``, judged as a probe is (its own plan, fingerprint, samples
+        and child run, within the budget), but outside the search: not in the bisect's log or its probes.
+
+        Returns:
+            (the verdict, the measurement or None when it could not even be planned, why).
+        """
+        self._started = None
+        try:
+            rec = self._probe(config, pinned=rates)
+            m = rec.measurement
+            assert m is not None
+            outcome, what = self._decide(m, endpoint=False)
+        except Exception as e:  # as a probe: a pinned probe that cannot run is unresolved
+            reason = str(e).splitlines()[0] if str(e) else ""
+            rec, m = ProbeRecord("measured", child_run_id=self._started), None
+            outcome, what = ProbeOutcome.UNRESOLVED, f"could not run: {type(e).__name__}: {reason}"
+        self._flush()
+        what = self.scrub(what)
+        if rec.child_run_id:
+            self.ctx.tracking.log(rec.child_run_id, tags={"bisect_outcome": outcome.name, "bisect_detail": what,
+                                                          "role": "bisect-side-probe"})
+        if self.progress:
+            self.progress(self.scrub(f"pinned probe: changes applied: {self.applied(config)}, acceptance pinned -> "
+                                     f"{outcome.name} ({what})"))
+        return outcome, m, what
 
     def __call__(self, config: ChangeSet) -> Answer:
         if config in self.replayed:
@@ -323,8 +369,8 @@ class Prober:
 
     # -- the first sample: memory, the MLflow store, or a new trial -------------------------------------
 
-    def _probe(self, config: ChangeSet) -> ProbeRecord:
-        plan = self.plan(config)
+    def _probe(self, config: ChangeSet, *, pinned: list[float] | None = None) -> ProbeRecord:
+        plan = self.plan(config, pinned=pinned)
         fp = plan.fingerprint
         if fp in self.seen:
             m = self.seen[fp]
@@ -348,9 +394,10 @@ class Prober:
         engine = self.ctx.engine
         if engine is not None and hasattr(engine, "last"):
             engine.last = None
+        pin = " (acceptance pinned)" if pinned is not None else ""
         trial = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
                                tags={"bisect_applied": self.applied(config)}, on_start=self._on_start,
-                               label=f"probe {self.measured:02d} +{self.applied(config)}", rounds=rounds)
+                               label=f"probe {self.measured:02d} +{self.applied(config)}{pin}", rounds=rounds)
         m = self._from_trial(trial, plan.effective, "measured")
         m.plan, m.log_run_id = plan, trial.run_id
         last = getattr(engine, "last", None)
@@ -425,6 +472,8 @@ class Prober:
 def _launch_detail(m: Measurement, result: TrialResult, metric: str) -> None:
     """The rounds of a launch and its requests' tok/s, onto ``m`` (its value is already there)."""
     m.rounds.append(result.rounds)
+    m.accept_lengths.append(result.accept_length)
+    m.curves.append(list(result.accept_rate_per_position))
     logs = log_values(result.round_values.get(metric, []))
     m.round_sd.append(statistics.stdev(logs) if logs is not None and len(logs) >= 2 else None)
     rates = [r.completion_tokens / r.latency_s for r in result.requests if r.latency_s > 0 and r.completion_tokens]

@@ -83,7 +83,8 @@ class BisectReport:
 
 
 def _report(result: Culprits, prober: Prober, *, changes: list[Change], good: Endpoint, bad: Endpoint, parent: str,
-            log_path: Path, priors: dict[str, float], expected: int, max_launches: int) -> BisectReport:
+            log_path: Path, priors: dict[str, float], expected: int, max_launches: int,
+            sides: list[dict[str, Any]] | None = None) -> BisectReport:
     by_name = {c.name: c for c in changes}
     probes = []
     asked: collections.Counter[ChangeSet] = collections.Counter()
@@ -116,6 +117,8 @@ def _report(result: Culprits, prober: Prober, *, changes: list[Change], good: En
     checked = {tuple(v.changes): v.ok for v in result.verifications if v.check == "breaking"}
     sets = [{"changes": list(b), "probability": round(set_probability(b, below, priors), 4),
              "verified": checked.get(tuple(b), False)} for b in result.breaking]
+    for entry, side in zip(sets, sides or [], strict=False):  # acceptance or cost (bisect/sides.py)
+        entry.update(side)
     repair = None if result.repair is None else list(result.repair)
     launches = 0 if prober.standalone else prober.samples
     return BisectReport(
@@ -219,6 +222,7 @@ def bisect_description(body: dict[str, Any], experiment_id: str) -> str:
         lines.append("**Breaking sets** (each, applied to the good configuration, breaks it; probability: the "
                      "posterior that it is a minimal breaking set, given the probes):")
         lines += [f"- {' + '.join(f'`{n}`' for n in s['changes'])}: probability {s['probability']:.3f}"
+                  + (f"; acts on **{s['side']}** ({s['side_detail']})" if s.get("side") else "")
                   for s in body["sets"]]
     else:
         lines.append("No breaking set found.")

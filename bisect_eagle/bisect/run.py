@@ -49,13 +49,14 @@ from bisect_eagle.bisect.changes import (
     with_masks,
 )
 from bisect_eagle.bisect.culprits import expected_probes, find_culprits
-from bisect_eagle.bisect.ddmin import BisectProgress, ChangeSet, ProbeOutcome
+from bisect_eagle.bisect.ddmin import BisectProgress, BisectStatus, ChangeSet, ProbeOutcome
 from bisect_eagle.bisect.endpoints import Endpoint, deployment, load_endpoint
-from bisect_eagle.bisect.judge import LIVE_METRICS, STANDALONE_METRIC, Judge
+from bisect_eagle.bisect.judge import LIVE_METRICS, MAX_LAUNCHES, STANDALONE_METRIC, Judge
 from bisect_eagle.bisect.log import BisectLog, ParsedLog, change_params, parse_log
 from bisect_eagle.bisect.posterior import BASE_PRIOR, change_priors
 from bisect_eagle.bisect.prober import Prober, make_planner
 from bisect_eagle.bisect.report import BisectReport, _report, bisect_description, name_probes, plan_line
+from bisect_eagle.bisect.sides import find_sides
 from bisect_eagle.engines import make_engine
 from bisect_eagle.engines.base import Engine, TrialResult
 from bisect_eagle.errors import BadInput
@@ -80,7 +81,8 @@ class BisectOptions:
     confidence: float = 0.95  # 1 − the chance of any false verdict (so of any false culprit) in the whole bisect
     repeats: int | None = None  # first samples of each endpoint; default: max(3, the spec's search.repeats)
     max_samples: int = 8  # sample budget (launches) of a probe (an endpoint's is twice that)
-    max_launches: int = 32  # bisect.max_launches: the bisect's launch budget (and its looks: judge.comparisons)
+    max_launches: int = MAX_LAUNCHES  # bisect.max_launches: the launch budget (and its looks: judge.comparisons)
+    sides: bool = True  # probe each breaking set with acceptance pinned: acceptance or cost (bisect/sides.py)
     overrides: dict[str, Any] = field(default_factory=dict)  # settings forced in every probe (e.g. fewer prompts)
     tracking_uri: str | None = None
     log_path: Path | None = None
@@ -233,13 +235,15 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             result = find_culprits([c.name for c in changes], prober, inert=[c.name for c in inert], progress=say,
                                    masked={c.name: c.masked_by["bad"] for c in changes if "bad" in c.masked_by},
                                    spent=prober.spent)
+            sides = (find_sides(prober, result.breaking) if opts.sides and judge.metric in LIVE_METRICS
+                     and result.status in (BisectStatus.ISOLATED, BisectStatus.PARTIAL) else [])
             promoted = [with_masks(base, bad_values, c, plan=planner, changes=[*changes, *inert])
                         for c in inert if c.name in result.promoted]
             changes = [*changes, *promoted]
             _log_change_values(tracking, parent, promoted, scrub)
             ignored = [n for n in ignored if n not in result.promoted]
             report = _report(result, prober, changes=changes, good=good, bad=bad, parent=parent, log_path=log_path,
-                             priors=priors, expected=expected, max_launches=opts.max_launches)
+                             priors=priors, expected=expected, max_launches=opts.max_launches, sides=sides)
             report.not_changes, report.scrub = ignored, scrub
             report.experiment, report.tracking_uri = bisect_experiment(spec.name), uri
             report.notes += [n for n in (doctor_note,) if n]
@@ -263,6 +267,8 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
                                              for i, s in enumerate(body["sets"], 1)}},
                          tags={"outcome": report.status.value, NOTE: bisect_description(body, tracking.experiment_id),
                                **{f"breaking_set_{i}": " + ".join(s["changes"]) for i, s in enumerate(body["sets"], 1)},
+                               **{f"breaking_set_{i}_side": s["side"] for i, s in enumerate(body["sets"], 1)
+                                  if "side" in s},
                                "culprits": ",".join(c.name for c in report.culprits),
                                "repair_set": ",".join(report.repair or []),
                                "verified": str(report.verified).lower(),

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bisect_eagle.bisect.judge import MAX_LAUNCHES
 from bisect_eagle.cli.common import URI_HELP, plural, print_json
 
 
@@ -72,8 +73,11 @@ def bisect(
     repeats: int = typer.Option(None, help="First samples of each endpoint (they estimate the noise; 1 turns "
                                            "noise handling off); default: max(3, the spec's search.repeats)."),
     max_samples: int = typer.Option(8, help="Launch budget of one probe (an endpoint's is twice this)."),
-    max_launches: int = typer.Option(32, help="bisect.max_launches: the bisect's launch budget; it stops there, "
-                                              "saying what is still unknown."),
+    max_launches: int = typer.Option(MAX_LAUNCHES, help="bisect.max_launches: the bisect's launch budget; it stops "
+                                                        "there, saying what is still unknown."),
+    sides: bool = typer.Option(True, "--sides/--no-sides", help="Probe each breaking set once more with acceptance "
+                                                               "pinned to the good configuration's: does it act on "
+                                                               "acceptance or on cost (live metrics)."),
     set_: list[str] = typer.Option([], "--set", help="A setting forced in every probe, key=value (YAML value), "
                                                      "repeatable: --set num_prompts=2."),
     log: Path = typer.Option(None, help="Write the bisect log here (default: mlruns/bisect/bisect-<time>.log)."),
@@ -93,7 +97,7 @@ def bisect(
     sigterm_as_exit()
     opts = BisectOptions(good=good, bad=bad, spec=spec, metric=metric, ratio=ratio, threshold=threshold,
                          confidence=confidence, repeats=repeats, max_samples=max_samples, max_launches=max_launches,
-                         overrides=parse_set(set_),
+                         sides=sides, overrides=parse_set(set_),
                          tracking_uri=tracking_uri, log_path=log, replay=replay)
     with _Status(Console(stderr=True, highlight=False)) as status:  # stdout stays one object
         report = run_bisect(opts, progress=status)
@@ -152,6 +156,8 @@ def _print(report) -> None:
         console.print(f"[bold red]breaks the good configuration when applied to it:[/bold red] "
                       f"{escape(' + '.join(cause))} (set {i}, probability {s['probability']:.3f})"
                       f"{_verified(checks.get(('breaking', tuple(cause))))}")
+        if s.get("side"):
+            console.print(f"  acts on [bold]{s['side']}[/bold]: {escape(s['side_detail'])}")
     for u in report.unknown:
         console.print(f"[yellow]not known:[/yellow] another breaking set may lie within {escape(' + '.join(u))}")
     if report.repair is not None:

@@ -98,7 +98,7 @@ def test_the_changes_and_the_not_changes_are_said_before_the_first_probe(tmp_pat
         "2 requested differences not bisected:",
         "  eagle_aux_hidden_state_layer_ids: not a change, the engine runs it as [1, 5, 9] at both ends",
         "  env.NCCL_ALGO: not a change, the fake engine does not use it",
-        "expect about 8 launches (budget 32: --max-launches); each verdict at level 0.0016 = 0.05 / 32 looks, so "
+        "expect about 8 launches (budget 48: --max-launches); each verdict at level 0.001 = 0.05 / 48 looks, so "
         "the chance of any false culprit in this bisect is at most 0.05",
     ]
 
@@ -117,13 +117,17 @@ def test_configurations_that_plan_alike_are_measured_once(tmp_path, store):
     assert out["changes"][1]["masked_by"] == {"good": ["topk"]}  # topk 1 overrides it in the good configuration
     assert engine.runs[good["fingerprint"]] == len(good["samples"]) == 3  # no second trial of the good plan
     measured = [p["fingerprint"] for p in out["probes"] if p["source"] == "measured"]
-    assert len(measured) == len(set(measured)) == out["live_trials"]
+    pinned = [s["pinned"]["run_id"] for s in out["sets"] if s["pinned"]]  # each set's side: one plan more each
+    assert len(measured) == len(set(measured)) == out["live_trials"] - len(pinned) and len(pinned) == 1
     assert sum(engine.runs.values()) == out["samples"] == out["launches"]  # every engine run is one launch
     assert out["launch_unit"] == "runs"  # a local spec: the in-process engine's runs
     tracking, _ = Tracking.of_run(store, out["parent_run_id"])
     assert tracking.get_run(out["parent_run_id"]).data.metrics["launches"] == sum(engine.runs.values())
     live = [r for r in tracking.child_runs(out["parent_run_id"]) if r.data.tags["stage"] == "live"]
-    assert collections.Counter(r.data.tags["fingerprint"] for r in live) == collections.Counter(measured)
+    side = [r for r in live if r.data.tags.get("role") == "bisect-side-probe"]
+    assert [r.data.tags["acceptance"] for r in side] == ["pinned"] and [r.info.run_id for r in side] == pinned
+    assert collections.Counter(r.data.tags["fingerprint"] for r in live if r not in side) == collections.Counter(
+        measured)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

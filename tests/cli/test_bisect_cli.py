@@ -82,6 +82,9 @@ def test_names_exactly_the_planted_culprits_within_the_bound(first):
     assert report["probes_used"] == len(report["probes"]) <= report["probe_bound"] == bound
     assert [sorted(s["changes"]) for s in report["sets"]] == sorted(map(sorted, report["breaking_sets"]))
     assert all(s["probability"] > 0.99 and s["verified"] for s in report["sets"])  # deterministic: near certain
+    # judged by accept length: both mistakes act on acceptance (nothing to pin)
+    assert {s["changes"][0]: s["side"] for s in report["sets"]} == {"eagle_aux_hidden_state_layer_ids": "acceptance",
+                                                                    "num_steps": "acceptance"}
     assert report["unknown"] == [] and report["error_control"]["familywise"] == 0.05
     assert report["verified"] and report["verification_probes"] == b + 1
     repair = next(v for v in report["verification"] if v["check"] == "repair")
@@ -476,3 +479,67 @@ def test_two_overlapping_breaking_sets_on_the_stand_in_server_are_both_reported(
             for i in (1, 2)}
     assert set(sets) == {"env.NCCL_ALGO + env.NCCL_PROTO", "env.NCCL_IB_HCA + env.NCCL_PROTO"}
     assert all(p > 0.99 for p in sets.values())
+
+
+class StandInCost(Engine):
+    """The tiny scenario's stand-in server with its throughput made exact: the server's measured accept length over
+    a fixed :data:`CYCLE_S` plus the wait it adds to every target forward for the plan's environment (its own rule,
+    :func:`~bisect_eagle.engines.serve.app.simulation`: ``NCCL_PROTO=LL``, the cost-side fault). A tiny model's tok/s
+    on a loaded CPU is noise; its accept length, natural (greedy) or pinned (seeded draws), is not."""
+
+    name = "stand-in-cost"
+    deterministic_metrics = ("output_tok_s", "accept_length")
+    CYCLE_S = 0.01
+
+    def __init__(self, inner: Engine):
+        self.inner = inner
+
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        return self.inner.plan(settings)
+
+    def run(self, plan: TrialPlan) -> TrialResult:
+        from bisect_eagle.engines.serve.app import simulation
+
+        result = self.inner.run(plan)
+        if result.ok:
+            env = {k: str(v) for k, v in (plan.effective.get("env") or {}).items()}
+            delay = simulation({"NCCL_PROTO": env.get("NCCL_PROTO", "")}, None)[1]
+            result.output_tok_s = result.accept_length / (self.CYCLE_S + delay)
+        return result
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.system
+def test_a_wiring_fault_and_the_stand_ins_cost_fault_are_one_on_each_side(tmp_path):
+    """The bad configuration holds a wrong wiring (the embedding and layers 1, 5: the incident's false fix) and
+    NCCL_PROTO=LL. Each breaks the good one alone. Probed again with acceptance pinned to the good configuration's
+    (the stand-in serves SGLANG_SIMULATE_ACC_LEN as SGLang does), the wiring recovers: acceptance. NCCL_PROTO=LL
+    keeps the good accept length, so pinning cannot recover it: cost, without a launch."""
+    import yaml
+
+    from bisect_eagle.engines import make_engine
+
+    good = ROOT / "experiments" / "tiny-sglang.yaml"
+    raw = yaml.safe_load(good.read_text())
+    raw["name"] = "tiny-sglang-sides"
+    raw["engine"]["settings"].update({"eagle_aux_hidden_state_layer_ids": [-1, 1, 5], "env.NCCL_PROTO": "LL"})
+    bad = tmp_path / "sides.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    report = run_bisect(BisectOptions(good=str(good), bad=str(bad), tracking_uri=uri, log_path=tmp_path / "s.log",
+                                      overrides={"num_prompts": 2, "max_new_tokens": 12}),
+                        engine_factory=lambda spec: StandInCost(make_engine(spec, tmp_path / "logs")))
+    body = report.to_json()
+    assert body["status"] == "isolated", body["notes"]
+    sides = {tuple(s["changes"]): s for s in body["sets"]}
+    assert {k: s["side"] for k, s in sides.items()} == {("eagle_aux_hidden_state_layer_ids",): "acceptance",
+                                                        ("env.NCCL_PROTO",): "cost"}, sides
+    wiring = sides[("eagle_aux_hidden_state_layer_ids",)]["pinned"]
+    assert wiring["accept_length"] > 0.9 * wiring["good_accept_length"] > wiring["natural_accept_length"]
+    tracking, parent = Tracking.of_run(uri, body["parent_run_id"])
+    assert sorted(parent.data.tags[f"breaking_set_{i}_side"] for i in (1, 2)) == ["acceptance", "cost"]
+    pinned = [r for r in tracking.child_runs(body["parent_run_id"]) if r.data.tags.get("role") == "bisect-side-probe"]
+    assert [r.data.tags["acceptance"] for r in pinned] == ["pinned"]  # NCCL_PROTO=LL keeps the good acceptance:
+    assert sides[("env.NCCL_PROTO",)]["pinned"] is None  # pinning it could not recover it, no launch needed
