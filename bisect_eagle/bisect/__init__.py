@@ -9,6 +9,8 @@ One concept per module, in the order a bisect uses them:
 - :mod:`.culprits`: the answers, each verified by a probe before it is reported as isolated (pure as well);
 - :mod:`.judge`: verdicts from samples with a sequential one-sided bound (GOOD, BAD, UNRESOLVED);
 - :mod:`.prober`: a set of applied changes -> a plan -> samples -> a verdict, one measurement per fingerprint;
+- :mod:`.sides`: which side of the throughput each breaking set acts on (acceptance or cost), by a probe with
+  acceptance pinned;
 - :mod:`.log`: the replayable bisect log;
 - :mod:`.run`: :func:`run_bisect` and its options; :mod:`.report`: the report, its JSON and its MLflow run.
 

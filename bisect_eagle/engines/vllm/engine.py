@@ -37,7 +37,7 @@ from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.served import ServedEngine, ServedLaunch, dump
 from bisect_eagle.engines.vllm.client import BatchResult, RequestError, VllmClient
 from bisect_eagle.engines.vllm.failures import classify_failure
-from bisect_eagle.engines.vllm.launch import argv_tokens, launch_text, prepare_draft_dir
+from bisect_eagle.engines.vllm.launch import launch_of, launch_text, prepare_draft_dir
 from bisect_eagle.engines.vllm.metrics import SpecCounters, spec_stats
 from bisect_eagle.engines.vllm.oracle import interpreter
 from bisect_eagle.engines.vllm.planner import Planner
@@ -119,20 +119,20 @@ class VllmEngine(ServedEngine):
     client_class = VllmClient
 
     def _launch(self, plan: TrialPlan, *, trial_dir: Path, port: int) -> ServedLaunch:
-        """The plan made again for the trial's port and directory; the draft copy carries its aux layer ids at the
-        top level of its config.json."""
+        """The plan's own launch (:func:`~.launch.launch_of`, bound to its fingerprint) with the trial's port and
+        draft copy; the draft copy carries its aux layer ids at the top level of its config.json."""
         settings = plan.settings
-        launch = self.planner.plan(settings, port=port, trial_dir=trial_dir)
-        if launch.refusal is not None:
-            raise BadInput(launch.refusal)
-        argv = [*self.planner.command, *argv_tokens(launch.private["args"])]
-        env = dict(launch.private["env"])
+        if plan.refusal is not None:
+            raise BadInput(plan.refusal)
+        launch = launch_of(plan)
+        argv = launch.argv(self.planner.command, port=port, draft_dir=trial_dir / "draft")
+        env = dict(launch.env)
         if not settings.is_baseline:
-            prepare_draft_dir(self.draft, launch.private["top_level_ids"], out_dir=trial_dir / "draft")
+            prepare_draft_dir(self.draft, launch.top_level_ids, out_dir=trial_dir / "draft")
         trial_dir.mkdir(parents=True, exist_ok=True)
-        vllm_log = "".join(f"#   {line}\n" for line in launch.private.get("vllm_log") or [])
+        vllm_log = "".join(f"#   {line}\n" for line in plan.private.get("vllm_log") or [])
         command_text = (launch_text(argv, env, environ=dict(os.environ))
-                        + f"\n# vLLM version: {self.planner.version()}\n# plan checked by: {launch.checked}\n"
+                        + f"\n# vLLM version: {self.planner.version()}\n# plan checked by: {plan.checked}\n"
                         + (f"# vLLM's resolution logged:\n{vllm_log}" if vllm_log else ""))
         scrub = Scrubber(settings.env, settings.server_args)
         # unbuffered: the log a failure is classified on holds everything vLLM printed up to then

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_eagle.artifacts.configs import read_config_json
 from bisect_eagle.engines import launch as shared
@@ -38,6 +39,9 @@ from bisect_eagle.engines.vllm.ids import IDS_KEY, draft_ids
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import VllmServer
 from bisect_eagle.spec.settings import LiveSettings
+
+if TYPE_CHECKING:
+    from bisect_eagle.engines.plan import TrialPlan
 
 METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle"}  # speculative_algorithm -> vLLM's SpeculativeConfig.method
 MANAGED = {  # parser dest the engine sets itself -> the setting that controls it
@@ -88,6 +92,57 @@ def extra_args(tokens: Iterable[str]) -> list[Arg]:
 
     return grouped_args(tokens, origin="engine.vllm.extra_args", is_flag=lambda token: token.startswith("-"),
                         check=check)
+
+
+def args_at(args: Sequence[Arg], *, port: str, draft_dir: str) -> list[Arg]:
+    """``args`` with ``--port`` and the speculative config's ``model`` (the draft copy) set: the only two values
+    that differ between the planned launch, the one vLLM's oracle judges and the one a trial starts."""
+    out = []
+    for arg in args:
+        if arg.flag == "--port":
+            arg = Arg(arg.flag, (port,), arg.origin)
+        elif managed_dest(arg.flag) == "speculative_config" and arg.values:
+            spec = {**json.loads(arg.values[0]), "model": draft_dir}
+            arg = Arg(arg.flag, (json.dumps(spec, sort_keys=True),), arg.origin)
+        out.append(arg)
+    return out
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a vLLM plan launches, bound to the plan's fingerprint: made by the planner with the plan, and the only
+    thing a trial launches (never a plan made again at launch time).
+
+    Args:
+        fingerprint: the plan's.
+        args: the flags in clear; the port and the draft copy are set per launch (:meth:`argv`).
+        env: what the server process gets on top of the inherited environment.
+        top_level_ids: the ids the draft copy's config.json carries at the top level (None: the draft's own).
+    """
+
+    fingerprint: str
+    args: tuple[Arg, ...]
+    env: dict[str, str]
+    top_level_ids: list[int] | None
+
+    def argv(self, command: Sequence[str], *, port: int, draft_dir: Path) -> list[str]:
+        """The launch command's argv with this trial's port and draft copy."""
+        return [*command, *argv_tokens(args_at(self.args, port=str(port), draft_dir=str(draft_dir)))]
+
+
+def launch_of(plan: TrialPlan) -> Launch:
+    """The launch of a vllm ``plan`` (made by :class:`~bisect_eagle.engines.vllm.planner.Planner`).
+
+    Raises:
+        RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
+            planning, or not made by the vllm planner): a bug, never a trial outcome.
+    """
+    launch = plan.private.get("launch")
+    if not isinstance(launch, Launch) or launch.fingerprint != plan.fingerprint:
+        have = launch.fingerprint if isinstance(launch, Launch) else "no launch"
+        raise RuntimeError(f"the {plan.engine} plan {plan.fingerprint} carries {have}: a launch is made only from "
+                           "the vllm planner's own plan (a bug)")
+    return launch
 
 
 def speculative_config(settings: LiveSettings, draft_dir: Path | str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ Without vLLM the same plan is built with the project's own reading of vLLM's rul
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from bisect_eagle.artifacts.layers import LayerIdError
 from bisect_eagle.engines.launch import explicit_server_args, negated_keys
 from bisect_eagle.engines.plan import TrialPlan, make_plan, natural_unmarked
 from bisect_eagle.engines.vllm import ids as idmod
-from bisect_eagle.engines.vllm.launch import Arg, argv_tokens, managed_dest, trial_args, vllm_env
+from bisect_eagle.engines.vllm.launch import Arg, Launch, args_at, argv_tokens, managed_dest, trial_args, vllm_env
 from bisect_eagle.engines.vllm.oracle import Description, Oracle, VllmVerdict, interpreter, resolve_executable
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import VllmServer
@@ -206,11 +206,12 @@ class Planner:
             effective["vllm_aux_layer_ids"] = ids.vllm if used else None
         effective["env"] = effective_env
         argv = [*self.command, *argv_tokens(args)]
-        return make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal, argv=argv,
+        plan = make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal, argv=argv,
                          env=env, checked=self.checked_by(judged_all, note),
-                         config_patch=None if ids.top_level is None else {idmod.IDS_KEY: list(ids.top_level)},
-                         private={"args": args, "env": env, "top_level_ids": ids.top_level,
-                                  "vllm_log": list(verdict.log) if verdict is not None else []})
+                         config_patch=None if ids.top_level is None else {idmod.IDS_KEY: list(ids.top_level)})
+        launch = Launch(plan.fingerprint, tuple(args), dict(env), None if ids.top_level is None else
+                        list(ids.top_level))
+        return replace(plan, private={"launch": launch, "vllm_log": list(verdict.log) if verdict is not None else []})
 
     def _ids(self, s: LiveSettings, n: int | None, model_type: str | None) -> _Ids:
         """The aux layer ids vLLM will capture, by the project's reading of vLLM's rules (:mod:`.ids`)."""
@@ -414,14 +415,4 @@ def _repeated_flags(args: list[Arg], desc: Description | None) -> list[str]:
 
 def _judged_argv(args: list[Arg]) -> list[str]:
     """The argv vLLM judges: the trial's, with one fixed port and the draft copy at :data:`DRAFT_PLACEHOLDER`."""
-    out = []
-    for arg in args:
-        if arg.flag == "--port":
-            out += [arg.flag, JUDGED_PORT]
-        elif managed_dest(arg.flag) == "speculative_config":
-            spec = json.loads(arg.values[0])
-            spec["model"] = DRAFT_PLACEHOLDER
-            out += [arg.flag, json.dumps(spec, sort_keys=True)]
-        else:
-            out += [arg.flag, *arg.values]
-    return out
+    return argv_tokens(args_at(args, port=JUDGED_PORT, draft_dir=DRAFT_PLACEHOLDER))

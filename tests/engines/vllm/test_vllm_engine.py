@@ -3,7 +3,9 @@ marked ``system``, against a real vLLM 0.32 server on the tiny pair."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -67,6 +69,41 @@ def test_a_trial_measures_vllms_counters_over_the_measured_requests(tiny, tmp_pa
     assert "VLLM_HOST_IP=127.0.0.1" in (trial / "launch_command.txt").read_text()
     assert json.loads(res.artifacts["metrics_delta.json"])["drafts"] == 48
     assert_nothing_left(res, tmp_path / "logs")
+
+
+def launched_argv(log_dir: Path) -> list[str]:
+    """The argv a trial started, as its launch_command.txt records it (the shell-quoted command line)."""
+    text = (next(log_dir.glob("[0-9][0-9][0-9]-*")) / "launch_command.txt").read_text()
+    return shlex.split(next(line for line in text.splitlines() if line.startswith(shlex.quote(sys.executable))))
+
+
+def test_a_trial_launches_its_plans_argv_with_only_the_port_and_the_draft_copy_filled_in(tiny, tmp_path):
+    """The launch is bound to the plan: every flag vLLM judged is the one started, but the trial's free port and its
+    own draft copy (the plan shows the planned ones)."""
+    with fake_engine(tiny, tmp_path) as eng:
+        plan = eng.plan(settings(eagle_aux_hidden_state_layer_ids=[1, 5, 9], server_args={"max_num_seqs": 1}))
+        res = eng.run(plan)
+    assert res.ok, res.failure_detail
+    argv, planned = launched_argv(tmp_path / "logs"), list(plan.argv)
+    assert len(argv) == len(planned)
+    differs = [i for i, (a, b) in enumerate(zip(argv, planned, strict=True)) if a != b]
+    port, spec = planned.index("--port") + 1, planned.index("--speculative-config") + 1
+    assert set(differs) <= {port, spec} and argv[port].isdigit()
+    launched, shown = json.loads(argv[spec]), json.loads(planned[spec])
+    assert {**launched, "model": None} == {**shown, "model": None}  # the method, the steps: as planned
+    assert Path(launched["model"]).name == "draft" and Path(launched["model"]).parent.parent == tmp_path / "logs"
+
+
+def test_a_plan_changed_after_planning_is_never_launched(tiny, tmp_path):
+    """A plan whose identity is not its launch's (edited after planning, or not the planner's) is a bug: the engine
+    refuses it before anything starts."""
+    with fake_engine(tiny, tmp_path) as eng:
+        plan = eng.plan(settings())
+        with pytest.raises(RuntimeError, match="a launch is made only from the vllm planner's own plan"):
+            eng.run(dataclasses.replace(plan, fingerprint="0" * 16))
+        with pytest.raises(RuntimeError, match="carries no launch"):
+            eng.run(dataclasses.replace(plan, private={}))
+    assert not list((tmp_path / "logs").glob("[0-9][0-9][0-9]-*/launch_command.txt"))
 
 
 def test_the_baseline(tiny, tmp_path):
