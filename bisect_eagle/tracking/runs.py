@@ -8,7 +8,7 @@ tag them for caching and resuming. Every run carries MLflow's own source tags (`
 ``mlflow.source.git.commit``, ``mlflow.source.name``); a per-position quantity is one metric with ``step`` =
 position (:meth:`Tracking.log_curve`); files a run reads are its dataset inputs (:meth:`Tracking.log_datasets`).
 One client per process; every log call is one ``log_batch``. A run of a stage that measures an engine
-(:data:`MEASURED_STAGES`) carries system metrics until :meth:`Tracking.finish`
+(:data:`MEASURED_STAGES`) carries system metrics until :meth:`Tracking.finish` when they are asked for
 (:mod:`bisect_eagle.tracking.sysmetrics`).
 :meth:`Tracking.run_guard` is the one place that ends a run KILLED or FAILED when the code inside it raises.
 A run id given by a user may be any unique prefix of it (:mod:`bisect_eagle.tracking.run_ids`); :meth:`Tracking.of_run`

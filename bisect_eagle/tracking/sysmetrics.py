@@ -1,4 +1,10 @@
-"""System metrics of the runs that measure an engine: MLflow's own monitor, one per run, stopped with the run.
+"""System metrics of the runs that measure an engine, when asked for: MLflow's own monitor, one per run, stopped
+with the run.
+
+Off unless ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=true`` (MLflow's own switch, and MLflow's own default): MLflow
+3.17's run page lists every ``system/*`` metric in a group before the run's own metrics (below), so a trial whose
+page opened on eight system metrics before its ``accept_length`` is a trial whose page opens on its own metrics
+now. On a GPU node, turn it on to see each trial's GPU utilization, memory and power beside its tok/s.
 
 MLflow samples CPU and system memory, disk and network (psutil) and, when NVML is importable
 (``pip install nvidia-ml-py``), every GPU's utilization, memory and power, and logs them as metrics named
@@ -12,9 +18,8 @@ itself with the run's id and tracking URI: its samples go to that run whatever e
 A trial of the tiny scenario lasts a second or less, MLflow's default interval is 10 s, and its monitor logs nothing
 for a period cut short by the end of the run. So the interval here is :data:`SAMPLING_INTERVAL_S`, and
 :meth:`SystemMetrics.stop` joins the monitor's thread, takes one last sample and logs the period it closes: every
-monitored run has at least one sample, taken at its end. MLflow's own switches still apply:
-``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=false`` turns monitoring off and ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL``
-(seconds) overrides the interval.
+monitored run has at least one sample, taken at its end. ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` (seconds)
+overrides the interval.
 
 Where MLflow 3.17's UI shows them: the run page's "System metrics" tab; its chart view, in a "System metrics"
 section after the model metrics (``bisect-eagle ui``'s saved view opens it on the criterion metric); and the run
@@ -39,10 +44,10 @@ logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
 
 def enabled() -> bool:
-    """Whether to monitor: yes unless ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` is set to false (MLflow's switch)."""
+    """Whether to monitor: only when ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` is set true (MLflow's switch)."""
     from mlflow.environment_variables import MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING as SWITCH
 
-    return not SWITCH.is_set() or bool(SWITCH.get())
+    return SWITCH.is_set() and bool(SWITCH.get())
 
 
 class SystemMetrics:

@@ -29,7 +29,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec, settings_from
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber
-from bisect_eagle.tracking.runs import PARENT_TAG, TAG_LIMIT, Tracking, owner_id
+from bisect_eagle.tracking.runs import NOTE, PARENT_TAG, TAG_LIMIT, Tracking, owner_id
 from bisect_eagle.tracking.sysmetrics import PREFIX as SYSTEM_PREFIX
 from bisect_eagle.trials.launches import LAUNCHES, Meter
 
@@ -252,6 +252,27 @@ def _requests_csv(results: list[TrialResult]) -> str:
     return buf.getvalue()
 
 
+def trial_description(record: TrialRecord, plan: TrialPlan, *, metric: str, launches: int) -> str:
+    """A trial run's markdown description, what its MLflow page shows first: what ran and what it measured
+    (the criterion metric first, each headline metric with its ratio to the baseline), or why it failed."""
+    head = f"**{record.stage.capitalize()} trial `{record.name or record.stage}`**: {record.status}"
+    if record.status == "failed":
+        lines = [head, "", f"Failed ({record.failure_class}): {record.failure_detail or 'no detail'}"]
+    else:
+        shown = []
+        for name in dict.fromkeys([metric, *HEADLINE]):
+            value, ratio = record.metrics.get(name), record.metrics.get(ratio_name(name))
+            if value is not None and math.isfinite(value):
+                times = f" ({ratio:.2f}× the baseline)" if ratio is not None and math.isfinite(ratio) else ""
+                shown.append(f"{name} {short_number(value)}{times}")
+        lines = [head, "", f"{'; '.join(shown) or 'no metric'}, over {launches} launch{'' if launches == 1 else 'es'}"
+                 f" (criterion: {metric})."]
+    pinned = " Acceptance was pinned: its tok/s measures the cost side alone." if plan.acceptance == "pinned" else ""
+    lines += ["", f"Engine {plan.engine}; the effective settings are its parameters (`requested.*`: where the request "
+                  f"differed), the plan and each launch in `{TRIAL_JSON}`.{pinned}"]
+    return "\n".join(lines)
+
+
 def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results: list[TrialResult]) -> None:
     """Metrics (exact), outcome tags, the display tags of the headline metrics (:func:`shown_tags`), artifacts
     and the final status of a measured (or refused) trial."""
@@ -266,6 +287,7 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
         files[name] = text
     ctx.tracking.log_texts(record.run_id, {k: scrub(v) for k, v in files.items()})
     tags = {"outcome": record.status, "value": str(record.value), "acceptance": plan.acceptance,
+            NOTE: scrub(trial_description(record, plan, metric=ctx.metric, launches=len(results))),
             **shown_tags(record.metrics)}
     if record.failure_class:
         tags["failure_class"] = record.failure_class

@@ -449,6 +449,20 @@ def test_the_best_child_shows_effective_params_and_the_acceptance_curve(served, 
 
 
 @needs_chromium
+def test_the_best_trials_page_leads_with_its_description_and_its_own_metrics(served, tmp_path):
+    """No system metric is listed before the trial's own (they are off unless asked for), and its description says
+    what it measured against the baseline, the criterion metric first."""
+    _, out, _, port = served
+    run = Tracking.open(out.tracking_uri, "tiny").get_run(out.best["run_id"])
+    note = run.data.tags["mlflow.note.content"]
+    assert note.startswith(f"**Live trial `{run.data.tags['trial']}`**: ok") and "accept_length " in note
+    dom = dom_of(run_url(port, experiment_id=out.experiment_id, run_id=out.best["run_id"]), tmp_path / "profile",
+                 "the baseline")
+    assert "the baseline" in dom and "accept_length_ratio_to_baseline" in dom
+    assert "system/" not in dom and not any(k.startswith("system/") for k in run.data.metrics)
+
+
+@needs_chromium
 def test_bisect_runs_are_not_among_the_search_trials(served, tmp_path):
     _, out, bisect, port = served
     search = Tracking.open(out.tracking_uri, "tiny")

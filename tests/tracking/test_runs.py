@@ -234,7 +234,12 @@ def new_monitor_threads(before: set[threading.Thread]) -> list[threading.Thread]
     return [t for t in set(threading.enumerate()) - before if t.name == "SystemMetricsMonitor"]
 
 
-def test_a_live_trial_of_the_local_engine_carries_system_metrics(tracking, tiny):
+@pytest.fixture
+def system_metrics_on(monkeypatch) -> None:
+    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
+
+
+def test_a_live_trial_of_the_local_engine_carries_system_metrics_when_asked(tracking, tiny, system_metrics_on):
     """MLflow's own system metrics, sampled while the trial runs and stopped with its run (no thread left)."""
     from bisect_eagle.engines.local import LocalEngine
 
@@ -252,7 +257,7 @@ def test_a_live_trial_of_the_local_engine_carries_system_metrics(tracking, tiny)
     assert not any(k.startswith("system/") for k in tracking.get_run(parent).data.metrics)  # the study run: none
 
 
-def test_system_metrics_go_to_their_own_run_and_stop_with_it(tracking):
+def test_system_metrics_go_to_their_own_run_and_stop_with_it(tracking, system_metrics_on):
     before = set(threading.enumerate())
     a = tracking.start_run("a", tags={"stage": "baseline"})
     b = tracking.start_run("b", tags={"stage": "confirm"})
@@ -271,7 +276,7 @@ def test_system_metrics_go_to_their_own_run_and_stop_with_it(tracking):
     assert not any(k.startswith("system/") for k in tracking.get_run(plain).data.metrics)
 
 
-def test_an_interrupted_trial_stops_its_system_metrics(tracking):
+def test_an_interrupted_trial_stops_its_system_metrics(tracking, system_metrics_on):
     before = set(threading.enumerate())
     run_id = tracking.start_run("interrupted", tags={"stage": "live"})
     with pytest.raises(KeyboardInterrupt), tracking.run_guard(run_id):
@@ -281,8 +286,13 @@ def test_an_interrupted_trial_stops_its_system_metrics(tracking):
     assert not new_monitor_threads(before) and run_id not in tracking.system_metrics.running()
 
 
-def test_mlflow_switch_turns_system_metrics_off(tracking, monkeypatch):
-    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
+@pytest.mark.parametrize("switch", [None, "false"])
+def test_system_metrics_are_off_unless_mlflows_switch_asks_for_them(tracking, monkeypatch, switch):
+    """Off by default, as in MLflow: its run page would list them before the trial's own metrics."""
+    if switch is None:
+        monkeypatch.delenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", switch)
     before = set(threading.enumerate())
     run_id = tracking.start_run("off", tags={"stage": "live"})
     assert run_id not in tracking.system_metrics.running() and not new_monitor_threads(before)

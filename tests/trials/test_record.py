@@ -86,3 +86,19 @@ def test_a_trial_run_is_tagged_with_its_acceptance_pinned_or_natural(tmp_path):
     assert logged(tmp_path / "n", {"output_tok_s": 9.0}).data.tags["acceptance"] == "natural"
     pinned = logged(tmp_path / "p", {"output_tok_s": 9.0}, settings=LiveSettings(pinned_acceptance=[1.0, 0.5, 0.0]))
     assert pinned.data.tags["acceptance"] == "pinned"
+
+
+def test_a_trial_run_describes_what_ran_and_what_it_measured_its_criterion_first(tmp_path):
+    """The description is what MLflow's run page shows first: the criterion metric (output_tok_s for a spec
+    without a criterion), then the other headline metric, each with its ratio to the baseline; a failure's class."""
+    run = logged(tmp_path / "ok", {"accept_length": 4.8, "accept_length_ratio_to_baseline": 4.8,
+                                   "output_tok_s": 75.23456789, "output_tok_s_ratio_to_baseline": 1.0423})
+    note = run.data.tags["mlflow.note.content"]
+    assert note.startswith("**Live trial `live`**: ok")
+    assert "output_tok_s 75.2 (1.04× the baseline); accept_length 4.8 (4.80× the baseline)" in note
+    assert note.index("output_tok_s 75.2") < note.index("accept_length 4.8")
+    assert "Engine fake; the effective settings are its parameters" in note and "Acceptance was pinned" not in note
+    failed = logged(tmp_path / "failed", {}, status="failed").data.tags["mlflow.note.content"]
+    assert "**: failed" in failed and "Failed (oom)" in failed
+    pinned = logged(tmp_path / "p", {"output_tok_s": 9.0}, settings=LiveSettings(pinned_acceptance=[1.0, 0.5, 0.0]))
+    assert "Acceptance was pinned: its tok/s measures the cost side alone." in pinned.data.tags["mlflow.note.content"]
