@@ -64,7 +64,7 @@ from bisect_eagle.report.study import plot_probes
 from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
 from bisect_eagle.stats import deterministic
 from bisect_eagle.tracking.redact import REDACTED, Scrubber, redact_mapping
-from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
+from bisect_eagle.tracking.runs import NOTE, Tracking, owner_id, resolve_tracking_uri
 from bisect_eagle.trials.record import TrialContext, deployment_tags
 
 
@@ -206,9 +206,13 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             f"bisect-eagle bisects of spec {spec.name!r}: which settings, changed from a good to a bad "
             "configuration, break it. The search's trials are in the experiment "
             f"{spec.name!r}."))
+        ended = tracking.end_orphans(detail="the bisect running this was killed (its process is gone)")
+        if ended and say:
+            runs = "1 run" if len(ended) == 1 else f"{len(ended)} runs"
+            say(f"ended {runs} a killed bisect left RUNNING in this experiment: KILLED now")
         parent = tracking.start_run(
             f"bisect {Path(good.label).stem} vs {Path(bad.label).stem}",
-            tags={"role": "bisect", **deployment_tags(spec),
+            tags={"role": "bisect", "owner": owner_id(), **deployment_tags(spec),
              NOTE: f"**Bisect running:** {good.label} (good) vs {bad.label} (bad)"},
             params={"good": good.label, "bad": bad.label, **{f"judge.{k}": str(v) for k, v in judge.settings().items()},
              "changes": json.dumps([c.name for c in changes])[:6000],

@@ -358,6 +358,22 @@ class Tracking:
         """Deprecated name of :meth:`run_guard` (``run_guard(run_id, detail_tag=reason_tag)``)."""
         return self.run_guard(run_id, detail_tag=reason_tag)
 
+    def end_killed(self, run_id: str, *, detail: str, **tags: str) -> bool:
+        """End a RUNNING run KILLED, tagged ``outcome=interrupted`` and ``failure_detail``; False if not RUNNING."""
+        if self.get_run(run_id).info.status != "RUNNING":
+            return False
+        self.log(run_id, tags={"outcome": "interrupted", "failure_detail": detail, **tags})
+        self.finish(run_id, "KILLED")
+        return True
+
+    def end_orphans(self, *, detail: str) -> list[str]:
+        """End KILLED every RUNNING run of this experiment whose ``owner`` (:func:`owner_id`) is a process of this
+        host that no longer runs (a controller killed by SIGKILL, which no handler sees); their ids. A run of
+        another host, or without an owner, is left to its own process."""
+        running = self._search("attributes.status = 'RUNNING'", ["attributes.start_time ASC"])
+        return [r.info.run_id for r in running
+                if owner_alive(r.data.tags.get("owner", "")) is False and self.end_killed(r.info.run_id, detail=detail)]
+
     def reopen(self, run_id: str) -> None:
         self.client.update_run(run_id, status="RUNNING")
 

@@ -543,3 +543,62 @@ def test_a_wiring_fault_and_the_stand_ins_cost_fault_are_one_on_each_side(tmp_pa
     pinned = [r for r in tracking.child_runs(body["parent_run_id"]) if r.data.tags.get("role") == "bisect-side-probe"]
     assert [r.data.tags["acceptance"] for r in pinned] == ["pinned"]  # NCCL_PROTO=LL keeps the good acceptance:
     assert sides[("env.NCCL_PROTO",)]["pinned"] is None  # pinning it could not recover it, no launch needed
+
+
+KILLED_DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+import bisect_eagle.engines
+from fake_engine import FakeEngine
+bisect_eagle.engines.make_engine = lambda spec, log_dir=None: FakeEngine(sleep_s={sleep})
+sys.argv = ["bisect-eagle", "bisect", "--metric", "accept_length", "--repeats", "1", "--tracking-uri", {uri!r},
+            *{extra!r}]
+from bisect_eagle.cli import main
+main()
+"""
+
+
+def test_a_replay_after_a_sigkill_ends_the_killed_bisects_runs(tmp_path):
+    """SIGKILL reaches no handler: the bisect's parent and the probe it was measuring (each trial sleeps 20 s) stay
+    RUNNING. The next bisect in that experiment (here the replay of the dead one's log) ends them KILLED, outcome
+    ``interrupted``, and says so; its own runs finish."""
+    import signal
+    import time
+
+    uri, log = f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "b.log")
+
+    def driver(sleep: float, *extra: str) -> list[str]:
+        code = KILLED_DRIVER.format(tests=str(ROOT / "tests"), sleep=sleep, uri=uri, extra=list(extra))
+        return [sys.executable, "-c", code]
+
+    errors = tmp_path / "slow.err"
+    with errors.open("w") as err:
+        slow = subprocess.Popen(driver(20.0, "--good", str(GOOD), "--bad", str(BAD), "--log", log), cwd=tmp_path,
+                                env=ENV, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    deadline = time.monotonic() + LIMIT_S
+    try:  # once the first probe is logged, the parent and the second probe's run are open while its trial sleeps
+        while not (Path(log).exists() and _running(uri) >= 2) and slow.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        if slow.poll() is None:
+            os.killpg(slow.pid, signal.SIGKILL)
+        slow.wait()
+    assert _running(uri) >= 2, errors.read_text()[-3000:]
+    out = _run(driver(0.0, "--replay", log), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "a killed bisect left RUNNING in this experiment: KILLED now" in out.stderr
+    assert _running(uri) == 0
+    tracking = Tracking.open(uri, "tiny / bisect")
+    killed = [r for r in tracking.client.search_runs([tracking.experiment_id], "attributes.status = 'KILLED'")]
+    assert len(killed) >= 2 and all(r.data.tags["outcome"] == "interrupted" for r in killed)
+
+
+def _running(uri: str) -> int:
+    """The RUNNING runs of the tiny bisect experiment in ``uri`` (0 before it exists)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("tiny / bisect")
+    if experiment is None:
+        return 0
+    return len(client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'"))

@@ -39,15 +39,6 @@ UNNAMED_GRACE = datetime.timedelta(minutes=1)  # a trial without an owner yet ma
 TICK_S = 1.0  # how often Liveness looks for new trials of its own (their first beat comes at most this late)
 
 
-def close_run_killed(tracking: Tracking, run_id: str, *, detail: str, **tags: str) -> bool:
-    """End a RUNNING MLflow run KILLED, tagged ``outcome=interrupted`` and ``failure_detail``; False if not RUNNING."""
-    if tracking.get_run(run_id).info.status != "RUNNING":
-        return False
-    tracking.log(run_id, tags={"outcome": "interrupted", "failure_detail": detail, **tags})
-    tracking.finish(run_id, "KILLED")
-    return True
-
-
 def _trial_runs(tracking: Tracking, parent_run_id: str, trial: FrozenTrial) -> list[str]:
     """The MLflow runs of one Optuna trial: its ``mlflow_run_id``, or the children tagged with its number."""
     if "mlflow_run_id" in trial.user_attrs:
@@ -136,7 +127,7 @@ class Liveness:
         detail = f"its worker {owner} stopped heart-beating for {grace:g} s; reaped by {self.owner}"
         for run_id in _trial_runs(self.tracking, self.parent_run_id, trial):
             with contextlib.suppress(Exception):  # the run may be gone or already ended
-                close_run_killed(self.tracking, run_id, detail=detail, reaped_by=self.owner)
+                self.tracking.end_killed(run_id, detail=detail, reaped_by=self.owner)
         again = " (its config will be measured again)" if released else ""
         self.notes.append(f"trial {trial.number} of {owner} failed: no heartbeat for {grace:g} s{again}")
 
@@ -160,9 +151,9 @@ def reap_dead_servers(log_dir: Path, *, tracking: Tracking, parent_run_id: str |
         if parent_run_id and fp:
             for run in tracking.child_runs(parent_run_id):
                 if run.data.tags.get("fingerprint") == fp and run.info.status == "RUNNING":
-                    close_run_killed(tracking, run.info.run_id, detail="the controller running this trial was killed")
+                    tracking.end_killed(run.info.run_id, detail="the controller running this trial was killed")
     if reaped and parent_run_id:
-        close_run_killed(tracking, parent_run_id, detail="the controller running this study was killed")
+        tracking.end_killed(parent_run_id, detail="the controller running this study was killed")
     return notes
 
 
@@ -186,7 +177,7 @@ def reap_dead_trials(study: optuna.Study, *, claims: Claims, tracking: Tracking,
                          "heartbeat")
     for run in tracking.child_runs(parent_run_id):
         if run.info.status == "RUNNING" and owner_alive(run.data.tags.get("owner", "")) is False:
-            close_run_killed(tracking, run.info.run_id, detail="the process running this trial was killed")
+            tracking.end_killed(run.info.run_id, detail="the process running this trial was killed")
     for c in claims.all():
         if c.state == "running" and owner_alive(c.owner) is False:
             claims.release(c.fingerprint)
