@@ -237,6 +237,12 @@ class Engine(abc.ABC):
         """
         raise BadInput(f"the {cls.name} engine is not built from a spec")
 
+    def check_launchable(self) -> None:
+        """Raise :class:`BadInput` (naming the key and the fix) when this machine cannot start this engine's trials
+        at all; called before a study creates anything. Engines that start nothing of their own pass.
+        """
+        return None
+
     @classmethod
     def versions(cls, spec: Spec) -> dict[str, str]:
         """Versions of what this engine runs that this interpreter's packages do not name (a server in an

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,9 @@ from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber
+
+# whether the interpreter has a module, found without importing it (a server's import takes seconds to minutes)
+FIND_MODULE = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
 
 
 @dataclass
@@ -73,6 +78,28 @@ class ServedEngine(Engine):
         self._seq: int | None = None
         self._shown_port: int | None = None
         self._gpu_before: dict[int, int] | None = None  # device memory before the last launch (gpus.device_baseline)
+
+    def check_launchable(self) -> None:
+        """The launch command's executable is here, and an interpreter started with ``-m MODULE`` has that module
+        (found, not imported): a missing or server-less interpreter would otherwise create a study and a FAILED
+        baseline, one launch later. A plan for another machine (a dry run) is never checked."""
+        command = list(self.planner.command)
+        key = f"engine.{self.name}.{'python' if self.server.python else 'launch_command'}"
+        exe = command[0]
+        if not (Path(exe).is_file() and os.access(exe, os.X_OK)) and shutil.which(exe) is None:
+            raise BadInput(f"key {key!r}: {exe} is not an executable on this machine; point it at the "
+                           f"{self.name} environment (scripts/setup_{self.name}_env.sh makes one)")
+        if len(command) < 3 or command[1] != "-m":
+            return
+        module = command[2].split(".")[0]
+        try:
+            found = subprocess.run([exe, "-c", FIND_MODULE, module], capture_output=True, timeout=120,
+                                   start_new_session=True).returncode == 0
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise BadInput(f"key {key!r}: {exe} did not run ({e})") from None
+        if not found:
+            raise BadInput(f"key {key!r}: {exe} has no {module!r} module, so `{' '.join(command[:3])}` cannot "
+                           f"start; point it at an environment with {module} (scripts/setup_{self.name}_env.sh)")
 
     @classmethod
     def from_spec(cls, spec: Any, log_dir: Path, *, check: bool = True) -> ServedEngine:

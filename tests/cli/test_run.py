@@ -145,3 +145,20 @@ def test_three_runs_beside_cpu_burners_agree(tmp_path):
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.returncode == 0 and summary["same"], done.stdout + done.stderr[-2000:]
     assert [r["best_wiring"] for r in summary["runs"]] == [[1, 5, 9]] * 3
+
+
+def test_an_interpreter_without_the_engine_is_one_line_and_exit_2_before_anything_is_created(tmp_path):
+    """The vLLM spec pointed at this project's interpreter (no vLLM in it): refused before the study, its store or
+    a baseline exists, naming the file, the key and the fix."""
+    import yaml
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "experiments" / "tiny-vllm.yaml").read_text())
+    raw["engine"]["vllm"]["python"] = sys.executable
+    spec = tmp_path / "vllm-less.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    done = cli("run", str(spec), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("[")]  # the Activity clock
+    assert len(lines) == 1 and lines[0].startswith(f"error: {spec}: key 'engine.vllm.python': "), lines
+    assert "has no 'vllm' module" in lines[0] and "scripts/setup_vllm_env.sh" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vllm-less.yaml"]  # no mlruns/, no study

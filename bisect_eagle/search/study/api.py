@@ -80,6 +80,7 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)
     # before any store is written: a space the engine refuses whole is bad input, the rest is said
     planned = [] if opts.resume else check_refusals(spec, engine_factory)
+    check_launchable(spec, engine_factory)
     storage = open_storage(opts.storage)
     with first_open_lock(opts.tracking_uri):
         tracking = Tracking.open(opts.tracking_uri, spec.name)
@@ -135,6 +136,16 @@ def check_refusals(spec: Spec, engine_factory: EngineFactory) -> list[str]:
     found.check(engine.name, spec.source)
     return [f"the {engine.name} engine refuses {count} of {found.whole()}: {reason}"
             for reason, count in found.refused.items()]
+
+
+def check_launchable(spec: Spec, engine_factory: EngineFactory) -> None:
+    """:class:`BadInput` naming the spec, its key and the fix when this machine cannot start the engine's trials
+    (:meth:`~bisect_eagle.engines.base.Engine.check_launchable`), before anything is created."""
+    with engine_factory(spec) as engine:
+        try:
+            engine.check_launchable()
+        except BadInput as e:
+            raise BadInput(f"{spec.source}: {e}") from None
 
 
 def _unrecorded_parent(study: optuna.Study, tracking: Tracking) -> str | None:
