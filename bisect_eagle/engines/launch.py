@@ -16,10 +16,15 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bisect_eagle.errors import BadInput
 from bisect_eagle.tracking.redact import is_secret_name, redact_argv
+
+if TYPE_CHECKING:
+    from bisect_eagle.engines.plan import TrialPlan
+
+L = TypeVar("L")
 
 
 @dataclass(frozen=True)
@@ -158,3 +163,20 @@ def explicit_server_args(server_args: dict[str, Any], desc: Any, *, resolved: bo
             continue
         out[key] = value
     return out
+
+
+def bound_launch(plan: TrialPlan, kind: type[L], *, engine: str) -> L:
+    """The launch ``engine``'s planner kept in ``plan`` (``plan.private["launch"]``, a ``kind`` with the plan's
+    ``fingerprint``): a trial starts this, never a plan made again.
+
+    Raises:
+        RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
+            planning, or not made by that planner): a bug, never a trial outcome.
+    """
+    launch = plan.private.get("launch")
+    bound = getattr(launch, "fingerprint", None)
+    if not isinstance(launch, kind) or bound != plan.fingerprint:
+        have = bound if isinstance(launch, kind) else "no launch"
+        raise RuntimeError(f"the {plan.engine} plan {plan.fingerprint} carries {have}: a launch is made only from "
+                           f"the {engine} planner's own plan (a bug)")
+    return launch

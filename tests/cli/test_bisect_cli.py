@@ -420,15 +420,12 @@ def test_the_bisect_table_fits_80_columns_in_a_terminal_and_no_header_is_cut_mid
         " ".join(lines[-2:]).startswith("experiment 'tiny / bisect': bisect-eagle ui")), lines[-3:]
 
 
-class PlantedFaults(Engine):
-    """The tiny scenario's stand-in server (``experiments/tiny-sglang.yaml``: one ``bisect-eagle serve`` per launch)
-    with two cost-side faults planted on what it measures, as the NCCL fault of the stand-in does for one variable:
-    ``NCCL_ALGO=Tree`` with ``NCCL_PROTO=Simple`` halves the throughput, and so does ``NCCL_PROTO=Simple`` with
-    ``NCCL_IB_HCA=mlx5``; each alone costs nothing. Throughput is ``10 ×`` the server's measured accept length (a
-    tiny model's tok/s on a loaded CPU is noise; its greedy accept length is exact), so it is deterministic."""
+class Wrapped(Engine):
+    """The tiny scenario's stand-in server (one ``bisect-eagle serve`` per launch) with its throughput made exact
+    from what the server measured (:meth:`tok_s`): a tiny model's tok/s on a loaded CPU is noise; its accept length,
+    natural (greedy) or pinned (seeded draws), is not."""
 
-    name = "planted"
-    deterministic_metrics = ("output_tok_s",)
+    deterministic_metrics = ("output_tok_s", "accept_length")
 
     def __init__(self, inner: Engine):
         self.inner = inner
@@ -439,14 +436,28 @@ class PlantedFaults(Engine):
     def run(self, plan: TrialPlan) -> TrialResult:
         result = self.inner.run(plan)
         if result.ok:
-            env = plan.effective.get("env") or {}
-            simple = env.get("NCCL_PROTO") == "Simple"
-            slow = simple and (env.get("NCCL_ALGO") == "Tree" or env.get("NCCL_IB_HCA") == "mlx5")
-            result.output_tok_s = 10 * result.accept_length * (0.5 if slow else 1.0)
+            result.output_tok_s = self.tok_s(result, {k: str(v) for k, v in (plan.effective.get("env") or {}).items()})
         return result
+
+    def tok_s(self, result: TrialResult, env: dict[str, str]) -> float:
+        raise NotImplementedError
 
     def close(self) -> None:
         self.inner.close()
+
+
+class PlantedFaults(Wrapped):
+    """Two cost-side faults planted on what the stand-in measures (``experiments/tiny-sglang.yaml``), as the NCCL
+    fault of the stand-in does for one variable: ``NCCL_ALGO=Tree`` with ``NCCL_PROTO=Simple`` halves the
+    throughput, and so does ``NCCL_PROTO=Simple`` with ``NCCL_IB_HCA=mlx5``; each alone costs nothing. Throughput is
+    ``10 ×`` the server's measured accept length."""
+
+    name = "planted"
+
+    def tok_s(self, result: TrialResult, env: dict[str, str]) -> float:
+        simple = env.get("NCCL_PROTO") == "Simple"
+        slow = simple and (env.get("NCCL_ALGO") == "Tree" or env.get("NCCL_IB_HCA") == "mlx5")
+        return 10 * result.accept_length * (0.5 if slow else 1.0)
 
 
 @pytest.mark.system
@@ -481,34 +492,18 @@ def test_two_overlapping_breaking_sets_on_the_stand_in_server_are_both_reported(
     assert all(p > 0.99 for p in sets.values())
 
 
-class StandInCost(Engine):
-    """The tiny scenario's stand-in server with its throughput made exact: the server's measured accept length over
-    a fixed :data:`CYCLE_S` plus the wait it adds to every target forward for the plan's environment (its own rule,
-    :func:`~bisect_eagle.engines.serve.app.simulation`: ``NCCL_PROTO=LL``, the cost-side fault). A tiny model's tok/s
-    on a loaded CPU is noise; its accept length, natural (greedy) or pinned (seeded draws), is not."""
+class StandInCost(Wrapped):
+    """Throughput: the server's measured accept length over a fixed :data:`CYCLE_S` plus the wait the stand-in adds
+    to every target forward for the plan's environment (its own rule,
+    :func:`~bisect_eagle.engines.serve.app.simulation`: ``NCCL_PROTO=LL``, the cost-side fault)."""
 
     name = "stand-in-cost"
-    deterministic_metrics = ("output_tok_s", "accept_length")
     CYCLE_S = 0.01
 
-    def __init__(self, inner: Engine):
-        self.inner = inner
-
-    def plan(self, settings: LiveSettings) -> TrialPlan:
-        return self.inner.plan(settings)
-
-    def run(self, plan: TrialPlan) -> TrialResult:
+    def tok_s(self, result: TrialResult, env: dict[str, str]) -> float:
         from bisect_eagle.engines.serve.app import simulation
 
-        result = self.inner.run(plan)
-        if result.ok:
-            env = {k: str(v) for k, v in (plan.effective.get("env") or {}).items()}
-            delay = simulation({"NCCL_PROTO": env.get("NCCL_PROTO", "")}, None)[1]
-            result.output_tok_s = result.accept_length / (self.CYCLE_S + delay)
-        return result
-
-    def close(self) -> None:
-        self.inner.close()
+        return result.accept_length / (self.CYCLE_S + simulation({"NCCL_PROTO": env.get("NCCL_PROTO", "")}, None)[1])
 
 
 @pytest.mark.system

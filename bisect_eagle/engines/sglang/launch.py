@@ -139,12 +139,7 @@ def launch_of(plan: TrialPlan) -> Launch:
         RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
             planning, or not made by the sglang planner): a bug, never a trial outcome.
     """
-    launch = plan.private.get("launch")
-    if not isinstance(launch, Launch) or launch.fingerprint != plan.fingerprint:
-        have = launch.fingerprint if isinstance(launch, Launch) else "no launch"
-        raise RuntimeError(f"the {plan.engine} plan {plan.fingerprint} carries {have}: a launch is made only from "
-                           "the sglang planner's own plan (a bug)")
-    return launch
+    return shared.bound_launch(plan, Launch, engine="sglang")
 
 
 def inherited_env(environ: dict[str, str]) -> dict[str, str]:

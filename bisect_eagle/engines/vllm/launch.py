@@ -137,12 +137,7 @@ def launch_of(plan: TrialPlan) -> Launch:
         RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
             planning, or not made by the vllm planner): a bug, never a trial outcome.
     """
-    launch = plan.private.get("launch")
-    if not isinstance(launch, Launch) or launch.fingerprint != plan.fingerprint:
-        have = launch.fingerprint if isinstance(launch, Launch) else "no launch"
-        raise RuntimeError(f"the {plan.engine} plan {plan.fingerprint} carries {have}: a launch is made only from "
-                           "the vllm planner's own plan (a bug)")
-    return launch
+    return shared.bound_launch(plan, Launch, engine="vllm")
 
 
 def speculative_config(settings: LiveSettings, draft_dir: Path | str) -> dict[str, Any]:
