@@ -8,6 +8,7 @@ One concept per module, in the order a bisect uses them:
 - :mod:`.ddmin`: isolating delta debugging, a pure module (standard library only);
 - :mod:`.culprits`: the answers, each verified by a probe before it is reported as isolated (pure as well);
 - :mod:`.judge`: verdicts from samples with a sequential one-sided bound (GOOD, BAD, UNRESOLVED);
+- :mod:`.measurement`: one plan fingerprint's samples, shared by every probe that plans to it;
 - :mod:`.prober`: a set of applied changes -> a plan -> samples -> a verdict, one measurement per fingerprint;
 - :mod:`.sides`: which side of the throughput each breaking set acts on (acceptance or cost), by a probe with
   acceptance pinned;

@@ -26,29 +26,27 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from bisect_eagle.bisect.changes import Change, FlatPlanner, apply_changes
 from bisect_eagle.bisect.ddmin import Answer, BisectProgress, ChangeSet, ProbeOutcome
 from bisect_eagle.bisect.endpoints import resolved_wiring
-from bisect_eagle.bisect.judge import STANDALONE_METRIC, Judge, Verdict
+from bisect_eagle.bisect.judge import STANDALONE_METRIC, Judge
 from bisect_eagle.bisect.log import BisectLog
+from bisect_eagle.bisect.measurement import Measurement, ProbeRecord, launch_detail
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan, make_plan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
 from bisect_eagle.spec.schema import Spec, settings_from
 from bisect_eagle.spec.settings import PINNED
-from bisect_eagle.stats import best_rounds, log_values, median_mad, variance_split
+from bisect_eagle.stats import best_rounds, median_mad, variance_split
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached
 
 SAMPLES_ARTIFACT = "bisect_samples.json"
-Source = Literal["measured", "cache", "memory", "replay"]
 
 
 def make_planner(spec: Spec, plan: Callable[[Any], TrialPlan] | None) -> FlatPlanner:
@@ -61,64 +59,6 @@ def make_planner(spec: Spec, plan: Callable[[Any], TrialPlan] | None) -> FlatPla
         return make_plan("standalone", settings, effective={WIRING: resolved_wiring(flat, spec)})
 
     return planner
-
-
-@dataclass
-class Measurement:
-    """The samples of one plan fingerprint, shared by every probe that plans to it."""
-
-    fingerprint: str
-    source: Literal["measured", "cache"]
-    plan: TrialPlan | None = field(default=None, repr=False)
-    run_id: str | None = None  # the trial's run (for cached ones: measured before this bisect)
-    log_run_id: str | None = None  # where this bisect records its samples
-    samples: list[float] = field(default_factory=list)  # one per launch
-    metrics: dict[str, float] = field(default_factory=dict)
-    effective: dict[str, Any] | None = None
-    failure: str = ""  # why it cannot be judged
-    requests: list[list[float]] = field(default_factory=list)  # per launch: each request's tok/s (when known)
-    rounds: list[int] = field(default_factory=list)  # per launch measured here: its benchmark rounds
-    round_sd: list[float | None] = field(default_factory=list)  # per launch measured here: sd of its rounds' logs
-    accept_lengths: list[float] = field(default_factory=list)  # per launch measured here: its accept length
-    curves: list[list[float]] = field(default_factory=list)  # per launch measured here: accept_rate_per_position
-    verdict: Verdict | None = None  # the last verdict
-    judged_at: tuple[int, int] = (-1, -1)  # (samples, reference samples) when it was given
-
-    @property
-    def value(self) -> float | None:
-        """The geometric mean of its launches (what the judge compares)."""
-        logs = log_values(self.samples)
-        return None if logs is None else math.exp(statistics.fmean(logs))
-
-    @property
-    def accept_length(self) -> float | None:
-        """The mean accept length of its launches (the trial's own when its launches were not seen here)."""
-        values = [v for v in self.accept_lengths if math.isfinite(v)]
-        if values:
-            return statistics.fmean(values)
-        value = self.metrics.get("accept_length")
-        return float(value) if value is not None and math.isfinite(value) else None
-
-
-@dataclass
-class ProbeRecord:
-    """One probe: its measurement (None when replayed or when it could not even be planned)."""
-
-    source: Source
-    child_run_id: str | None = None  # this probe's child run of the bisect
-    measurement: Measurement | None = None
-    failure: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        m = self.measurement
-        samples = list(m.samples) if m else []
-        v = m.verdict if m else None
-        return {"source": self.source, "fingerprint": m.fingerprint if m else None,
-                "run_id": m.run_id if m else None, "child_run_id": self.child_run_id,
-                "value": m.value if m else None, "median": statistics.median(samples) if samples else None,
-                "samples": samples, "rounds": list(m.rounds) if m else [],
-                "p_below": v.p_below if v else None, "shape_p": v.shape_p if v else None,
-                "effective": m.effective if m else None}
 
 
 class Prober:
@@ -351,7 +291,7 @@ class Prober:
     def _add(self, m: Measurement, result: TrialResult) -> None:
         """A launch's value, rounds and per-request tok/s onto ``m``."""
         m.samples.append(float(getattr(result, self.judge.metric)))
-        _launch_detail(m, result, self.judge.metric)
+        launch_detail(m, result, self.judge.metric)
 
     def _flush(self) -> None:
         """Record the samples taken during this probe on each measurement's run."""
@@ -402,7 +342,7 @@ class Prober:
         m.plan, m.log_run_id = plan, trial.run_id
         last = getattr(engine, "last", None)
         if m.samples and last is not None and last.ok:
-            _launch_detail(m, last, self.judge.metric)
+            launch_detail(m, last, self.judge.metric)
         self.seen[fp] = m
         self._dirty.add(fp)
         return ProbeRecord("measured", trial.run_id, m)
@@ -467,15 +407,3 @@ class Prober:
                         {STANDALONE_METRIC: verdict.accuracy}, {WIRING: ids})
         self.seen[plan.fingerprint] = m
         return ProbeRecord("measured", verdict.run_id, m)
-
-
-def _launch_detail(m: Measurement, result: TrialResult, metric: str) -> None:
-    """The rounds of a launch and its requests' tok/s, onto ``m`` (its value is already there)."""
-    m.rounds.append(result.rounds)
-    m.accept_lengths.append(result.accept_length)
-    m.curves.append(list(result.accept_rate_per_position))
-    logs = log_values(result.round_values.get(metric, []))
-    m.round_sd.append(statistics.stdev(logs) if logs is not None and len(logs) >= 2 else None)
-    rates = [r.completion_tokens / r.latency_s for r in result.requests if r.latency_s > 0 and r.completion_tokens]
-    if rates:
-        m.requests.append(rates)

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from bisect_eagle.bisect.ddmin import ProbeOutcome
-from bisect_eagle.bisect.prober import Measurement, Prober
+from bisect_eagle.bisect.measurement import Measurement
+from bisect_eagle.bisect.prober import Prober
 from bisect_eagle.spec.settings import profile_for_accept_length, unconditional_rates
 
 Side = Literal["acceptance", "cost", "both", "unknown"]

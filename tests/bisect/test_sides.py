@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bisect_eagle.bisect.ddmin import ProbeOutcome
-from bisect_eagle.bisect.prober import Measurement
+from bisect_eagle.bisect.measurement import Measurement
 from bisect_eagle.bisect.run import BisectOptions, run_bisect
 from bisect_eagle.bisect.sides import classify, good_profile
 from bisect_eagle.engines.base import Engine, TrialResult
