@@ -158,6 +158,7 @@ class ModelGuide:
         self.forecasts = 0  # forecasts computed (not reused): what the model's guidance cost
         self._z = NormalDist().inv_cdf(optimism)
         self.live_learned = 0  # speculative live trials learned: until one, nothing is ruled out
+        self.cost_learned = 0  # pinned-acceptance trials learned: their cost terms only (learn_runs)
         self.shapes: set[tuple[int, int, int]] = set()  # (num_steps, topk, num_draft_tokens) of those trials
         self.errors: list[float] = []  # log(measured / predicted) of each live run, oldest first
         self.note = ""  # why the last choice was made, when it was not the plain best expected improvement
@@ -179,7 +180,19 @@ class ModelGuide:
     def learn_runs(self, tracking: Tracking, run_ids: Iterable[str | None]) -> int:
         """Teach the model every finished trial among ``run_ids`` it has not seen; returns how many were new.
 
-        A run whose settings or metrics cannot be read (deleted, failed without metrics) is skipped for good.
+        A trial with acceptance pinned (``acceptance=pinned``: a bisect's side probe, a user's ``live
+        --pin-acceptance`` logged in the study) teaches the cost terms alone: its cost row is computed from the
+        profile it was pinned to and its measured accept length, as every trial's is from its own acceptance,
+        while its accepted tokens were drawn, not the deployment's, and never reach the acceptance posterior, the
+        model's error record or the count of live trials that earn it a veto (:meth:`vetoes`). A run whose
+        settings or metrics cannot be read (deleted, failed without metrics) is skipped for good.
+
+        Args:
+            tracking: the study's tracking store.
+            run_ids: MLflow run ids (None entries are ignored).
+
+        Returns:
+            How many runs were new to the model.
         """
         new = 0
         for run_id in run_ids:
@@ -190,19 +203,22 @@ class ModelGuide:
             if run.info.status != "FINISHED" or "output_tok_s" not in run.data.metrics:
                 continue
             effective = effective_of(tracking, run)
-            if acceptance_kind(effective) == "pinned":  # its acceptance was drawn, not the deployment's
-                continue
+            natural = acceptance_kind(effective) == "natural"  # a pinned trial's acceptance was drawn: cost only
             try:
                 self.model.update(effective, model_inputs(run.data.metrics, effective, rates=_curve(tracking, run_id)),
-                                  record=False)
+                                  record=False, learn_acceptance=natural)
             except ValueError:  # settings the model cannot read (e.g. topk > 1 without num_draft_tokens)
                 continue
             new += 1
             steps = int(effective.get("num_steps") or 0)
             if steps > 0 and effective.get("speculative_algorithm") != "none":
-                self.live_learned += 1
                 self.shapes.add((steps, int(effective.get("topk") or 1), int(effective.get("num_draft_tokens") or 0)))
-            self._score(run.data.metrics)
+                if natural:
+                    self.live_learned += 1
+                else:
+                    self.cost_learned += 1
+            if natural:
+                self._score(run.data.metrics)
         return new  # what the model learned advanced its state: the forecasts are made again (forecast)
 
     def _score(self, metrics: Mapping[str, float]) -> None:

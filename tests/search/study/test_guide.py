@@ -261,3 +261,33 @@ def test_an_unidentified_verify_cost_is_identified_before_the_model_rules_anythi
     sampled, _, _ = guide.choose({"a": ({"n": 4}, four), "b": ({"n": 8}, eight)}, target=50 * BASELINE_TOK_S)
     assert sampled == {"n": 8} and guide.note.startswith("identifying verify_token: every speculative trial so far "
                                                          "verified 4 tokens")
+
+
+def _logged(tracking: Tracking, name: str, effective: dict, truth: dict) -> str:
+    """A finished live run as a study logs it: its effective settings, metrics and acceptance curve."""
+    run_id = tracking.start_run(name, tags={"effective": json.dumps(effective)})
+    tracking.log(run_id, metrics={k: float(truth[k]) for k in ("output_tok_s", "accept_length", "completion_tokens")})
+    tracking.log_curve(run_id, "accept_rate_per_position", values=truth["accept_rate_per_position"])
+    tracking.finish(run_id, "FINISHED")
+    return run_id
+
+
+def test_a_pinned_trial_teaches_the_cost_terms_alone(tmp_path: Path):
+    """A trial with acceptance pinned adds a cost row (its shape identifies a cost term) but never moves the
+    acceptance posterior, the error record or the count of live trials that earns the model its veto."""
+    tracking = Tracking.open(f"sqlite:///{tmp_path}/mlflow.db", "pinned-cost")
+    guide, engine = _taught()
+    wiring = guide.model.config(_effective(engine, num_steps=3)).wiring
+    posterior, rows, state = guide.model.acceptance.mean(wiring, 3), guide.model.cost.n_obs, guide.model.state
+    pinned = _effective(engine, num_steps=3, pinned_acceptance=[0.95, 0.95, 0.95])
+    assert pinned["pinned_acceptance"] == [0.95, 0.95, 0.95]
+    drawn = {**_truth(3, a=0.95), "output_tok_s": _truth(3, a=0.95)["output_tok_s"] * 0.5}  # a slow context
+    assert guide.learn_runs(tracking, [_logged(tracking, "pinned", pinned, drawn)]) == 1
+    assert guide.model.cost.n_obs == rows + 1 and guide.model.state > state
+    assert np.allclose(guide.model.acceptance.mean(wiring, 3), posterior)  # the drawn 0.95s taught nothing
+    assert (guide.cost_learned, guide.live_learned, guide.errors) == (1, 0, [])
+    assert (3, 1, guide.model.config(pinned).num_draft_tokens) in guide.shapes
+    natural = _effective(engine, num_steps=3)
+    assert guide.learn_runs(tracking, [_logged(tracking, "natural", natural, _truth(3, a=0.95))]) == 1
+    assert not np.allclose(guide.model.acceptance.mean(wiring, 3), posterior)  # a natural one does
+    assert (guide.cost_learned, guide.live_learned) == (1, 1)
