@@ -50,7 +50,6 @@ from bench_engine import TRUE, WIRINGS  # noqa: E402
 
 from bisect_eagle.engines.local import LocalEngine  # noqa: E402
 from bisect_eagle.perf import ThroughputModel, metrics_from_result  # noqa: E402
-from bisect_eagle.perf.adaptive import predict_adaptive  # noqa: E402
 from bisect_eagle.spec.load import load_spec  # noqa: E402
 from bisect_eagle.spec.settings import LiveSettings  # noqa: E402
 
@@ -323,7 +322,7 @@ def main(
         preds = {s: full.predict(data[(name, s)][0]) for s in depths}
         s_best = max(preds, key=lambda s: preds[s].tok_s)
         s_meas = max(depths, key=lambda s: measured[(name, s)][0])
-        ad = predict_adaptive(full, {**data[(name, depths[0])][0], "num_steps": 3})
+        ad = full.predict_adaptive({**data[(name, depths[0])][0], "num_steps": 3})
         best_cfg[name] = {"num_steps": s_best, "predicted_tok_s": round(preds[s_best].tok_s, 1),
                           "measured_tok_s": round(measured[(name, s_best)][0], 1), "measured_best_num_steps": s_meas,
                           "measured_best_tok_s": round(measured[(name, s_meas)][0], 1)}

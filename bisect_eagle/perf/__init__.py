@@ -5,8 +5,10 @@
 - :mod:`~bisect_eagle.perf.horizon`: verify cycles and work per request, steady state or a finite generation.
 - :mod:`~bisect_eagle.perf.cost`: seconds of that work from fitted step costs, context factors, concurrency.
 - :mod:`~bisect_eagle.perf.prior`: the cold prior of a draft step's cost, from what is known before any trial.
-- :mod:`~bisect_eagle.perf.model`: :class:`ThroughputModel` (``predict``, ``update``, ``error_report``).
-- :mod:`~bisect_eagle.perf.adaptive`: SGLang's ``--speculative-adaptive`` policy as a reference line.
+- :mod:`~bisect_eagle.perf.model`: :class:`ThroughputModel` (``predict``, ``predict_adaptive``, ``update``,
+  ``error_report``); its value types (:class:`Config`, :class:`Prediction`) in :mod:`~bisect_eagle.perf.values`.
+- :mod:`~bisect_eagle.perf.adaptive`: SGLang's ``--speculative-adaptive`` policy, simulated (the model's
+  reference line for it).
 - :mod:`~bisect_eagle.perf.benchmark`: :class:`Benchmark`, how an engine measures (what the model mirrors).
 
 The names below load their module on first use, so ``bisect_eagle.perf.benchmark`` (which engines import)
@@ -21,7 +23,7 @@ from typing import Any
 _HOME = {
     "AcceptanceModel": "acceptance", "chain_accept_length": "acceptance", "tree_survival": "acceptance",
     "wiring_key": "acceptance", "Benchmark": "benchmark", "STEADY_STATE": "benchmark", "CostModel": "cost",
-    "context_keys": "cost", "Config": "model", "ErrorReport": "accuracy", "Prediction": "model",
+    "context_keys": "cost", "Config": "values", "ErrorReport": "accuracy", "Prediction": "values",
     "ThroughputModel": "model", "metrics_from_result": "model", "ColdPrior": "prior", "Deployment": "prior",
     "ModelSize": "prior",
 }

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from bisect_eagle.perf.model import Config, Prediction
+    from bisect_eagle.perf.values import Config, Prediction
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ at ``steps - 1``; after ``warmup_batches`` verifies, every ``update_interval`` v
 count runs with ``num_draft_tokens = steps + 1`` (chain drafting only; ``topk = 1``). The initial step count
 is the server's ``num_steps`` when it is a candidate, else the middle candidate.
 
-Prediction: the policy is simulated (seeded) for ``cycles`` verifies with per-request accepted drafts drawn
+Prediction (:meth:`~bisect_eagle.perf.model.ThroughputModel.predict_adaptive`, which reads this module: the
+policy needs no model): the policy is simulated (seeded) for ``cycles`` verifies with per-request accepted drafts drawn
 from the acceptance posterior mean at the current step count, which gives the share of cycles spent at each
 step count; throughput is ``B · Σ_s share_s · AL_s / Σ_s share_s · cycle_s`` with each ``AL_s`` (tokens
-per cycle) and ``cycle_s`` (seconds per cycle) from the same :class:`~bisect_eagle.perf.model.ThroughputModel`
+per cycle) and ``cycle_s`` (seconds per cycle) from the same model
 (per-request costs of a finite benchmark amortised per cycle at each step count), and its interval from the
 model's joint draws at fixed shares. Switching costs between step counts are ignored.
 """
@@ -21,13 +22,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from bisect_eagle.perf.acceptance import chain_survival
-from bisect_eagle.perf.model import Prediction, ThroughputModel
 
 # SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG (batch-size bucket -> slot)
 DEFAULT_ADAPTIVE_CONFIG: dict[str, dict[str, Any]] = {
@@ -133,37 +131,3 @@ def simulate_occupancy(slot: SlotConfig, *, initial_steps: int, accepted_dist: M
         else:
             state.update(np.zeros(batch))
     return {s: n / cycles for s, n in seen.items()}
-
-
-def predict_adaptive(model: ThroughputModel, effective: Mapping[str, Any], *, concurrency: int | None = None,
-                     config: Mapping[str, Mapping[str, Any]] | None = None, cycles: int = 4000,
-                     seed: int = 0) -> Prediction:
-    """Predicted tok/s of ``effective`` served with ``--speculative-adaptive`` (module docstring).
-
-    ``effective``'s wiring, context and ``num_steps`` (the initial step count) are used; ``topk`` must be 1.
-    ``details`` carries ``occupancy`` (share of cycles per step count) and ``candidate_steps``.
-    """
-    cfg = replace(model.config(effective, concurrency=concurrency), adaptive=False)
-    if cfg.topk != 1:
-        raise ValueError(f"speculative_adaptive supports topk = 1 only (SGLang refuses topk = {cfg.topk})")
-    slot = slot_for_batch(cfg.batch, config)
-    estimates, dist = {}, {}
-    rng = np.random.default_rng(model.seed)
-    for s in slot.candidate_steps:
-        estimates[s] = model.estimate(replace(cfg, num_steps=s, topk=1, num_draft_tokens=s + 1), rng=rng)
-        if s > 0:
-            surv = chain_survival(model.acceptance.mean(cfg.wiring, s), s)
-            dist[s] = np.clip(np.concatenate([[1.0], surv]) - np.concatenate([surv, [0.0]]), 0.0, 1.0)
-    initial = cfg.num_steps if cfg.num_steps in slot.candidate_steps else -1
-    occ = simulate_occupancy(slot, initial_steps=initial, accepted_dist=dist, batch=cfg.batch, cycles=cycles,
-                             seed=seed)
-    tokens = sum(occ[s] * estimates[s].tokens / estimates[s].cycles for s in occ)  # per cycle and request
-    seconds = sum(occ[s] * estimates[s].seconds / estimates[s].cycles for s in occ)  # per cycle
-    token_draws = sum(occ[s] * estimates[s].token_draws / estimates[s].cycle_draws for s in occ)
-    second_draws = sum(occ[s] * estimates[s].second_draws / estimates[s].cycle_draws for s in occ)
-    base = estimates[0] if 0 in estimates else model.estimate(replace(cfg, num_steps=0, num_draft_tokens=1), rng=rng)
-    low, high = model.interval_of(cfg.batch * token_draws / second_draws)
-    return Prediction(cfg.batch * tokens / seconds, tokens, low, high, cycle_s=seconds,
-                      baseline_tok_s=cfg.batch * base.tokens / base.seconds, concurrency=cfg.batch,
-                      details={"occupancy": {str(s): round(v, 4) for s, v in occ.items()},
-                               "candidate_steps": list(slot.candidate_steps), "sigma_rel": model.cost.sigma})

@@ -27,107 +27,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from bisect_eagle.perf import acceptance as acc
 from bisect_eagle.perf import horizon
+from bisect_eagle.perf.acceptance import chain_survival
 from bisect_eagle.perf.accuracy import ErrorRecord, ErrorReport, error_report
+from bisect_eagle.perf.adaptive import simulate_occupancy, slot_for_batch
 from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
 from bisect_eagle.perf.cost import CostModel, component_work, context_keys, generation_work
-
-
-@dataclass(frozen=True)
-class Config:
-    """What the model needs from a plan's effective settings (:meth:`from_effective`)."""
-
-    wiring: tuple
-    num_steps: int  # 0: the target alone
-    topk: int
-    num_draft_tokens: int
-    batch: int
-    context: tuple
-    tokens: int | None = None  # tokens per request (finite generation), None = steady state
-    adaptive: bool = False
-
-    @property
-    def speculative(self) -> bool:
-        return self.num_steps > 0
-
-    @classmethod
-    def from_effective(cls, effective: Mapping[str, Any], *, concurrency: int | None = None,
-                       finite_horizon: bool = False) -> Config:
-        """The model's view of a plan's effective settings.
-
-        Args:
-            effective: a plan's effective settings (:attr:`~bisect_eagle.engines.plan.TrialPlan.effective`), read
-                at ``speculative_algorithm``, ``eagle_aux_hidden_state_layer_ids``, ``num_steps``, ``topk``,
-                ``num_draft_tokens``, ``concurrency``, ``env``, ``server_args``, ``server`` (the server settings
-                the engine resolved, wherever it put them: :func:`~bisect_eagle.perf.cost.context_keys`),
-                ``max_new_tokens`` and ``speculative_adaptive``. ``num_draft_tokens`` is taken as the plan states
-                it (the engine applied SGLang's rules, ``topk == 1`` included); missing keys take SGLang's defaults,
-                except ``num_draft_tokens`` of a speculative config, which is required.
-            concurrency: overrides the settings' own ``concurrency``.
-            finite_horizon: read ``max_new_tokens`` as the tokens per request
-                (:attr:`~bisect_eagle.perf.benchmark.Benchmark.finite_horizon`).
-
-        Raises:
-            ValueError: concurrency below 1, or a speculative config without ``num_draft_tokens``.
-        """
-        algorithm = str(effective.get("speculative_algorithm") or "EAGLE3")
-        steps = int(effective.get("num_steps") or 0) if algorithm != "none" else 0
-        batch = int(concurrency if concurrency is not None else effective.get("concurrency") or 1)
-        if batch < 1:
-            raise ValueError(f"concurrency must be >= 1, got {batch}")
-        topk = max(1, int(effective.get("topk") or 1))
-        ndt = effective.get("num_draft_tokens")
-        if steps == 0:
-            topk, ndt = 1, 1  # the target alone: one token per forward
-        elif not ndt:
-            raise ValueError("num_draft_tokens is missing: a plan's effective settings state it (the engine's "
-                             "speculative rules applied)")
-        tokens = effective.get("max_new_tokens") if finite_horizon else None
-        return cls(
-            wiring=acc.wiring_key(effective.get("eagle_aux_hidden_state_layer_ids"), algorithm),
-            num_steps=steps, topk=topk, num_draft_tokens=int(ndt), batch=batch,
-            context=context_keys(effective.get("env"), effective.get("server_args"), effective.get("server")),
-            tokens=int(tokens) if tokens else None, adaptive=bool(effective.get("speculative_adaptive")),
-        )
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """Predicted throughput of one configuration at one concurrency."""
-
-    tok_s: float  # output tokens per second, all requests of the batch together
-    accept_length: float  # tokens per verify cycle per request (bonus included)
-    low: float  # prediction interval of the measured tok/s (ThroughputModel.interval)
-    high: float
-    cycle_s: float = math.nan  # seconds per verify cycle of the batch (per-request costs amortised)
-    baseline_tok_s: float = math.nan  # the target alone, same concurrency and context
-    concurrency: int = 1
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def speedup(self) -> float:
-        return self.tok_s / self.baseline_tok_s
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "speedup": self.speedup}
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """Expected work of a configuration: point values and joint draws (internal, also used by adaptive)."""
-
-    tokens: float  # per request
-    cycles: float
-    seconds: float  # for the batch
-    token_draws: np.ndarray
-    cycle_draws: np.ndarray
-    second_draws: np.ndarray
+from bisect_eagle.perf.values import Config, Estimate, Prediction
 
 
 def metrics_from_result(result: Any) -> dict[str, Any]:
@@ -272,19 +184,64 @@ class ThroughputModel:
         """Predicted tok/s of ``effective`` at ``concurrency`` (default: the settings' own, else 1).
 
         Needs at least one cost observation (the baseline or a microbenchmark). ``speculative_adaptive``
-        settings are predicted by :func:`bisect_eagle.perf.adaptive.predict_adaptive`.
+        settings are predicted by :meth:`predict_adaptive`.
         """
         cfg = self.config(effective, concurrency=concurrency)
         if cfg.adaptive:
-            from bisect_eagle.perf.adaptive import predict_adaptive
-
-            return predict_adaptive(self, effective, concurrency=concurrency)
+            return self.predict_adaptive(effective, concurrency=concurrency)
         est = self.estimate(cfg)
         tok_s = cfg.batch * est.tokens / est.seconds
         low, high = self.interval_of(cfg.batch * est.token_draws / est.second_draws)
         return Prediction(tok_s, est.tokens / est.cycles, low, high, cycle_s=est.seconds / est.cycles,
                           baseline_tok_s=self._baseline_tok_s(cfg), concurrency=cfg.batch,
                           details={"sigma_rel": self.cost.sigma})
+
+    def predict_adaptive(self, effective: Mapping[str, Any], *, concurrency: int | None = None,
+                         config: Mapping[str, Mapping[str, Any]] | None = None, cycles: int = 4000,
+                         seed: int = 0) -> Prediction:
+        """Predicted tok/s of ``effective`` served with ``--speculative-adaptive``: SGLang's run-time ``num_steps``
+        policy simulated (:mod:`~bisect_eagle.perf.adaptive`) over this model's acceptance and costs at each
+        candidate step count.
+
+        Args:
+            effective: a plan's effective settings; their wiring, context and ``num_steps`` (the initial step
+                count) are used, and ``topk`` must be 1.
+            concurrency: overrides the settings' own concurrency.
+            config: the adaptive config (batch-size bucket -> slot); None: SGLang 0.5.23's default.
+            cycles: verify cycles simulated.
+            seed: the simulation's seed.
+
+        Returns:
+            The prediction; ``details`` carries ``occupancy`` (share of cycles per step count) and
+            ``candidate_steps``.
+
+        Raises:
+            ValueError: ``topk`` is not 1 (SGLang refuses it).
+        """
+        cfg = replace(self.config(effective, concurrency=concurrency), adaptive=False)
+        if cfg.topk != 1:
+            raise ValueError(f"speculative_adaptive supports topk = 1 only (SGLang refuses topk = {cfg.topk})")
+        slot = slot_for_batch(cfg.batch, config)
+        estimates, dist = {}, {}
+        rng = np.random.default_rng(self.seed)
+        for s in slot.candidate_steps:
+            estimates[s] = self.estimate(replace(cfg, num_steps=s, topk=1, num_draft_tokens=s + 1), rng=rng)
+            if s > 0:
+                surv = chain_survival(self.acceptance.mean(cfg.wiring, s), s)
+                dist[s] = np.clip(np.concatenate([[1.0], surv]) - np.concatenate([surv, [0.0]]), 0.0, 1.0)
+        initial = cfg.num_steps if cfg.num_steps in slot.candidate_steps else -1
+        occ = simulate_occupancy(slot, initial_steps=initial, accepted_dist=dist, batch=cfg.batch, cycles=cycles,
+                                 seed=seed)
+        tokens = sum(occ[s] * estimates[s].tokens / estimates[s].cycles for s in occ)  # per cycle and request
+        seconds = sum(occ[s] * estimates[s].seconds / estimates[s].cycles for s in occ)  # per cycle
+        token_draws = sum(occ[s] * estimates[s].token_draws / estimates[s].cycle_draws for s in occ)
+        second_draws = sum(occ[s] * estimates[s].second_draws / estimates[s].cycle_draws for s in occ)
+        base = estimates[0] if 0 in estimates else self.estimate(replace(cfg, num_steps=0, num_draft_tokens=1), rng=rng)
+        low, high = self.interval_of(cfg.batch * token_draws / second_draws)
+        return Prediction(cfg.batch * tokens / seconds, tokens, low, high, cycle_s=seconds,
+                          baseline_tok_s=cfg.batch * base.tokens / base.seconds, concurrency=cfg.batch,
+                          details={"occupancy": {str(s): round(v, 4) for s, v in occ.items()},
+                                   "candidate_steps": list(slot.candidate_steps), "sigma_rel": self.cost.sigma})
 
     def _baseline_tok_s(self, cfg: Config) -> float:
         """The target alone at ``cfg``'s concurrency, context and tokens per request (point values, shared)."""

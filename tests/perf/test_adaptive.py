@@ -7,7 +7,7 @@ import pytest
 from synthetic_engine import effective, fitted_model
 
 from bisect_eagle.perf.acceptance import chain_survival
-from bisect_eagle.perf.adaptive import SlotConfig, _Slot, predict_adaptive, simulate_occupancy, slot_for_batch
+from bisect_eagle.perf.adaptive import SlotConfig, _Slot, simulate_occupancy, slot_for_batch
 
 
 @pytest.mark.parametrize(("batch", "steps"), [(1, (1, 3, 5, 7)), (7, (1, 3, 5, 7)), (8, (0, 1, 3)),
@@ -74,15 +74,15 @@ def test_occupancy_follows_acceptance():
 def test_predicted_adaptive_lies_between_its_candidates():
     model = fitted_model()
     fixed = [model.predict(effective(steps=s)).tok_s for s in (1, 3, 5, 7)]
-    ad = predict_adaptive(model, effective(steps=3))
+    ad = model.predict_adaptive(effective(steps=3))
     assert min(fixed) * 0.99 <= ad.tok_s <= max(fixed) * 1.01
     assert ad.low <= ad.tok_s <= ad.high
     with pytest.raises(ValueError):
-        predict_adaptive(model, effective(steps=3, topk=4, num_draft_tokens=8))
+        model.predict_adaptive(effective(steps=3, topk=4, num_draft_tokens=8))
 
 
 def test_adaptive_at_high_concurrency_runs_without_drafting():
     model = fitted_model()
-    ad = predict_adaptive(model, effective(steps=3), concurrency=64)
+    ad = model.predict_adaptive(effective(steps=3), concurrency=64)
     assert ad.details["occupancy"] == {"0": 1.0}
     assert ad.tok_s == pytest.approx(ad.baseline_tok_s)

@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from bisect_eagle.engines.sglang.oracle_script import ADAPTIVE_OFF
+from bisect_eagle.perf.adaptive import DEFAULT_ADAPTIVE_CONFIG
 from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, adaptive_off_warning
 
 TESTED_SGLANG = ("0.5.23",)  # the SGLang releases the planner's rules and the oracle are tested with (pyproject pin)
-ADAPTIVE_STEPS = (0, 1, 3, 5, 7)  # candidate_steps of every bucket of SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG
+# the candidate_steps of every bucket of SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG (the table's one home: perf/adaptive)
+ADAPTIVE_STEPS = tuple(sorted({s for slot in DEFAULT_ADAPTIVE_CONFIG.values() for s in slot["candidate_steps"]}))
 
 
 def untested_version(version: str | None, where: str) -> str | None:

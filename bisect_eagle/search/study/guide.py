@@ -71,8 +71,9 @@ from bisect_eagle.engines.base import Engine
 from bisect_eagle.engines.plan import acceptance_kind
 from bisect_eagle.errors import BadInput
 from bisect_eagle.perf.cost import CostModel
-from bisect_eagle.perf.model import Config, Prediction, ThroughputModel
+from bisect_eagle.perf.model import ThroughputModel
 from bisect_eagle.perf.prior import CPU_BANDWIDTH, GPU_BANDWIDTH, ColdPrior, Deployment, ModelSize
+from bisect_eagle.perf.values import Config, Prediction
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.record import ACCEPT_CURVE, effective_of
