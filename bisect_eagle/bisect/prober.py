@@ -43,8 +43,9 @@ from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
 from bisect_eagle.spec.schema import Spec, settings_from
 from bisect_eagle.spec.settings import PINNED
 from bisect_eagle.stats import best_rounds, median_mad, variance_split
+from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.live import run_live_trial
-from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached
+from bisect_eagle.trials.record import TrialRecord, find_cached
 
 SAMPLES_ARTIFACT = "bisect_samples.json"
 
@@ -87,7 +88,6 @@ class Prober:
         self.budget_hit = False  # a launch or a look was refused for the budget
         self._dirty: set[str] = set()
         self._scorer = None
-        self._started: str | None = None
 
     @property
     def standalone(self) -> bool:
@@ -124,7 +124,7 @@ class Prober:
         Returns:
             (the verdict, the measurement or None when it could not even be planned, why).
         """
-        self._started = None
+        self.ctx.run_id = None
         try:
             rec = self._probe(config, pinned=rates)
             m = rec.measurement
@@ -132,7 +132,7 @@ class Prober:
             outcome, what = self._decide(m, endpoint=False)
         except Exception as e:  # as a probe: a pinned probe that cannot run is unresolved
             reason = str(e).splitlines()[0] if str(e) else ""
-            rec, m = ProbeRecord("measured", child_run_id=self._started), None
+            rec, m = ProbeRecord("measured", child_run_id=self.ctx.run_id), None
             outcome, what = ProbeOutcome.UNRESOLVED, f"could not run: {type(e).__name__}: {reason}"
         self._flush()
         what = self.scrub(what)
@@ -152,7 +152,7 @@ class Prober:
         if self.judge.relative and self.judge.reference is None and config:
             self._reference()
         endpoint = not config or self.searched <= config
-        self._started = None
+        self.ctx.run_id = None
         outcome, what = ProbeOutcome.UNRESOLVED, ""
         try:
             rec = self._probe(config)
@@ -166,7 +166,7 @@ class Prober:
                 outcome, what = self._decide(m, endpoint=endpoint)
         except Exception as e:  # a probe that cannot even run is unresolved, never the end of the bisect
             reason = str(e).splitlines()[0] if str(e) else ""
-            rec = ProbeRecord("measured", child_run_id=self._started,
+            rec = ProbeRecord("measured", child_run_id=self.ctx.run_id,
                               failure=f"could not run: {type(e).__name__}: {reason}")
         self._flush()
         self.records.setdefault(config, []).append(rec)
@@ -336,7 +336,7 @@ class Prober:
             engine.last = None
         pin = " (acceptance pinned)" if pinned is not None else ""
         trial = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
-                               tags={"bisect_applied": self.applied(config)}, on_start=self._on_start,
+                               tags={"bisect_applied": self.applied(config)},
                                label=f"probe {self.measured:02d} +{self.applied(config)}{pin}", rounds=rounds)
         m = self._from_trial(trial, plan.effective, "measured")
         m.plan, m.log_run_id = plan, trial.run_id
@@ -346,9 +346,6 @@ class Prober:
         self.seen[fp] = m
         self._dirty.add(fp)
         return ProbeRecord("measured", trial.run_id, m)
-
-    def _on_start(self, run_id: str) -> None:
-        self._started = run_id
 
     def _from_trial(self, trial: TrialRecord, effective: dict[str, Any], source: Literal["measured", "cache"],
                     samples: list[float] | None = None) -> Measurement:

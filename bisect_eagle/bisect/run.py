@@ -65,7 +65,8 @@ from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
 from bisect_eagle.stats import deterministic
 from bisect_eagle.tracking.redact import REDACTED, Scrubber, redact_mapping
 from bisect_eagle.tracking.runs import NOTE, Tracking, owner_id, resolve_tracking_uri
-from bisect_eagle.trials.record import TrialContext, deployment_tags
+from bisect_eagle.trials.context import TrialContext
+from bisect_eagle.trials.record import deployment_tags
 
 
 @dataclass

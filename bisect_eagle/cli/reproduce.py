@@ -111,7 +111,8 @@ def _measure(activity: Activity, run_id: str, *, tracking_uri: str | None, repea
     trial's new record, the criterion metric)."""
     from bisect_eagle.search.study.parent import resolved_spec
     from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
-    from bisect_eagle.trials.record import TrialContext, deployment_tags, settings_of_run, spec_of_study
+    from bisect_eagle.trials.context import TrialContext
+    from bisect_eagle.trials.record import deployment_tags, settings_of_run, spec_of_study
 
     uri = resolve_tracking_uri(tracking_uri)
     require_store(uri)

@@ -11,7 +11,7 @@ Where a count comes from:
   sums them per stage tag (``baseline``, ``live``, ``confirm``), so every worker of a study and a resumed study
   see the same study-wide count. A run that never recorded its count (killed while its engine ran, or recorded
   before the metric existed) counts its ``repeats`` metric if it has one, else 1;
-- :class:`Meter`, shared by a :class:`~bisect_eagle.trials.record.TrialContext` and its copies, counts this
+- :class:`Meter`, shared by a :class:`~bisect_eagle.trials.context.TrialContext` and its copies, counts this
   process's engine runs through ``run_live_trial`` and the seconds inside them (the engine's time, which the
   tool's own overhead excludes).
 """

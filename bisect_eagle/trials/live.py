@@ -1,16 +1,18 @@
-"""One trial as one path: settings -> the engine's plan -> cache lookup -> engine -> result -> one MLflow child run.
+"""One trial as one path: the engine's plan -> cache lookup -> engine -> result -> one MLflow child run.
 
-Identity is the plan's fingerprint (:mod:`bisect_eagle.engines.plan`): the engine's effective settings, so
-two requests an engine runs identically are one trial. The child run is created before the engine starts, so
-a killed trial leaves a RUNNING run that resuming marks FAILED; an interrupted trial (Ctrl-C, SIGTERM) ends
-KILLED. A plan the engine refuses is recorded as a ``bad_arguments`` trial without running anything.
+:func:`run_live_trial` is the one call: the caller (a study's loop, a bisect's prober, ``reproduce``) has the plan
+(:meth:`TrialContext.plan <bisect_eagle.trials.context.TrialContext.plan>`) and takes its own decisions before it;
+nothing here calls back up. Identity is the plan's fingerprint (:mod:`bisect_eagle.engines.plan`): the engine's
+effective settings, so two requests an engine runs identically are one trial. The child run is created before the
+engine starts, so a killed trial leaves a RUNNING run that resuming marks FAILED; an interrupted trial (Ctrl-C,
+SIGTERM) ends KILLED. A plan the engine refuses is recorded as a ``bad_arguments`` trial without running anything.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan
@@ -18,15 +20,16 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING
 from bisect_eagle.stats import median_mad
 from bisect_eagle.tracking.runs import flat_params
+from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.record import (
     NUMBER_TAG,
     TRIAL_TAG,
-    TrialContext,
     TrialRecord,
     _effective_tag,
-    _log_result,
     deployment_tags,
+    find_cached,
     live_trial_name,
+    log_result,
     ratio_name,
     run_name,
     scrubber_for,
@@ -82,19 +85,37 @@ def run_live_trial(
     parent_run_id: str,
     number: int | None = None,
     tags: dict[str, str] | None = None,
-    on_start: Callable[[str], None] | None = None,
     label: str | None = None,
     rounds: int = 1,
+    reuse: bool = False,
+    start_metrics: Mapping[str, float] | None = None,
 ) -> TrialRecord:
-    """Measure ``plan`` (``repeats`` launches, each of ``rounds`` benchmark rounds on an engine whose rounds share a
-    launch) as one child run of ``parent_run_id``; never uses the cache.
+    """Measure ``plan`` as one child run of ``parent_run_id``: ``repeats`` launches, each of ``rounds`` benchmark
+    rounds on an engine whose rounds share a launch.
 
-    The run is named from ``stage``, ``number`` (a study's Optuna trial number, also tagged ``trial_number``),
-    ``label`` (which names the run instead of the stage) and, for stage ``confirm``, the confirmation ``tags``
-    (:func:`~bisect_eagle.trials.record.trial_name`; a candidate is named after the study's live trial of its
-    ``confirm_of`` fingerprint). A refused plan becomes a FAILED ``bad_arguments`` run at once (nothing runs) and
-    a failed record. A failed run's name ends with its failure class (``... [failed: oom]``).
+    Args:
+        ctx: the study's shared context; :attr:`~bisect_eagle.trials.context.TrialContext.run_id` is set to the
+            child run as soon as it exists (a caller whose trial raised reads it there).
+        plan: the engine's plan (its fingerprint is the trial's identity).
+        stage: the run's ``stage`` tag (``live``, ``baseline``, ``confirm``, ``reproduce``).
+        parent_run_id: the parent run.
+        number: a study's Optuna trial number (also tagged ``trial_number``).
+        tags: more tags (a confirmation's ``confirm_pair`` / ``confirm_role`` / ``confirm_of``).
+        label: names the run instead of the stage (a bisect's ``probe 04 +num_steps``).
+        rounds: benchmark rounds per launch (:meth:`~bisect_eagle.engines.base.Engine.run_rounds`).
+        reuse: first look for a finished trial of the plan's fingerprint under ``parent_run_id`` and return it
+            (``cached``) without running anything.
+        start_metrics: metrics logged on the run when it starts (a study's forecast of it, made before it ran).
+
+    Returns:
+        The trial's record. The run is named from ``stage``, ``number``, ``label`` and, for stage ``confirm``, the
+        confirmation ``tags`` (:func:`~bisect_eagle.trials.record.trial_name`; a candidate is named after the
+        study's live trial of its ``confirm_of`` fingerprint). A refused plan becomes a FAILED ``bad_arguments``
+        run at once (nothing runs) and a failed record. A failed run's name ends with its failure class
+        (``... [failed: oom]``).
     """
+    if reuse and (cached := find_cached(ctx.tracking, plan.fingerprint, parent_run_id=parent_run_id)) is not None:
+        return cached
     start = time.perf_counter()
     effective, fp = plan.effective, plan.fingerprint
     params = flat_params(effective)
@@ -111,13 +132,14 @@ def run_live_trial(
          **deployment_tags(ctx.spec), "engine": plan.engine, "checked": plan.checked or "the engine's own rules",
          **_effective_tag(effective), **tags},
         params=params, parent_run_id=parent_run_id)
-    if on_start is not None:
-        on_start(run_id)
+    ctx.run_id = run_id
+    if start_metrics:
+        ctx.tracking.log(run_id, metrics=dict(start_metrics))
     if plan.refusal is not None:
         record = TrialRecord(fingerprint=fp, stage=stage, status="failed", value=None, metrics={},
                              effective=effective, run_id=run_id, name=name, failure_class="bad_arguments",
                              failure_detail=plan.refusal, warnings=list(plan.warnings))
-        _log_result(ctx, plan, record, [])
+        log_result(ctx.tracking, plan, record, [], metric=ctx.metric)
         record.wall_s = time.perf_counter() - start
         return record
     # Ctrl-C or SIGTERM ends the run KILLED, an engine bug FAILED, a BadInput FAILED as bad_arguments; re-raised
@@ -125,7 +147,7 @@ def run_live_trial(
         results, engine_s, pruned = _measure(ctx, plan, rounds)
     record = _record(ctx, plan, stage, results, pruned, run_id)
     record.name, record.engine_s = name, engine_s
-    _log_result(ctx, plan, record, results)
+    log_result(ctx.tracking, plan, record, results, metric=ctx.metric)
     record.wall_s = time.perf_counter() - start
     return record
 

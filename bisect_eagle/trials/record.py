@@ -23,15 +23,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bisect_eagle.engines.base import Engine, TrialResult
+from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec, settings_from
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber
-from bisect_eagle.tracking.runs import NOTE, PARENT_TAG, TAG_LIMIT, Tracking, owner_id
+from bisect_eagle.tracking.runs import NOTE, PARENT_TAG, TAG_LIMIT, Tracking
 from bisect_eagle.tracking.sysmetrics import PREFIX as SYSTEM_PREFIX
-from bisect_eagle.trials.launches import LAUNCHES, Meter
+from bisect_eagle.trials.launches import LAUNCHES
 
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
 POSITION_METRIC = "accept_rate_pos_"  # the engines' per-position acceptance, logged as one curve below
@@ -77,33 +77,6 @@ def deployment_paths(spec: Spec) -> dict[str, Path]:
 def deployment_tags(spec: Spec) -> dict[str, str]:
     """The spec's target, draft, dump and prompts as run tags (``target``: its absolute path)."""
     return {k: str(v.resolve()) for k, v in deployment_paths(spec).items()}
-
-
-@dataclass
-class TrialContext:
-    """What every live trial of one study shares."""
-
-    spec: Spec
-    tracking: Tracking
-    study: str
-    parent_run_id: str
-    engine: Engine | None = None  # set once stage 1 is done (live trials only)
-    baseline: float | None = None  # the criterion metric without speculation
-    target: float | None = None  # criterion ratio × baseline
-    baseline_tok_s: float | None = None  # output tok/s without speculation (the headline ratio)
-    wiring_accuracy: dict[tuple[int, ...], float] = field(default_factory=dict)  # stage-1 accuracy per wiring
-    owner: str = field(default_factory=owner_id)
-    meter: Meter = field(default_factory=Meter)  # this process's engine runs and their seconds (shared by copies)
-
-    @property
-    def metric(self) -> str:
-        return self.spec.criterion.metric
-
-    def plan(self, settings: LiveSettings) -> TrialPlan:
-        """The engine's plan for ``settings`` (its fingerprint is the trial's identity)."""
-        if self.engine is None:
-            raise RuntimeError("planning a live trial needs an engine in the trial context")
-        return self.engine.plan(settings)
 
 
 @dataclass(kw_only=True)
@@ -273,9 +246,20 @@ def trial_description(record: TrialRecord, plan: TrialPlan, *, metric: str, laun
     return "\n".join(lines)
 
 
-def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results: list[TrialResult]) -> None:
-    """Metrics (exact), outcome tags, the display tags of the headline metrics (:func:`shown_tags`), artifacts
-    and the final status of a measured (or refused) trial."""
+def log_result(tracking: Tracking, plan: TrialPlan, record: TrialRecord, results: list[TrialResult], *,
+               metric: str) -> None:
+    """Write a measured (or refused) trial's result into its run, and end the run.
+
+    Args:
+        tracking: the store of the trial's run (``record.run_id``).
+        plan: the plan the trial ran (its ``trial.json``; its secrets scrub every text written).
+        record: the trial's outcome.
+        results: what each launch returned (empty for a refused plan).
+        metric: the criterion metric, named first in the run's description.
+
+    The run gets its metrics (exact), outcome tags, the display tags of the headline metrics (:func:`shown_tags`),
+    its artifacts and its final status.
+    """
     scrub = scrubber_for(plan)
     files = {
         TRIAL_JSON: json.dumps({"plan": plan.to_json(), "repeats": [_repeat(r) for r in results]}, indent=2,
@@ -285,9 +269,9 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
         files["requests.csv"] = _requests_csv(results)
     for name, text in (results[-1].artifacts.items() if results else ()):
         files[name] = text
-    ctx.tracking.log_texts(record.run_id, {k: scrub(v) for k, v in files.items()})
+    tracking.log_texts(record.run_id, {k: scrub(v) for k, v in files.items()})
     tags = {"outcome": record.status, "value": str(record.value), "acceptance": plan.acceptance,
-            NOTE: scrub(trial_description(record, plan, metric=ctx.metric, launches=len(results))),
+            NOTE: scrub(trial_description(record, plan, metric=metric, launches=len(results))),
             **shown_tags(record.metrics)}
     if record.failure_class:
         tags["failure_class"] = record.failure_class
@@ -296,13 +280,13 @@ def _log_result(ctx: TrialContext, plan: TrialPlan, record: TrialRecord, results
         tags["warnings"] = scrub(" | ".join(record.warnings))
     curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
     metrics = {**{k: v for k, v in record.metrics.items() if k not in curve}, LAUNCHES: float(len(results))}
-    ctx.tracking.log(record.run_id, metrics=metrics, tags=tags)
-    ctx.tracking.log_curve(record.run_id, ACCEPT_CURVE,
+    tracking.log(record.run_id, metrics=metrics, tags=tags)
+    tracking.log_curve(record.run_id, ACCEPT_CURVE,
                            values=[curve[k] for k in sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))])
     if record.failure_class:
-        name = ctx.tracking.get_run(record.run_id).info.run_name
-        ctx.tracking.rename(record.run_id, f"{name} [failed: {record.failure_class}]")
-    ctx.tracking.finish(record.run_id, STATUS[record.status])
+        name = tracking.get_run(record.run_id).info.run_name
+        tracking.rename(record.run_id, f"{name} [failed: {record.failure_class}]")
+    tracking.finish(record.run_id, STATUS[record.status])
 
 
 def _repeat(r: TrialResult) -> dict[str, Any]:

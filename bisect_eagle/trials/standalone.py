@@ -27,7 +27,8 @@ from bisect_eagle.engines.plan import canonical_hash
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.trials.accuracy import StandaloneResult, evaluate
-from bisect_eagle.trials.record import TrialContext, deployment_tags
+from bisect_eagle.trials.context import TrialContext
+from bisect_eagle.trials.record import deployment_tags
 
 
 def standalone_fingerprint(spec: Spec, layer_ids: list[int], *, rule: str, source: str) -> str:

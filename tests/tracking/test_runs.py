@@ -29,8 +29,9 @@ from bisect_eagle.tracking.runs import (
     owner_id,
     resolve_tracking_uri,
 )
+from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.live import run_live_trial
-from bisect_eagle.trials.record import TrialContext, find_cached
+from bisect_eagle.trials.record import find_cached
 
 SECRET = "s3cr3t-value-123"
 

@@ -12,9 +12,9 @@ from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking
+from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.launches import Launches, Meter, count_launches, launch_unit, run_launches
 from bisect_eagle.trials.live import run_live_trial
-from bisect_eagle.trials.record import TrialContext
 
 
 def _spec(kind: str, **search) -> Spec:

@@ -1,5 +1,5 @@
 """A trial's one name (``trial_name``) and its MLflow run name (``run_name``), for every kind of trial; the display
-tags ``_log_result`` writes beside the exact metrics."""
+tags ``log_result`` writes beside the exact metrics."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import math
 from typing import Literal
 
 from bisect_eagle.engines.plan import make_plan, speculative_effective
-from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking
-from bisect_eagle.trials.record import TrialContext, TrialRecord, _log_result, run_name, shown_tags, trial_name
+from bisect_eagle.trials.record import TrialRecord, log_result, run_name, shown_tags, trial_name
 
 SPECULATIVE = {"speculative_algorithm": "EAGLE3", "eagle_aux_hidden_state_layer_ids": [1, 5, 9], "num_steps": 3,
                "topk": 1}
@@ -50,7 +49,7 @@ def test_a_label_names_the_trial_instead_of_its_stage():
 
 def logged(tmp_path, metrics: dict[str, float], status: Literal["ok", "failed"] = "ok",
            settings: LiveSettings | None = None):
-    """The run ``_log_result`` leaves for a trial record with ``metrics`` (``status`` ok, or failed: no metrics)."""
+    """The run ``log_result`` leaves for a trial record with ``metrics`` (``status`` ok, or failed: no metrics)."""
     tracking = Tracking.open(f"sqlite:///{tmp_path}/mlflow.db", "record")
     parent = tracking.start_run("study", tags={"role": "study"})
     settings = settings or LiveSettings(num_steps=3)
@@ -60,7 +59,7 @@ def logged(tmp_path, metrics: dict[str, float], status: Literal["ok", "failed"] 
     record = TrialRecord(fingerprint=plan.fingerprint, stage="live", status=status,
                          value=metrics.get("output_tok_s"), metrics=metrics, effective=effective, run_id=run_id,
                          failure_class=None if status == "ok" else "oom")
-    _log_result(TrialContext(Spec(name="unit"), tracking, "s", parent), plan, record, [])
+    log_result(tracking, plan, record, [], metric="output_tok_s")
     return tracking.get_run(run_id)
 
 

@@ -36,7 +36,8 @@ from bisect_eagle.spec.schema import Spec
 from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.tracking.stores import check_stores, first_open_lock
-from bisect_eagle.trials.record import TrialContext, settings_of_run
+from bisect_eagle.trials.context import TrialContext
+from bisect_eagle.trials.record import settings_of_run
 from bisect_eagle.trials.standalone import Scorer
 
 WORKER_WAIT_S = 1800.0  # how long a worker waits for the study's stage 1 and baseline

@@ -88,8 +88,9 @@ from bisect_eagle.stats import (
     schedule,
     variance_split,
 )
+from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.live import run_live_trial
-from bisect_eagle.trials.record import TrialContext, TrialRecord
+from bisect_eagle.trials.record import TrialRecord
 
 ConfirmStatus = Literal["confirmed", "not confirmed", "at target"]
 TOLERANCE = 1e-12  # on log ratios: a deterministic value equal to the target is at the target

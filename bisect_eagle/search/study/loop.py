@@ -56,9 +56,10 @@ from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, Study
 from bisect_eagle.search.study.sampler import Listed, list_configs
 from bisect_eagle.search.study.spend import Spend
 from bisect_eagle.spec.schema import Spec
+from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.launches import Launches, launch_unit
 from bisect_eagle.trials.live import run_live_trial
-from bisect_eagle.trials.record import TrialContext, TrialRecord, find_cached, trial_name
+from bisect_eagle.trials.record import TrialRecord, trial_name
 from bisect_eagle.trials.standalone import Scorer, Verdict, run_standalone_trial
 
 OVERRIDE = "search.model.enabled: false measures them anyway"
@@ -172,12 +173,9 @@ class StudyRun:
         spec = self.spec
         if spec.baseline == "measure":
             settings = spec.fixed_settings().model_copy(update={"speculative_algorithm": "none"})
-            plan = self.ctx.plan(settings)
-            record = find_cached(self.ctx.tracking, fingerprint=plan.fingerprint,
-                                 parent_run_id=self.ctx.parent_run_id)
-            if record is None:
-                self.emit("baseline", "baseline trial (no speculation)")
-                record = run_live_trial(self.ctx, plan, stage="baseline", parent_run_id=self.ctx.parent_run_id)
+            self.emit("baseline", "baseline trial (no speculation)")
+            record = run_live_trial(self.ctx, self.ctx.plan(settings), stage="baseline",
+                                    parent_run_id=self.ctx.parent_run_id, reuse=True)
             if record.status != "ok":
                 detail = " ".join((record.failure_detail or "").split())[:300]
                 message = (f"the baseline trial failed ({record.failure_class}): {detail}; see run {record.run_id}")
@@ -368,24 +366,22 @@ class StudyRun:
             trial.set_user_attr("not_run", "the live-trial budget was used up by other workers")
             self.study.tell(trial, state=TrialState.FAIL)
             return "budget", None
-        cached = find_cached(self.ctx.tracking, fingerprint=fp, parent_run_id=self.ctx.parent_run_id)
-        if cached is not None:  # measured outside stage 2 (the baseline config) or before a lost claim
-            self.claims.finish(fp, state=cached.status, value=cached.value, run_id=cached.run_id)
-            self._tell_known(trial, state=cached.status, value=cached.value, run_id=cached.run_id, duplicate=True)
-            return "duplicate", None
-        def started(run_id: str) -> None:
-            trial.set_user_attr("mlflow_run_id", run_id)
-            if forecast is not None:
-                self.ctx.tracking.log(run_id, metrics=forecast.metrics())
-
-        try:
+        before = self.ctx.run_id
+        try:  # a finished trial of fp (the baseline config, or one measured before a lost claim) is reused
             record = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
-                                    number=trial.number, on_start=started)
+                                    number=trial.number, reuse=True,
+                                    start_metrics=forecast.metrics() if forecast is not None else None)
         except BaseException:  # interrupted or broken: not a result; the config may be measured again
             self.claims.release(fp)
+            if self.ctx.run_id not in (None, before):
+                trial.set_user_attr("mlflow_run_id", self.ctx.run_id)  # the run it left (ended KILLED or FAILED)
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         self.claims.finish(fp, state=record.status, value=record.value, run_id=record.run_id)
+        if record.cached:
+            self._tell_known(trial, state=record.status, value=record.value, run_id=record.run_id, duplicate=True)
+            return "duplicate", None
+        trial.set_user_attr("mlflow_run_id", record.run_id)
         if record.failure_class:
             trial.set_user_attr("failure_class", record.failure_class)
         self._tell_known(trial, state=record.status, value=record.value, run_id=record.run_id, duplicate=False)

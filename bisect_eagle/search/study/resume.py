@@ -168,6 +168,9 @@ def reap_dead_trials(study: optuna.Study, *, claims: Claims, tracking: Tracking,
         else:
             alive = owner_alive(owner)
         if alive is False:
+            runs = _trial_runs(tracking, parent_run_id, t)
+            if len(runs) == 1 and "mlflow_run_id" not in t.user_attrs:  # its run, found by its number: linked
+                study._storage.set_trial_user_attr(t._trial_id, "mlflow_run_id", runs[0])
             study.tell(t.number, state=TrialState.FAIL)
             if "fingerprint" in t.user_attrs:
                 claims.release(t.user_attrs["fingerprint"], trial=t.number)

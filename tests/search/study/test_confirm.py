@@ -163,7 +163,7 @@ def test_a_deterministic_value_is_confirmed_at_the_target_and_refused_below(stor
     once when the search's measurement is not of the same plan."""
     from bisect_eagle.search.study.confirm import confirm
     from bisect_eagle.spec.schema import Confirm
-    from bisect_eagle.trials.record import TrialContext
+    from bisect_eagle.trials.context import TrialContext
 
     spec = spec_of(tmp_path, "exact", metric="accept_length")
     tracking = Tracking.open(stores.tracking_uri, "exact")
@@ -218,7 +218,7 @@ class RoundsEngine(FakeEngine):
 
 
 def _confirming(tmp_path, stores, name: str, engine):
-    from bisect_eagle.trials.record import TrialContext
+    from bisect_eagle.trials.context import TrialContext
 
     spec = spec_of(tmp_path, name, ratio=1.5)
     tracking = Tracking.open(stores.tracking_uri, name)
