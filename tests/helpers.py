@@ -107,6 +107,44 @@ def tiny_fake_study(root: Path):
     return uri, out, fake
 
 
+SPLIT_SPEC = """\
+name: split
+scenario: tiny
+dump_layer_ids: [1, 5, 9]
+training_accuracy: 0.8992
+engine:
+  kind: local
+  settings: {{device: cpu, num_prompts: 4, warmup_prompts: 1, max_new_tokens: 48}}
+baseline: measure
+criterion: {{metric: output_tok_s, ratio: {ratio}}}
+standalone: {{wirings: [{{rule: "[:-1]"}}], steps: 3, samples: 4}}
+space:
+  num_steps: {{type: categorical, choices: [3]}}
+search: {{sampler: grid, max_live_trials: 1}}
+"""
+
+
+def split_study(root: Path, *, ratio: float = 2.2):
+    """A study of one live trial on the tiny scenario, to split: real stage 1 of the draft's own
+    wiring on 4 samples, then the fake engine at 3 draft steps (accept length 2.8, 193 tok/s against
+    a 100 tok/s baseline) against a target of ``ratio`` × the baseline's tok/s. Returns (spec path,
+    tracking URI, StudyOutcome)."""
+    import optuna
+
+    from bisect_eagle.search.study import Options, run_study
+    from bisect_eagle.spec.load import load_spec
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    root.mkdir(parents=True, exist_ok=True)
+    spec = root / "split.yaml"
+    spec.write_text(SPLIT_SPEC.format(ratio=ratio))
+    uri = f"sqlite:///{root}/mlruns/mlflow.db"
+    fake = load_fake_engine()
+    opts = Options(storage=f"sqlite:///{root}/mlruns/optuna.db", tracking_uri=uri)
+    out = run_study(load_spec(spec), options=opts, engine_factory=lambda s: fake())
+    return spec, uri, out
+
+
 def tiny_fake_bisect(root: Path, uri: str, fake):
     """tiny.yaml (good) vs tiny-broken.yaml (bad) with the fake engine, logged to ``uri``."""
     from bisect_eagle.bisect.run import BisectOptions, run_bisect

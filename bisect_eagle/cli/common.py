@@ -230,13 +230,21 @@ def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: s
                    activity: Activity | None = None):
     """(tracking, parent run) of a spec's study (default: its newest), each step said on ``activity``; bad input (the
     spec, a store that does not exist yet or cannot be reached) is refused before anything is created."""
+    say = activity or (lambda what: None)
+    say(f"loading the spec {spec or '(the embedded tiny scenario)'} and checking its inputs")
+    s = load_spec_or_default(spec, live=False)
+    return open_study(s, tracking_uri=tracking_uri, study_name=study_name, activity=activity)
+
+
+def open_study(s: Spec, *, tracking_uri: str | None, study_name: str | None,
+               activity: Activity | None = None):
+    """(tracking, parent run) of the study of a loaded spec (default: its newest), as
+    :func:`open_study_run` opens it."""
     from bisect_eagle.tracking.redact import redact_url
     from bisect_eagle.tracking.runs import resolve_tracking_uri
     from bisect_eagle.tracking.stores import check_stores
 
     say = activity or (lambda what: None)
-    say(f"loading the spec {spec or '(the embedded tiny scenario)'} and checking its inputs")
-    s = load_spec_or_default(spec, live=False)
     uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)
     require_store(uri)
     check_stores(storage=None, tracking_uri=uri)  # an unreachable store is one line within seconds

@@ -1,6 +1,7 @@
-"""``bisect-eagle report``: a study's target, verdict and best run, the throughput model's error, SGLang's adaptive
-speculation and the best config per concurrency level, its live trials (fits 80 columns), and plots (also logged
-to MLflow)."""
+"""``bisect-eagle report``: a study's target, verdict and best run (and its throughput split:
+the acceptance or the cost side), the throughput model's error, SGLang's adaptive speculation and
+the best config per concurrency level, its live trials (fits 80 columns), and plots (also logged to
+MLflow)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # pandas and the report's modules are imported when used: the
     import pandas as pd
 
     from bisect_eagle.report.model import Adaptive, ModelView
+    from bisect_eagle.report.split import TrialSplit
     from bisect_eagle.report.study import Report
 
 SETTING_COLUMNS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
@@ -132,6 +134,15 @@ def trial_lines(frame: pd.DataFrame, metric: str, *, settings: list[str]) -> lis
         state = state or ("" if r.get("outcome") == "ok" else f" ({r.get('outcome')})")
         lines += wrapped(cells + setting_text(r, settings) + state, indent=" " * len(cells))
     return lines
+
+
+def split_lines(split: TrialSplit | None) -> list[str]:
+    """The best live trial's throughput split (:mod:`bisect_eagle.report.split`): which side
+    explains its gap to what the study needs, with the numbers; nothing without one."""
+    if split is None:
+        return []
+    head = f"throughput split of {split.trial} (tok/s = accept length × verify cycles/s):"
+    return [*wrapped(head), *wrapped("  " + split.split.sentence(), indent="    ")]
 
 
 def model_lines(rep: Report, *, settings: list[str]) -> list[str]:
@@ -245,19 +256,23 @@ def report(
         from bisect_eagle.report.study import varying_settings, write_report
 
         rep = write_report(tracking, parent, out=folder)
+        from bisect_eagle.report.split import best_split
+
+        split = best_split(tracking, parent, rep.frame, rep.best, metric=rep.metric)
     best = None if rep.best is None else rep.best.dropna().to_dict()
     if as_json:
         print_json({"study": study, "parent_run_id": parent.info.run_id, "metric": rep.metric, "best": best,
                     "verdict": parent.data.tags.get("outcome"), "verdict_text": parent.data.tags.get("verdict"),
                     "speed_text": parent.data.tags.get("speed") or speed_text(rep.best, rep.frame),
                     "files": [str(f) for f in rep.files], "model": model_json(rep.model),
+                    "split": None if split is None else split.to_json(),
                     "trials": rep.frame.to_dict(orient="records")})
         return
     frame = rep.frame
     live_ok = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame
     settings = varying_settings(live_ok) if len(live_ok) > 1 else [c for c in SETTING_COLUMNS if c in frame]
     model = model_lines(rep, settings=settings)
-    lines = [*summary_lines(parent, rep), "", *model, *([""] if model else []),
+    lines = [*summary_lines(parent, rep), *split_lines(split), "", *model, *([""] if model else []),
              *trial_lines(frame, rep.metric, settings=settings), "",
              "wrote (also logged to the study's run, under report/):", f"  {folder}/"]
     lines += [f"    {f.name}" for f in rep.files]

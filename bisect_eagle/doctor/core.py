@@ -213,8 +213,13 @@ class Doctor(IdChecks, ModelChecks):
                     self.check_fc_width(wiring.layer_ids, w)
         self.check_dump()
         self.check_plan()
-        order = {s: i for i, s in enumerate(SEVERITIES)}
-        return sorted(self.findings, key=lambda f: order[f.severity])
+        return by_severity(self.findings)
+
+
+def by_severity(findings: list[Finding]) -> list[Finding]:
+    """``findings`` errors first, then warnings, then notes (in their order within a severity)."""
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(findings, key=lambda f: order[f.severity])
 
 
 def diagnose(spec: Spec, sglang_version: str | None = None) -> list[Finding]:
