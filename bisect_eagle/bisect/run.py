@@ -168,7 +168,24 @@ def _no_changes(good: Endpoint, bad: Endpoint, ignored: list[str], engine: str) 
 
 def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] = make_engine,
                progress: BisectProgress | None = None) -> BisectReport:
-    """Breaking sets and a repair set between the good and bad configuration; a parent run, a child per probe."""
+    """Breaking sets and a repair set between the good and bad configuration; a parent run, a child per probe.
+
+    Args:
+        opts: what the command line asks for: the endpoints (spec files or MLflow run ids) or a log
+            to replay, the judge's metric, ratio, confidence and sample budgets, the launch budget,
+            ``--set`` overrides, the store and the log path.
+        engine_factory: builds the engine of the deployment spec (tests pass a stand-in); not called
+            for the standalone metric.
+        progress: called with each progress line (secret values scrubbed); None: silent.
+
+    Returns:
+        The report: status, changes, breaking and repair sets with their verification, every probe,
+        the cost in launches, the parent run and the log's path.
+
+    Raises:
+        BadInput: bad options (no endpoints, a metric or budget out of range, an unknown ``--set``
+            name), endpoints that cannot be read, or endpoints that plan the same trial.
+    """
     opts, parsed = _replay_options(opts)
     uri = resolve_tracking_uri(opts.tracking_uri)
     good = load_endpoint(opts.good, flag="--good", tracking_uri=uri)
