@@ -366,12 +366,37 @@ class Announced:
         self.last: TrialResult | None = None
 
     def plan(self, settings):
+        """The wrapped engine's plan (:meth:`Engine.plan <bisect_eagle.engines.base.Engine.plan>`).
+
+        Args:
+            settings: the probe's live settings.
+
+        Returns:
+            The wrapped engine's trial plan.
+        """
         return self.engine.plan(settings)
 
     def run(self, plan):
+        """One launch of one benchmark round, announced (:meth:`run_rounds` with ``rounds=1``).
+
+        Args:
+            plan: a plan of :meth:`plan`.
+
+        Returns:
+            The wrapped engine's trial result, also kept as :attr:`last`.
+        """
         return self.run_rounds(plan, rounds=1)
 
     def run_rounds(self, plan, *, rounds: int):
+        """One launch of ``rounds`` benchmark rounds, announced before and timed after.
+
+        Args:
+            plan: a plan of :meth:`plan`.
+            rounds: benchmark rounds on the one launch (1: the wrapped engine's ``run``).
+
+        Returns:
+            The wrapped engine's trial result, also kept as :attr:`last`.
+        """
         self.runs += 1
         if self.say:
             each = f", {rounds} benchmark rounds" if rounds > 1 else ""
