@@ -33,9 +33,24 @@ def wait_until(
 ) -> T | None:
     """The first truthy value of ``predicate()``, polled until ``timeout_s`` has passed; None on timeout.
 
-    The pause starts at ``interval_s`` and doubles up to ``max_interval_s``. ``what`` names the condition in the
-    debug log line written on timeout. Exceptions from ``predicate`` propagate (a predicate may raise to give up
-    early, e.g. when the process it waits for has exited). ``clock`` and ``sleep`` are for tests.
+    Exceptions from ``predicate`` propagate (a predicate may raise to give up early, e.g. when the
+    process it waits for has exited).
+
+    Args:
+        predicate: called with no arguments, at once and after every pause; a truthy result ends
+            the wait.
+        timeout_s: seconds to keep polling (a negative value is 0: one call, then once more).
+        interval_s: the first pause in seconds (> 0).
+        max_interval_s: the longest pause in seconds (> 0); pauses double up to it.
+        what: names the condition in the debug log line written on timeout.
+        clock: the monotonic clock, in seconds (for tests).
+        sleep: the sleep function, in seconds (for tests).
+
+    Returns:
+        The first truthy value of ``predicate()``; None when ``timeout_s`` has passed without one.
+
+    Raises:
+        ValueError: ``interval_s`` or ``max_interval_s`` is not positive.
     """
     if interval_s <= 0 or max_interval_s <= 0:
         raise ValueError("wait_until: interval_s and max_interval_s must be positive")

@@ -14,14 +14,30 @@ from functools import lru_cache
 
 @lru_cache(maxsize=256)
 def t_quantile(p: float, dof: int) -> float:
-    """The ``p`` quantile of Student's t with ``dof`` degrees of freedom."""
+    """The ``p`` quantile of Student's t with ``dof`` degrees of freedom.
+
+    Args:
+        p: the probability, in (0, 1) (``0.975`` for the upper end of a two-sided 95 % interval).
+        dof: degrees of freedom (≥ 1; scipy gives NaN below).
+
+    Returns:
+        The quantile (cached per ``(p, dof)``).
+    """
     from scipy.stats import t
 
     return float(t.ppf(p, dof))
 
 
 def schedule(start: int, budget: int) -> list[int]:
-    """Sample counts at which a configuration is judged: ``start``, doubling, ending at ``budget``."""
+    """Sample counts at which a configuration is judged: ``start``, doubling, ending at ``budget``.
+
+    Args:
+        start: the first count (raised to 1 when lower).
+        budget: the last count; at or below ``start`` the schedule is ``[start]`` alone.
+
+    Returns:
+        The increasing counts, ``start`` first and ``max(start, budget)`` last.
+    """
     start = max(1, start)
     counts = [start]
     while counts[-1] < budget:
@@ -30,14 +46,33 @@ def schedule(start: int, budget: int) -> list[int]:
 
 
 def log_values(values: list[float]) -> list[float] | None:
-    """Natural logs of the samples, or None when one is not a positive number."""
+    """Natural logs of the samples, or None when one is not a positive number.
+
+    Args:
+        values: the samples (tok/s, seconds: anything on a ratio scale).
+
+    Returns:
+        ``[log(v) for v in values]``, in order; None when ``values`` is empty or holds a value
+        that is not finite or not positive.
+    """
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         return None
     return [math.log(v) for v in values]
 
 
 def paired_speedup(ratios: list[float], *, confidence: float = 0.95) -> tuple[float, float, float]:
-    """(geometric mean, lower, upper) of positive per-prompt ratios: a Student-t interval on their logs."""
+    """(geometric mean, lower, upper) of positive per-prompt ratios: a Student-t interval on their logs.
+
+    Args:
+        ratios: one or more positive ratios (one a prompt: candidate over baseline).
+        confidence: two-sided coverage of the interval (0.95: the 2.5 % and 97.5 % ends).
+
+    Returns:
+        ``(geometric mean, lower, upper)``; all three the one ratio when there is a single one.
+
+    Raises:
+        ValueError: a ratio that is not positive (its log is undefined).
+    """
 
     logs = [math.log(r) for r in ratios]
     if len(logs) < 2:
@@ -49,7 +84,20 @@ def ratio_bounds(candidate: list[float], baseline: list[float] | float, *, confi
                  looks: int) -> tuple[float, float, float]:
     """(estimate, lower, upper) of candidate / baseline over paired samples (the module docstring's rule).
 
-    ``baseline`` is a list paired with ``candidate`` or one fixed number. Needs two or more positive pairs.
+    Args:
+        candidate: the candidate's positive samples.
+        baseline: positive samples paired with ``candidate`` (same length, same order), or one fixed
+            positive number every candidate sample is divided by.
+        confidence: one-sided, over ``looks`` looks (union bound): the lower bound's quantile is
+            ``1 − (1 − confidence) / looks``.
+        looks: how many times the bound is judged (≥ 1).
+
+    Returns:
+        ``(geometric estimate, lower, upper)`` of the ratio.
+
+    Raises:
+        ValueError: ``baseline`` is a list of another length than ``candidate``, fewer than two
+            pairs, or a sample that is not positive.
     """
     if isinstance(baseline, list):
         if len(baseline) != len(candidate):
@@ -68,6 +116,9 @@ def log_interval(logs: list[float], *, p: float) -> tuple[float, float, float]:
     Args:
         logs: two or more log values (log ratios or log samples).
         p: the quantile of Student's t that sets the half-width (``0.975`` for a two-sided 95 % interval).
+
+    Returns:
+        ``(exp(mean), exp(mean − half), exp(mean + half))``.
     """
     mean = statistics.fmean(logs)
     half = t_quantile(p, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
@@ -75,7 +126,15 @@ def log_interval(logs: list[float], *, p: float) -> tuple[float, float, float]:
 
 
 def median_mad(values: list[float]) -> tuple[float, float]:
-    """(median, median absolute deviation) of one or more values."""
+    """(median, median absolute deviation) of one or more values.
+
+    Args:
+        values: one or more numbers (an empty list raises ``statistics.StatisticsError``).
+
+    Returns:
+        ``(median, median of |v − median|)``, both in the values' unit (the MAD is not scaled to a
+        standard deviation).
+    """
     med = statistics.median(values)
     return med, statistics.median(abs(v - med) for v in values)
 
@@ -85,7 +144,15 @@ UNIT_BASELINE_METRIC = "accept_length"  # 1 without speculation, by definition: 
 
 def deterministic(engine: object, metric: str) -> bool:
     """Whether ``engine`` declares ``metric`` deterministic (``Engine.deterministic_metrics``): one measurement of a
-    configuration is its value, so repeats, pairs and noise estimates are skipped."""
+    configuration is its value, so repeats, pairs and noise estimates are skipped.
+
+    Args:
+        engine: an engine instance or class; one without ``deterministic_metrics`` declares none.
+        metric: the metric's name (``"accept_length"``, ``"tok_per_s"``).
+
+    Returns:
+        True when ``metric`` is among the engine's deterministic metrics.
+    """
     return metric in tuple(getattr(engine, "deterministic_metrics", ()) or ())
 
 
@@ -128,6 +195,10 @@ def best_rounds(*, sigma_r2: float | None, sigma_l2: float | None, cost_ratio: f
         cost_ratio: a launch's seconds outside its rounds over one round's seconds.
         first: the rounds while either variance is unmeasured (enough to measure ``σ_R²``).
         most: the cap (rounds of one launch).
+
+    Returns:
+        The rounds, in ``1..most``: ``min(first, most)`` (at least 1) while a variance is None;
+        1 when ``σ_R²`` is 0; ``most`` when ``σ_L²`` is 0.
     """
     if sigma_r2 is None or sigma_l2 is None:
         return max(1, min(first, most))
@@ -141,8 +212,16 @@ def best_rounds(*, sigma_r2: float | None, sigma_l2: float | None, cost_ratio: f
 def drifted(logs: list[float], *, confidence: float = 0.95) -> bool | None:
     """Whether repeated measurements of one config (log values, oldest first) show the machine moving: a trend
     (the least-squares slope over the launch order differs from 0 at ``confidence``, two-sided) or a newest value
-    outside the earlier ones' prediction interval ``mean ± t · s · √(1 + 1/m)``. None with fewer than three values
-    (no spread to judge by)."""
+    outside the earlier ones' prediction interval ``mean ± t · s · √(1 + 1/m)``.
+
+    Args:
+        logs: log values of one config's launches, oldest first.
+        confidence: two-sided level of both tests (0.95).
+
+    Returns:
+        True for a trend or an outlying newest value, False for neither; None with fewer than three
+        values (no spread to judge by).
+    """
     n = len(logs)
     if n < 3:
         return None
@@ -180,6 +259,10 @@ def pooled_bounds(candidate: list[float], baseline: list[float], *, others: list
         confidence: one-sided, over ``looks`` looks (union bound).
         looks: how many times the bound is judged.
 
+    Returns:
+        ``(estimate, lower, upper, dof)``: the ratio's geometric estimate, its bounds, and the
+        pooled degrees of freedom of the t quantile.
+
     Raises:
         ValueError: no degrees of freedom (every group a single launch), or a value that is not positive.
     """
@@ -212,7 +295,15 @@ def family_level(alpha: float, comparisons: int) -> float:
 
 def t_cdf(x: float, dof: int) -> float:
     """The distribution function of Student's t with ``dof`` degrees of freedom at ``x`` (the normal's without
-    degrees of freedom)."""
+    degrees of freedom).
+
+    Args:
+        x: the point.
+        dof: degrees of freedom; 0 or less uses the standard normal.
+
+    Returns:
+        ``P(T ≤ x)``, in [0, 1].
+    """
     from scipy.stats import norm, t
 
     return float(t.cdf(x, dof)) if dof > 0 else float(norm.cdf(x))
@@ -238,7 +329,15 @@ def distribution_p(a: list[float], b: list[float]) -> float:
 def centred_logs(launches: list[list[float]]) -> list[float]:
     """Per-request log values with each launch's mean removed: the spread and tail within launches, free of the
     launch effect (a launch that runs 2 % fast moves all its requests together). Launches of one request, or with a
-    value that is not positive, add nothing."""
+    value that is not positive, add nothing.
+
+    Args:
+        launches: per-request values (tok/s) grouped by launch.
+
+    Returns:
+        Every kept launch's ``log(v) − mean(log)``, launch by launch in order; empty when none
+        is kept.
+    """
     out: list[float] = []
     for values in launches:
         logs = log_values(values) if len(values) >= 2 else None
@@ -269,7 +368,15 @@ def shape_p(candidate: list[list[float]], reference: list[list[float]]) -> float
 
 
 def quantile(values: list[float], q: float) -> float:
-    """The ``q`` quantile of one or more values (linear interpolation between order statistics)."""
+    """The ``q`` quantile of one or more values (linear interpolation between order statistics).
+
+    Args:
+        values: one or more numbers, in any order.
+        q: the probability, in [0, 1] (0.5: the median).
+
+    Returns:
+        The interpolated quantile (numpy's default ``linear`` method).
+    """
     xs = sorted(values)
     pos = q * (len(xs) - 1)
     low = math.floor(pos)

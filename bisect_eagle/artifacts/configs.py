@@ -24,7 +24,18 @@ _PLAIN = {"a valid integer": "an integer", "a valid number": "a number", "a vali
 
 
 def read_config_json(directory: str | Path, what: str) -> dict:
-    """``directory/config.json`` as a dict; ``what`` names the directory's role in the error message."""
+    """``directory/config.json`` as a dict.
+
+    Args:
+        directory: the model directory (a target, a draft).
+        what: the directory's role, for the error message (``"an EAGLE-3 draft"``).
+
+    Returns:
+        The parsed JSON object.
+
+    Raises:
+        BadInput: the file is missing, not valid JSON, or not a JSON object.
+    """
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise BadInput(f"{path}: not found ({what} must be a directory with config.json)")

@@ -12,8 +12,13 @@ KINDS = ("cpu", "cuda", "mps")
 def check_device(device: str, where: str) -> None:
     """Refuse a device this machine cannot run on; ``where`` names its source (``spec.yaml: engine.settings.device``).
 
-    Accepted: ``cpu``; ``cuda`` or ``cuda:N`` when CUDA is available with more than N devices; ``mps`` when
-    available. Anything else is one :class:`BadInput` line naming ``where``.
+    Args:
+        device: the device name as the user wrote it. Accepted: ``cpu``; ``cuda`` or ``cuda:N`` when
+            CUDA is available with more than N devices; ``mps`` when available.
+        where: the source of the name, opening the error line.
+
+    Raises:
+        BadInput: anything else, one line naming ``where``.
     """
     if not isinstance(device, str):
         raise BadInput(f"{where}: device {device!r} is not a device name (expected one of cpu, cuda, cuda:N, mps)")

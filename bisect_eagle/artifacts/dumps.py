@@ -56,7 +56,14 @@ class Sample:
         return self.states[0].shape[-1]
 
     def state_name(self, i: int) -> str:
-        """The file's name for state ``i`` (``hidden_states[i]``, ``aux_hidden_state``, ...)."""
+        """The file's name for state ``i`` (``hidden_states[i]``, ``aux_hidden_state``, ...).
+
+        Args:
+            i: the index into :attr:`states` (0-based; the last is the final state).
+
+        Returns:
+            The tensor's name in the dump file; ``"states[i]"`` when the reader recorded none.
+        """
         return self.state_names[i] if i < len(self.state_names) else f"states[{i}]"
 
 
@@ -106,7 +113,18 @@ class DumpReader:
         return sample
 
     def head(self, n: int) -> Iterator[Sample]:
-        """The first ``n`` good samples."""
+        """The first ``n`` good samples.
+
+        Args:
+            n: how many samples at most (fewer when the dump holds fewer good ones).
+
+        Returns:
+            A lazy iterator: files are read and checked as it advances, and :attr:`skipped` is
+                reset.
+
+        Raises:
+            DumpError: while iterating, a bad sample file when ``skip_bad`` is off.
+        """
         return itertools.islice(iter(self), n)
 
 
@@ -235,7 +253,15 @@ def _check_lengths(
 
 
 def check_token_ids(sample: Sample, vocab_size: int | None) -> None:
-    """Token ids are >= 0 and, when ``vocab_size`` is given, inside the target vocabulary."""
+    """Token ids are >= 0 and, when ``vocab_size`` is given, inside the target vocabulary.
+
+    Args:
+        sample: one dumped sample.
+        vocab_size: the target's vocabulary size; None checks only that ids are >= 0.
+
+    Raises:
+        DumpError: an id outside the vocabulary, naming the sample's file and the first bad id.
+    """
     ids = sample.input_ids
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or (vocab_size is not None and high >= vocab_size):

@@ -154,7 +154,17 @@ SGLANG_FAMILIES: dict[str, str] = {
 
 
 def capture_rule(model_type: str | None = None, architecture: str | None = None) -> CaptureRule:
-    """SGLang's capture rule for a target (by its model class, else its ``model_type``); the default otherwise."""
+    """SGLang's capture rule for a target (by its model class, else its ``model_type``); the default otherwise.
+
+    Args:
+        model_type: the target config's ``model_type`` (None: unknown).
+        architecture: the target config's ``architectures[0]``, SGLang's model class (None:
+            unknown).
+
+    Returns:
+        The rule from :data:`SGLANG_ARCHITECTURES`; the default rule (+1, final never captured) for
+        a class and model type the table does not list.
+    """
     if architecture and architecture in SGLANG_ARCHITECTURES:
         return SGLANG_ARCHITECTURES[architecture]
     arch = SGLANG_MODEL_TYPES.get(model_type or "")
@@ -162,12 +172,28 @@ def capture_rule(model_type: str | None = None, architecture: str | None = None)
 
 
 def sglang_convention(model_type: str | None, architecture: str | None = None) -> str:
-    """The convention SGLang applies to ``eagle_aux_hidden_state_layer_ids`` on a target of ``model_type``."""
+    """The convention SGLang applies to ``eagle_aux_hidden_state_layer_ids`` on a target of ``model_type``.
+
+    Args:
+        model_type: the target config's ``model_type`` (None: unknown).
+        architecture: the target config's ``architectures[0]``; it wins over ``model_type``.
+
+    Returns:
+        ``"sglang"``, ``"sglang-deepseek"`` or ``"sglang-gptoss"``: a name :func:`ids_to_canonical`
+        takes.
+    """
     return capture_rule(model_type, architecture).rule
 
 
 def target_depth(cfg: dict) -> int | None:
-    """``num_hidden_layers`` of a target's config.json, or of its ``text_config`` (multimodal wrappers)."""
+    """``num_hidden_layers`` of a target's config.json, or of its ``text_config`` (multimodal wrappers).
+
+    Args:
+        cfg: the target's config.json as a dict.
+
+    Returns:
+        The decoder layer count; None when neither place holds an integer.
+    """
     n = cfg.get("num_hidden_layers")
     text = cfg.get("text_config")
     if n is None and isinstance(text, dict):
@@ -176,6 +202,15 @@ def target_depth(cfg: dict) -> int | None:
 
 
 def target_architecture(cfg: dict) -> str | None:
+    """The model class a target's config.json names first (what SGLang picks its class by).
+
+    Args:
+        cfg: the target's config.json as a dict.
+
+    Returns:
+        ``architectures[0]``; None when ``architectures`` is not a non-empty list starting with a
+        string.
+    """
     archs = cfg.get("architectures")
     return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
 
@@ -223,7 +258,19 @@ def rule_text(rule: CaptureRule, num_layers: int) -> str:
 
 
 def predicted_capture(ids: Sequence[int] | None, rule: CaptureRule, *, num_layers: int) -> SglangCapture:
-    """What SGLang 0.5.23 captures for ``ids`` by this project's table (no SGLang asked)."""
+    """What SGLang 0.5.23 captures for ``ids`` by this project's table (no SGLang asked).
+
+    Args:
+        ids: the draft's ``eagle_aux_hidden_state_layer_ids`` as SGLang reads them; None: SGLang's
+            defaults ``[2, N//2, N-3]`` (shifted by the rule's ``default_shift``).
+        rule: the target's capture rule (:func:`capture_rule`).
+        num_layers: the target's decoder layers N.
+
+    Returns:
+        The capture: per entry the ``hidden_states`` index captured or None, the error SGLang's hook
+        would raise (``entries`` None then), the rule in words, and ``checked`` saying no SGLang was
+        asked.
+    """
     n = num_layers
     entries = [i + rule.default_shift for i in (2, n // 2, n - 3)] if ids is None else _entries(ids, rule.rule, n)
     error = None
@@ -236,7 +283,18 @@ def predicted_capture(ids: Sequence[int] | None, rule: CaptureRule, *, num_layer
 
 
 def convention(name: str) -> Convention:
-    """Look up a convention by name, with an error listing the known ones."""
+    """Look up a convention by name, with an error listing the known ones.
+
+    Args:
+        name: a key of :data:`CONVENTIONS` (``"sglang"``, ``"vllm"``, ``"specforge"``, ...).
+
+    Returns:
+        The convention's row: offset, id range and defaults.
+
+    Raises:
+        LayerIdError: an unknown name (the list-level rules ``sglang-deepseek`` and
+            ``sglang-gptoss`` are not rows either).
+    """
     try:
         return CONVENTIONS[name]
     except KeyError:
@@ -256,7 +314,20 @@ def to_canonical(layer_id: int, conv: str, *, num_layers: int) -> int:
 
 
 def from_canonical(index: int, conv: str, *, num_layers: int) -> int:
-    """Convert a canonical hidden_states index to an id of convention ``conv``."""
+    """Convert a canonical hidden_states index to an id of convention ``conv``.
+
+    Args:
+        index: the ``hidden_states`` index, in ``[0, num_layers]``.
+        conv: a per-id convention name (:func:`convention`).
+        num_layers: the target's decoder layers N.
+
+    Returns:
+        The id that means ``index`` in ``conv``.
+
+    Raises:
+        LayerIdError: ``index`` outside ``[0, num_layers]``, no id of ``conv`` means it (the
+            embedding in ``speculators-legacy``), or an unknown convention.
+    """
     c = convention(conv)
     if not 0 <= index <= num_layers:
         raise LayerIdError(f"hidden_states index {index} is outside [0, {num_layers}]")
@@ -276,13 +347,41 @@ def _list_offset(ids: Sequence[int], conv: str, num_layers: int) -> tuple[str, i
 
 
 def ids_to_canonical(ids: Sequence[int], conv: str, *, num_layers: int) -> list[int]:
-    """Convert a list of ids (order kept) to canonical indices."""
+    """Convert a list of ids (order kept) to canonical indices.
+
+    Args:
+        ids: layer ids as a framework reads them.
+        conv: their convention: a per-id one, or the list-level ``sglang-deepseek`` /
+            ``sglang-gptoss`` (whose offset depends on the whole list).
+        num_layers: the target's decoder layers N.
+
+    Returns:
+        One ``hidden_states`` index in ``[0, num_layers]`` per id.
+
+    Raises:
+        LayerIdError: an id outside the convention's range for ``num_layers``, or an unknown
+            convention.
+    """
     per_id, _ = _list_offset(list(ids), conv, num_layers)
     return [to_canonical(i, per_id, num_layers=num_layers) for i in ids]
 
 
 def canonical_to_ids(indices: Sequence[int], conv: str, *, num_layers: int) -> list[int]:
-    """Convert canonical indices to a list of ids of ``conv`` that converts back to the same indices."""
+    """Convert canonical indices to a list of ids of ``conv`` that converts back to the same indices.
+
+    Args:
+        indices: ``hidden_states`` indices, in ``[0, num_layers]``.
+        conv: the convention to write (per-id or list-level, as in :func:`ids_to_canonical`).
+        num_layers: the target's decoder layers N.
+
+    Returns:
+        The ids, one per index, order kept.
+
+    Raises:
+        LayerIdError: an index with no id in ``conv``, or a list SGLang's DeepSeek rule cannot
+            express (the input-of ids would start with 1, which switches the list to output-of
+            meaning).
+    """
     if conv == "sglang-gptoss":  # output-of ids never reach N, so the +1 reading always applies
         conv = "sglang"
     if conv == "sglang-deepseek":
@@ -308,7 +407,16 @@ def default_canonical(conv: str, num_layers: int) -> list[int]:
 
 
 def describe(index: int, num_layers: int) -> str:
-    """Human name of a canonical index: 'embedding', 'layer 4 output', or 'final (pre-norm)'."""
+    """Human name of a canonical index: 'embedding', 'layer 4 output', or 'final (pre-norm)'.
+
+    Args:
+        index: the ``hidden_states`` index.
+        num_layers: the target's decoder layers N.
+
+    Returns:
+        ``"embedding"`` for 0, ``"layer {index-1} output (final, pre-norm)"`` for N, else
+        ``"layer {index-1} output"``.
+    """
     if index == 0:
         return "embedding"
     if index == num_layers:

@@ -105,7 +105,20 @@ def check_prompts(path: Path, n: int, *, what: str = "warmup_prompts + num_promp
     """Check a prompts file without a tokenizer (lines, keys, ids) and that it holds ``n`` prompts; their count.
 
     Every line is checked, as :func:`load_prompts` would, except what needs the target's tokenizer (the chat
-    template, the token count). ``what`` says where ``n`` comes from, for the error.
+    template, the token count).
+
+    Args:
+        path: the JSONL prompts file (one object a line with ``prompt`` or ``messages``, optional
+            ``id``).
+        n: the prompts needed.
+        what: where ``n`` comes from, for the error.
+
+    Returns:
+        The number of prompts in the file (all of them, at least ``n``).
+
+    Raises:
+        BadInput: a missing or unreadable file, a bad line (naming ``file:line`` and the key), a
+            repeated id, or fewer than ``n`` prompts.
     """
     path = Path(path)
     count = 0
@@ -118,7 +131,22 @@ def check_prompts(path: Path, n: int, *, what: str = "warmup_prompts + num_promp
 
 
 def load_prompts(path: Path, tokenizer, *, n: int | None = None) -> list[Prompt]:
-    """The first ``n`` prompts of a JSONL file (all when ``n`` is None), tokenized; errors name file:line and key."""
+    """The first ``n`` prompts of a JSONL file (all when ``n`` is None), tokenized; errors name file:line and key.
+
+    Args:
+        path: the JSONL prompts file.
+        tokenizer: the target's Hugging Face tokenizer; its chat template, when it has one, renders
+            each prompt (special tokens then come from the template).
+        n: how many prompts to read; lines after the ``n``-th are never read. None: all.
+
+    Returns:
+        The prompts in file order, each with its id (the line number when none is given), rendered
+        text and token ids.
+
+    Raises:
+        BadInput: a missing or unreadable file, a bad line, a prompt that tokenizes to nothing, or
+            fewer than ``n`` prompts.
+    """
     path = Path(path)
     has_template = bool(getattr(tokenizer, "chat_template", None))
     prompts: list[Prompt] = []

@@ -93,7 +93,18 @@ def read_target_tensors(target_dir: str | Path, names: Sequence[str]) -> dict[st
 
 
 def read_target_config(target_dir: str | Path) -> dict:
-    """The target's config.json (a Hugging Face model directory), with the keys of :class:`TargetConfig` checked."""
+    """The target's config.json (a Hugging Face model directory), with the keys of :class:`TargetConfig` checked.
+
+    Args:
+        target_dir: the target's Hugging Face model directory.
+
+    Returns:
+        The whole config.json as a dict (every key, not only the checked ones).
+
+    Raises:
+        BadInput: a missing or unreadable config.json, or a checked key missing or of the wrong type
+            (one line naming the file and key).
+    """
     cfg = read_config_json(target_dir, "the target (a Hugging Face model directory)")
     validate_keys(TargetConfig, cfg, path=Path(target_dir) / "config.json")
     return cfg
@@ -105,7 +116,20 @@ def read_target_info(target_dir: str | Path) -> TargetConfig:
 
 
 def check_target_weights(target_dir: str | Path) -> TargetConfig:
-    """Headers only: safetensors weights (no pickle), and the head tensors' shapes against config.json."""
+    """Headers only: safetensors weights (no pickle), and the head tensors' shapes against config.json.
+
+    Args:
+        target_dir: the target's Hugging Face model directory.
+
+    Returns:
+        The checked config keys bisect-eagle relies on.
+
+    Raises:
+        BadInput: a bad config.json (:func:`read_target_config`).
+        TargetError: no safetensors weights (or a broken shard index), a head tensor
+            (``embed_tokens``, ``norm``, ``lm_head`` unless tied) missing or of another shape than
+            config.json gives.
+    """
     target_dir = Path(target_dir)
     info = read_target_info(target_dir)
     files = _weight_files(target_dir)
@@ -135,7 +159,18 @@ class TargetHead:
 
     @classmethod
     def load(cls, target_dir: str | Path) -> TargetHead:
-        """The head tensors of a target directory, shapes checked against its config.json."""
+        """The head tensors of a target directory, shapes checked against its config.json.
+
+        Args:
+            target_dir: the target's Hugging Face model directory.
+
+        Returns:
+            The head in float32 (``lm_head`` is the embedding when the config ties them).
+
+        Raises:
+            BadInput: what :func:`check_target_weights` refuses.
+            TargetError: a head tensor that cannot be read or holds NaN or inf values.
+        """
         info = check_target_weights(target_dir)
         names = list(HEAD_TENSORS[:2]) + ([] if info.tie_word_embeddings else [HEAD_TENSORS[2]])
         t = read_target_tensors(target_dir, names)
@@ -156,12 +191,33 @@ class TargetHead:
         return self.norm_weight.shape[0]
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
+        """The target's final RMS norm, in float32.
+
+        Args:
+            x: pre-norm states [..., H] (the final state of a dump, or a draft's).
+
+        Returns:
+            The normed states [..., H], float32, ready for :attr:`lm_head`.
+        """
         x = x.float()
         return self.norm_weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 def load_target(target_dir: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) of a Hugging Face causal LM directory, in eval mode, loaded without network."""
+    """(model, tokenizer) of a Hugging Face causal LM directory, in eval mode, loaded without network.
+
+    Args:
+        target_dir: the target's Hugging Face model directory (safetensors weights only).
+        device: the torch device the model is moved to.
+        dtype: the dtype the weights are loaded in.
+
+    Returns:
+        ``(model, tokenizer)``: transformers' ``AutoModelForCausalLM`` and ``AutoTokenizer``.
+
+    Raises:
+        BadInput: a bad config.json, or no safetensors weights (a ``pytorch_model.bin`` is a
+            pickle).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -176,7 +232,17 @@ def load_target(target_dir: str | Path, *, device: str = "cpu", dtype: torch.dty
 
 
 def decoder_layers(model) -> Sequence[torch.nn.Module]:
-    """The decoder layers of a Llama-style causal LM (``model.model.layers``)."""
+    """The decoder layers of a Llama-style causal LM (``model.model.layers``).
+
+    Args:
+        model: a loaded causal LM (:func:`load_target`).
+
+    Returns:
+        ``model.model.layers``, layer 0 first.
+
+    Raises:
+        TargetError: the model has no ``model.model.layers``.
+    """
     try:
         return model.model.layers
     except AttributeError:
@@ -185,7 +251,19 @@ def decoder_layers(model) -> Sequence[torch.nn.Module]:
 
 @contextmanager
 def capture_hidden(model, indices: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
-    """While active, each forward fills the yielded dict with canonical index → state [B, T, H]."""
+    """While active, each forward fills the yielded dict with canonical index → state [B, T, H].
+
+    Args:
+        model: a Llama-style causal LM (:func:`decoder_layers`).
+        indices: canonical ``hidden_states`` indices in ``[0, N]`` (0: the embedding output, ``i``:
+            decoder layer ``i-1``'s output, pre-norm).
+
+    Returns:
+        A context manager yielding the dict; the hooks are removed on exit.
+
+    Raises:
+        TargetError: on entry, an index outside ``[0, N]`` or a model without decoder layers.
+    """
     layer_list = decoder_layers(model)
     n = len(layer_list)
     captured: dict[int, torch.Tensor] = {}

@@ -34,7 +34,18 @@ class Rule:
     bounds: tuple[int | None, int | None, int | None] | None = None  # slice
 
     def select(self, n: int) -> list[int | str]:
-        """Resolved items: non-negative state indices, or ``EMB``."""
+        """Resolved items: non-negative state indices, or ``EMB``.
+
+        Args:
+            n: the number of states in a dump sample (the last one the final state).
+
+        Returns:
+            The items in rule order: indices in ``[0, n)`` (negative ones taken from the end), and
+            ``EMB`` where the rule names the embedding; a slice may give an empty list.
+
+        Raises:
+            WiringError: a listed index outside ``[-n, n)``.
+        """
         if self.bounds is not None:
             return list(range(n))[slice(*self.bounds)]
         out: list[int | str] = []
@@ -54,8 +65,19 @@ class Rule:
     ) -> torch.Tensor:
         """The selected states of one sample side by side: the fc input [S, k·H] (float32).
 
-        With ``out`` (``[rows, k·H]``), its rows are filled from the first ``rows`` positions, with no copies
-        in between.
+        Args:
+            states: the sample's dumped states, each [S, H], the final state last.
+            input_ids: the sample's tokens [S] (used only for ``emb``).
+            embed: the target's embedding table [V, H]; needed only when the rule uses ``emb``.
+            out: a preallocated ``[rows, k·H]`` tensor; its rows are filled from the first ``rows``
+                positions, with no copies in between. None: a new [S, k·H] float32 tensor.
+
+        Returns:
+            The fc input (``out`` itself when given), the selected states side by side in rule
+            order.
+
+        Raises:
+            WiringError: an index outside the sample's states, or ``emb`` without ``embed``.
         """
         chosen = self.select(len(states))
         hidden = states[0].shape[-1]
@@ -74,7 +96,17 @@ class Rule:
 
 
 def parse_rule(text: str) -> Rule:
-    """Parse a rule string, or raise :class:`WiringError` saying what the grammar allows."""
+    """Parse a rule string, or raise :class:`WiringError` saying what the grammar allows.
+
+    Args:
+        text: the rule as written (the module docstring's grammar); spaces are ignored.
+
+    Returns:
+        The rule, its text normalized (spaces removed).
+
+    Raises:
+        WiringError: text that does not parse, or a slice step of zero.
+    """
     t = text.strip().replace(" ", "")
     m = _SLICE.match(t)
     if m:
@@ -93,7 +125,21 @@ def parse_rule(text: str) -> Rule:
 
 
 def check_width(rule: Rule, n_states: int, *, hidden: int, fc_in: int) -> list[int | str]:
-    """Resolve ``rule`` and check it yields exactly ``fc_in`` features; returns the selection."""
+    """Resolve ``rule`` and check it yields exactly ``fc_in`` features.
+
+    Args:
+        rule: the parsed rule.
+        n_states: the number of states in a dump sample.
+        hidden: the dump's hidden size H (the target's).
+        fc_in: the draft's ``fc`` input width (aux count × target hidden size).
+
+    Returns:
+        The selection (:meth:`Rule.select`), ``fc_in // hidden`` items long.
+
+    Raises:
+        WiringError: an index outside the dump, ``fc_in`` not a multiple of ``hidden``, or a rule
+            selecting another number of tensors than ``fc`` takes.
+    """
     chosen = rule.select(n_states)
     if fc_in % hidden:
         raise WiringError(f"fc expects {fc_in} inputs, not a multiple of the dump's hidden size {hidden}")

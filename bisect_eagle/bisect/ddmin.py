@@ -177,6 +177,9 @@ def probe_bound(culprits: int, changes: int, *, breaking: int | None = None) -> 
         culprits: changes in the breaking sets.
         changes: changes searched.
         breaking: breaking sets (default: ``c``, the most there can be).
+
+    Returns:
+        The bound on probes (``c`` taken as at least 1).
     """
     c = max(culprits, 1)
     b = c if breaking is None else breaking

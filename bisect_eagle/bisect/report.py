@@ -62,6 +62,12 @@ class BisectReport:
         return [v for v in self.verification if name in v["changes"]]
 
     def to_json(self) -> dict[str, Any]:
+        """The report as ``bisect-eagle bisect --json`` writes it and the parent run keeps it.
+
+        Returns:
+            Every field as plain JSON data (each change with its verification probes, the counts of
+            probes used), secret values scrubbed.
+        """
         def change(c: Change) -> dict[str, Any]:
             return {**c.to_json(), "verification": self.checks_of(c.name)}
 
@@ -160,6 +166,9 @@ def interactions(changes: list[Change], *, breaking: list[tuple[str, ...]], repa
         breaking: the breaking sets.
         repair: the repair set (None: not established).
         probes: the probes as reported (to quote the measured value of reverting the masker alone).
+
+    Returns:
+        The lines, change by change; empty when no answer needs a masked change.
     """
     by_name = {c.name: c for c in changes}
     searched = {c.name for c in changes}

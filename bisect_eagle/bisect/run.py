@@ -168,7 +168,24 @@ def _no_changes(good: Endpoint, bad: Endpoint, ignored: list[str], engine: str) 
 
 def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] = make_engine,
                progress: BisectProgress | None = None) -> BisectReport:
-    """Breaking sets and a repair set between the good and bad configuration; a parent run, a child per probe."""
+    """Breaking sets and a repair set between the good and bad configuration; a parent run, a child per probe.
+
+    Args:
+        opts: what the command line asks for: the endpoints (spec files or MLflow run ids) or a log
+            to replay, the judge's metric, ratio, confidence and sample budgets, the launch budget,
+            ``--set`` overrides, the store and the log path.
+        engine_factory: builds the engine of the deployment spec (tests pass a stand-in); not called
+            for the standalone metric.
+        progress: called with each progress line (secret values scrubbed); None: silent.
+
+    Returns:
+        The report: status, changes, breaking and repair sets with their verification, every probe,
+        the cost in launches, the parent run and the log's path.
+
+    Raises:
+        BadInput: bad options (no endpoints, a metric or budget out of range, an unknown ``--set``
+            name), endpoints that cannot be read, or endpoints that plan the same trial.
+    """
     opts, parsed = _replay_options(opts)
     uri = resolve_tracking_uri(opts.tracking_uri)
     good = load_endpoint(opts.good, flag="--good", tracking_uri=uri)
@@ -349,12 +366,37 @@ class Announced:
         self.last: TrialResult | None = None
 
     def plan(self, settings):
+        """The wrapped engine's plan (:meth:`Engine.plan <bisect_eagle.engines.base.Engine.plan>`).
+
+        Args:
+            settings: the probe's live settings.
+
+        Returns:
+            The wrapped engine's trial plan.
+        """
         return self.engine.plan(settings)
 
     def run(self, plan):
+        """One launch of one benchmark round, announced (:meth:`run_rounds` with ``rounds=1``).
+
+        Args:
+            plan: a plan of :meth:`plan`.
+
+        Returns:
+            The wrapped engine's trial result, also kept as :attr:`last`.
+        """
         return self.run_rounds(plan, rounds=1)
 
     def run_rounds(self, plan, *, rounds: int):
+        """One launch of ``rounds`` benchmark rounds, announced before and timed after.
+
+        Args:
+            plan: a plan of :meth:`plan`.
+            rounds: benchmark rounds on the one launch (1: the wrapped engine's ``run``).
+
+        Returns:
+            The wrapped engine's trial result, also kept as :attr:`last`.
+        """
         self.runs += 1
         if self.say:
             each = f", {rounds} benchmark rounds" if rounds > 1 else ""

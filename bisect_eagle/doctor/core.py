@@ -53,6 +53,11 @@ class Finding:
     latent: bool = False  # unused today (hidden by another setting); the fix of that setting exposes it
 
     def to_json(self) -> dict[str, Any]:
+        """The finding as plain data (``doctor --json``, a bisect's report).
+
+        Returns:
+            Every field by name (``dataclasses.asdict``).
+        """
         return asdict(self)
 
 
@@ -217,16 +222,47 @@ class Doctor(IdChecks, ModelChecks):
 
 
 def by_severity(findings: list[Finding]) -> list[Finding]:
-    """``findings`` errors first, then warnings, then notes (in their order within a severity)."""
+    """``findings`` errors first, then warnings, then notes (in their order within a severity).
+
+    Args:
+        findings: the findings, in any order.
+
+    Returns:
+        A new sorted list (a stable sort: order kept within a severity).
+    """
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(findings, key=lambda f: order[f.severity])
 
 
 def diagnose(spec: Spec, sglang_version: str | None = None) -> list[Finding]:
-    """All findings for ``spec`` (errors first)."""
+    """All findings for ``spec`` (errors first).
+
+    Args:
+        spec: the spec, loaded without its input checks (``load_spec(..., check_inputs=False)``).
+        sglang_version: the SGLang version to judge against (``doctor --sglang-version``); None: the
+            one installed beside bisect-eagle, else the one the spec's engine runs, when it can be
+            asked.
+
+    Returns:
+        The findings, errors first (:func:`by_severity`); empty when nothing is wrong.
+
+    Raises:
+        BadInput: what the checks cannot start without: a target, draft or dump path missing from
+            the spec, an unreadable target config.json (or one without the depth and width), or a
+            draft whose config or safetensors headers cannot be read.
+    """
     return Doctor(spec, sglang_version).run()
 
 
 def summary(findings: list[Finding]) -> dict[str, Any]:
+    """The findings as ``doctor --json`` writes them.
+
+    Args:
+        findings: the findings (:func:`diagnose`).
+
+    Returns:
+        ``{"ok", "counts", "findings"}``: ``ok`` when no finding is an error, the count of each
+        severity, and each finding's :meth:`Finding.to_json`.
+    """
     counts = {s: sum(f.severity == s for f in findings) for s in SEVERITIES}
     return {"ok": counts["error"] == 0, "counts": counts, "findings": [f.to_json() for f in findings]}

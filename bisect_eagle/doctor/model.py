@@ -45,12 +45,32 @@ class DraftInfo:
         return self.file.is_eagle3
 
     def declared(self, reader: str) -> tuple[list[int] | None, str]:
-        """The ids ``reader`` (sglang, vllm or local) takes from the draft, and their convention."""
+        """The ids ``reader`` (sglang, vllm or local) takes from the draft, and their convention.
+
+        Args:
+            reader: whose loader reads the config: ``"sglang"``, ``"vllm"`` or ``"local"``.
+
+        Returns:
+            ``(ids, convention)``
+            (:meth:`~bisect_eagle.artifacts.draft.DraftConfigFile.declared_ids`): None ids when the
+            place that reader looks at holds none.
+        """
         return self.file.declared_ids(reader)  # type: ignore[arg-type]
 
 
 def read_draft(path: Path) -> DraftInfo:
-    """A draft's config and tensor shapes (headers only)."""
+    """A draft's config and tensor shapes (headers only).
+
+    Args:
+        path: the draft directory.
+
+    Returns:
+        The draft's typed config and canonical tensor name → shape.
+
+    Raises:
+        BadInput: a missing or bad config.json, or no readable safetensors headers
+            (``DraftLoadError``).
+    """
     return DraftInfo(read_draft_config(path), {n: list(h.shape) for n, h in read_headers(Path(path)).items()})
 
 

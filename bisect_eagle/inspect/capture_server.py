@@ -49,7 +49,22 @@ def capture_args(spec: Spec, *, ids: list[int] | None, port: int) -> list[Arg]:
 
 @contextmanager
 def capture_server(spec: Spec, *, ids: list[int] | None, log_dir: Path) -> Iterator[str]:
-    """Start the capture-only server of an sglang ``spec``, yield its URL, stop it (and its group) on exit."""
+    """Start the capture-only server of an sglang ``spec``, yield its URL, stop it (and its group) on exit.
+
+    Args:
+        spec: an sglang spec (its ``engine.sglang`` server settings, target, draft, and the fixed
+            ``device`` and ``dtype`` when set).
+        ids: the layer ids to capture (``--return-aux-hidden-state-layer-ids``, SGLang's
+            convention); None: the server's default.
+        log_dir: where the server's log is written (created when absent).
+
+    Returns:
+        A context manager yielding ``http://host:port`` once the server is ready.
+
+    Raises:
+        BadInput: a spec whose engine is not sglang or that names no model, flags SGLang refuses,
+            or a server that does not become ready.
+    """
     if engine_class(spec.engine.kind) is not SglangEngine:
         raise BadInput(f"{spec.source}: key 'engine.kind' is {spec.engine.kind!r}; a capture server needs sglang")
     server = spec.engine.sglang

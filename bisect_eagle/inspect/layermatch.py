@@ -83,6 +83,11 @@ class Fingerprint:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The fingerprint as plain data (``bisect-eagle fingerprint --json``).
+
+        Returns:
+            Every field by name, each match with its ``separation`` added.
+        """
         out = asdict(self)
         for m, d in zip(self.matches, out["matches"], strict=True):
             d["separation"] = m.separation
@@ -296,7 +301,26 @@ def recommend(dump: list[Match], *, num_layers: int, draft: LoadedDraft | None,
 
 def match_layers(model, reader: DumpReader, *, samples: int = 4, draft: LoadedDraft | None = None,
                 server_url: str | None = None, client: httpx.Client | None = None) -> Fingerprint:
-    """Match a dump (and optionally a server's captures) to the layers of ``model``."""
+    """Match a dump (and optionally a server's captures) to the layers of ``model``.
+
+    Args:
+        model: the target, a Llama-style causal LM
+            (:func:`~bisect_eagle.artifacts.target.load_target`).
+        reader: the dump's samples.
+        samples: how many samples to match over (≥ 1).
+        draft: the draft, to compare its configured layers with the dump's and derive its wiring
+            rule; None: left out.
+        server_url: a capture-only SGLang server's URL; its captures of the first sample are
+            matched too. None: no server.
+        client: the HTTP client for the server (for tests); None: a new one.
+
+    Returns:
+        Every dumped (and captured) tensor's best match, the ids and rule they imply, and notes on
+        what would go wrong.
+
+    Raises:
+        BadInput: ``samples`` below 1, or a dump, server answer or draft that cannot be matched.
+    """
     if samples < 1:
         raise BadInput(f"--samples must be >= 1, got {samples}")
     num_layers = len(model.model.layers)
@@ -312,7 +336,21 @@ def match_layers(model, reader: DumpReader, *, samples: int = 4, draft: LoadedDr
 
 
 def load(target: Path, dump: Path, *, draft: Path | None):
-    """(target model, dump reader, draft or None) for :func:`fingerprint`."""
+    """(target model, dump reader, draft or None) for :func:`fingerprint`.
+
+    Args:
+        target: the target's Hugging Face directory.
+        dump: the dump directory.
+        draft: the draft directory; None: no draft.
+
+    Returns:
+        ``(model, reader, loaded)``: the target on the CPU, the dump's reader, and the loaded
+        draft or None.
+
+    Raises:
+        BadInput: a dump directory without samples, a draft that does not load, or a target that
+            does not (config, weights).
+    """
     from bisect_eagle.artifacts.draft import load_draft
     from bisect_eagle.artifacts.target import load_target
 

@@ -102,12 +102,37 @@ class ThroughputModel:
     # -- inputs -----------------------------------------------------------------------------------------
 
     def config(self, effective: Mapping[str, Any], *, concurrency: int | None = None) -> Config:
+        """The model's view of a plan's effective settings, under this model's benchmark.
+
+        Args:
+            effective: a plan's effective settings (:meth:`Config.from_effective` lists the keys
+                read).
+            concurrency: overrides the settings' own ``concurrency``.
+
+        Returns:
+            The config: wiring key, steps, topk, draft tokens, batch, cost context, and tokens per
+            request when the benchmark is a finite generation.
+
+        Raises:
+            ValueError: concurrency below 1, or a speculative config without ``num_draft_tokens``.
+        """
         return Config.from_effective(effective, concurrency=concurrency,
                                      finite_horizon=self.benchmark.finite_horizon)
 
     def set_standalone(self, layer_ids: Sequence[int] | None, per_position: Sequence[Any], *,
                        algorithm: str = "EAGLE3", metric: str = "full_vocab") -> None:
-        """Stage 1's per-position accuracy of a wiring: floats, or stage 1's dicts (``metric`` is read)."""
+        """Stage 1's per-position accuracy of a wiring: floats, or stage 1's dicts (``metric`` is read).
+
+        Args:
+            layer_ids: the wiring's aux layer ids (any order; None: the engine's default wiring).
+            per_position: teacher-forced accuracy per draft position, position 0 first: floats in
+                [0, 1], or stage 1's per-position dicts.
+            algorithm: the speculative algorithm of the wiring key.
+            metric: the dict key read from each dict (``"full_vocab"``).
+
+        Raises:
+            ValueError: no finite accuracy among ``per_position``.
+        """
         vals = [p[metric] if isinstance(p, Mapping) else p for p in per_position]
         self.acceptance.set_prior(acc.wiring_key(layer_ids, algorithm), [float(v) for v in vals])
         self.state += 1
@@ -158,7 +183,17 @@ class ThroughputModel:
         return self._shared(("work", cfg.wiring, cfg.num_steps, cfg.topk, cfg.num_draft_tokens, cfg.tokens), compute)
 
     def estimate(self, cfg: Config, *, rng: np.random.Generator | None = None) -> Estimate:
-        """Expected tokens, cycles and seconds of ``cfg`` (point and ``draws`` joint draws)."""
+        """Expected tokens, cycles and seconds of ``cfg`` (point and ``draws`` joint draws).
+
+        Args:
+            cfg: the configuration (:meth:`config`).
+            rng: the generator for the draws; None: the model's seeded one, the acceptance part
+                shared between configs and calls (a repeated call gives the same draws).
+
+        Returns:
+            Tokens and verify cycles per request, seconds for the batch, at the posterior mean and
+            as ``draws`` joint draws each.
+        """
         d = self.draws
         if rng is None:  # the seeded draws: the acceptance part is shared between configs and calls
             gen, gen_d, after = self._seeded_work(cfg)
@@ -185,6 +220,18 @@ class ThroughputModel:
 
         Needs at least one cost observation (the baseline or a microbenchmark). ``speculative_adaptive``
         settings are predicted by :meth:`predict_adaptive`.
+
+        Args:
+            effective: a plan's effective settings (:meth:`config`).
+            concurrency: the concurrency to predict at; None: the settings' own, else 1.
+
+        Returns:
+            The prediction: tok/s of the whole batch, accept length, the ``interval`` bounds of a
+            measurement, seconds per verify cycle and the target-alone tok/s at the same
+            concurrency.
+
+        Raises:
+            ValueError: what :meth:`config` refuses.
         """
         cfg = self.config(effective, concurrency=concurrency)
         if cfg.adaptive:
@@ -259,11 +306,23 @@ class ThroughputModel:
                record: bool = True, learn_acceptance: bool = True, learn_cost: bool = True) -> Prediction | None:
         """Learn from one measured trial; returns the prediction made just before (None if none was possible).
 
-        ``result_metrics``: a ``TrialResult`` or a mapping with ``output_tok_s``, ``accept_length``,
-        ``accept_rate_per_position``, and optionally ``accept_length_hist``, ``verify_steps``,
-        ``completion_tokens``, ``num_requests``. ``record=False`` skips the prediction (and its error record);
-        ``learn_acceptance`` / ``learn_cost`` select what the trial teaches (a held-out evaluation may let a
-        trial inform acceptance only).
+        Args:
+            effective: the trial plan's effective settings (:meth:`config`).
+            result_metrics: a ``TrialResult`` or a mapping with ``output_tok_s``, ``accept_length``,
+                ``accept_rate_per_position``, and optionally ``accept_length_hist``,
+                ``verify_steps``, ``completion_tokens``, ``num_requests``.
+            concurrency: overrides the settings' own ``concurrency``.
+            record: predict first and keep the error record; False skips the prediction.
+            learn_acceptance: let the trial update the acceptance posterior.
+            learn_cost: let the trial add a cost observation (a held-out evaluation may let a trial
+                inform acceptance only).
+
+        Returns:
+            The prediction made just before learning; None when ``record`` is False, no cost is
+            observed yet, or the trial has no positive tok/s.
+
+        Raises:
+            ValueError: what :meth:`config` refuses.
         """
         m = metrics_from_result(result_metrics)
         cfg = self.config(effective, concurrency=concurrency)

@@ -216,7 +216,18 @@ class ColdPrior:
 
     def terms(self, forward_s: float) -> dict[str, tuple[float, float]]:
         """The cost fit's prior (share of a one-token target forward, relative sd) of the speculative terms and of
-        the verify forward's per-token cost."""
+        the verify forward's per-token cost.
+
+        Args:
+            forward_s: the measured seconds of a one-token target forward (finite, > 0).
+
+        Returns:
+            ``{"draft_step", "spec_fixed", "verify_token"}`` → ``(median, log-sd)``, the median in
+            one-token target forwards.
+
+        Raises:
+            ValueError: ``forward_s`` not finite and > 0.
+        """
         return {"draft_step": self.draft_step(forward_s), "spec_fixed": SPEC_OVERHEAD,
                 "verify_token": self.verify_token(forward_s)}
 

@@ -75,7 +75,12 @@ class Split:
     def sentence(self) -> str:
         """The numbers and the side, for a person: ``accept length 2.1 where the dump (stage 1)
         predicts 3.6 (floor 3.24); 42.9 verify cycles/s, 25 needed for the target's 90 tok/s at 3.6:
-        the acceptance side``."""
+        the acceptance side``.
+
+        Returns:
+            One line: the measured and predicted accept length, the verify cycles per second
+            measured and needed, and the side (or why the side is unknown).
+        """
         a, p = _num(self.accept_length), _num(self.predicted)
         if self.predicted is None:
             head = f"accept length {a} (nothing predicts it for this wiring and steps)"

@@ -158,7 +158,15 @@ def model_view(tracking: Tracking, parent: Run, *, frame: pd.DataFrame) -> Model
 
 
 def best_measured(frame: pd.DataFrame, *, concurrency: object = None) -> float | None:
-    """The highest measured tok/s among live trials that finished ok (at ``concurrency`` when given)."""
+    """The highest measured tok/s among live trials that finished ok (at ``concurrency`` when given).
+
+    Args:
+        frame: the study's trials table (:func:`~bisect_eagle.report.study.trials_frame`).
+        concurrency: only trials at this concurrency level (compared as text); None: every level.
+
+    Returns:
+        The highest output tok/s; None when no such trial measured one.
+    """
     live = live_ok(frame)
     if MEASURED not in live:
         return None
@@ -169,14 +177,29 @@ def best_measured(frame: pd.DataFrame, *, concurrency: object = None) -> float |
 
 
 def per_concurrency(artifact: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The model's best config per concurrency level (``model.json``), lowest level first."""
+    """The model's best config per concurrency level (``model.json``), lowest level first.
+
+    Args:
+        artifact: the study's ``model.json`` (None: the study has none).
+
+    Returns:
+        The ``per_concurrency`` entries that are objects with a ``concurrency`` key, sorted by
+        level; empty when there are none.
+    """
     rows = (artifact or {}).get("per_concurrency") or []
     return sorted((r for r in rows if isinstance(r, dict) and "concurrency" in r), key=lambda r: int(r["concurrency"]))
 
 
 def measured_per_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     """The best measured live trial (by tok/s) per ``concurrency`` level when live trials ran at more than one
-    level (concurrency was searched); empty otherwise. Rows sorted by level."""
+    level (concurrency was searched); empty otherwise. Rows sorted by level.
+
+    Args:
+        frame: the study's trials table.
+
+    Returns:
+        One row of ``frame`` per level, its columns kept.
+    """
     live = live_ok(frame)
     if live.empty or "concurrency" not in live or MEASURED not in live:
         return live.iloc[:0]

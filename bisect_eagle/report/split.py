@@ -43,7 +43,13 @@ class TrialSplit:
     split: Split
 
     def to_json(self) -> dict[str, Any]:
-        """The trial, the split's fields, its cycles/s, the cycles/s needed and its sentence."""
+        """The trial, the split's fields, its cycles/s, the cycles/s needed and its sentence.
+
+        Returns:
+            ``{"trial", "run_id", "side", "accept_length", "predicted_accept_length", "floor",
+            "source", "output_tok_s", "needed_tok_s", "need", "cycles_s", "needed_cycles_s",
+            "sentence"}``.
+        """
         s = self.split
         return {"trial": self.trial, "run_id": self.run_id, "side": s.side,
                 "accept_length": s.accept_length, "predicted_accept_length": s.predicted,
@@ -124,7 +130,16 @@ def best_split(tracking: Tracking, parent: Run, frame: pd.DataFrame, best: pd.Se
 
 def study_split(tracking: Tracking, parent: Run) -> TrialSplit | None:
     """The split of the best live trial (by the criterion metric) of the study of ``parent``, as
-    :func:`best_split` gives it."""
+    :func:`best_split` gives it.
+
+    Args:
+        tracking: the study's store.
+        parent: the study's parent run (its ``criterion.metric`` param is read).
+
+    Returns:
+        The best trial's split; None as :func:`best_split` says (no live trial finished ok, or it
+        cannot be split).
+    """
     metric = parent.data.params.get("criterion.metric", "output_tok_s")
     frame = trials_frame(tracking, parent.info.run_id)
     return best_split(tracking, parent, frame, best_row(frame, metric), metric=metric)

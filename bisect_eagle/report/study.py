@@ -23,7 +23,18 @@ SHORT = {"eagle_aux_hidden_state_layer_ids": "ids"}  # column names as a termina
 
 
 def find_parent(tracking: Tracking, study: str | None = None):
-    """The parent run of ``study`` (default: the experiment's newest study)."""
+    """The parent run of ``study`` (default: the experiment's newest study).
+
+    Args:
+        tracking: the store, on the study's experiment.
+        study: the study's name (its ``study`` tag); None: the newest study of the experiment.
+
+    Returns:
+        The newest MLflow run tagged ``role=study`` (and that study).
+
+    Raises:
+        BadInput: the experiment has no such parent run.
+    """
     flt = "tags.role = 'study'" + (f" and tags.study = '{study}'" if study else "")
     runs = tracking.client.search_runs([tracking.experiment_id], filter_string=flt,
                                        order_by=["attributes.start_time DESC"], max_results=1)
@@ -34,14 +45,32 @@ def find_parent(tracking: Tracking, study: str | None = None):
 
 
 def study_value(parent, kind: str, *, metric: str) -> float | None:
-    """The parent run's ``baseline`` or ``target`` of ``metric`` (``baseline_<metric>``, else ``baseline``)."""
+    """The parent run's ``baseline`` or ``target`` of ``metric`` (``baseline_<metric>``, else ``baseline``).
+
+    Args:
+        parent: the study's parent run.
+        kind: ``"baseline"`` or ``"target"``.
+        metric: the metric's name (the study's criterion metric).
+
+    Returns:
+        The logged value; None when the parent run has neither metric.
+    """
     m = parent.data.metrics
     return m.get(f"{kind}_{metric}", m.get(kind))
 
 
 def trials_frame(tracking: Tracking, parent_run_id: str) -> pd.DataFrame:
     """One row per child run: identity columns (``trial``: the trial's one name, ``live 003``), the settings
-    (effective, as logged) and the trial's own metrics (MLflow's ``system/*`` samples left out)."""
+    (effective, as logged) and the trial's own metrics (MLflow's ``system/*`` samples left out).
+
+    Args:
+        tracking: the study's store.
+        parent_run_id: the study's parent run.
+
+    Returns:
+        The table, one row per child run oldest first (``requested.*`` params left out); empty (no
+        columns) when the study has no child run.
+    """
     rows = []
     for run in tracking.child_runs(parent_run_id):
         tags = run.data.tags
@@ -57,7 +86,14 @@ def trials_frame(tracking: Tracking, parent_run_id: str) -> pd.DataFrame:
 
 def varying_settings(live: pd.DataFrame) -> list[str]:
     """Setting columns that take more than one value among live trials, less those that follow from an earlier
-    one (``num_draft_tokens`` is ``num_steps + 1`` at topk 1: the same panel twice)."""
+    one (``num_draft_tokens`` is ``num_steps + 1`` at topk 1: the same panel twice).
+
+    Args:
+        live: the live trials' rows of :func:`trials_frame`.
+
+    Returns:
+        The setting columns (not identity or numeric columns), in column order.
+    """
     skip = set(IDENTITY_COLUMNS)
     metrics = {c for c in live.columns if pd.api.types.is_numeric_dtype(live[c])}
     varying = [c for c in live.columns if c not in skip and c not in metrics and live[c].nunique(dropna=True) > 1]
@@ -75,7 +111,16 @@ def _same_partition(frame: pd.DataFrame, a: str, b: str) -> bool:
 
 
 def best_row(frame: pd.DataFrame, metric: str) -> pd.Series | None:
-    """The live trial with the highest ``metric`` among those that finished ok."""
+    """The live trial with the highest ``metric`` among those that finished ok.
+
+    Args:
+        frame: the study's trials table (:func:`trials_frame`).
+        metric: the column to maximise (the study's criterion metric).
+
+    Returns:
+        The best row; None when the table is empty, lacks ``metric``, or no live trial finished ok
+        with a value of it.
+    """
     if frame.empty or metric not in frame:
         return None
     ok = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")].dropna(subset=[metric])
@@ -134,7 +179,14 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
 
 def trial_label(row: pd.Series) -> str:
     """A trials-table row as a person reads it: the trial's name (``live 003``), else its run id's first 8
-    characters (a run logged before trials were named)."""
+    characters (a run logged before trials were named).
+
+    Args:
+        row: a row of :func:`trials_frame` (``trial`` and ``run_id`` are read).
+
+    Returns:
+        The label.
+    """
     name = row.get("trial")
     return name if isinstance(name, str) and name else str(row["run_id"])[:8]
 
@@ -175,7 +227,17 @@ def plot_gate(stage1: pd.DataFrame, out: Path, *, margin: float | None = None) -
 
 
 def plot_probes(probes: list[dict], *, judge: dict, out: Path) -> Path:
-    """One PNG of a bisect: each probe's samples and median against the judge's limit (red: BAD, green: GOOD)."""
+    """One PNG of a bisect: each probe's samples and median against the judge's limit (red: BAD, green: GOOD).
+
+    Args:
+        probes: the bisect report's probes in order (``outcome``, ``applied``, and optionally
+            ``median`` and ``samples``).
+        judge: the report's judge (``limit`` and ``metric`` are read when present).
+        out: the PNG file to write.
+
+    Returns:
+        ``out``.
+    """
     plt = pyplot()
     colors = {"GOOD": "#31a354", "BAD": "#d62728"}
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(probes) + 2), 4.2))
@@ -268,7 +330,17 @@ def _lines(frame: pd.DataFrame, parent, metric: str, plotted: str) -> dict[str, 
 
 
 def write_report(tracking: Tracking, parent, *, out: Path) -> Report:
-    """Trials table (CSV), best config (JSON) and plots into ``out``; all logged to the parent run."""
+    """Trials table (CSV), best config (JSON) and plots into ``out``; all logged to the parent run.
+
+    Args:
+        tracking: the study's store.
+        parent: the study's parent run (:func:`find_parent`).
+        out: the folder to write into (created when absent); logged under the run's ``report/``.
+
+    Returns:
+        The report: the trials table, the best row (None when no live trial finished ok), the files
+        written, the criterion metric and the model's view.
+    """
     out.mkdir(parents=True, exist_ok=True)
     pid = parent.info.run_id
     metric = parent.data.params.get("criterion.metric", "output_tok_s")

@@ -63,7 +63,15 @@ def apply_gate(verdicts: list[Verdict], *, margin: float, reference: float | Non
 def record_gate(tracking: Tracking, verdicts: list[Verdict], *, reference: float, margin: float) -> None:
     """Write the gate's decision onto each verdict's run: ``standalone.json`` and the ``verdict`` tag rewritten
     with ``passed`` and ``threshold``, the tag ``gate`` (pass | reject), the metrics ``gate_reference``,
-    ``gate_threshold`` and ``gate_distance`` (accuracy − threshold: how far inside or outside it is)."""
+    ``gate_threshold`` and ``gate_distance`` (accuracy − threshold: how far inside or outside it is).
+
+    Args:
+        tracking: the study's store.
+        verdicts: the verdicts :func:`apply_gate` decided; one without a run is skipped.
+        reference: the reference accuracy :func:`apply_gate` returned.
+        margin: the gate's margin (``standalone.margin``); a verdict without a threshold is judged
+            against ``reference - margin``.
+    """
     for v in verdicts:
         if v.run_id is None:
             continue

@@ -19,7 +19,14 @@ ENUMERATION_LIMIT = 100_000
 
 
 def encode(value: Any) -> Any:
-    """A choice as Optuna stores it: lists become comma-joined strings, scalars stay as they are."""
+    """A choice as Optuna stores it: lists become comma-joined strings, scalars stay as they are.
+
+    Args:
+        value: a setting value as the spec writes it (a layer-id list, a number, a string, ...).
+
+    Returns:
+        ``"1,5,9"`` for a list or tuple, ``value`` itself otherwise.
+    """
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return value
@@ -97,15 +104,44 @@ class SearchSpace:
         return sampled
 
     def decode(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Optuna's stored params of a trial back to setting values."""
+        """Optuna's stored params of a trial back to setting values.
+
+        Args:
+            params: a trial's params as Optuna stores them (``trial.params``).
+
+        Returns:
+            The same names, categorical choices decoded (``"1,5,9"`` back to ``[1, 5, 9]``), other
+            values unchanged.
+
+        Raises:
+            KeyError: a categorical value that is not one of the parameter's choices.
+        """
         return {k: self._decode[k][v] if k in self._decode else v for k, v in params.items()}
 
     def settings(self, sampled: dict[str, Any]) -> LiveSettings:
-        """Fixed settings overlaid with sampled values."""
+        """Fixed settings overlaid with sampled values.
+
+        Args:
+            sampled: decoded values by setting name (:meth:`suggest`, :meth:`decode`).
+
+        Returns:
+            The validated settings.
+
+        Raises:
+            BadInput: a combination the settings schema refuses, naming the spec and the sample.
+        """
         return settings_from({**self.fixed, **sampled}, f"{self.where}: sampled settings {sampled}")
 
     def values(self, name: str) -> list[Any] | None:
-        """Every value a parameter can take, or None for a continuous range."""
+        """Every value a parameter can take, or None for a continuous range.
+
+        Args:
+            name: a searched parameter.
+
+        Returns:
+            The choices of a categorical parameter, ``low..high`` by ``step`` for an int or a float
+            with a step; None for a float range without a step.
+        """
         p = self.params[name]
         if p.type == "categorical":
             return list(p.choices or [])
@@ -151,5 +187,9 @@ class SearchSpace:
                 yield sampled
 
     def describe(self) -> dict[str, Any]:
-        """The space as plain data, for logging."""
+        """The space as plain data, for logging.
+
+        Returns:
+            Parameter name → its spec entry without defaults, in dependency order.
+        """
         return {name: self.params[name].model_dump(exclude_defaults=True) for name in self.order}

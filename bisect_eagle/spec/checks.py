@@ -68,8 +68,24 @@ def validate_data(
 ) -> DataFacts:
     """Check whichever of ``target``, ``draft`` and ``dump`` are given, alone and against each other.
 
-    ``skip_bad`` lets the dump check pass over bad sample files to the first good one (as ``--skip-bad``
-    streaming would). Reads configs, safetensors headers and one dump sample; writes nothing.
+    Reads configs, safetensors headers and one dump sample; writes nothing.
+
+    Args:
+        target: the target's Hugging Face directory (weights checked from the headers); None:
+            skipped.
+        draft: the draft directory (:func:`~bisect_eagle.artifacts.draft.inspect_draft`); None:
+            skipped.
+        dump: the hidden-state dump directory (its first good sample read); None: skipped.
+        skip_bad: let the dump check pass over bad sample files to the first good one (as
+            ``--skip-bad`` streaming would).
+
+    Returns:
+        What was read: the target's config, the draft check, the dump format and first sample (each
+        None when that input was not given).
+
+    Raises:
+        BadInput: a bad input, or a target, draft and dump that disagree (vocabulary, hidden size):
+            one line naming the file and the key or tensor.
     """
     t = check_target_weights(target) if target is not None else None
     d = inspect_draft(draft) if draft is not None else None
@@ -169,7 +185,16 @@ def check_spec_inputs(spec: Spec) -> DataFacts:
     least ``warmup_prompts + num_prompts`` prompts for the largest trial), the data (:func:`validate_data`: the
     target's weights and the dump only where this machine reads them) and the layer ids against the target's
     depth. Paths of an sglang spec that are absent here are skipped (:func:`check_live_inputs` checks what a
-    live run reads). Errors are one :class:`BadInput` line naming the file and the key or tensor.
+    live run reads).
+
+    Args:
+        spec: a validated spec, its paths resolved (:func:`~bisect_eagle.spec.load.load_spec`).
+
+    Returns:
+        What :func:`validate_data` read (inputs this machine does not read are None).
+
+    Raises:
+        BadInput: one line naming the file and the key or tensor.
     """
     present = _present(spec)
     fixed = spec.fixed_settings()
@@ -218,7 +243,14 @@ def _model_path(spec: Spec) -> Path | None:
 
 
 def check_live_inputs(spec: Spec) -> None:
-    """What a live run reads on this machine whatever its engine: the prompts file (the sglang engine sends them)."""
+    """What a live run reads on this machine whatever its engine: the prompts file (the sglang engine sends them).
+
+    Args:
+        spec: a validated spec.
+
+    Raises:
+        BadInput: no ``prompts`` key, or a prompts file that is not here, one line naming the spec.
+    """
     if spec.prompts is None:
         raise BadInput(f"{spec.source}: key 'prompts' is missing; a live run reads the prompts here")
     if not spec.prompts.is_file():

@@ -76,6 +76,20 @@ def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
     is False (``doctor`` explains those problems instead), its inputs
     (:func:`bisect_eagle.spec.checks.check_spec_inputs`: paths, device, prompts, data, ids against the target's
     depth) are checked before any command creates a store, a study, a run or a directory.
+
+    Args:
+        path: the spec file (YAML).
+        check_inputs: also check the inputs the spec names; False for ``doctor``, which explains
+            those problems instead.
+
+    Returns:
+        The spec, its data paths made absolute against the spec's directory and ``source`` set to
+        ``path``.
+
+    Raises:
+        BadInput: a missing or unreadable file, YAML that does not parse or is not a mapping, any
+            key the schema refuses, or (with ``check_inputs``) a bad input: one line naming the file
+            and key.
     """
     path = Path(path)
     if not path.is_file():

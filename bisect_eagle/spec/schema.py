@@ -313,11 +313,25 @@ class Spec(_Strict):
         return self
 
     def fixed_settings(self) -> LiveSettings:
-        """The engine's fixed settings as validated :class:`LiveSettings`."""
+        """The engine's fixed settings as validated :class:`LiveSettings`.
+
+        Returns:
+            ``engine.settings`` parsed (:func:`settings_from`); unset fields take their defaults.
+
+        Raises:
+            BadInput: a setting the schema refuses (not reached for a spec that validated).
+        """
         return settings_from(self.engine.settings, f"{self.source}: engine.settings")
 
     def paths(self) -> dict[str, Path]:
-        """target, draft, dump and prompts; an error names the missing one."""
+        """target, draft, dump and prompts; an error names the missing one.
+
+        Returns:
+            ``{"target", "draft", "dump", "prompts"}`` → path, as the spec holds them.
+
+        Raises:
+            BadInput: one of the four is not given (one line naming the spec and the key).
+        """
         out = {}
         for key in ("target", "draft", "dump", "prompts"):
             value = getattr(self, key)
@@ -330,7 +344,19 @@ class Spec(_Strict):
 def settings_from(values: dict[str, Any], where: str) -> LiveSettings:
     """Settings from names as a spec writes them (``env.NAME``/``server_args.flag`` or nested dicts).
 
-    A value of ``None`` for ``env.NAME`` or ``server_args.flag`` leaves that variable or flag unset.
+    Args:
+        values: setting name → value; ``env.NAME`` / ``server_args.flag`` dotted, or ``env`` and
+            ``server_args`` as dicts. None for ``env.NAME`` or ``server_args.flag`` leaves that
+            variable or flag unset; a number or boolean for ``env.NAME`` is written as a shell
+            would.
+        where: what the values came from (a file and key, a flag), opening any error line.
+
+    Returns:
+        The validated settings.
+
+    Raises:
+        BadInput: an environment value that is not a string or number, or a setting
+            :class:`LiveSettings` refuses.
     """
     nested: dict[str, Any] = {}
     for name, value in values.items():
@@ -353,6 +379,13 @@ def with_overrides(fixed: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     ``speculative_adaptive`` has two spellings (the field and ``server_args.speculative_adaptive``); an override in
     either replaces the spec's value in either, so ``--set speculative_adaptive=true`` works on a spec that writes
     ``server_args: {speculative_adaptive: false}`` (and the other way round) instead of naming the flag twice.
+
+    Args:
+        fixed: the spec's fixed settings (``engine.settings``), not modified.
+        overrides: the ``--set`` values, by setting name.
+
+    Returns:
+        A new mapping: ``fixed`` with every overridden name replaced.
     """
     nested = overrides.get("server_args")
     if ADAPTIVE in overrides or ADAPTIVE_FLAG in overrides or (isinstance(nested, dict) and ADAPTIVE in nested):
@@ -372,7 +405,15 @@ def _env_text(value: Any, where: str) -> str:
 
 
 def check_setting_name(name: str, where: str) -> None:
-    """A setting name must be a LiveSettings field, ``env.NAME`` or ``server_args.flag``."""
+    """A setting name must be a LiveSettings field, ``env.NAME`` or ``server_args.flag``.
+
+    Args:
+        name: the setting name as written.
+        where: what the name came from, opening the error line.
+
+    Raises:
+        BadInput: any other name, listing the known fields.
+    """
     if name.startswith(("env.", "server_args.")) and len(name.split(".", 1)[1]) > 0:
         return
     if name in LiveSettings.model_fields and name not in ("env", "server_args"):

@@ -41,7 +41,15 @@ TORCH_DTYPE_NAMES = {"auto": "float32", "half": "float16", "float16": "float16",
 
 
 def torch_dtype_name(dtype: str) -> str:
-    """The torch dtype name (``float32``, ``float16``, ``bfloat16``) an in-process trial runs ``dtype`` in."""
+    """The torch dtype name (``float32``, ``float16``, ``bfloat16``) an in-process trial runs ``dtype`` in.
+
+    Args:
+        dtype: a ``--dtype`` name :class:`LiveSettings` accepts (``auto``, ``half``, ``float16``,
+            ``bfloat16``, ``float``, ``float32``).
+
+    Returns:
+        The torch dtype's name; ``auto`` runs in float32 in process.
+    """
     return TORCH_DTYPE_NAMES[dtype]
 
 
@@ -210,7 +218,19 @@ def check_id_list(value: Any) -> Any:
 
 
 def parse_settings(values: dict[str, Any], where: str) -> LiveSettings:
-    """Validate a settings mapping; errors name ``where`` (a file or flag), the key and the expectation."""
+    """Validate a settings mapping; errors name ``where`` (a file or flag), the key and the expectation.
+
+    Args:
+        values: :class:`LiveSettings` fields by name (``env`` and ``server_args`` as dicts).
+        where: what the values came from (a file and key, or a flag).
+
+    Returns:
+        The validated settings.
+
+    Raises:
+        BadInput: an unknown key or a value the schema refuses, one line naming ``where`` and the
+            key.
+    """
     try:
         return LiveSettings.model_validate(values)
     except ValidationError as e:
@@ -223,6 +243,18 @@ def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
     ``speculative_adaptive`` with ``topk > 1`` is turned off, as SGLang does with only a warning
     (``adaptive_unsupported_reason``; its reason quoted). Which ``num_steps`` adaptive accepts depends on the
     server's adaptive config; the sglang planner checks that (``docs/sglang-facts.md#speculative-adaptive``).
+
+    Args:
+        s: the requested settings.
+
+    Returns:
+        ``(effective, warnings)``: a baseline with every speculative field cleared; otherwise the
+        settings with ``num_draft_tokens`` set (``num_steps + 1`` when ``topk == 1``) and adaptive
+        turned off for ``topk > 1``, and one warning per value SGLang overrides.
+
+    Raises:
+        BadInput: a speculative request with ``num_steps < 1`` or ``topk < 1``, or ``topk > 1``
+            without ``num_draft_tokens``.
     """
     if s.is_baseline:
         return s.model_copy(update={"num_steps": 0, "topk": 0, "num_draft_tokens": 0,
@@ -249,6 +281,13 @@ def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
 
 
 def adaptive_off_warning(reason: str) -> str:
-    """The warning of a request for adaptive speculation that SGLang turns off, with SGLang's ``reason``."""
+    """The warning of a request for adaptive speculation that SGLang turns off, with SGLang's ``reason``.
+
+    Args:
+        reason: why SGLang turns it off, in SGLang's words.
+
+    Returns:
+        One line saying the static ``num_steps`` runs instead.
+    """
     return f"{ADAPTIVE} is turned off by SGLang: {reason}; it runs the static num_steps, with only a warning"
 

@@ -61,17 +61,39 @@ def tag_values(tags: Mapping[str, object]) -> dict[str, str]:
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
-    """``sqlite:///<cwd>/mlruns/mlflow.db`` (absolute, so other processes and the UI find the same store)."""
+    """``sqlite:///<cwd>/mlruns/mlflow.db`` (absolute, so other processes and the UI find the same store).
+
+    Args:
+        cwd: the directory the store lives under; None: the current directory.
+
+    Returns:
+        The SQLite tracking URI, its path resolved.
+    """
     return f"sqlite:///{((cwd or Path.cwd()) / 'mlruns' / 'mlflow.db').resolve()}"
 
 
 def resolve_tracking_uri(flag: str | None, spec_uri: str | None = None) -> str:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the spec's storage.tracking_uri, else the default."""
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the spec's storage.tracking_uri, else the default.
+
+    Args:
+        flag: the ``--tracking-uri`` value (None or empty: not given).
+        spec_uri: the spec's ``storage.tracking_uri`` (None or empty: not given).
+
+    Returns:
+        The first of them that is given; :func:`default_tracking_uri` when none is.
+    """
     return flag or os.environ.get("MLFLOW_TRACKING_URI") or spec_uri or default_tracking_uri()
 
 
 def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI, else None."""
+    """The database file of a ``sqlite:///`` URI, else None.
+
+    Args:
+        uri: a tracking URI.
+
+    Returns:
+        The path after ``sqlite:///`` (as written, not resolved); None for any other scheme.
+    """
     prefix = "sqlite:///"
     return Path(uri[len(prefix):]) if uri.startswith(prefix) else None
 
@@ -90,14 +112,27 @@ def _use_wal(db: Path) -> None:
 
 
 def owner_id() -> str:
-    """This process as ``host:pid:start-time`` (stale-trial detection when resuming)."""
+    """This process as ``host:pid:start-time`` (stale-trial detection when resuming).
+
+    Returns:
+        ``"host:pid:start"``, the start time in whole seconds since the epoch (:func:`owner_alive`
+        reads it back).
+    """
     import psutil
 
     return f"{socket.gethostname()}:{os.getpid()}:{int(psutil.Process().create_time())}"
 
 
 def owner_alive(owner: str) -> bool | None:
-    """Whether the process named by :func:`owner_id` still runs; None when it ran on another host."""
+    """Whether the process named by :func:`owner_id` still runs; None when it ran on another host.
+
+    Args:
+        owner: an :func:`owner_id` value (a run's ``owner`` tag; empty when it has none).
+
+    Returns:
+        True when a process of that pid and start time runs on this host, False when none does;
+        None when ``owner`` names another host or is not an owner id.
+    """
     import psutil
 
     host, _, rest = owner.partition(":")
@@ -148,7 +183,12 @@ def path_digest(path: Path) -> str:
 
 
 def environment_info() -> dict[str, str]:
-    """Versions, git sha, host and GPUs, as parent-run params."""
+    """Versions, git sha, host and GPUs, as parent-run params.
+
+    Returns:
+        ``python``, ``host``, ``platform``, ``git_sha``, ``version.<package>`` (``not installed``
+        where absent; SGLang left out then), ``gpus`` (``none`` without CUDA) and ``cuda``.
+    """
     info = {"python": platform.python_version(), "host": socket.gethostname(), "platform": platform.platform(),
             "git_sha": _git_sha()}
     for pkg in PACKAGES:
@@ -169,7 +209,15 @@ def environment_info() -> dict[str, str]:
 
 
 def flat_params(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested settings as MLflow params: ``env.NCCL_ALGO``, lists as JSON, None as 'None'."""
+    """Nested settings as MLflow params: ``env.NCCL_ALGO``, lists as JSON, None as 'None'.
+
+    Args:
+        values: settings, dicts nested to any depth.
+        prefix: put before every name (used by the recursion: ``"env."``).
+
+    Returns:
+        Dotted name → text value.
+    """
     out: dict[str, str] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
@@ -194,8 +242,20 @@ class Tracking:
 
     @classmethod
     def open(cls, uri: str, experiment: str, *, description: str | None = None) -> Tracking:
-        """Connect (creating a SQLite store and the experiment when absent); ``description`` is the experiment's
-        markdown description (``mlflow.note.content``), set when given."""
+        """Connect (creating a SQLite store and the experiment when absent).
+
+        Args:
+            uri: the tracking URI (:func:`resolve_tracking_uri`).
+            experiment: the experiment's name.
+            description: the experiment's markdown description (``mlflow.note.content``), set when
+                given.
+
+        Returns:
+            The store, on the experiment.
+
+        Raises:
+            BadInput: MLflow cannot open or create the experiment (one line, the URI redacted).
+        """
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # keeps --json output one object
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
@@ -226,10 +286,18 @@ class Tracking:
     def of_run(cls, uri: str, run_id: str) -> tuple[Tracking, Any]:
         """The store and experiment holding ``run_id``, and the run.
 
-        ``run_id`` is a whole MLflow run id or any unique prefix of it
-        (:func:`~bisect_eagle.tracking.run_ids.resolve_run_id`); the run's whole id is ``run.info.run_id``.
-        Raises :class:`BadInput` (one line) when the store does not exist, the prefix is too short, ambiguous or
-        matches no run.
+        Args:
+            uri: the tracking URI; a SQLite store is never created by this call.
+            run_id: a whole MLflow run id or any unique prefix of it
+                (:func:`~bisect_eagle.tracking.run_ids.resolve_run_id`).
+
+        Returns:
+            ``(tracking, run)``: the store on the run's experiment, and the MLflow run (its whole id
+            is ``run.info.run_id``).
+
+        Raises:
+            BadInput: one line when the store does not exist or cannot be reached, or the prefix is
+                too short, ambiguous or matches no run.
         """
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
@@ -251,7 +319,18 @@ class Tracking:
     def start_run(self, name: str, *, tags: dict[str, str], params: dict[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
-        sampled into it until :meth:`finish` when its ``stage`` tag is one of :data:`MEASURED_STAGES`."""
+        sampled into it until :meth:`finish` when its ``stage`` tag is one of
+        :data:`MEASURED_STAGES`.
+
+        Args:
+            name: the run name.
+            tags: the run's tags, on top of :attr:`run_tags` (values cut to :data:`TAG_LIMIT`).
+            params: the run's params.
+            parent_run_id: the parent run, tagged ``mlflow.parentRunId``; None: a top-level run.
+
+        Returns:
+            The new run's id.
+        """
         all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tag_values(all_tags))
         if params:
@@ -262,7 +341,14 @@ class Tracking:
 
     def log(self, run_id: str, *, metrics: dict[str, float] | None = None, params: dict[str, str] | None = None,
             tags: dict[str, str] | None = None) -> None:
-        """One batch of metrics (non-finite values left out), params and tags."""
+        """One batch of metrics (non-finite values left out), params and tags.
+
+        Args:
+            run_id: the run.
+            metrics: name → value at step 0; None and non-finite values are left out.
+            params: name → value (text).
+            tags: name → value (cut to :data:`TAG_LIMIT`).
+        """
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
@@ -274,7 +360,13 @@ class Tracking:
             self.client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
 
     def log_curve(self, run_id: str, name: str, *, values: list[float]) -> None:
-        """One metric as a curve: ``values[k]`` at step ``k`` (non-finite values left out)."""
+        """One metric as a curve: ``values[k]`` at step ``k`` (non-finite values left out).
+
+        Args:
+            run_id: the run.
+            name: the metric's name.
+            values: the curve, step 0 first; None and non-finite points are left out.
+        """
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -283,7 +375,13 @@ class Tracking:
             self.client.log_batch(run_id, metrics=ms)
 
     def log_datasets(self, run_id: str, paths: Mapping[str, Path]) -> None:
-        """Files or folders as the run's MLflow dataset inputs (name and context = the key, source = the path)."""
+        """Files or folders as the run's MLflow dataset inputs (name and context = the key, source = the path).
+
+        Args:
+            run_id: the run.
+            paths: dataset name (``target``, ``draft``, ...) → file or folder; the digest is of
+                names, sizes and modification times (:func:`path_digest`).
+        """
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         inputs = [DatasetInput(Dataset(name=key, digest=path_digest(Path(path)), source_type="local",
@@ -293,10 +391,22 @@ class Tracking:
             self.client.log_inputs(run_id, datasets=inputs)
 
     def rename(self, run_id: str, name: str) -> None:
+        """Give a run a new name.
+
+        Args:
+            run_id: the run.
+            name: its new run name.
+        """
         self.client.update_run(run_id, name=name)
 
     def log_texts(self, run_id: str, files: dict[str, str], *, artifact_path: str | None = None) -> None:
-        """Text artifacts (name -> content) in one upload."""
+        """Text artifacts (name -> content) in one upload.
+
+        Args:
+            run_id: the run.
+            files: artifact name (may hold ``/``) → text; empty: nothing is uploaded.
+            artifact_path: the folder of the run's artifacts they go under; None: the root.
+        """
         if not files:
             return
         with tempfile.TemporaryDirectory(prefix="bisect-eagle-") as tmp:
@@ -307,10 +417,22 @@ class Tracking:
             self.client.log_artifacts(run_id, tmp, artifact_path)
 
     def log_files(self, run_id: str, directory: Path, *, artifact_path: str | None = None) -> None:
+        """Every file under ``directory`` as the run's artifacts.
+
+        Args:
+            run_id: the run.
+            directory: the folder whose contents are uploaded (its own name is not kept).
+            artifact_path: the folder of the run's artifacts they go under; None: the root.
+        """
         self.client.log_artifacts(run_id, str(directory), artifact_path)
 
     def finish(self, run_id: str, status: str) -> None:
-        """FINISHED, FAILED or KILLED (its system metrics stopped first, their last sample logged)."""
+        """FINISHED, FAILED or KILLED (its system metrics stopped first, their last sample logged).
+
+        Args:
+            run_id: the run.
+            status: ``"FINISHED"``, ``"FAILED"`` or ``"KILLED"``.
+        """
         self.system_metrics.stop(run_id)
         self.client.set_terminated(run_id, status)
 
@@ -330,6 +452,16 @@ class Tracking:
         ``failure_class`` and its bare message as the detail. The detail is scrubbed of secret values by
         ``scrub`` (default: the secrets of this process's environment, :class:`bisect_eagle.tracking.redact.Scrubber`).
         SIGTERM counts as an interrupt once the CLI turned it into ``SystemExit`` (``sigterm_as_exit``).
+
+        Args:
+            run_id: the run ended when the block raises.
+            detail_tag: the tag the exception's detail goes to.
+            failure_classes: exception type → ``failure_class`` tag value.
+            scrub: removes secret values from the detail.
+
+        Returns:
+            A context manager; the block's exception always propagates (a store error while ending
+            the run is logged, not raised).
         """
         try:
             yield
@@ -355,11 +487,28 @@ class Tracking:
         self.finish(run_id, "KILLED" if interrupted else "FAILED")
 
     def ended_on_error(self, run_id: str, reason_tag: str) -> contextlib.AbstractContextManager[None]:
-        """Deprecated name of :meth:`run_guard` (``run_guard(run_id, detail_tag=reason_tag)``)."""
+        """Deprecated name of :meth:`run_guard` (``run_guard(run_id, detail_tag=reason_tag)``).
+
+        Args:
+            run_id: the run ended when the block raises.
+            reason_tag: the tag the exception's detail goes to.
+
+        Returns:
+            :meth:`run_guard`'s context manager.
+        """
         return self.run_guard(run_id, detail_tag=reason_tag)
 
     def end_killed(self, run_id: str, *, detail: str, **tags: str) -> bool:
-        """End a RUNNING run KILLED, tagged ``outcome=interrupted`` and ``failure_detail``; False if not RUNNING."""
+        """End a RUNNING run KILLED, tagged ``outcome=interrupted`` and ``failure_detail``; False if not RUNNING.
+
+        Args:
+            run_id: the run.
+            detail: the ``failure_detail`` tag: why it was ended.
+            **tags: more tags to set with them.
+
+        Returns:
+            True when the run was RUNNING and is now KILLED; False (nothing written) otherwise.
+        """
         if self.get_run(run_id).info.status != "RUNNING":
             return False
         self.log(run_id, tags={"outcome": "interrupted", "failure_detail": detail, **tags})
@@ -369,19 +518,47 @@ class Tracking:
     def end_orphans(self, *, detail: str) -> list[str]:
         """End KILLED every RUNNING run of this experiment whose ``owner`` (:func:`owner_id`) is a process of this
         host that no longer runs (a controller killed by SIGKILL, which no handler sees); their ids. A run of
-        another host, or without an owner, is left to its own process."""
+        another host, or without an owner, is left to its own process.
+
+        Args:
+            detail: the ``failure_detail`` tag of each run ended.
+
+        Returns:
+            The ids of the runs ended, oldest first.
+        """
         running = self._search("attributes.status = 'RUNNING'", ["attributes.start_time ASC"])
         return [r.info.run_id for r in running
                 if owner_alive(r.data.tags.get("owner", "")) is False and self.end_killed(r.info.run_id, detail=detail)]
 
     def reopen(self, run_id: str) -> None:
+        """Set an ended run RUNNING again (a resumed study's parent run).
+
+        Args:
+            run_id: the run.
+        """
         self.client.update_run(run_id, status="RUNNING")
 
     def get_run(self, run_id: str):
+        """The MLflow run of ``run_id``.
+
+        Args:
+            run_id: a whole run id.
+
+        Returns:
+            The ``mlflow.entities.Run`` (MLflow raises for an unknown id).
+        """
         return self.client.get_run(run_id)
 
     def child_runs(self, parent_run_id: str, stage: str | None = None) -> list:
-        """Child runs of a parent, oldest first (optionally of one stage)."""
+        """Child runs of a parent, oldest first (optionally of one stage).
+
+        Args:
+            parent_run_id: the parent run.
+            stage: only runs of this ``stage`` tag; None: every stage.
+
+        Returns:
+            The MLflow runs, every page of the search.
+        """
         flt = f"tags.`{PARENT_TAG}` = '{parent_run_id}'"
         if stage:
             flt += f" and tags.stage = '{stage}'"
@@ -399,7 +576,17 @@ class Tracking:
 
     def find_fingerprint(self, fingerprint: str, *, stages: tuple[str, ...] = LIVE_STAGES,
                          parent_run_id: str | None = None):
-        """The newest finished run of ``fingerprint`` whose outcome can be reused, else None."""
+        """The newest finished run of ``fingerprint`` whose outcome can be reused, else None.
+
+        Args:
+            fingerprint: the plan's fingerprint (the ``fingerprint`` tag).
+            stages: the stage tags a run may have (default: ``baseline`` and ``live``).
+            parent_run_id: only children of this run; None: any run of the experiment.
+
+        Returns:
+            The newest such run whose ``outcome`` is ``ok``, ``failed`` or ``pruned``; None when
+            there is none.
+        """
         flt = f"tags.fingerprint = '{fingerprint}'"
         if parent_run_id:
             flt += f" and tags.`{PARENT_TAG}` = '{parent_run_id}'"
@@ -409,9 +596,22 @@ class Tracking:
         return None
 
     def read_text(self, run_id: str, artifact: str) -> str:
-        """The content of a text artifact."""
+        """The content of a text artifact.
+
+        Args:
+            run_id: the run.
+            artifact: the artifact's path in the run (``trial.json``).
+
+        Returns:
+            The file's text (MLflow raises, by store, for a missing artifact).
+        """
         with tempfile.TemporaryDirectory(prefix="bisect-eagle-") as tmp:
             return Path(self.client.download_artifacts(run_id, artifact, tmp)).read_text()
 
     def experiment_name(self) -> str:
+        """The name of this object's experiment.
+
+        Returns:
+            The MLflow experiment's name.
+        """
         return self.client.get_experiment(self.experiment_id).name

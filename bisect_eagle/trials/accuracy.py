@@ -70,6 +70,11 @@ class StandaloneResult:
     alignment: str = ALIGNMENT
 
     def to_json(self) -> dict:
+        """The result as plain data (``bisect-eagle standalone --json``).
+
+        Returns:
+            Every field by name (``dataclasses.asdict``).
+        """
         return asdict(self)
 
 
@@ -211,6 +216,26 @@ def evaluate(
 
     Every sample's token ids are checked against the target vocabulary and its width against the target's
     hidden size before it is scored; no accuracy is reported when no token is scored (all masked).
+
+    Args:
+        loaded: the draft (:func:`~bisect_eagle.artifacts.draft.load_draft`).
+        reader: the dump's samples (a ``DumpReader``, or anything with its ``head``, ``path`` and
+            ``skipped``).
+        head: the target's embedding, final norm and LM head (the labels are its argmax).
+        rule: the wiring rule that builds ``fc``'s input from each sample's states.
+        samples: score the first this many good samples (≥ 1); None: all.
+        steps: teacher-forced draft steps (≥ 1).
+        max_rows: token rows per batch (bounds memory).
+
+    Returns:
+        The accuracy per position (full and draft vocabulary), their bootstrap errors, the simulated
+        accept length, and the counts and files skipped.
+
+    Raises:
+        BadInput: ``steps`` or ``samples`` below 1.
+        DumpError: no usable sample, a sample of another width than the target or with a token
+            outside its vocabulary, or no token scored.
+        WiringError: a rule that does not fit the dump or the draft's ``fc``.
     """
     if steps < 1:
         raise BadInput(f"steps must be >= 1, got {steps}")

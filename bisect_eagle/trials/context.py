@@ -39,7 +39,17 @@ class TrialContext:
         return self.spec.criterion.metric
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
-        """The engine's plan for ``settings`` (its fingerprint is the trial's identity)."""
+        """The engine's plan for ``settings`` (its fingerprint is the trial's identity).
+
+        Args:
+            settings: the trial's requested live settings.
+
+        Returns:
+            The engine's plan: effective settings, launch details, fingerprint, or a refusal.
+
+        Raises:
+            RuntimeError: the context has no engine yet (before stage 1 is done).
+        """
         if self.engine is None:
             raise RuntimeError("planning a live trial needs an engine in the trial context")
         return self.engine.plan(settings)

@@ -32,7 +32,14 @@ LaunchUnit = Literal["launches", "runs"]
 
 def launch_unit(spec: Spec) -> LaunchUnit:
     """What one engine run of ``spec``'s engine is called: ``runs`` in process (the local engine), else
-    ``launches`` (a server started per run)."""
+    ``launches`` (a server started per run).
+
+    Args:
+        spec: the study's or bisect's spec.
+
+    Returns:
+        ``"runs"`` or ``"launches"``.
+    """
     return "runs" if spec.engine.in_process else "launches"
 
 
@@ -69,24 +76,43 @@ class Launches:
         return self.live + self.confirm + self.baseline
 
     def to_json(self) -> dict[str, Any]:
-        """``{"total", "live", "confirm", "baseline", "unit"}``: what the outcome and ``--json`` carry."""
+        """``{"total", "live", "confirm", "baseline", "unit"}``: what the outcome and ``--json`` carry.
+
+        Returns:
+            The counts as ints and the unit, ``total`` their sum.
+        """
         return {"total": self.total, "live": self.live, "confirm": self.confirm, "baseline": self.baseline,
                 "unit": self.unit}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Launches:
-        """The inverse of :meth:`to_json` (``total`` is derived, not read)."""
+        """The inverse of :meth:`to_json` (``total`` is derived, not read).
+
+        Args:
+            data: a :meth:`to_json` mapping; a missing count is 0, a missing unit ``"launches"``.
+
+        Returns:
+            The launches.
+        """
         return cls(live=int(data.get("live", 0)), confirm=int(data.get("confirm", 0)),
                    baseline=int(data.get("baseline", 0)), unit=data.get("unit", "launches"))
 
     def summary(self) -> str:
-        """``17 launches (live 5, confirm 12, baseline 0)``: one line for a person."""
+        """``17 launches (live 5, confirm 12, baseline 0)``: one line for a person.
+
+        Returns:
+            The total with its unit, then each stage's count.
+        """
         return (f"{self.total} {self.unit} (live {self.live}, confirm {self.confirm}, "
                 f"baseline {self.baseline})")
 
     def metrics(self) -> dict[str, float]:
         """The parent run's metrics: ``launches``, ``launches_live``, ``launches_confirm``, ``launches_baseline``
-        (the same names for the local engine's runs; the unit is the outcome's ``launches.unit``)."""
+        (the same names for the local engine's runs; the unit is the outcome's ``launches.unit``).
+
+        Returns:
+            Metric name → count, as floats (MLflow's metric type).
+        """
         return {LAUNCHES: float(self.total), f"{LAUNCHES}_live": float(self.live),
                 f"{LAUNCHES}_confirm": float(self.confirm), f"{LAUNCHES}_baseline": float(self.baseline)}
 
@@ -100,7 +126,16 @@ def run_launches(metrics: Mapping[str, float]) -> int:
 
 def count_launches(tracking: Tracking, parent_run_id: str, *, unit: LaunchUnit = "launches") -> Launches:
     """Every engine run recorded under ``parent_run_id`` (all workers), split by the child runs' stage tags;
-    child runs of other stages are not counted."""
+    child runs of other stages are not counted.
+
+    Args:
+        tracking: the store the study logs to.
+        parent_run_id: the study's (or bisect's) parent run.
+        unit: what one engine run is called (:func:`launch_unit`).
+
+    Returns:
+        The counts by stage; a child run counts its ``launches`` metric, else ``repeats``, else 1.
+    """
     counts = dict.fromkeys(STAGES, 0)
     for run in tracking.child_runs(parent_run_id):
         stage = run.data.tags.get("stage")

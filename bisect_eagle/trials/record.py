@@ -45,12 +45,26 @@ SHOWN_TAG = "shown."  # + a headline metric or its ratio: the value rounded for 
 
 
 def ratio_name(metric: str) -> str:
-    """The one name of a metric's ratio to the baseline: ``output_tok_s_ratio_to_baseline``."""
+    """The one name of a metric's ratio to the baseline: ``output_tok_s_ratio_to_baseline``.
+
+    Args:
+        metric: the metric's name (``output_tok_s``).
+
+    Returns:
+        ``f"{metric}_ratio_to_baseline"``.
+    """
     return f"{metric}_ratio_to_baseline"
 
 
 def short_number(value: float) -> str:
-    """A metric for a person, the one way every table writes it: 3 significant digits, one decimal from 100 up."""
+    """A metric for a person, the one way every table writes it: 3 significant digits, one decimal from 100 up.
+
+    Args:
+        value: the metric's value.
+
+    Returns:
+        ``"75.2"``, ``"123.4"``, ``"0.0123"`` (``nan`` and ``inf`` as Python formats them).
+    """
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
@@ -70,12 +84,27 @@ def shown_tags(metrics: Mapping[str, float]) -> dict[str, str]:
 
 
 def deployment_paths(spec: Spec) -> dict[str, Path]:
-    """The spec's target, draft, dump and prompts (those it names)."""
+    """The spec's target, draft, dump and prompts (those it names).
+
+    Args:
+        spec: a spec.
+
+    Returns:
+        Key (``target``, ``draft``, ``dump``, ``prompts``) → path as the spec holds it; keys it does
+        not name are left out.
+    """
     return {k: Path(v) for k in DEPLOYMENT if (v := getattr(spec, k, None)) is not None}
 
 
 def deployment_tags(spec: Spec) -> dict[str, str]:
-    """The spec's target, draft, dump and prompts as run tags (``target``: its absolute path)."""
+    """The spec's target, draft, dump and prompts as run tags (``target``: its absolute path).
+
+    Args:
+        spec: a spec.
+
+    Returns:
+        Key → resolved absolute path as text, for the keys :func:`deployment_paths` gives.
+    """
     return {k: str(v.resolve()) for k, v in deployment_paths(spec).items()}
 
 
@@ -99,6 +128,11 @@ class TrialRecord:
     wall_s: float = 0.0  # seconds in run_live_trial
 
     def to_json(self) -> dict[str, Any]:
+        """The record as plain data (a bisect's report entry, ``--json``).
+
+        Returns:
+            Every field by name (``dataclasses.asdict``).
+        """
         return asdict(self)
 
 
@@ -123,7 +157,15 @@ def read_trial(tracking: Tracking, run_id: str) -> dict[str, Any]:
 
 
 def trial_failure(run) -> str | None:
-    """Why a logged trial did not measure ok (its status and failure class), or None when it did."""
+    """Why a logged trial did not measure ok (its status and failure class), or None when it did.
+
+    Args:
+        run: the trial's MLflow run.
+
+    Returns:
+        One phrase (``the trial ended FAILED (failed), failure class X: detail``, the detail cut at
+        200 characters); None for a FINISHED run tagged ``outcome=ok``.
+    """
     tags = run.data.tags
     if run.info.status == "FINISHED" and tags.get("outcome") == "ok":
         return None
@@ -134,7 +176,18 @@ def trial_failure(run) -> str | None:
 
 
 def effective_of(tracking: Tracking, run) -> dict[str, Any]:
-    """A live run's effective settings: its tag, else its ``trial.json``."""
+    """A live run's effective settings: its tag, else its ``trial.json``.
+
+    Args:
+        tracking: the run's store (read when the settings did not fit a tag).
+        run: the trial's MLflow run.
+
+    Returns:
+        The plan's effective settings (redacted).
+
+    Raises:
+        BadInput: no ``effective`` tag and no readable ``trial.json`` (:func:`read_trial`).
+    """
     if "effective" in run.data.tags:
         return json.loads(run.data.tags["effective"])
     return read_trial(tracking, run.info.run_id)["plan"]["effective"]
@@ -146,12 +199,32 @@ def requested_of(tracking: Tracking, run_id: str) -> dict[str, Any]:
 
 
 def run_metrics(run) -> dict[str, float]:
-    """A trial run's own metrics: without the ``system/*`` samples MLflow's system-metrics monitor adds."""
+    """A trial run's own metrics: without the ``system/*`` samples MLflow's system-metrics monitor adds.
+
+    Args:
+        run: the trial's MLflow run.
+
+    Returns:
+        Metric name → latest value, ``system/*`` left out.
+    """
     return {k: v for k, v in run.data.metrics.items() if not k.startswith(SYSTEM_PREFIX)}
 
 
 def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | None = None) -> TrialRecord | None:
-    """A finished live or baseline trial with this fingerprint (newest first), as a record; None if absent."""
+    """A finished live or baseline trial with this fingerprint (newest first), as a record; None if absent.
+
+    Args:
+        tracking: the store to search.
+        fingerprint: the plan's fingerprint.
+        parent_run_id: only trials under this parent run (a study); None: any study's.
+
+    Returns:
+        The newest reusable run (:meth:`~bisect_eagle.tracking.runs.Tracking.find_fingerprint`) as a
+        record with ``cached=True``; None when there is none.
+
+    Raises:
+        BadInput: the run found has no ``effective`` tag and no readable ``trial.json``.
+    """
     run = tracking.find_fingerprint(fingerprint, parent_run_id=parent_run_id)
     if run is None:
         return None
@@ -179,6 +252,16 @@ def trial_name(stage: str, *, number: int | None = None, label: str | None = Non
       out when None);
     - ``label`` as given (a bisect's ``probe 04 +num_steps``);
     - else the stage (``live``: one trial of ``bisect-eagle live``; ``reproduce``).
+
+    Args:
+        stage: the trial's stage tag (``live``, ``baseline``, ``confirm``, ``reproduce``, ...).
+        number: a study's live trial's Optuna trial number.
+        label: a name given whole; it wins over everything else.
+        tags: a confirmation's tags (``confirm_pair``, ``confirm_role``).
+        of: the name of the trial a confirmation candidate re-measures.
+
+    Returns:
+        The name, by the first rule above that applies.
     """
     if label is not None:
         return label
@@ -194,7 +277,17 @@ def run_name(name: str, stage: str, effective: dict[str, Any]) -> str:
     """A trial's MLflow run name: its :func:`trial_name`, then what it ran where the name does not say it
     (``live 003 ids=1,5,9 steps=3 topk=1``, ``probe 04 +num_steps no speculation``); a baseline's and a
     confirmation measurement's name alone (``baseline``, ``confirm 2 baseline``: the candidate's settings are its
-    trial's)."""
+    trial's).
+
+    Args:
+        name: the trial's :func:`trial_name`.
+        stage: the trial's stage tag.
+        effective: the plan's effective settings (``speculative_algorithm``, the layer ids,
+            ``num_steps``, ``topk`` are read).
+
+    Returns:
+        The run name.
+    """
     if stage in ("baseline", "confirm"):
         return name
     if effective.get("speculative_algorithm") == "none":
@@ -298,7 +391,15 @@ def _repeat(r: TrialResult) -> dict[str, Any]:
 
 
 def spec_of_study(tracking: Tracking, parent_run_id: str) -> Spec:
-    """The spec a study ran with (``spec.resolved.json`` of its parent run: absolute paths, no secrets)."""
+    """The spec a study ran with (``spec.resolved.json`` of its parent run: absolute paths, no secrets).
+
+    Args:
+        tracking: the study's store.
+        parent_run_id: the study's parent run.
+
+    Returns:
+        The spec, its ``source`` the spec file the study was started from.
+    """
     d = json.loads(tracking.read_text(parent_run_id, "spec.resolved.json"))
     source = d.pop("source", None)
     spec = Spec.model_validate(d)
@@ -307,7 +408,19 @@ def spec_of_study(tracking: Tracking, parent_run_id: str) -> Spec:
 
 
 def settings_of_run(tracking: Tracking, run) -> tuple[LiveSettings, str]:
-    """The settings a logged live trial requested (as explicitly set) and its parent run id."""
+    """The settings a logged live trial requested (as explicitly set) and its parent run id.
+
+    Args:
+        tracking: the trial's store.
+        run: the trial's MLflow run (stage ``live``, ``baseline`` or ``reproduce``).
+
+    Returns:
+        ``(settings, parent_run_id)``: the requested settings validated, and the run's parent tag.
+
+    Raises:
+        BadInput: a run of another stage, no readable ``trial.json``, or requested settings the
+            schema refuses.
+    """
     run_id = run.info.run_id
     if run.data.tags.get("stage") not in ("live", "baseline", "reproduce"):
         raise BadInput(

@@ -39,7 +39,21 @@ def standalone_fingerprint(spec: Spec, layer_ids: list[int], *, rule: str, sourc
 
 
 def run_standalone_trial(ctx: TrialContext, scorer, *, candidate) -> Any:
-    """A candidate wiring's stage-1 verdict: reused from this study's store, or scored and logged as a child run."""
+    """A candidate wiring's stage-1 verdict: reused from this study's store, or scored and logged as a child run.
+
+    Args:
+        ctx: the study's trial context (its spec, store and parent run).
+        scorer: the :class:`Scorer` of ``ctx.spec`` (anything with ``score(candidate)`` giving a
+            :class:`Verdict`).
+        candidate: the :class:`Candidate` to score.
+
+    Returns:
+        The :class:`Verdict`, its ``run_id`` the child run that scored it (the earlier one when
+        reused); ``passed`` and ``threshold`` are left for the gate.
+
+    Raises:
+        BadInput: the scorer refuses the candidate (one line naming the spec and the wiring).
+    """
     fp = standalone_fingerprint(ctx.spec, candidate.layer_ids, rule=candidate.rule, source=candidate.source)
     found = ctx.tracking.find_fingerprint(fp, stages=("standalone",), parent_run_id=ctx.parent_run_id)
     if found is not None:
@@ -115,6 +129,11 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """The verdict as plain data (the gate's record, a run's ``verdict`` tag without the gate).
+
+        Returns:
+            Every field by name (``dataclasses.asdict``).
+        """
         return asdict(self)
 
     def scores(self) -> dict[str, Any]:
@@ -134,7 +153,21 @@ def dump_ids(spec: Spec, num_layers: int) -> list[int]:
 
 
 def candidates(spec: Spec, num_layers: int) -> list[Candidate]:
-    """The spec's wirings as candidates; two wirings with the same live ids are one candidate."""
+    """The spec's wirings as candidates; two wirings with the same live ids are one candidate.
+
+    Args:
+        spec: the spec (its ``standalone.wirings``, ``dump_layer_ids``).
+        num_layers: the target's decoder layers N.
+
+    Returns:
+        One candidate per distinct set of live ids, in the spec's order, merged labels joined by
+        `` = ``; a wiring whose states the dump holds is scored on the dump, else on states the
+        target recomputes.
+
+    Raises:
+        BadInput: a wiring whose rule or ids do not fit (one line naming the spec and the wiring),
+            or a rule without ``dump_layer_ids``.
+    """
     out: dict[tuple[int, ...], Candidate] = {}
     for i, w in enumerate(spec.standalone.wirings):
         where = f"{spec.source}: standalone.wirings[{i}] ({w.label})"
@@ -195,6 +228,14 @@ class RecomputedDump:
             )
 
     def head(self, n: int) -> Iterator[Sample]:
+        """The first ``n`` samples, recomputed (as :meth:`DumpReader.head`).
+
+        Args:
+            n: how many samples at most.
+
+        Returns:
+            A lazy iterator; each sample runs one target forward as it is reached.
+        """
         return itertools.islice(iter(self), n)
 
 
@@ -213,6 +254,14 @@ class Scorer:
         self._model = None
 
     def candidates(self) -> list[Candidate]:
+        """The spec's wirings as candidates for this target (:func:`candidates`).
+
+        Returns:
+            The candidates, in the spec's order.
+
+        Raises:
+            BadInput: a wiring that does not fit.
+        """
         return candidates(self.spec, self.num_layers)
 
     def _target_model(self):

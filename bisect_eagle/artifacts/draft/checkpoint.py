@@ -52,7 +52,17 @@ class LoadedDraft:
     path: Path
 
     def aux_indices(self, num_layers: int) -> list[int]:
-        """Canonical hidden_states indices of the draft's aux inputs for a target of ``num_layers``."""
+        """Canonical hidden_states indices of the draft's aux inputs for a target of ``num_layers``.
+
+        Args:
+            num_layers: the target's decoder layers (``num_hidden_layers``).
+
+        Returns:
+            One ``hidden_states`` index per aux input, in the checkpoint's order.
+
+        Raises:
+            LayerIdError: an id outside what its convention allows for ``num_layers``.
+        """
         return layers.ids_to_canonical(self.layer_ids, self.id_convention, num_layers=num_layers)
 
 
@@ -92,7 +102,19 @@ def expected_shapes(c: DraftConfig) -> dict[str, tuple[int, ...]]:
 
 
 def read_headers(path: Path) -> dict[str, TensorHeader]:
-    """Canonical name → header of every tensor in ``path/*.safetensors``; nothing but the headers is read."""
+    """Canonical name → header of every tensor in ``path/*.safetensors``; nothing but the headers is read.
+
+    Args:
+        path: the draft directory.
+
+    Returns:
+        Canonical (``midlayer.*``) name → header; the verifier's own tensors (speculators'
+        ``verifier_lm_head``, ``verifier_norm``) left out.
+
+    Raises:
+        DraftLoadError: no safetensors file (only pickle weights, or none), a tensor in two files,
+            or a header that cannot be read.
+    """
     files = sorted(path.glob("*.safetensors"))
     if not files:
         if any(path.glob("*.bin")) or any(path.glob("*.pt")):
@@ -178,7 +200,20 @@ def check_tensors(
 
 
 def inspect_draft(path: str | Path) -> DraftCheck:
-    """The draft's config and its tensors' names, shapes and dtypes checked against each other (headers only)."""
+    """The draft's config and its tensors' names, shapes and dtypes checked against each other (headers only).
+
+    Args:
+        path: the draft directory (``config.json`` and ``*.safetensors``).
+
+    Returns:
+        The check: the config file, the network shapes, the declared layer ids in the layout's own
+        convention, and every tensor's header.
+
+    Raises:
+        BadInput: a bad config key (:func:`read_draft_config`).
+        DraftLoadError: an unknown layout, an unsupported variant, missing or empty layer ids, or a
+            tensor missing, unexpected, or of the wrong shape or dtype.
+    """
     path = Path(path)
     cf = read_draft_config(path)
     ids, conv = _declared_ids(cf)
@@ -225,7 +260,22 @@ def _check_values(check: DraftCheck, state: dict[str, torch.Tensor]) -> None:
 
 
 def load_draft(path: str | Path, *, target: str | Path | None = None, device: str = "cpu") -> LoadedDraft:
-    """Load an EAGLE-3 draft of either layout; ``embed_tokens`` comes from ``target`` when the draft lacks it."""
+    """Load an EAGLE-3 draft of either layout; ``embed_tokens`` comes from ``target`` when the draft lacks it.
+
+    Args:
+        path: the draft directory.
+        target: the target's Hugging Face directory; needed only when the draft has no
+            ``embed_tokens.weight`` (SpecForge exports).
+        device: the torch device the model is moved to (float32, eval mode).
+
+    Returns:
+        The model with its config, layout, layer ids as written and their convention, and ``path``.
+
+    Raises:
+        DraftLoadError: everything :func:`inspect_draft` refuses, unreadable weights, NaN or inf
+            values, a ``d2t`` map outside the target vocabulary, no embedding and no ``target``,
+            or a target embedding of the wrong shape.
+    """
     path = Path(path)
     check = inspect_draft(path)
     c = check.config

@@ -147,6 +147,13 @@ class DraftConfigFile(_Strict):
         vLLM reads the top level, else the nested ids, both as vLLM ids (see the module docstring); the local
         engine on a speculators draft reads the top level in vLLM's convention; SGLang (and the local engine
         otherwise) reads only the nested ids, in SGLang's convention.
+
+        Args:
+            reader: whose loader reads the config: ``"sglang"``, ``"vllm"`` or ``"local"``.
+
+        Returns:
+            ``(ids, convention)``: the ids as written (None when the place that reader looks at
+            holds none) and ``"vllm"`` or ``"sglang"``.
         """
         if reader == "vllm":
             return (self.top_level_ids if self.top_level_ids is not None else self.nested_ids), "vllm"
@@ -155,7 +162,12 @@ class DraftConfigFile(_Strict):
         return self.nested_ids, "sglang"
 
     def sglang_fc_aux(self) -> tuple[int, str]:
-        """How many aux states SGLang's ``fc`` takes, and the key it came from (SGLang's precedence)."""
+        """How many aux states SGLang's ``fc`` takes, and the key it came from (SGLang's precedence).
+
+        Returns:
+            ``(count, source)``: ``num_aux_hidden_states`` when set, else the length of the nested
+            ids, else SGLang's default; ``source`` names the key (or the default) in words.
+        """
         if self.num_aux_hidden_states is not None:
             return self.num_aux_hidden_states, "num_aux_hidden_states"
         if self.nested_ids is not None:
@@ -163,7 +175,14 @@ class DraftConfigFile(_Strict):
         return SGLANG_DEFAULT_AUX, f"SGLang's default of {SGLANG_DEFAULT_AUX}"
 
     def draft_config(self, num_aux: int) -> DraftConfig:
-        """The network shapes for a draft fed ``num_aux`` aux states."""
+        """The network shapes for a draft fed ``num_aux`` aux states.
+
+        Args:
+            num_aux: how many target hidden states ``fc`` concatenates (the number of layer ids).
+
+        Returns:
+            The shapes :class:`~bisect_eagle.artifacts.draft.model.Eagle3Draft` is built from.
+        """
         return DraftConfig(
             hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
             num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
@@ -193,7 +212,21 @@ def _heads(layer: _LayerKeys, path: Path, prefix: str) -> tuple[int, int, int]:
 
 
 def parse_draft_config(cfg: dict, path: Path) -> DraftConfigFile:
-    """Type-check a draft config already read from ``path`` (a config.json); see the module doc."""
+    """Type-check a draft config already read from ``path`` (a config.json); see the module doc.
+
+    Args:
+        cfg: the config.json's content.
+        path: the file it was read from, for error lines and :attr:`DraftConfigFile.path`.
+
+    Returns:
+        The typed config with its layout (``specforge``, ``speculators`` or ``unknown``), both
+        places of layer ids, and the keys of variants the model cannot build.
+
+    Raises:
+        BadInput: a key of the wrong type or a missing required key (one line naming ``path`` and
+            the key), a speculators config without ``transformer_layer_config``, or head counts that
+            do not divide.
+    """
     top = validate_keys(_TopKeys, cfg, path=path)
     layout = _layout(top)
     if layout == "speculators":
@@ -221,6 +254,17 @@ def parse_draft_config(cfg: dict, path: Path) -> DraftConfigFile:
 
 
 def read_draft_config(directory: str | Path) -> DraftConfigFile:
-    """``directory/config.json`` of an EAGLE-3 draft, type-checked (any bad key: one-line :class:`BadInput`)."""
+    """``directory/config.json`` of an EAGLE-3 draft, type-checked.
+
+    Args:
+        directory: the draft directory.
+
+    Returns:
+        The typed config (:func:`parse_draft_config`).
+
+    Raises:
+        BadInput: a missing or unreadable config.json, or any bad key (one line naming the file and
+            key).
+    """
     directory = Path(directory)
     return parse_draft_config(read_config_json(directory, "an EAGLE-3 draft"), directory / "config.json")

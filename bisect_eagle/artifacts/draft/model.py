@@ -124,13 +124,30 @@ class Eagle3Draft(nn.Module):
         return self.fc.in_features
 
     def project(self, aux: torch.Tensor) -> torch.Tensor:
-        """``fc`` over the concatenated aux states [..., num_aux·H_target] → [..., H]."""
+        """``fc`` over the concatenated aux states [..., num_aux·H_target] → [..., H].
+
+        Args:
+            aux: the aux states concatenated on the last dimension, in layer-id order.
+
+        Returns:
+            The fused hidden state [..., H], the draft's step-0 input.
+        """
         return self.fc(aux)
 
     def pre_attention(
         self, hidden: torch.Tensor, tokens: torch.Tensor, *, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Residual, q, k, v for rows (hidden [B, T, H], tokens [B, T], positions [B, T])."""
+        """Residual, q, k, v for rows (hidden [B, T, H], tokens [B, T], positions [B, T]).
+
+        Args:
+            hidden: the draft's input states [B, T, H] (``fc`` output, or the previous step's h).
+            tokens: the token ids embedded beside them [B, T] (target vocabulary).
+            positions: the rotary positions [B, T].
+
+        Returns:
+            ``(residual, q, k, v)``: residual [B, T, H] (the normed hidden when
+            ``norm_before_residual``), rotated q [B, heads, T, d], rotated k and v [B, kv, T, d].
+        """
         layer = self.midlayer
         normed = layer.hidden_norm(hidden)
         a = torch.cat([layer.input_layernorm(self.embed_tokens(tokens)), normed], dim=-1)
@@ -141,17 +158,42 @@ class Eagle3Draft(nn.Module):
     def post_attention(
         self, residual: torch.Tensor, q: torch.Tensor, *, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
-        """Attention over the given keys, the MLP, and the pre-norm output h [B, T, H]."""
+        """Attention over the given keys, the MLP, and the pre-norm output h [B, T, H].
+
+        Args:
+            residual: :meth:`pre_attention`'s residual [B, T, H].
+            q: the queries [B, heads, T, d].
+            k: all visible keys [B, kv, S, d] (cached ones and this call's).
+            v: the values matching ``k``.
+            mask: boolean [T, S], True where a row may see a key.
+
+        Returns:
+            The pre-norm output h [B, T, H] (feeds :meth:`logits` and the next draft step).
+        """
         layer = self.midlayer
         h = residual + layer.self_attn.attend(q, k, v=v, mask=mask)
         return h + layer.mlp(layer.post_attention_layernorm(h))
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary logits of pre-norm states h (the only place ``norm`` is applied)."""
+        """Draft-vocabulary logits of pre-norm states h (the only place ``norm`` is applied).
+
+        Args:
+            h: pre-norm states [..., H].
+
+        Returns:
+            Logits [..., draft_vocab_size]; map an argmax with :meth:`to_target_ids`.
+        """
         return self.lm_head(self.norm(h))
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        """Map draft-vocabulary ids to target-vocabulary ids (``i + d2t[i]``)."""
+        """Map draft-vocabulary ids to target-vocabulary ids (``i + d2t[i]``).
+
+        Args:
+            draft_ids: integer ids in ``[0, draft_vocab_size)``, any shape.
+
+        Returns:
+            The target-vocabulary ids, same shape.
+        """
         return draft_ids + self.d2t[draft_ids]
 
     def ttt_forward(self, aux: torch.Tensor, tokens: torch.Tensor, *, steps: int) -> list[torch.Tensor]:
@@ -159,8 +201,19 @@ class Eagle3Draft(nn.Module):
 
         Row ``t`` of step ``k`` reads ``tokens[:, t + k]`` at position ``t + k`` and the draft's own step
         ``k-1`` output (step 0: ``fc(aux[:, t])``). It sees step-0 keys at rows ``<= t`` and its own row's
-        keys of steps 1..k -- exactly what a chain draft sees in live decoding. ``tokens`` has ``T + steps
-        - 1`` columns for ``T`` aux rows. Returns the pre-norm states [B, T, H] of each step.
+        keys of steps 1..k -- exactly what a chain draft sees in live decoding.
+
+        Args:
+            aux: concatenated aux states [B, T, num_aux·H_target].
+            tokens: target-vocabulary ids [B, ≥ T + steps - 1]; row ``t`` of step ``k`` reads column
+                ``t + k``.
+            steps: draft steps (≥ 1).
+
+        Returns:
+            The pre-norm states [B, T, H] of each step, step 0 first (``steps`` tensors).
+
+        Raises:
+            ValueError: ``tokens`` has fewer than ``T + steps - 1`` columns.
         """
         b, t, _ = aux.shape
         if tokens.shape[1] < t + steps - 1:

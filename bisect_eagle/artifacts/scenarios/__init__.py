@@ -40,11 +40,26 @@ class Scenario:
 
 
 def names() -> list[str]:
+    """The shipped scenarios.
+
+    Returns:
+        Their names, sorted: every directory under the package holding a ``scenario.json``.
+    """
     return sorted(p.parent.name for p in ROOT.glob("*/scenario.json"))
 
 
 def get(name: str) -> Scenario:
-    """The shipped scenario ``name``, or an error listing the shipped ones."""
+    """The shipped scenario ``name``, or an error listing the shipped ones.
+
+    Args:
+        name: a scenario's directory name (``tiny``).
+
+    Returns:
+        The scenario's paths inside the installed package.
+
+    Raises:
+        BadInput: no shipped scenario of that name.
+    """
     root = ROOT / name
     if not (root / "scenario.json").is_file():
         raise BadInput(f"unknown scenario {name!r}; shipped scenarios: {', '.join(names()) or 'none'}")
