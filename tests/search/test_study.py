@@ -135,6 +135,28 @@ def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store, sig):
     assert Claims(store["storage"], parent.data.tags["study"]).all() == []  # released: measured again on resume
 
 
+def test_a_sigterm_while_the_verdict_is_written_ends_the_study_run_killed(tmp_path, store, monkeypatch):
+    """The search is done, its report plots are being drawn when SIGTERM arrives (the CLI turns it into an exit):
+    the study's run ends KILLED, not RUNNING, and `--resume` writes the verdict."""
+    import bisect_eagle.search.study.parent as parent_module
+
+    def killed(*args, **kwargs):
+        raise SystemExit(128 + signal.SIGTERM)
+
+    spec = load_spec(make_spec(tmp_path, "verdict", ratio=10.0, high=2, budget=2))
+    with monkeypatch.context() as patch:
+        patch.setattr(parent_module, "write_report", killed)
+        with pytest.raises(SystemExit):
+            search(spec, FakeEngine(), store)
+    tracking = Tracking.open(store["tracking"], "verdict")
+    parent = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'study'")[0]
+    assert parent.info.status == "KILLED" and parent.data.tags["outcome"] == "interrupted"
+    engine = FakeEngine()
+    out = search(spec, engine, store, resume=True)
+    assert out.parent_run_id == parent.info.run_id and engine.runs == []  # nothing measured again
+    assert tracking.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
 def _wait_for_lines(log: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
     def enough() -> bool:
         if log.exists() and len(log.read_text().splitlines()) >= n:
