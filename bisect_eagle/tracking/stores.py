@@ -186,16 +186,17 @@ def command_line() -> str:
     return Scrubber()(shlex.join(redact_url(a) for a in argv))
 
 
-def _holder(path: Path) -> str:
-    """Who holds the lock at ``path``, from what it wrote there."""
+def _holder(path: Path) -> tuple[str, str]:
+    """Who holds the lock at ``path``, and its command, from what it wrote there."""
     try:
         held = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         held = {}
     if not held.get("pid"):
-        return "another process (starting: it has not written its name yet)"
+        return "another process (starting: it has not written its name yet)", ""
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(held.get("started", 0)))
-    return f"pid {held['pid']} on {held.get('host', '?')} ({held.get('command', '?')}, started {started})"
+    command = str(held.get("command", "?"))
+    return f"pid {held['pid']} on {held.get('host', '?')} ({command}, started {started})", command
 
 
 @contextlib.contextmanager
@@ -224,9 +225,11 @@ def store_lock(uri: str, *, command: str | None = None) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StoreBusy(f"tracking store {path.parent}: {_holder(path)} is writing runs to it; one run per store "
-                            "at a time: wait for it to end, or give another --tracking-uri (or work in another "
-                            "folder); to add this machine to its study, use `bisect-eagle worker`") from None
+            who, what = _holder(path)
+            join = "; to measure its study from here too, use `bisect-eagle worker`" if " run" in what else ""
+            raise StoreBusy(f"tracking store {path.parent}: {who} is writing runs to it; one run per store at a "
+                            "time: wait for it to end, or give another --tracking-uri (or work in another folder)"
+                            f"{join}") from None
         me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command or command_line(),
               "started": int(time.time())}
         os.ftruncate(fd, 0)
