@@ -169,19 +169,20 @@ def _no_changes(good: Endpoint, bad: Endpoint, ignored: list[str], engine: str) 
 
 def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] = make_engine,
                progress: BisectProgress | None = None) -> BisectReport:
-    """Breaking sets and a repair set between the good and bad configuration; a parent run, a child per probe.
+    """Breaking sets and a repair set between the good and bad configuration; a parent run, a child
+    per probe.
 
     Once the inputs are checked, the tracking store is held until the bisect ends
-    (:func:`~bisect_eagle.tracking.stores.store_lock`: a local store another measuring command holds is
-    :class:`~bisect_eagle.tracking.stores.StoreBusy`), and the runs that dead processes of this host left RUNNING
-    in the bisect experiment are ended KILLED (:meth:`Tracking.end_orphans`).
+    (:func:`~bisect_eagle.tracking.stores.store_lock`: a local store another measuring command
+    holds is :class:`~bisect_eagle.tracking.stores.StoreBusy`), and the runs that dead processes of
+    this host left RUNNING in the bisect experiment are ended KILLED (:meth:`Tracking.end_orphans`).
     """
     with contextlib.ExitStack() as held:
         return _run_bisect(opts, engine_factory=engine_factory, progress=progress, held=held)
 
 
-def _run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine], progress: BisectProgress | None,
-                held: contextlib.ExitStack) -> BisectReport:
+def _run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine],
+                progress: BisectProgress | None, held: contextlib.ExitStack) -> BisectReport:
     """:func:`run_bisect`, its store lock entered on ``held``."""
     opts, parsed = _replay_options(opts)
     uri = resolve_tracking_uri(opts.tracking_uri)

@@ -110,8 +110,9 @@ def _measure(activity: Activity, run_id: str, *, tracking_uri: str | None, repea
              held: contextlib.ExitStack):
     """Measure a fresh baseline and the logged trial again, as children of a new reproduce run, each step said on
     ``activity``: (the logged run, the reproduce experiment's tracking, its parent run id, the baseline's record, the
-    trial's new record, the criterion metric). Once the inputs are checked, the store is held on ``held``
-    (:func:`~bisect_eagle.tracking.stores.store_lock`: one measuring command per local store)."""
+    trial's new record, the criterion metric). Once the inputs are checked, the store is held on
+    ``held`` (:func:`~bisect_eagle.tracking.stores.store_lock`: one measuring command per local
+    store), and the runs a killed reproduce left RUNNING are ended KILLED."""
     from bisect_eagle.search.study.parent import resolved_spec
     from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
     from bisect_eagle.tracking.stores import store_lock
@@ -134,6 +135,7 @@ def _measure(activity: Activity, run_id: str, *, tracking_uri: str | None, repea
 
     tracking = Tracking.open(store.uri, f"{spec.name} / reproduce", description=(
         f"bisect-eagle reproduce: trials of spec {spec.name!r} measured again beside a fresh baseline."))
+    tracking.end_orphans(detail="the reproduce running this was killed (its process is gone)")
     parent = tracking.start_run(f"reproduce {run.info.run_name}", tags={"role": "reproduce", "reproduces": run_id,
                                                                    **deployment_tags(spec)})
     tracking.log_texts(parent, {"spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})

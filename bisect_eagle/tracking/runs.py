@@ -251,9 +251,10 @@ class Tracking:
     def start_run(self, name: str, *, tags: dict[str, str], params: dict[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
-        sampled into it until :meth:`finish` when its ``stage`` tag is one of :data:`MEASURED_STAGES`. The run is
-        tagged ``owner`` (:func:`owner_id`, unless ``tags`` names another): a run its process left RUNNING when killed
-        outright is ended by the next command's :meth:`end_orphans`."""
+        sampled into it until :meth:`finish` when its ``stage`` tag is in :data:`MEASURED_STAGES`.
+        The run is tagged ``owner`` (:func:`owner_id`, unless ``tags`` names another): a run its
+        process left RUNNING when killed outright is ended by the next command's
+        :meth:`end_orphans`."""
         all_tags = {**self.run_tags, "owner": owner_id(), **tags,
                     **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tag_values(all_tags))

@@ -5,13 +5,14 @@ retries (SQLAlchemy's and MLflow's own). :func:`check_stores` tries each once, b
 :data:`CONNECT_TIMEOUT_S`, and raises :class:`StoreUnreachable` (a :class:`BadInput`: one line, exit 2) whose
 message names the store with its password hidden. SQLite files and ``file:`` stores are local: not checked.
 
-:func:`first_open_lock` serialises the first open of a SQLite store by processes of one machine: a ``run`` and a
-``worker`` started together in a fresh directory would otherwise both create its tables, and one would fail.
+:func:`first_open_lock` serialises the first open of a SQLite store by processes of one machine:
+a ``run`` and a ``worker`` started together in a fresh directory would otherwise both create its
+tables, and one would fail.
 
-:func:`store_lock` keeps one measuring command (``run``, ``bisect``, ``reproduce``) per local tracking store at a
-time: a second one is :class:`StoreBusy` (one line, exit 2) naming the holder's pid, command and start time.
-``worker`` joins the holder's study and takes no lock; a remote store (a database or an ``mlflow server``, shared
-by several nodes) takes none either.
+:func:`store_lock` keeps one measuring command (``run``, ``bisect``, ``reproduce``) per local
+tracking store at a time: a second one is :class:`StoreBusy` (one line, exit 2) naming the holder's
+pid, command and start time. ``worker`` joins the holder's study and takes no lock; a remote store
+(a database or an ``mlflow server``, shared by several nodes) takes none either.
 
 ``postgresql://`` URLs use SQLAlchemy's default PostgreSQL driver, which is psycopg 3 under SQLAlchemy 2.1
 (``pip install 'bisect-eagle[postgres]'``); ``postgresql+psycopg://`` names it explicitly and is equivalent.
@@ -153,7 +154,7 @@ class StoreBusy(BadInput):
     """A local tracking store another process is writing runs to (the message names it)."""
 
 
-LOCK_NAME = "bisect-eagle.run-lock"  # in a folder store; beside a SQLite database it is ``<db>.run-lock``
+LOCK_NAME = "bisect-eagle.run-lock"  # in a folder store; beside a SQLite database: <db>.run-lock
 
 
 def lock_path(uri: str) -> Path | None:
@@ -163,8 +164,9 @@ def lock_path(uri: str) -> Path | None:
         uri: the MLflow tracking URI.
 
     Returns:
-        ``<db>.run-lock`` beside a ``sqlite:///`` database, :data:`LOCK_NAME` inside a folder (``file:`` or a plain
-        path); None for a remote store (a database server or an MLflow server), which several nodes share on purpose.
+        ``<db>.run-lock`` beside a ``sqlite:///`` database, :data:`LOCK_NAME` inside a folder
+        (``file:`` or a plain path); None for a remote store (a database server or an MLflow
+        server), which several nodes share on purpose.
     """
     parts = urlsplit(uri)
     if uri.startswith("sqlite:///"):
@@ -178,10 +180,10 @@ def lock_path(uri: str) -> Path | None:
 
 
 def command_line() -> str:
-    """This process's command line as a person typed it (``bisect-eagle run spec.yaml``), URL passwords and
-    secret values hidden."""
+    """This process's command line as a person typed it (``bisect-eagle run spec.yaml``), URL
+    passwords and secret values hidden."""
     argv = list(sys.argv)
-    if Path(argv[0]).name in ("bisect-eagle", "__main__.py"):  # the console script, or python -m bisect_eagle.cli
+    if Path(argv[0]).name in ("bisect-eagle", "__main__.py"):  # the script, or python -m
         argv[0] = "bisect-eagle"
     return Scrubber()(shlex.join(redact_url(a) for a in argv))
 
@@ -201,12 +203,12 @@ def _holder(path: Path) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def store_lock(uri: str, *, command: str | None = None) -> Iterator[None]:
-    """Hold the tracking store at ``uri`` for one measuring command while the block runs; a remote store is not
-    held (:func:`lock_path`).
+    """Hold the tracking store at ``uri`` for one measuring command while the block runs; a remote
+    store is not held (:func:`lock_path`).
 
-    The lock is an ``flock`` on :func:`lock_path`, which the kernel releases when the process ends however it ends
-    (SIGKILL included): a dead holder never blocks the next command. The holder writes its pid, host,
-    ``command`` and start time into the file.
+    The lock is an ``flock`` on :func:`lock_path`, which the kernel releases when the process ends
+    however it ends (SIGKILL included): a dead holder never blocks the next command. The holder
+    writes its pid, host, ``command`` and start time into the file.
 
     Args:
         uri: the MLflow tracking URI.
@@ -226,12 +228,13 @@ def store_lock(uri: str, *, command: str | None = None) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             who, what = _holder(path)
-            join = "; to measure its study from here too, use `bisect-eagle worker`" if " run" in what else ""
-            raise StoreBusy(f"tracking store {path.parent}: {who} is writing runs to it; one run per store at a "
-                            "time: wait for it to end, or give another --tracking-uri (or work in another folder)"
-                            f"{join}") from None
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command or command_line(),
-              "started": int(time.time())}
+            join = "; to measure its study from here too, use `bisect-eagle worker`" \
+                if " run" in what else ""
+            raise StoreBusy(f"tracking store {path.parent}: {who} is writing runs to it; one run "
+                            "per store at a time: wait for it to end, or give another "
+                            f"--tracking-uri (or work in another folder){join}") from None
+        me = {"pid": os.getpid(), "host": socket.gethostname(),
+              "command": command or command_line(), "started": int(time.time())}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
         try:

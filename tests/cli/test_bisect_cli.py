@@ -602,19 +602,21 @@ def _running(uri: str) -> int:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_bisect_and_its_replay_killed_by_a_signal_leave_no_run_running(tmp_path, sig):
-    """SIGTERM or Ctrl-C while a probe is measured (each trial sleeps 20 s): the bisect ends its probe's run and its
-    own KILLED, ``outcome=interrupted``; so does a ``--replay`` of its log interrupted the same way."""
+    """SIGTERM or Ctrl-C while a probe is measured (each trial sleeps 20 s): the bisect ends its
+    probe's run and its own KILLED, ``outcome=interrupted``; so does a ``--replay`` of its log
+    interrupted the same way."""
     import time
 
     uri, log = f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "b.log")
 
     def interrupted(*extra: str) -> None:
-        code = KILLED_DRIVER.format(tests=str(ROOT / "tests"), sleep=20.0, uri=uri, extra=list(extra))
+        code = KILLED_DRIVER.format(tests=str(ROOT / "tests"), sleep=20.0, uri=uri,
+                                    extra=list(extra))
         before = _running(uri)
         errors = tmp_path / "err.txt"
         with errors.open("w") as err:
-            proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
-                                    stderr=err, start_new_session=True)
+            proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV,
+                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         deadline = time.monotonic() + LIMIT_S
         try:  # the parent and a probe's run are open while its trial sleeps
             while not (Path(log).exists() and _running(uri) >= before + 2) and proc.poll() is None \

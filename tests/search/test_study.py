@@ -135,9 +135,10 @@ def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store, sig):
     assert Claims(store["storage"], parent.data.tags["study"]).all() == []  # released: measured again on resume
 
 
-def test_a_sigterm_while_the_verdict_is_written_ends_the_study_run_killed(tmp_path, store, monkeypatch):
-    """The search is done, its report plots are being drawn when SIGTERM arrives (the CLI turns it into an exit):
-    the study's run ends KILLED, not RUNNING, and `--resume` writes the verdict."""
+def test_a_sigterm_while_the_verdict_is_written_ends_the_study_run_killed(tmp_path, store,
+                                                                          monkeypatch):
+    """The search is done, its report plots are being drawn when SIGTERM arrives (the CLI turns it
+    into an exit): the study's run ends KILLED, not RUNNING, and `--resume` writes the verdict."""
     import bisect_eagle.search.study.parent as parent_module
 
     def killed(*args, **kwargs):
@@ -203,13 +204,15 @@ def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
 
 
 def test_a_new_run_after_a_sigkill_ends_the_killed_runs_runs(tmp_path, store):
-    """SIGKILL reaches no handler: the study's run and its live trial stay RUNNING. The next `run` of the spec (a new
-    study, not a resume) ends them KILLED, outcome ``interrupted``, before it starts; its own runs finish."""
+    """SIGKILL reaches no handler: the study's run and its live trial stay RUNNING. The next `run`
+    of the spec (a new study, not a resume) ends them KILLED, outcome ``interrupted``, before it
+    starts; its own runs finish."""
     spec_path = make_spec(tmp_path, "orphans", ratio=10.0, high=3, budget=3)
     log = tmp_path / "runs.log"
-    proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path), store["storage"],
-                             store["tracking"], "2.0", str(log)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path),
+                             store["storage"], store["tracking"], "2.0", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
         _wait_for_lines(log, 2, proc)  # the baseline done, a live trial in progress
     finally:

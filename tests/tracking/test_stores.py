@@ -1,6 +1,6 @@
-"""Fail fast on unreachable stores (one line, exit 2, no password, seconds), one measuring command per local store,
-and PostgreSQL really working for both the Optuna storage and MLflow's backend store (psycopg 3 under SQLAlchemy
-2.1, plain ``postgresql://``)."""
+"""Fail fast on unreachable stores (one line, exit 2, no password, seconds), one measuring command
+per local store, and PostgreSQL really working for both the Optuna storage and MLflow's backend
+store (psycopg 3 under SQLAlchemy 2.1, plain ``postgresql://``)."""
 
 from __future__ import annotations
 
@@ -129,8 +129,8 @@ with store_lock(sys.argv[1], command="bisect-eagle run spec.yaml"):
 
 
 def test_a_store_held_by_one_command_refuses_a_second_naming_it_until_the_holder_dies(tmp_path):
-    """The second command's error names the holder (pid, command, start time); a SIGKILLed holder's lock is gone
-    with it, so the next command gets the store."""
+    """The second command's error names the holder (pid, command, start time); a SIGKILLed
+    holder's lock is gone with it, so the next command gets the store."""
     import signal
 
     from bisect_eagle.tracking.stores import StoreBusy, store_lock
@@ -143,8 +143,10 @@ def test_a_store_held_by_one_command_refuses_a_second_naming_it_until_the_holder
         with pytest.raises(StoreBusy) as e, store_lock(uri):
             pass
         message = str(e.value)
-        assert "\n" not in message and message.startswith(f"tracking store {tmp_path / 'mlruns'}: pid {holder.pid} ")
-        assert "(bisect-eagle run spec.yaml, started 20" in message and "bisect-eagle worker" in message
+        head = f"tracking store {tmp_path / 'mlruns'}: pid {holder.pid} "
+        assert "\n" not in message and message.startswith(head)
+        assert "(bisect-eagle run spec.yaml, started 20" in message
+        assert "bisect-eagle worker" in message
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
@@ -153,10 +155,10 @@ def test_a_store_held_by_one_command_refuses_a_second_naming_it_until_the_holder
 
 
 def test_a_remote_store_is_never_held():
-    """A database or an MLflow server is shared by the nodes of a study on purpose: no lock, no file."""
+    """A database or an MLflow server is shared by the nodes of a study on purpose: no lock."""
     from bisect_eagle.tracking.stores import lock_path, store_lock
 
-    for uri in ("postgresql://be:pw@db:5432/mlflow", "http://tracking:5000", "https://u:pw@tracking"):
+    for uri in ("postgresql://be:pw@db/mlflow", "http://tracking:5000", "https://u:pw@tracking"):
         assert lock_path(uri) is None
         with store_lock(uri), store_lock(uri):  # held twice at once: nothing is held
             pass

@@ -70,12 +70,14 @@ class Options:
 def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) -> StudyOutcome:
     """Create (or with ``resume`` continue) a study: stage 1, baseline, stage 2, then close the parent run.
 
-    Unreachable stores fail first, within seconds (:func:`bisect_eagle.tracking.stores.check_stores`); a local
-    tracking store another measuring command holds is :class:`~bisect_eagle.tracking.stores.StoreBusy`
-    (:func:`~bisect_eagle.tracking.stores.store_lock`, held until the study ends). The runs that dead processes
-    of this host left RUNNING in the spec's experiment are ended KILLED first (:meth:`Tracking.end_orphans`).
-    ``resume`` then reaps the recorded servers of dead controllers on this host and closes their runs KILLED
-    (:mod:`.resume`), then fails and releases what dead processes of this host left running.
+    Unreachable stores fail first, within seconds
+    (:func:`bisect_eagle.tracking.stores.check_stores`); a local tracking store another measuring
+    command holds is :class:`~bisect_eagle.tracking.stores.StoreBusy`
+    (:func:`~bisect_eagle.tracking.stores.store_lock`, held until the study ends). The runs that
+    dead processes of this host left RUNNING in the spec's experiment are ended KILLED first
+    (:meth:`Tracking.end_orphans`). ``resume`` then reaps the recorded servers of dead controllers
+    on this host and closes their runs KILLED (:mod:`.resume`), then fails and releases what dead
+    processes of this host left running.
     """
     opts = options
     if opts.tracking_uri is None:
@@ -95,7 +97,8 @@ def _run_study(spec: Spec, opts: Options, engine_factory: EngineFactory) -> Stud
         tracking = Tracking.open(opts.tracking_uri, spec.name)
     ended = tracking.end_orphans(detail="the process running this was killed (its process is gone)")
     runs = "1 run" if len(ended) == 1 else f"{len(ended)} runs"
-    notes = [f"ended {runs} a killed process left RUNNING in this experiment: KILLED now"] if ended else []
+    notes = [f"ended {runs} a killed process left RUNNING in this experiment: KILLED now"] \
+        if ended else []
     if opts.resume:
         name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
         if name is None:

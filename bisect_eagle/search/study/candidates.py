@@ -15,7 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bisect_eagle.search.study.claims import Claim
-from bisect_eagle.search.study.confirm import Confirmation, Sample, confirm, confirm_schedule, logged_samples
+from bisect_eagle.search.study.confirm import (
+    Confirmation,
+    Sample,
+    confirm,
+    confirm_schedule,
+    logged_samples,
+)
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.trials.record import TRIAL_TAG, settings_of_run
 
@@ -81,9 +87,11 @@ def confirm_candidate(run: StudyRun, cand: Claim) -> Confirmation:
     logged = logged_samples(ctx, plan.fingerprint)
     if logged:
         kept = f"{len(logged)} launch{'es' if len(logged) != 1 else ''}"
-        run.emit("confirm", f"resuming it: {kept} a killed process measured kept, not launched again")
-    verdict = confirm(ctx, candidate=plan, baseline=baseline, settings=settings, ratio=spec.criterion.ratio,
-                      first_baseline=ctx.baseline, known=known, pool=pool, others=others, logged=logged)
+        run.emit("confirm", f"resuming it: {kept} a killed process measured kept, not launched "
+                            "again")
+    verdict = confirm(ctx, candidate=plan, baseline=baseline, settings=settings,
+                      ratio=spec.criterion.ratio, first_baseline=ctx.baseline, known=known,
+                      pool=pool, others=others, logged=logged)
     run.study.set_user_attr("confirmations", {**confirmations(run), cand.fingerprint: verdict.to_json()})
     if verdict.new_baseline:
         run.study.set_user_attr(BASELINE_SAMPLES, [*(b.to_json() for b in pool), *verdict.new_baseline])

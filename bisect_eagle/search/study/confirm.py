@@ -54,12 +54,13 @@ where they buy certainty:
 The baseline samples also measure drift: ``baseline_drift`` is their geometric mean over the study's first
 baseline measurement (the target was computed from that one).
 
-**A confirmation is resumed, not repeated.** Every sample is a child run tagged with its candidate
-(``confirm_of``), its role and its pair. When a process is killed during a confirmation (SIGTERM, SIGKILL), the
-samples its finished runs measured are read back (:func:`logged_samples`) by the next process that confirms the
-same candidate (``run --resume``): they are its first samples, in the order they were launched, and only the
-remaining ones are launched (``resumed`` on the verdict counts them). A look the killed process passed undecided
-is not taken again on more samples.
+**A confirmation is resumed, not repeated.** Every sample is a child run tagged with its
+candidate (``confirm_of``), its role and its pair. When a process is killed during a confirmation
+(SIGTERM, SIGKILL), the samples its finished runs measured are read back (:func:`logged_samples`)
+by the next process that confirms the same candidate (``run --resume``): they are its first
+samples, in the order they were launched, and only the remaining ones are launched (``resumed`` on
+the verdict counts them). A look the killed process passed undecided is not taken again on more
+samples.
 
 Only what can change the verdict is measured (:func:`confirm_schedule` says what, and why, in the progress
 output and on the verdict, field ``schedule``):
@@ -122,7 +123,7 @@ class Confirmation:
     detail: str = ""
     schedule: str = ""  # what was measured and why (confirm_schedule)
     deterministic: bool = False  # the metric is deterministic: the bound is the value (one measurement)
-    launches: int = 0  # engine launches this confirmation made, a killed process's included (reuse costs none)
+    launches: int = 0  # engine launches it made, a killed process's included (reuse costs none)
     shared_baseline: int = 0  # pairs whose baseline was an earlier launch (the study's, another candidate's)
     rounds: list[int] = field(default_factory=list)  # benchmark rounds of each candidate sample's launch
     noise_split: dict[str, float | None] = field(default_factory=dict)  # round_sd, launch_sd of the metric's logs
@@ -198,7 +199,8 @@ class Sample:
 
     @classmethod
     def of_metrics(cls, metrics: dict[str, float], metric: str, *, run_id: str) -> Sample:
-        """The sample of a launch's metrics (a record's, or its run's as logged); its value is ``metric``'s."""
+        """The sample of a launch's metrics (a record's, or its run's as logged); its value is
+        ``metric``'s."""
         rounds = int(metrics.get("rounds") or 1)
         wall = metrics.get("wall_s")
         return cls(value=float(metrics[metric]), run_id=run_id, rounds=rounds,
@@ -220,10 +222,10 @@ def logged_samples(ctx: TrialContext, fingerprint: str) -> list[tuple[str, Sampl
         fingerprint: the candidate's plan fingerprint (the runs' ``confirm_of`` tag).
 
     Returns:
-        (role, sample) of each child run of the study tagged ``confirm_of`` = ``fingerprint`` that finished ok and
-        whose ``owner`` is a process of this host that no longer runs, in the order they were launched (a candidate
-        launch, then the baseline launch paired with it). Runs of live processes and of other hosts, and killed
-        launches, are left out.
+        (role, sample) of each child run of the study tagged ``confirm_of`` = ``fingerprint``
+        that finished ok and whose ``owner`` is a process of this host that no longer runs, in
+        the order they were launched (a candidate launch, then the baseline launch paired with
+        it). Runs of live processes and of other hosts, and killed launches, are left out.
     """
     order = []
     for run in ctx.tracking.child_runs(ctx.parent_run_id, "confirm"):
@@ -231,9 +233,10 @@ def logged_samples(ctx: TrialContext, fingerprint: str) -> list[tuple[str, Sampl
         role, pair = tags.get("confirm_role"), tags.get("confirm_pair", "")
         if (tags.get("confirm_of") != fingerprint or role not in ROLES or not pair.isdigit()
                 or run.info.status != "FINISHED" or tags.get("outcome") != "ok"
-                or not _positive(metrics.get(ctx.metric)) or owner_alive(tags.get("owner", "")) is not False):
+                or not _positive(metrics.get(ctx.metric))
+                or owner_alive(tags.get("owner", "")) is not False):
             continue
-        # a candidate is tagged with the candidates before it, its baseline launch with those and itself
+        # a candidate is tagged with the candidates before it, its baseline with those and itself
         at = 2 * int(pair) if role == "candidate" else 2 * int(pair) - 1
         order.append((at, role, Sample.of_metrics(metrics, ctx.metric, run_id=run.info.run_id)))
     return [(role, sample) for _, role, sample in sorted(order, key=lambda x: x[0])]
@@ -259,8 +262,8 @@ def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | No
             of a new baseline launch while the baseline launches show no drift. New baseline launches are on the
             verdict (``new_baseline``).
         others: earlier candidates' re-measurements (values): their spread is the same noise, pooled into the bound.
-        logged: the samples a killed process measured for this confirmation (:func:`logged_samples`): taken as
-            the first samples, never launched again.
+        logged: the samples a killed process measured for this confirmation
+            (:func:`logged_samples`): taken as the first samples, never launched again.
 
     An ``accept_length`` criterion has a fixed baseline of 1 (``baseline`` is not measured); a deterministic
     metric (the module docstring) is measured once.
@@ -276,7 +279,8 @@ def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | No
     else:
         fixed = None if baseline is not None else ctx.baseline
     run = _Confirming(ctx=one, candidate=candidate, baseline=baseline, settings=settings, ratio=ratio,
-                      first_baseline=first_baseline, steps=steps, exact=exact, logged=list(logged or []))
+                      first_baseline=first_baseline, steps=steps, exact=exact,
+                      logged=list(logged or []))
     if exact:
         return run.once(known=known, fixed=fixed)
     return run.paired(fixed=fixed, pool=list(pool or []), others=list(others or []))
@@ -300,7 +304,7 @@ class _Confirming:
     run_ids: list[str] = field(default_factory=list)
     launches: int = 0
     shared: int = 0  # baseline launches from before this confirmation (the pool)
-    logged: list[tuple[str, Sample]] = field(default_factory=list)  # a killed process's samples (logged_samples)
+    logged: list[tuple[str, Sample]] = field(default_factory=list)  # a killed process's samples
     resumed: int = 0  # of them, those taken
 
     def verdict(self, status: ConfirmStatus, detail: str, bounds: tuple[float, float, float] | None) -> Confirmation:
@@ -350,8 +354,9 @@ class _Confirming:
     def paired(self, *, fixed: float | None, pool: list[Sample], others: list[list[float]]) -> Confirmation:
         """Candidate launches, with baseline launches only while the baseline's launches so far cannot serve
         (fewer than the candidate's, or drift not ruled out), judged at the looks of the schedule: the pooled
-        bound while the baseline shows no drift, else the paired bound on adjacent launches. A killed process's
-        samples (``logged``) come first; a look it passed undecided is not taken again."""
+        bound while the baseline shows no drift, else the paired bound on adjacent launches. A
+        killed process's samples (``logged``) come first; a look it passed undecided is not taken
+        again."""
         looks = schedule(self.settings.min_pairs, self.settings.max_pairs)
         self.base = list(pool) if fixed is None else []
         self.shared = len(self.base)
@@ -368,7 +373,7 @@ class _Confirming:
                 self.base.append(x)
                 self.new_baseline.append(x)
                 pairs.append((self.cand[-1].value, x.value))
-        if self.logged and self.logged[-1][0] == "candidate":  # killed before its baseline launch was measured
+        if self.logged and self.logged[-1][0] == "candidate":  # killed before its baseline's launch
             failed = self.pair(fixed, pairs)
             if failed is not None:
                 return failed
@@ -412,14 +417,15 @@ class _Confirming:
                             + (f"; {how}" if how else ""), bounds)
 
     def pair(self, fixed: float | None, pairs: list[tuple[float, float]]) -> Confirmation | None:
-        """After a candidate launch: a baseline launch unless the baseline is fixed or its launches so far serve
-        (no drift, at least as many as the candidate's); the verdict when that launch failed, else None."""
+        """After a candidate launch: a baseline launch unless the baseline is fixed or its launches
+        so far serve (no drift, at least as many as the candidate's); the verdict when that launch
+        failed, else None."""
         if fixed is not None or (self.stable() and len(self.base) >= len(self.cand)):
             return None
         b = self.sample(self.baseline, "baseline")
         if b is None:
-            return self.verdict("not confirmed", f"the baseline failed when measured again (run {self.run_ids[-1]})",
-                                None)
+            return self.verdict("not confirmed", "the baseline failed when measured again "
+                                                 f"(run {self.run_ids[-1]})", None)
         self.base.append(b)
         self.new_baseline.append(b)
         pairs.append((self.cand[-1].value, b.value))
