@@ -86,9 +86,8 @@ def confirm_candidate(run: StudyRun, cand: Claim) -> Confirmation:
     others = [c["candidate"] for c in confirmations(run).values() if not c.get("deterministic")]
     logged = logged_samples(ctx, plan.fingerprint)
     if logged:
-        kept = f"{len(logged)} launch{'es' if len(logged) != 1 else ''}"
-        run.emit("confirm", f"resuming it: {kept} a killed process measured kept, not launched "
-                            "again")
+        kept = "the launch" if len(logged) == 1 else f"the {len(logged)} launches"
+        run.emit("confirm", f"resumed: {kept} a killed process measured kept, not launched again")
     verdict = confirm(ctx, candidate=plan, baseline=baseline, settings=settings,
                       ratio=spec.criterion.ratio, first_baseline=ctx.baseline, known=known,
                       pool=pool, others=others, logged=logged)
