@@ -30,6 +30,7 @@ values of both configurations and of this process's environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -64,7 +65,8 @@ from bisect_eagle.report.study import plot_probes
 from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
 from bisect_eagle.stats import deterministic
 from bisect_eagle.tracking.redact import REDACTED, Scrubber, redact_mapping
-from bisect_eagle.tracking.runs import NOTE, Tracking, owner_id, resolve_tracking_uri
+from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
+from bisect_eagle.tracking.stores import store_lock
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.record import deployment_tags
 
@@ -168,7 +170,13 @@ def _no_changes(good: Endpoint, bad: Endpoint, ignored: list[str], engine: str) 
 
 def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] = make_engine,
                progress: BisectProgress | None = None) -> BisectReport:
-    """Breaking sets and a repair set between the good and bad configuration; a parent run, a child per probe.
+    """Breaking sets and a repair set between the good and bad configuration; a parent run, a child
+    per probe.
+
+    Once the inputs are checked, the tracking store is held until the bisect ends
+    (:func:`~bisect_eagle.tracking.stores.store_lock`: a local store another measuring command
+    holds is :class:`~bisect_eagle.tracking.stores.StoreBusy`), and the runs that dead processes of
+    this host left RUNNING in the bisect experiment are ended KILLED (:meth:`Tracking.end_orphans`).
 
     Args:
         opts: what the command line asks for: the endpoints (spec files or MLflow run ids) or a log
@@ -185,7 +193,15 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
     Raises:
         BadInput: bad options (no endpoints, a metric or budget out of range, an unknown ``--set``
             name), endpoints that cannot be read, or endpoints that plan the same trial.
+        StoreBusy: another measuring command holds the local store.
     """
+    with contextlib.ExitStack() as held:
+        return _run_bisect(opts, engine_factory=engine_factory, progress=progress, held=held)
+
+
+def _run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine],
+                progress: BisectProgress | None, held: contextlib.ExitStack) -> BisectReport:
+    """:func:`run_bisect`, its store lock entered on ``held``."""
     opts, parsed = _replay_options(opts)
     uri = resolve_tracking_uri(opts.tracking_uri)
     good = load_endpoint(opts.good, flag="--good", tracking_uri=uri)
@@ -220,6 +236,7 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
         if parsed is not None:
             replayed = _check_replay(parsed, changes, opts.replay, inert=inert)
             judge.restore(parsed.header.get("reference"), None if exact else parsed.header.get("noise"))
+        held.enter_context(store_lock(uri))
         tracking = Tracking.open(uri, bisect_experiment(spec.name), description=(
             f"bisect-eagle bisects of spec {spec.name!r}: which settings, changed from a good to a bad "
             "configuration, break it. The search's trials are in the experiment "
@@ -230,7 +247,7 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
             say(f"ended {runs} a killed bisect left RUNNING in this experiment: KILLED now")
         parent = tracking.start_run(
             f"bisect {Path(good.label).stem} vs {Path(bad.label).stem}",
-            tags={"role": "bisect", "owner": owner_id(), **deployment_tags(spec),
+            tags={"role": "bisect", **deployment_tags(spec),
              NOTE: f"**Bisect running:** {good.label} (good) vs {bad.label} (bad)"},
             params={"good": good.label, "bad": bad.label, **{f"judge.{k}": str(v) for k, v in judge.settings().items()},
              "changes": json.dumps([c.name for c in changes])[:6000],

@@ -7,6 +7,7 @@ description holds the verdict, and two children (the fresh baseline, the trial m
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -69,12 +70,12 @@ def reproduce(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Measure a logged trial again beside a fresh baseline; say whether its gain over the baseline reproduced."""
-    with Activity() as activity:
+    with Activity() as activity, contextlib.ExitStack() as held:
         activity("loading the tool (MLflow)")
         quiet_libraries()
         sigterm_as_exit()
         run, tracking, parent, base, record, metric = _measure(activity, run_id, tracking_uri=tracking_uri,
-                                                               repeats=repeats)
+                                                               repeats=repeats, held=held)
         from bisect_eagle.tracking.runs import NOTE
         from bisect_eagle.trials.record import ratio_name
 
@@ -105,12 +106,16 @@ def reproduce(
     print(f"runs: {tracking.experiment_name()!r}, run {parent[:8]}")
 
 
-def _measure(activity: Activity, run_id: str, *, tracking_uri: str | None, repeats: int | None):
+def _measure(activity: Activity, run_id: str, *, tracking_uri: str | None, repeats: int | None,
+             held: contextlib.ExitStack):
     """Measure a fresh baseline and the logged trial again, as children of a new reproduce run, each step said on
     ``activity``: (the logged run, the reproduce experiment's tracking, its parent run id, the baseline's record, the
-    trial's new record, the criterion metric)."""
+    trial's new record, the criterion metric). Once the inputs are checked, the store is held on
+    ``held`` (:func:`~bisect_eagle.tracking.stores.store_lock`: one measuring command per local
+    store), and the runs a killed reproduce left RUNNING are ended KILLED."""
     from bisect_eagle.search.study.parent import resolved_spec
     from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
+    from bisect_eagle.tracking.stores import store_lock
     from bisect_eagle.trials.context import TrialContext
     from bisect_eagle.trials.record import deployment_tags, settings_of_run, spec_of_study
 
@@ -124,12 +129,14 @@ def _measure(activity: Activity, run_id: str, *, tracking_uri: str | None, repea
     if repeats:
         spec.search.repeats = repeats
     activity.inputs_checked()
+    held.enter_context(store_lock(store.uri))
     activity(f"starting the {spec.engine.kind} engine (loading torch)")
     from bisect_eagle.engines import make_engine
     from bisect_eagle.trials.live import run_live_trial
 
     tracking = Tracking.open(store.uri, f"{spec.name} / reproduce", description=(
         f"bisect-eagle reproduce: trials of spec {spec.name!r} measured again beside a fresh baseline."))
+    tracking.end_orphans(detail="the reproduce running this was killed (its process is gone)")
     parent = tracking.start_run(f"reproduce {run.info.run_name}", tags={"role": "reproduce", "reproduces": run_id,
                                                                    **deployment_tags(spec)})
     tracking.log_texts(parent, {"spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})

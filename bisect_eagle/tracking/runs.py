@@ -320,18 +320,22 @@ class Tracking:
                   parent_run_id: str | None = None) -> str:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
         sampled into it until :meth:`finish` when its ``stage`` tag is one of
-        :data:`MEASURED_STAGES`.
+        :data:`MEASURED_STAGES`. The run is tagged ``owner`` (:func:`owner_id`, unless ``tags`` names
+        another): a run its process left RUNNING when killed outright is ended by the next
+        command's :meth:`end_orphans`.
 
         Args:
             name: the run name.
-            tags: the run's tags, on top of :attr:`run_tags` (values cut to :data:`TAG_LIMIT`).
+            tags: the run's tags, on top of :attr:`run_tags` and ``owner`` (values cut to
+                :data:`TAG_LIMIT`).
             params: the run's params.
             parent_run_id: the parent run, tagged ``mlflow.parentRunId``; None: a top-level run.
 
         Returns:
             The new run's id.
         """
-        all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
+        all_tags = {**self.run_tags, "owner": owner_id(), **tags,
+                    **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tag_values(all_tags))
         if params:
             self.log(run.info.run_id, params=params)

@@ -5,8 +5,14 @@ retries (SQLAlchemy's and MLflow's own). :func:`check_stores` tries each once, b
 :data:`CONNECT_TIMEOUT_S`, and raises :class:`StoreUnreachable` (a :class:`BadInput`: one line, exit 2) whose
 message names the store with its password hidden. SQLite files and ``file:`` stores are local: not checked.
 
-:func:`first_open_lock` serialises the first open of a SQLite store by processes of one machine: two ``run``
-started together in a fresh directory would otherwise both create its tables, and one would fail.
+:func:`first_open_lock` serialises the first open of a SQLite store by processes of one machine:
+a ``run`` and a ``worker`` started together in a fresh directory would otherwise both create its
+tables, and one would fail.
+
+:func:`store_lock` keeps one measuring command (``run``, ``bisect``, ``reproduce``) per local
+tracking store at a time: a second one is :class:`StoreBusy` (one line, exit 2) naming the holder's
+pid, command and start time. ``worker`` joins the holder's study and takes no lock; a remote store
+(a database or an ``mlflow server``, shared by several nodes) takes none either.
 
 ``postgresql://`` URLs use SQLAlchemy's default PostgreSQL driver, which is psycopg 3 under SQLAlchemy 2.1
 (``pip install 'bisect-eagle[postgres]'``); ``postgresql+psycopg://`` names it explicitly and is equivalent.
@@ -16,14 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import shlex
 import socket
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.tracking.redact import redact_url
+from bisect_eagle.tracking.redact import Scrubber, redact_url
 
 CONNECT_TIMEOUT_S = 4  # per store: both together, and the start-up, stay within 10 s
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
@@ -136,5 +146,100 @@ def first_open_lock(url: str) -> Iterator[None]:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+class StoreBusy(BadInput):
+    """A local tracking store another process is writing runs to (the message names it)."""
+
+
+LOCK_NAME = "bisect-eagle.run-lock"  # in a folder store; beside a SQLite database: <db>.run-lock
+
+
+def lock_path(uri: str) -> Path | None:
+    """The lock file of a local tracking store.
+
+    Args:
+        uri: the MLflow tracking URI.
+
+    Returns:
+        ``<db>.run-lock`` beside a ``sqlite:///`` database, :data:`LOCK_NAME` inside a folder
+        (``file:`` or a plain path); None for a remote store (a database server or an MLflow
+        server), which several nodes share on purpose.
+    """
+    parts = urlsplit(uri)
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        return db.with_name(db.name + ".run-lock")
+    if parts.scheme == "file":
+        return Path(parts.path) / LOCK_NAME
+    if parts.scheme == "" and uri:
+        return Path(uri) / LOCK_NAME
+    return None
+
+
+def command_line() -> str:
+    """This process's command line as a person typed it (``bisect-eagle run spec.yaml``), URL
+    passwords and secret values hidden."""
+    argv = list(sys.argv)
+    if Path(argv[0]).name in ("bisect-eagle", "__main__.py"):  # the script, or python -m
+        argv[0] = "bisect-eagle"
+    return Scrubber()(shlex.join(redact_url(a) for a in argv))
+
+
+def _holder(path: Path) -> tuple[str, str]:
+    """Who holds the lock at ``path``, and its command, from what it wrote there."""
+    try:
+        held = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        held = {}
+    if not held.get("pid"):
+        return "another process (starting: it has not written its name yet)", ""
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(held.get("started", 0)))
+    command = str(held.get("command", "?"))
+    return f"pid {held['pid']} on {held.get('host', '?')} ({command}, started {started})", command
+
+
+@contextlib.contextmanager
+def store_lock(uri: str, *, command: str | None = None) -> Iterator[None]:
+    """Hold the tracking store at ``uri`` for one measuring command while the block runs; a remote
+    store is not held (:func:`lock_path`).
+
+    The lock is an ``flock`` on :func:`lock_path`, which the kernel releases when the process ends
+    however it ends (SIGKILL included): a dead holder never blocks the next command. The holder
+    writes its pid, host, ``command`` and start time into the file.
+
+    Args:
+        uri: the MLflow tracking URI.
+        command: how the holder is named to a second command (default :func:`command_line`).
+
+    Raises:
+        StoreBusy: another process holds the store; the message names it and says what to do.
+    """
+    path = lock_path(uri)
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who, what = _holder(path)
+            join = "; to measure its study from here too, use `bisect-eagle worker`" \
+                if " run" in what else ""
+            raise StoreBusy(f"tracking store {path.parent}: {who} is writing runs to it; one run "
+                            "per store at a time: wait for it to end, or give another "
+                            f"--tracking-uri (or work in another folder){join}") from None
+        me = {"pid": os.getpid(), "host": socket.gethostname(),
+              "command": command or command_line(), "started": int(time.time())}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # released: nobody to name
     finally:
         os.close(fd)  # releases the lock

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -597,3 +598,43 @@ def _running(uri: str) -> int:
     if experiment is None:
         return 0
     return len(client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_bisect_and_its_replay_killed_by_a_signal_leave_no_run_running(tmp_path, sig):
+    """SIGTERM or Ctrl-C while a probe is measured (each trial sleeps 20 s): the bisect ends its
+    probe's run and its own KILLED, ``outcome=interrupted``; so does a ``--replay`` of its log
+    interrupted the same way."""
+    import time
+
+    uri, log = f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "b.log")
+
+    def interrupted(*extra: str) -> None:
+        code = KILLED_DRIVER.format(tests=str(ROOT / "tests"), sleep=20.0, uri=uri,
+                                    extra=list(extra))
+        before = _running(uri)
+        errors = tmp_path / "err.txt"
+        with errors.open("w") as err:
+            proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV,
+                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        deadline = time.monotonic() + LIMIT_S
+        try:  # the parent and a probe's run are open while its trial sleeps
+            while not (Path(log).exists() and _running(uri) >= before + 2) and proc.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert proc.poll() is None, errors.read_text()[-3000:]
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert _running(uri) == 0, errors.read_text()[-3000:]
+
+    interrupted("--good", str(GOOD), "--bad", str(BAD), "--log", log)
+    assert Path(log).exists()
+    interrupted("--replay", log)
+    tracking = Tracking.open(uri, "tiny / bisect")
+    parents = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'bisect'")
+    assert len(parents) == 2 and {(r.info.status, r.data.tags["outcome"]) for r in parents} == {
+        ("KILLED", "interrupted")}

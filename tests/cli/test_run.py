@@ -116,6 +116,23 @@ def test_bad_spec_is_one_line_and_exit_2(tmp_path):
     assert str(spec) in lines[0]
 
 
+def test_a_second_run_on_a_held_store_is_one_line_naming_the_holder_and_exit_2(tmp_path):
+    """One measuring command per local store: a `run` on the store another command holds (here
+    this test process) exits 2 with one line naming it, and creates nothing (no study database)."""
+    from bisect_eagle.tracking.stores import store_lock
+
+    (tmp_path / "mlruns").mkdir()
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    with store_lock(uri, command="bisect-eagle run experiments/a.yaml"):
+        done = cli("run", "--json", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    head = f"error: tracking store {tmp_path / 'mlruns'}: pid {os.getpid()} "
+    assert len(lines) == 1 and lines[0].startswith(head)
+    assert "(bisect-eagle run experiments/a.yaml, started " in lines[0]
+    assert sorted(p.name for p in (tmp_path / "mlruns").iterdir()) == ["mlflow.db.run-lock"]
+
+
 def test_failed_baseline_is_one_line_and_exit_3(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

@@ -114,21 +114,48 @@ def test_prune_below_stops_repeating_a_hopeless_config(tmp_path, store):
     assert sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials) >= 4
 
 
-def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store):
-    spec_path = make_spec(tmp_path, "term", ratio=10.0, high=3, budget=6)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store, sig):
+    """SIGTERM (an exit) and SIGINT (Ctrl-C) alike end the live trial and the study's run KILLED."""
+    name = f"term-{sig.name.lower()}"
+    spec_path = make_spec(tmp_path, name, ratio=10.0, high=3, budget=6)
     log = tmp_path / "runs.log"
     proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path), store["storage"],
                              store["tracking"], "2.0", str(log)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     _wait_for_lines(log, 2, proc)  # the baseline done, a live trial in progress
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    tracking = Tracking.open(store["tracking"], "term")
+    proc.send_signal(sig)
+    code = proc.wait(timeout=60)
+    assert code == 128 + signal.SIGTERM if sig == signal.SIGTERM else code != 0
+    tracking = Tracking.open(store["tracking"], name)
     parent = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'study'")[0]
     assert parent.info.status == "KILLED"
     live = tracking.child_runs(parent.info.run_id, "live")
     assert [(r.info.status, r.data.tags["outcome"]) for r in live] == [("KILLED", "interrupted")]
     assert Claims(store["storage"], parent.data.tags["study"]).all() == []  # released: measured again on resume
+
+
+def test_a_sigterm_while_the_verdict_is_written_ends_the_study_run_killed(tmp_path, store,
+                                                                          monkeypatch):
+    """The search is done, its report plots are being drawn when SIGTERM arrives (the CLI turns it
+    into an exit): the study's run ends KILLED, not RUNNING, and `--resume` writes the verdict."""
+    import bisect_eagle.search.study.parent as parent_module
+
+    def killed(*args, **kwargs):
+        raise SystemExit(128 + signal.SIGTERM)
+
+    spec = load_spec(make_spec(tmp_path, "verdict", ratio=10.0, high=2, budget=2))
+    with monkeypatch.context() as patch:
+        patch.setattr(parent_module, "write_report", killed)
+        with pytest.raises(SystemExit):
+            search(spec, FakeEngine(), store)
+    tracking = Tracking.open(store["tracking"], "verdict")
+    parent = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'study'")[0]
+    assert parent.info.status == "KILLED" and parent.data.tags["outcome"] == "interrupted"
+    engine = FakeEngine()
+    out = search(spec, engine, store, resume=True)
+    assert out.parent_run_id == parent.info.run_id and engine.runs == []  # nothing measured again
+    assert tracking.get_run(parent.info.run_id).info.status == "FINISHED"
 
 
 def _wait_for_lines(log: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -174,6 +201,33 @@ def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
     assert len(by_trial) == len(set(by_trial)) == len([r for r in children if r.data.tags["stage"] == "live"])
     assert {r.info.status for r in children if r.data.tags.get("outcome") != "interrupted"} == {"FINISHED"}
     assert tracking.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+def test_a_new_run_after_a_sigkill_ends_the_killed_runs_runs(tmp_path, store):
+    """SIGKILL reaches no handler: the study's run and its live trial stay RUNNING. The next `run`
+    of the spec (a new study, not a resume) ends them KILLED, outcome ``interrupted``, before it
+    starts; its own runs finish."""
+    spec_path = make_spec(tmp_path, "orphans", ratio=10.0, high=3, budget=3)
+    log = tmp_path / "runs.log"
+    proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path),
+                             store["storage"], store["tracking"], "2.0", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        _wait_for_lines(log, 2, proc)  # the baseline done, a live trial in progress
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    tracking = Tracking.open(store["tracking"], "orphans")
+    running = {r.info.run_id for r in tracking.client.search_runs([tracking.experiment_id],
+                                                                   "attributes.status = 'RUNNING'")}
+    assert len(running) == 2  # the study's run and the live trial's
+    out = search(load_spec(spec_path), FakeEngine(), store)
+    assert out.parent_run_id not in running
+    runs = tracking.client.search_runs([tracking.experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    killed = {r.info.run_id: r.data.tags["outcome"] for r in runs if r.info.status == "KILLED"}
+    assert killed == dict.fromkeys(running, "interrupted")
 
 
 def test_two_workers_never_run_the_same_fingerprint(tmp_path, store):

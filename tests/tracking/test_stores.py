@@ -1,5 +1,6 @@
-"""Fail fast on unreachable stores (one line, exit 2, no password, seconds), and PostgreSQL really working for
-both the Optuna storage and MLflow's backend store (psycopg 3 under SQLAlchemy 2.1, plain ``postgresql://``)."""
+"""Fail fast on unreachable stores (one line, exit 2, no password, seconds), one measuring command
+per local store, and PostgreSQL really working for both the Optuna storage and MLflow's backend
+store (psycopg 3 under SQLAlchemy 2.1, plain ``postgresql://``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -115,3 +117,50 @@ def test_postgresql_urls_work_for_optuna_and_the_mlflow_backend(postgres, tmp_pa
     with pytest.raises(StoreUnreachable) as e:
         check_stores(storage=postgres.replace("pw-s3cret", "wrong-pw") + "/optuna", tracking_uri=None)
     assert "wrong-pw" not in str(e.value) and "password authentication failed" in str(e.value)
+
+
+HOLD = """
+import sys, time
+from bisect_eagle.tracking.stores import store_lock
+with store_lock(sys.argv[1], command="bisect-eagle run spec.yaml"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_store_held_by_one_command_refuses_a_second_naming_it_until_the_holder_dies(tmp_path):
+    """The second command's error names the holder (pid, command, start time); a SIGKILLed
+    holder's lock is gone with it, so the next command gets the store."""
+    import signal
+
+    from bisect_eagle.tracking.stores import StoreBusy, store_lock
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, uri], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreBusy) as e, store_lock(uri):
+            pass
+        message = str(e.value)
+        head = f"tracking store {tmp_path / 'mlruns'}: pid {holder.pid} "
+        assert "\n" not in message and message.startswith(head)
+        assert "(bisect-eagle run spec.yaml, started 20" in message
+        assert "bisect-eagle worker" in message
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    with store_lock(uri):  # the dead holder's lock went with it
+        assert (tmp_path / "mlruns" / "mlflow.db.run-lock").exists()
+
+
+def test_a_remote_store_is_never_held():
+    """A database or an MLflow server is shared by the nodes of a study on purpose: no lock."""
+    from bisect_eagle.tracking.stores import lock_path, store_lock
+
+    for uri in ("postgresql://be:pw@db/mlflow", "http://tracking:5000", "https://u:pw@tracking"):
+        assert lock_path(uri) is None
+        with store_lock(uri), store_lock(uri):  # held twice at once: nothing is held
+            pass
+    assert lock_path("sqlite:////x/mlruns/mlflow.db") == Path("/x/mlruns/mlflow.db.run-lock")
+    assert lock_path("file:///x/mlruns") == Path("/x/mlruns/bisect-eagle.run-lock")

@@ -34,8 +34,8 @@ from bisect_eagle.search.study.sampler import live_space, make_sampler, plan_spa
 from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.tracking.redact import redact_url
-from bisect_eagle.tracking.runs import Tracking
-from bisect_eagle.tracking.stores import check_stores, first_open_lock
+from bisect_eagle.tracking.runs import Tracking, owner_id
+from bisect_eagle.tracking.stores import check_stores, first_open_lock, store_lock
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.record import settings_of_run
 from bisect_eagle.trials.standalone import Scorer
@@ -71,21 +71,36 @@ class Options:
 def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) -> StudyOutcome:
     """Create (or with ``resume`` continue) a study: stage 1, baseline, stage 2, then close the parent run.
 
-    Unreachable stores fail first, within seconds (:func:`bisect_eagle.tracking.stores.check_stores`). ``resume`` first
-    reaps the recorded servers of dead controllers on this host and closes their runs KILLED
-    (:mod:`.resume`), then fails and releases what dead processes of this host left running.
+    Unreachable stores fail first, within seconds
+    (:func:`bisect_eagle.tracking.stores.check_stores`); a local tracking store another measuring
+    command holds is :class:`~bisect_eagle.tracking.stores.StoreBusy`
+    (:func:`~bisect_eagle.tracking.stores.store_lock`, held until the study ends). The runs that
+    dead processes of this host left RUNNING in the spec's experiment are ended KILLED first
+    (:meth:`Tracking.end_orphans`). ``resume`` then reaps the recorded servers of dead controllers
+    on this host and closes their runs KILLED (:mod:`.resume`), then fails and releases what dead
+    processes of this host left running.
     """
     opts = options
     if opts.tracking_uri is None:
         raise ValueError("run_study needs a tracking URI (see tracking.resolve_tracking_uri)")
     check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)
-    # before any store is written: a space the engine refuses whole is bad input, the rest is said
+    # before any store is written (the lock's file included): a space the engine refuses whole is bad input,
+    # the rest is said; a server this machine cannot start is bad input
     planned = [] if opts.resume else check_refusals(spec, engine_factory)
     check_launchable(spec, engine_factory)
+    with store_lock(opts.tracking_uri):
+        return _run_study(spec, opts, engine_factory, planned=planned)
+
+
+def _run_study(spec: Spec, opts: Options, engine_factory: EngineFactory, *, planned: list[str]) -> StudyOutcome:
+    """:func:`run_study` once its inputs are checked and its store is held (``planned``: the refusals' notes)."""
     storage = open_storage(opts.storage)
     with first_open_lock(opts.tracking_uri):
         tracking = Tracking.open(opts.tracking_uri, spec.name)
-    notes: list[str] = []
+    ended = tracking.end_orphans(detail="the process running this was killed (its process is gone)")
+    runs = "1 run" if len(ended) == 1 else f"{len(ended)} runs"
+    notes = [f"ended {runs} a killed process left RUNNING in this experiment: KILLED now"] \
+        if ended else []
     if opts.resume:
         name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
         if name is None:
@@ -98,6 +113,7 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
         else:
             notes += reap_dead_servers(opts.log_dir or default_log_dir(spec), tracking=tracking,
                                        parent_run_id=parent)
+            tracking.log(parent, tags={"owner": owner_id()})  # this process's now
             tracking.reopen(parent)
     else:
         name = opts.study_name or spec.storage.study_name
@@ -109,19 +125,21 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
             study.set_metric_names([spec.criterion.metric])
         name = study.study_name
         parent = _start_parent(study, tracking, spec=spec, opts=opts)
-    claims = Claims(opts.storage, name)
-    ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=parent)
-    s = _study_run(spec, study=study, claims=claims, ctx=ctx, opts=opts)
-    if opts.resume:
-        notes += reap_dead_trials(study, claims=claims, tracking=tracking, parent_run_id=parent)
-    for note in planned:
-        s.emit("plan", note)
-    for note in notes:
-        s.emit("resume", note)
-    with tracking.run_guard(parent, detail_tag="stop_reason"), _liveness(storage, s) as live:
-        out = _search(s, engine_factory, stage1=True)
-    _show_reaped(s, live)
-    finish_parent_run(tracking, out)
+    # from here on, Ctrl-C or SIGTERM ends the parent run KILLED, its verdict's writing included
+    with tracking.run_guard(parent, detail_tag="stop_reason"):
+        claims = Claims(opts.storage, name)
+        ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=parent)
+        s = _study_run(spec, study=study, claims=claims, ctx=ctx, opts=opts)
+        if opts.resume:
+            notes += reap_dead_trials(study, claims=claims, tracking=tracking, parent_run_id=parent)
+        for note in planned:
+            s.emit("plan", note)
+        for note in notes:
+            s.emit("resume", note)
+        with _liveness(storage, s) as live:
+            out = _search(s, engine_factory, stage1=True)
+        _show_reaped(s, live)
+        finish_parent_run(tracking, out)
     study.set_user_attr("outcome", {"target_reached": out.target_reached, "stop_reason": out.stop_reason})
     return out
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bisect_eagle.search.study.claims import Claim
-from bisect_eagle.search.study.confirm import Confirmation, Sample, confirm, confirm_schedule
+from bisect_eagle.search.study.confirm import (
+    Confirmation,
+    Sample,
+    confirm,
+    confirm_schedule,
+    logged_samples,
+)
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.trials.record import TRIAL_TAG, settings_of_run
 
@@ -78,8 +84,13 @@ def confirm_candidate(run: StudyRun, cand: Claim) -> Confirmation:
     known = (cand.value, cand.run_id) if plan.fingerprint == cand.fingerprint and cand.run_id else None
     pool = baseline_samples(run) if baseline is not None else []
     others = [c["candidate"] for c in confirmations(run).values() if not c.get("deterministic")]
-    verdict = confirm(ctx, candidate=plan, baseline=baseline, settings=settings, ratio=spec.criterion.ratio,
-                      first_baseline=ctx.baseline, known=known, pool=pool, others=others)
+    logged = logged_samples(ctx, plan.fingerprint)
+    if logged:
+        kept = "the launch" if len(logged) == 1 else f"the {len(logged)} launches"
+        run.emit("confirm", f"resumed: {kept} a killed process measured kept, not launched again")
+    verdict = confirm(ctx, candidate=plan, baseline=baseline, settings=settings,
+                      ratio=spec.criterion.ratio, first_baseline=ctx.baseline, known=known,
+                      pool=pool, others=others, logged=logged)
     run.study.set_user_attr("confirmations", {**confirmations(run), cand.fingerprint: verdict.to_json()})
     if verdict.new_baseline:
         run.study.set_user_attr(BASELINE_SAMPLES, [*(b.to_json() for b in pool), *verdict.new_baseline])

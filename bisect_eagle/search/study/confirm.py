@@ -54,6 +54,14 @@ where they buy certainty:
 The baseline samples also measure drift: ``baseline_drift`` is their geometric mean over the study's first
 baseline measurement (the target was computed from that one).
 
+**A confirmation is resumed, not repeated.** Every sample is a child run tagged with its
+candidate (``confirm_of``), its role and its pair. When a process is killed during a confirmation
+(SIGTERM, SIGKILL), the samples its finished runs measured are read back (:func:`logged_samples`)
+by the next process that confirms the same candidate (``run --resume``): they are its first
+samples, in the order they were launched, and only the remaining ones are launched (``resumed`` on
+the verdict counts them). A look the killed process passed undecided is not taken again on more
+samples.
+
 Only what can change the verdict is measured (:func:`confirm_schedule` says what, and why, in the progress
 output and on the verdict, field ``schedule``):
 
@@ -88,6 +96,7 @@ from bisect_eagle.stats import (
     schedule,
     variance_split,
 )
+from bisect_eagle.tracking.runs import owner_alive
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import TrialRecord
@@ -115,11 +124,12 @@ class Confirmation:
     detail: str = ""
     schedule: str = ""  # what was measured and why (confirm_schedule)
     deterministic: bool = False  # the metric is deterministic: the bound is the value (one measurement)
-    launches: int = 0  # engine launches this confirmation made (the reused measurements cost none)
+    launches: int = 0  # engine launches it made, a killed process's included (reuse costs none)
     shared_baseline: int = 0  # pairs whose baseline was an earlier launch (the study's, another candidate's)
     rounds: list[int] = field(default_factory=list)  # benchmark rounds of each candidate sample's launch
     noise_split: dict[str, float | None] = field(default_factory=dict)  # round_sd, launch_sd of the metric's logs
     new_baseline: list[dict[str, Any]] = field(default_factory=list)  # baseline launches made here (Sample.to_json)
+    resumed: int = 0  # samples a killed process measured for this confirmation, taken from its runs
 
     @property
     def confirmed(self) -> bool:
@@ -186,20 +196,57 @@ class Sample:
 
     @classmethod
     def of(cls, record: TrialRecord, metric: str) -> Sample:
-        m = record.metrics
-        rounds = int(m.get("rounds") or 1)
-        wall = m.get("wall_s")
-        return cls(value=float(record.value), run_id=record.run_id, rounds=rounds,
-                   sd_log=m.get(f"{metric}_round_sd_log"), launch_s=m.get("launch_s"),
+        return cls.of_metrics(record.metrics, metric, run_id=record.run_id)
+
+    @classmethod
+    def of_metrics(cls, metrics: dict[str, float], metric: str, *, run_id: str) -> Sample:
+        """The sample of a launch's metrics (a record's, or its run's as logged); its value is
+        ``metric``'s."""
+        rounds = int(metrics.get("rounds") or 1)
+        wall = metrics.get("wall_s")
+        return cls(value=float(metrics[metric]), run_id=run_id, rounds=rounds,
+                   sd_log=metrics.get(f"{metric}_round_sd_log"), launch_s=metrics.get("launch_s"),
                    round_s=None if wall is None else wall / rounds)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+ROLES = ("candidate", "baseline")
+
+
+def logged_samples(ctx: TrialContext, fingerprint: str) -> list[tuple[str, Sample]]:
+    """The samples of the confirmation of a candidate that killed processes measured.
+
+    Args:
+        ctx: the study's trial context (its store, parent run and criterion metric).
+        fingerprint: the candidate's plan fingerprint (the runs' ``confirm_of`` tag).
+
+    Returns:
+        (role, sample) of each child run of the study tagged ``confirm_of`` = ``fingerprint``
+        that finished ok and whose ``owner`` is a process of this host that no longer runs, in
+        the order they were launched (a candidate launch, then the baseline launch paired with
+        it). Runs of live processes and of other hosts, and killed launches, are left out.
+    """
+    order = []
+    for run in ctx.tracking.child_runs(ctx.parent_run_id, "confirm"):
+        tags, metrics = run.data.tags, run.data.metrics
+        role, pair = tags.get("confirm_role"), tags.get("confirm_pair", "")
+        if (tags.get("confirm_of") != fingerprint or role not in ROLES or not pair.isdigit()
+                or run.info.status != "FINISHED" or tags.get("outcome") != "ok"
+                or not _positive(metrics.get(ctx.metric))
+                or owner_alive(tags.get("owner", "")) is not False):
+            continue
+        # a candidate is tagged with the candidates before it, its baseline with those and itself
+        at = 2 * int(pair) if role == "candidate" else 2 * int(pair) - 1
+        order.append((at, role, Sample.of_metrics(metrics, ctx.metric, run_id=run.info.run_id)))
+    return [(role, sample) for _, role, sample in sorted(order, key=lambda x: x[0])]
+
+
 def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | None, settings: Confirm,
             ratio: float, first_baseline: float | None, known: tuple[float, str] | None = None,
-            pool: list[Sample] | None = None, others: list[list[float]] | None = None) -> Confirmation:
+            pool: list[Sample] | None = None, others: list[list[float]] | None = None,
+            logged: list[tuple[str, Sample]] | None = None) -> Confirmation:
     """Re-measure ``candidate`` (and ``baseline`` where its launches so far do not serve; None for a fixed baseline)
     until the bound decides or the budget is spent; every launch one child run (stage ``confirm``) of the study.
 
@@ -216,6 +263,8 @@ def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | No
             of a new baseline launch while the baseline launches show no drift. New baseline launches are on the
             verdict (``new_baseline``).
         others: earlier candidates' re-measurements (values): their spread is the same noise, pooled into the bound.
+        logged: the samples a killed process measured for this confirmation
+            (:func:`logged_samples`): taken as the first samples, never launched again.
 
     An ``accept_length`` criterion has a fixed baseline of 1 (``baseline`` is not measured); a deterministic
     metric (the module docstring) is measured once.
@@ -231,7 +280,8 @@ def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | No
     else:
         fixed = None if baseline is not None else ctx.baseline
     run = _Confirming(ctx=one, candidate=candidate, baseline=baseline, settings=settings, ratio=ratio,
-                      first_baseline=first_baseline, steps=steps, exact=exact)
+                      first_baseline=first_baseline, steps=steps, exact=exact,
+                      logged=list(logged or []))
     if exact:
         return run.once(known=known, fixed=fixed)
     return run.paired(fixed=fixed, pool=list(pool or []), others=list(others or []))
@@ -255,6 +305,8 @@ class _Confirming:
     run_ids: list[str] = field(default_factory=list)
     launches: int = 0
     shared: int = 0  # baseline launches from before this confirmation (the pool)
+    logged: list[tuple[str, Sample]] = field(default_factory=list)  # a killed process's samples
+    resumed: int = 0  # of them, those taken
 
     def verdict(self, status: ConfirmStatus, detail: str, bounds: tuple[float, float, float] | None) -> Confirmation:
         est, lo, hi = bounds or (None, None, None)
@@ -268,7 +320,7 @@ class _Confirming:
             baseline=base, baseline_drift=drift, run_ids=self.run_ids, detail=detail, schedule=self.steps,
             deterministic=self.exact and bounds is not None, launches=self.launches, shared_baseline=self.shared,
             rounds=[c.rounds for c in self.cand], noise_split={"round_sd": _sd(sigma_r2), "launch_sd": _sd(sigma_l2)},
-            new_baseline=[b.to_json() for b in self.new_baseline])
+            new_baseline=[b.to_json() for b in self.new_baseline], resumed=self.resumed)
 
     def split(self) -> tuple[float | None, float | None]:
         """(σ_R², σ_L²) of the metric's logs over this confirmation's launches (:func:`stats.variance_split`)."""
@@ -303,11 +355,29 @@ class _Confirming:
     def paired(self, *, fixed: float | None, pool: list[Sample], others: list[list[float]]) -> Confirmation:
         """Candidate launches, with baseline launches only while the baseline's launches so far cannot serve
         (fewer than the candidate's, or drift not ruled out), judged at the looks of the schedule: the pooled
-        bound while the baseline shows no drift, else the paired bound on adjacent launches."""
+        bound while the baseline shows no drift, else the paired bound on adjacent launches. A
+        killed process's samples (``logged``) come first; a look it passed undecided is not taken
+        again."""
         looks = schedule(self.settings.min_pairs, self.settings.max_pairs)
         self.base = list(pool) if fixed is None else []
         self.shared = len(self.base)
         pairs: list[tuple[float, float]] = []  # adjacent (candidate, baseline) launches: what a drift leaves
+        for role, x in self.logged:
+            if role == "baseline" and (fixed is not None or not self.cand):
+                continue
+            self.run_ids.append(x.run_id)
+            self.launches += 1
+            self.resumed += 1
+            if role == "candidate":
+                self.cand.append(x)
+            else:
+                self.base.append(x)
+                self.new_baseline.append(x)
+                pairs.append((self.cand[-1].value, x.value))
+        if self.logged and self.logged[-1][0] == "candidate":  # killed before its baseline's launch
+            failed = self.pair(fixed, pairs)
+            if failed is not None:
+                return failed
         bounds, how = None, ""
         for count in looks:
             while len(self.cand) < count:
@@ -316,15 +386,11 @@ class _Confirming:
                     return self.verdict("not confirmed", f"the candidate failed when measured again "
                                                          f"(run {self.run_ids[-1]})", None)
                 self.cand.append(a)
-                if fixed is not None or (self.stable() and len(self.base) >= len(self.cand)):
-                    continue
-                b = self.sample(self.baseline, "baseline")
-                if b is None:
-                    return self.verdict("not confirmed", f"the baseline failed when measured again "
-                                                         f"(run {self.run_ids[-1]})", None)
-                self.base.append(b)
-                self.new_baseline.append(b)
-                pairs.append((a.value, b.value))
+                failed = self.pair(fixed, pairs)
+                if failed is not None:
+                    return failed
+            if len(self.cand) > count:
+                continue  # a look the killed process passed undecided (it measured on)
             cand = [c.value for c in self.cand]
             if fixed is not None:
                 bounds, how = ratio_bounds(cand, float(fixed), confidence=self.settings.confidence,
@@ -351,15 +417,35 @@ class _Confirming:
         return self.verdict("not confirmed", f"launch budget spent ({self.settings.max_pairs} candidate launches)"
                             + (f"; {how}" if how else ""), bounds)
 
+    def pair(self, fixed: float | None, pairs: list[tuple[float, float]]) -> Confirmation | None:
+        """After a candidate launch: a baseline launch unless the baseline is fixed or its launches
+        so far serve (no drift, at least as many as the candidate's); the verdict when that launch
+        failed, else None."""
+        if fixed is not None or (self.stable() and len(self.base) >= len(self.cand)):
+            return None
+        b = self.sample(self.baseline, "baseline")
+        if b is None:
+            return self.verdict("not confirmed", "the baseline failed when measured again "
+                                                 f"(run {self.run_ids[-1]})", None)
+        self.base.append(b)
+        self.new_baseline.append(b)
+        pairs.append((self.cand[-1].value, b.value))
+        return None
+
     def stable(self) -> bool:
         """Whether the baseline's launches so far rule out a drift (:func:`bisect_eagle.stats.drifted`)."""
         return drifted([math.log(b.value) for b in self.base]) is False
 
     def once(self, *, known: tuple[float, str] | None, fixed: float | None) -> Confirmation:
         """A deterministic metric: one measurement of the candidate (``known``, else one launch) against ``fixed``."""
+        logged = next((x for role, x in self.logged if role == "candidate"), None)
         if known is not None and _positive(known[0]):
             value, where = known[0], f"the search's own measurement, run {known[1]}, of the same plan"
             self.run_ids.append(known[1])
+        elif logged is not None:  # measured by a process killed before its verdict
+            value, where = logged.value, f"measured once, run {logged.run_id}, before a kill"
+            self.run_ids.append(logged.run_id)
+            self.launches, self.resumed = 1, 1
         else:
             got = self.sample(self.candidate, "candidate")
             if got is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -319,3 +320,55 @@ def test_a_candidate_next_to_the_target_is_set_aside_within_the_indifference_zon
     assert c.status == "at target" and c.pairs == 3 and c.lower < 1.93 <= c.upper < 1.93 * 1.02
     assert not out.target_reached and c.summary().startswith("at target: ")
     assert c.launches < 20
+
+
+def test_a_resume_after_a_sigterm_in_confirmation_launches_only_the_samples_left(stores, tmp_path):
+    """SIGTERM during the second candidate launch of a confirmation: no run is left RUNNING, and
+    `--resume` keeps the two samples measured before the kill (a candidate and its baseline),
+    launches the interrupted one and those after it, and reaches the verdict an uninterrupted study
+    reaches (3 candidate and 2 baseline launches)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = spec_of(tmp_path, "confirm-term", ratio=1.5)
+    log = tmp_path / "launches.log"  # a line as each launch starts: baseline, live, candidate, ...
+    script = Path(__file__).resolve().parents[1] / "study_proc.py"
+    proc = subprocess.Popen([sys.executable, str(script), "run", str(spec.source), stores.storage,
+                             stores.tracking_uri, "2.0", str(log)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (log.exists() and len(log.read_text().splitlines()) >= 5) \
+                and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stdout.read()
+        os.killpg(proc.pid, signal.SIGTERM)  # while the 5th launch, the second candidate's, runs
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    tracking = Tracking.open(stores.tracking_uri, "confirm-term")
+    runs = tracking.client.search_runs([tracking.experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    before = [r for r in runs if r.data.tags.get("stage") == "confirm"]
+    assert Counter((r.data.tags["confirm_role"], r.info.status) for r in before) == {
+        ("candidate", "FINISHED"): 1, ("baseline", "FINISHED"): 1, ("candidate", "KILLED"): 1}
+
+    engine = FakeEngine()
+    out = run_study(spec, options=dataclasses.replace(stores, resume=True),
+                    engine_factory=lambda s: engine)
+    assert out.target_reached
+    c = Confirmation(**out.confirmation)
+    assert c.confirmed and c.pairs == 3 and c.resumed == 2 and c.launches == 5
+    # launched: the interrupted candidate, its baseline, the third; nothing measured before
+    assert [s.is_baseline for s in engine.runs] == [False, True, False]
+    children = tracking.child_runs(out.parent_run_id, "confirm")
+    assert Counter((r.data.tags["confirm_role"], r.info.status) for r in children) == {
+        ("candidate", "FINISHED"): 3, ("baseline", "FINISHED"): 2, ("candidate", "KILLED"): 1}
+    assert set(c.run_ids) == {r.info.run_id for r in children if r.info.status == "FINISHED"}
+    runs = tracking.client.search_runs([tracking.experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
