@@ -337,7 +337,8 @@ class Tracking:
             try:
                 self._end_on_exception(run_id, e, detail_tag, failure_classes or {}, scrub or Scrubber())
             except Exception as store_error:  # the store failed too: the original exception matters more
-                log.warning("could not end run %s after %s: %s", run_id, type(e).__name__, store_error)
+                log.warning("could not end run %s after %s: %s", run_id, type(e).__name__, store_error,
+                            exc_info=store_error)
             raise
 
     def _end_on_exception(self, run_id: str, e: BaseException, detail_tag: str,
