@@ -65,6 +65,7 @@ from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
 from bisect_eagle.stats import deterministic
 from bisect_eagle.tracking.redact import REDACTED, Scrubber, redact_mapping
 from bisect_eagle.tracking.runs import NOTE, Tracking, owner_id, resolve_tracking_uri
+from bisect_eagle.tracking.stores import check_writable
 from bisect_eagle.trials.record import TrialContext, deployment_tags
 
 
@@ -170,6 +171,7 @@ def run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine] 
     """Breaking sets and a repair set between the good and bad configuration; a parent run, a child per probe."""
     opts, parsed = _replay_options(opts)
     uri = resolve_tracking_uri(opts.tracking_uri)
+    check_writable(uri, what="the tracking store", flag="--tracking-uri")  # before anything starts or is written
     good = load_endpoint(opts.good, flag="--good", tracking_uri=uri)
     bad = load_endpoint(opts.bad, flag="--bad", tracking_uri=uri)
     spec = deployment(good, bad, spec_path=opts.spec)

@@ -347,7 +347,8 @@ def require_store(uri: str) -> None:
 def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: str | None,
                    activity: Activity | None = None):
     """(tracking, parent run) of a spec's study (default: its newest), each step said on ``activity``; bad input (the
-    spec, a store that does not exist yet or cannot be reached) is refused before anything is created."""
+    spec, a store that does not exist yet or cannot be reached) is refused before anything is created. A store this
+    process cannot write is opened read-only (``tracking.read_only``)."""
     from bisect_eagle.tracking.redact import redact_url
     from bisect_eagle.tracking.runs import resolve_tracking_uri
     from bisect_eagle.tracking.stores import check_stores
@@ -362,7 +363,7 @@ def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: s
     from bisect_eagle.report.study import find_parent
     from bisect_eagle.tracking.runs import Tracking
 
-    tracking = Tracking.open(uri, s.name)
+    tracking = Tracking.open(uri, s.name, reading=True)  # read-only where this process cannot write it
     say(f"finding study {study_name or '(the newest)'} of spec {s.name!r}")
     parent = find_parent(tracking, study_name)
     if activity is not None:
