@@ -25,6 +25,7 @@ from bisect_eagle.errors import BadInput
 
 if TYPE_CHECKING:
     from bisect_eagle.spec.schema import Spec
+    from bisect_eagle.tracking.redact import Scrubber
 
 STARTED = time.monotonic()  # when this process imported the command line: the clock every command shows
 
@@ -160,7 +161,7 @@ class OneLineLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.held: list[str] = []
-        self.scrub: Any = None
+        self.scrub: Scrubber | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -185,8 +186,8 @@ class OneLineLog(logging.Handler):
             self.handleError(record)
 
     def take_held(self) -> list[str]:
-        """The held lines, emptied."""
-        held, self.held = self.held, []
+        """The held lines, emptied (the command ended: the next one scrubs with its own environment)."""
+        held, self.held, self.scrub = self.held, [], None
         return held
 
 

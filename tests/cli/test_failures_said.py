@@ -88,3 +88,26 @@ def test_a_full_disk_mid_run_is_one_line_and_exit_2_without_a_library_traceback(
     assert said == ["error: the disk of the tracking or study store is full (OperationalError: database or disk is "
                     "full): free space, then run the command again (`run` continues with --resume)"], done.stderr
     assert "Traceback" not in done.stderr and "mlflow" not in done.stderr.lower()
+
+
+def test_a_log_record_is_one_line_and_a_store_failures_record_is_held_for_a_command_that_ends_otherwise(capsys):
+    import logging
+
+    from bisect_eagle.cli.common import end_logging, quiet_libraries
+
+    quiet_libraries()
+    try:
+        try:
+            raise ValueError("bad header\nsecond line")
+        except ValueError:
+            logging.getLogger("mlflow.store.artifact").exception("upload failed\nmore detail")
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError:
+            logging.getLogger("mlflow.store.db.utils").exception("SQLAlchemy database error.")
+        logging.getLogger("bisect_eagle.tracking.runs").info("below the warning level: never said")
+    finally:
+        held = end_logging()
+    assert capsys.readouterr().err == "error: upload failed (mlflow.store.artifact)\n"  # no traceback
+    assert held == ["error: SQLAlchemy database error. (mlflow.store.db.utils)"]
+    assert end_logging() == []  # handed back once; the policy ends with the command
