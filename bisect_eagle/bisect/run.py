@@ -66,7 +66,7 @@ from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
 from bisect_eagle.stats import deterministic
 from bisect_eagle.tracking.redact import REDACTED, Scrubber, redact_mapping
 from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
-from bisect_eagle.tracking.stores import store_lock
+from bisect_eagle.tracking.stores import check_writable, store_lock
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.record import deployment_tags
 
@@ -204,6 +204,7 @@ def _run_bisect(opts: BisectOptions, *, engine_factory: Callable[[Spec], Engine]
     """:func:`run_bisect`, its store lock entered on ``held``."""
     opts, parsed = _replay_options(opts)
     uri = resolve_tracking_uri(opts.tracking_uri)
+    check_writable(uri, what="the tracking store", flag="--tracking-uri")  # before anything starts or is written
     good = load_endpoint(opts.good, flag="--good", tracking_uri=uri)
     bad = load_endpoint(opts.bad, flag="--bad", tracking_uri=uri)
     spec = deployment(good, bad, spec_path=opts.spec)

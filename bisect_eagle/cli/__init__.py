@@ -103,47 +103,38 @@ def _usage_line(e: UsageError) -> str:
 
 
 def main() -> None:
-    """Console-script entry point: exit 2 with one ``error:`` line on any bad input (flags, files, values).
+    """Console-script entry point: exit 2 with one ``error:`` line on any bad input (flags, files, values), a full
+    disk or a read-only store; 1 with one line on any other store failure.
 
     Every line printed on the way out passes the secret policy (:class:`~bisect_eagle.tracking.redact.Scrubber`:
-    the environment's secret values and value-shaped secrets), an unexpected error's traceback included.
+    the environment's secret values and value-shaped secrets), an unexpected error's traceback included. Log records
+    are one line each (:class:`~bisect_eagle.cli.common.OneLineLog`); those about a store's failure are said only
+    when the command does not end on that failure.
     """
+    from bisect_eagle.cli.common import end_logging, store_failure, store_failure_line
     from bisect_eagle.tracking.redact import Scrubber
+
+    def end(line: str | None, code: object, *, held: bool = True) -> None:
+        kept = end_logging()  # the held lines: said unless the line itself says the store's failure
+        for text in [*(kept if held else []), *([line] if line else [])]:
+            typer.echo(Scrubber()(text), err=True)
+        sys.exit(code)
 
     try:
         code = app(standalone_mode=False)
+    except SystemExit as e:  # SIGTERM (sigterm_as_exit) or a command's own exit
+        end(None, e.code)
     except UsageError as e:
-        typer.echo(Scrubber()(_usage_line(e)), err=True)
-        sys.exit(2)
+        end(_usage_line(e), 2)
     except typer.Abort:
-        typer.echo("Aborted!", err=True)
-        sys.exit(1)
+        end("Aborted!", 1)
     except BadInput as e:
-        typer.echo(Scrubber()(f"error: {' '.join(str(e).split())}"), err=True)
-        sys.exit(2)
+        end(f"error: {' '.join(str(e).split())}", 2)
     except Exception as e:
-        if _is_store_error(e):  # a full disk, a store that went away or refused a write: one line, not a traceback
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-            typer.echo(Scrubber()(f"error: the tracking or study store failed: {type(e).__name__}: {first} (free "
-                                  "space or restore the store, then continue with --resume)"), err=True)
-            sys.exit(1)
+        if store_failure(e) is not None:  # a full disk, a read-only store, a store that went away: one line
+            end(*store_failure_line(e), held=False)
         import traceback  # a bug: its traceback is for the report, never with a secret in it
 
-        typer.echo(Scrubber()(traceback.format_exc()).rstrip(), err=True)
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+        end(traceback.format_exc().rstrip(), 1)
+    end(None, code if isinstance(code, int) else 0)
 
-
-STORE_ERROR_MODULES = ("mlflow.", "sqlalchemy.", "sqlite3", "optuna.storages", "psycopg")
-
-
-def _is_store_error(e: BaseException) -> bool:
-    """An error raised by a store's client (MLflow, SQLAlchemy, SQLite, Optuna's storage, psycopg), or an OS error
-    of a full disk, anywhere in its chain of causes."""
-    while e is not None:
-        module = type(e).__module__ or ""
-        if module.startswith(STORE_ERROR_MODULES) or type(e).__name__ == "StorageInternalError" or (
-                isinstance(e, OSError) and e.errno == 28):  # ENOSPC
-            return True
-        e = e.__cause__ or e.__context__
-    return False

@@ -251,8 +251,9 @@ def report(
         quiet_libraries()
         tracking, parent = open_study_run(spec, tracking_uri=tracking_uri, study_name=study_name, activity=activity)
         study = parent.data.tags.get("study", parent.info.run_name)
-        folder = out or Path.cwd() / "mlruns" / "reports" / study
-        activity(f"reading the runs of study {study!r}, drawing its plots and logging them to its run")
+        folder = out or (None if tracking.read_only else Path.cwd() / "mlruns" / "reports" / study)
+        activity(f"reading the runs of study {study!r}" + ("" if tracking.read_only else
+                                                            ", drawing its plots and logging them to its run"))
         from bisect_eagle.report.study import varying_settings, write_report
 
         rep = write_report(tracking, parent, out=folder)
@@ -264,8 +265,8 @@ def report(
         print_json({"study": study, "parent_run_id": parent.info.run_id, "metric": rep.metric, "best": best,
                     "verdict": parent.data.tags.get("outcome"), "verdict_text": parent.data.tags.get("verdict"),
                     "speed_text": parent.data.tags.get("speed") or speed_text(rep.best, rep.frame),
-                    "files": [str(f) for f in rep.files], "model": model_json(rep.model),
-                    "split": None if split is None else split.to_json(),
+                    "files": [str(f) for f in rep.files], "read_only": tracking.read_only,
+                    "model": model_json(rep.model), "split": None if split is None else split.to_json(),
                     "trials": rep.frame.to_dict(orient="records")})
         return
     frame = rep.frame
@@ -273,9 +274,13 @@ def report(
     settings = varying_settings(live_ok) if len(live_ok) > 1 else [c for c in SETTING_COLUMNS if c in frame]
     model = model_lines(rep, settings=settings)
     lines = [*summary_lines(parent, rep), *split_lines(split), "", *model, *([""] if model else []),
-             *trial_lines(frame, rep.metric, settings=settings), "",
-             "wrote (also logged to the study's run, under report/):", f"  {folder}/"]
-    lines += [f"    {f.name}" for f in rep.files]
+             *trial_lines(frame, rep.metric, settings=settings), ""]
+    if tracking.read_only:
+        lines.append(f"the store {tracking.uri} is read-only here: nothing logged to it" +
+                     ("; --out DIR writes the trials table and the plots" if folder is None else ""))
+    if folder is not None:
+        logged = "" if tracking.read_only else " (also logged to the study's run, under report/)"
+        lines += [f"wrote{logged}:", f"  {folder}/", *(f"    {f.name}" for f in rep.files)]
     for line in lines:
         print(line)
 

@@ -5,7 +5,8 @@ a script runs once there, in its own process group, answers one JSON line on sta
 JSON request on stdin. :class:`OracleProcess` holds that protocol (start, read with a timeout, ask, describe,
 close) and the parser's shape (:class:`Option`, :class:`Description`); each engine's ``oracle`` module subclasses
 it with its script, timeouts, environment and its own ``judge``. Shared so that the two engines start, time out
-and kill their oracles in one way.
+and kill their oracles in one way. An interpreter that exits before its first answer (a broken environment) is
+:class:`InterpreterDied`: one line with its exit code and the last line it wrote on stderr, told at once.
 """
 
 from __future__ import annotations
@@ -16,9 +17,35 @@ import os
 import signal
 import subprocess
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+from bisect_eagle.errors import BadInput
+
+STDERR_LINES = 20  # the tail of an oracle's stderr kept for the line that says why it died
+
+
+class InterpreterDied(BadInput):
+    """An engine's interpreter that exits before it answers: the message names it, its exit code and what it
+    last wrote on stderr, then the fix."""
+
+
+def died_line(python: str, code: int | None, stderr: str | list[str], *, fix: str) -> str:
+    """``PYTHON exited before answering (exit code N): LAST STDERR LINE; FIX``: the one line of a dying interpreter.
+
+    Args:
+        python: the interpreter.
+        code: its exit code.
+        stderr: what it wrote on stderr (text, or its lines); the last non-empty line is quoted, cut to 300 characters.
+        fix: what to do about it.
+    """
+    lines = stderr.splitlines() if isinstance(stderr, str) else stderr
+    last = next((line.strip() for line in reversed(lines) if line.strip()), None)
+    said = f": {last[:300]}" if last else ", writing nothing on stderr"
+    return f"{python} exited before answering (exit code {code}){said}; {fix}"
 
 
 @dataclass(frozen=True)
@@ -64,6 +91,7 @@ class OracleProcess:
     start_timeout_s: ClassVar[float]
     answer_timeout_s: ClassVar[float]
     version_key: ClassVar[str] = "version"  # the describe answer's key for the server's version
+    fix: ClassVar[str] = "point it at a working environment of the server"  # said when the interpreter dies
 
     def __init__(self, *, python: str):
         self.python = python
@@ -72,6 +100,7 @@ class OracleProcess:
         self._description: Description | None = None
         self._cache: dict = {}
         self.failure: str | None = None  # why the oracle could not start (then plans say "not checked")
+        self.stderr: deque[str] = deque(maxlen=STDERR_LINES)  # the tail of the oracle's stderr
 
     def _argv(self) -> list[str]:
         """The script's arguments after its path."""
@@ -93,12 +122,22 @@ class OracleProcess:
             return self._proc
         try:
             proc = subprocess.Popen([self.python, str(self.script), *self._argv()], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self._env(),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self._env(),
                                     start_new_session=True)
         except OSError as e:
             self.failure = f"cannot run {self.python}: {e}"
             return None
+        drain = threading.Thread(target=self._drain, args=(proc,), name="oracle-stderr", daemon=True)
+        drain.start()
         first = self._read(proc, self.start_timeout_s)
+        if first is None:  # no answer: an end of its output is its exit
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1)
+        if first is None and proc.returncode is not None:  # it died: say so now, with what it said
+            drain.join(timeout=5)
+            self.failure = died_line(self.python, proc.returncode, list(self.stderr), fix=self.fix)
+            kill(proc)
+            raise InterpreterDied(self.failure)
         if first is None or not first.get("ok"):
             self.failure = self._start_failure(first)
             kill(proc)
@@ -107,12 +146,24 @@ class OracleProcess:
         self._proc = proc
         return proc
 
+    def _drain(self, proc: subprocess.Popen) -> None:
+        """Keep the tail of the oracle's stderr (read to its end, so that the oracle never blocks on a full pipe)."""
+        with contextlib.suppress(OSError, ValueError):
+            for line in proc.stderr:
+                self.stderr.append(line.rstrip("\n"))
+
     @staticmethod
     def _read(proc: subprocess.Popen, timeout_s: float) -> dict | None:
+        """One JSON answer within ``timeout_s``; None at once when the process exits without one."""
         box: list[str] = []
         reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
         reader.start()
-        reader.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while reader.is_alive() and time.monotonic() < deadline:
+            reader.join(min(0.2, max(0.0, deadline - time.monotonic())))
+            if reader.is_alive() and proc.poll() is not None:  # exited: its last line, if any, is read at once
+                reader.join(1.0)
+                break
         if not box or not box[0]:
             return None
         try:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from bisect_eagle.artifacts.prompts import Prompt, load_prompts
 from bisect_eagle.engines.base import Engine, TrialResult, combine_rounds, failed
+from bisect_eagle.engines.oracle import InterpreterDied, died_line
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.engines.procs import gpus
 from bisect_eagle.engines.procs import server as procs
@@ -30,7 +31,7 @@ from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber
 
 # whether the interpreter has a module, found without importing it (a server's import takes seconds to minutes)
-FIND_MODULE = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+FIND_MODULE = "import importlib.util, sys; print(importlib.util.find_spec(sys.argv[1]) is not None)"
 
 
 @dataclass
@@ -81,8 +82,9 @@ class ServedEngine(Engine):
 
     def check_launchable(self) -> None:
         """The launch command's executable is here, and an interpreter started with ``-m MODULE`` has that module
-        (found, not imported): a missing or server-less interpreter would otherwise create a study and a FAILED
-        baseline, one launch later. A plan for another machine (a dry run) is never checked."""
+        (found, not imported): a missing, dying (:class:`~bisect_eagle.engines.oracle.InterpreterDied`) or
+        server-less interpreter would otherwise create a study and a FAILED baseline, one launch later. A plan for
+        another machine (a dry run) is never checked."""
         command = list(self.planner.command)
         key = f"engine.{self.name}.{'python' if self.server.python else 'launch_command'}"
         exe = command[0]
@@ -93,11 +95,15 @@ class ServedEngine(Engine):
             return
         module = command[2].split(".")[0]
         try:
-            found = subprocess.run([exe, "-c", FIND_MODULE, module], capture_output=True, timeout=120,
-                                   start_new_session=True).returncode == 0
+            done = subprocess.run([exe, "-c", FIND_MODULE, module], capture_output=True, text=True, timeout=120,
+                                  start_new_session=True)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise BadInput(f"key {key!r}: {exe} did not run ({e})") from None
-        if not found:
+        if done.returncode != 0 or done.stdout.strip() not in ("True", "False"):  # it died before it could answer
+            raise InterpreterDied(f"key {key!r}: " + died_line(
+                exe, done.returncode, done.stderr, fix=f"point it at a working {self.name} environment "
+                f"(scripts/setup_{self.name}_env.sh makes one)"))
+        if done.stdout.strip() != "True":
             raise BadInput(f"key {key!r}: {exe} has no {module!r} module, so `{' '.join(command[:3])}` cannot "
                            f"start; point it at an environment with {module} (scripts/setup_{self.name}_env.sh)")
 

@@ -329,22 +329,26 @@ def _lines(frame: pd.DataFrame, parent, metric: str, plotted: str) -> dict[str, 
     return lines
 
 
-def write_report(tracking: Tracking, parent, *, out: Path) -> Report:
-    """Trials table (CSV), best config (JSON) and plots into ``out``; all logged to the parent run.
+def write_report(tracking: Tracking, parent, *, out: Path | None) -> Report:
+    """Trials table (CSV), best config (JSON) and plots into ``out``, all logged to the parent run
+    unless the store is read-only (``tracking.read_only``).
 
     Args:
         tracking: the study's store.
         parent: the study's parent run (:func:`find_parent`).
-        out: the folder to write into (created when absent); logged under the run's ``report/``.
+        out: the folder to write into (created when absent), logged under the run's ``report/``;
+            None: the report's data alone, no file written.
 
     Returns:
         The report: the trials table, the best row (None when no live trial finished ok), the files
         written, the criterion metric and the model's view.
     """
-    out.mkdir(parents=True, exist_ok=True)
     pid = parent.info.run_id
     metric = parent.data.params.get("criterion.metric", "output_tok_s")
     frame = trials_frame(tracking, pid)
+    if out is None:
+        return Report(frame, best_row(frame, metric), [], metric, model_view(tracking, parent, frame=frame))
+    out.mkdir(parents=True, exist_ok=True)
     files = [out / "trials.csv"]
     frame.to_csv(files[0], index=False)
     best = best_row(frame, metric)
@@ -367,5 +371,6 @@ def write_report(tracking: Tracking, parent, *, out: Path) -> Report:
     if not stage1.empty and "standalone_accuracy" in stage1:
         margin = parent.data.params.get("gate.margin")
         files.append(plot_gate(stage1, out, margin=None if margin is None else float(margin)))
-    tracking.log_files(pid, out, artifact_path="report")
+    if not tracking.read_only:
+        tracking.log_files(pid, out, artifact_path="report")
     return Report(frame, best, files, metric, model)

@@ -40,7 +40,7 @@ from typing import Any
 from bisect_eagle.errors import BadInput
 from bisect_eagle.tracking.redact import Scrubber, redact_url
 from bisect_eagle.tracking.run_ids import resolve_run_id
-from bisect_eagle.tracking.stores import check_stores
+from bisect_eagle.tracking.stores import StoreReadOnly, check_stores, read_only_url, store_unwritable
 from bisect_eagle.tracking.sysmetrics import SystemMetrics
 
 log = logging.getLogger(__name__)
@@ -239,9 +239,11 @@ class Tracking:
     client: Any  # mlflow.MlflowClient
     run_tags: dict[str, str] = field(default_factory=source_tags)  # on every run this object starts
     system_metrics: SystemMetrics = field(default_factory=SystemMetrics)  # of its runs in MEASURED_STAGES
+    read_only: bool = False  # opened read-only: a SQLite store this process cannot write (a reading command)
 
     @classmethod
-    def open(cls, uri: str, experiment: str, *, description: str | None = None) -> Tracking:
+    def open(cls, uri: str, experiment: str, *, description: str | None = None,
+             reading: bool = False) -> Tracking:
         """Connect (creating a SQLite store and the experiment when absent).
 
         Args:
@@ -249,6 +251,10 @@ class Tracking:
             experiment: the experiment's name.
             description: the experiment's markdown description (``mlflow.note.content``), set when
                 given.
+            reading: the caller only reads: a SQLite store this process cannot write is opened
+                read-only (:attr:`read_only`) and an absent experiment is :class:`BadInput`,
+                nothing created. Otherwise such a store is
+                :class:`~bisect_eagle.tracking.stores.StoreReadOnly` before anything is created.
 
         Returns:
             The store, on the experiment.
@@ -261,30 +267,38 @@ class Tracking:
         from mlflow.exceptions import MlflowException
 
         db = sqlite_path(uri)
-        if db is not None:
+        unwritable = store_unwritable(uri)
+        if unwritable and not reading:
+            raise StoreReadOnly(f"the tracking store {db.parent} is read-only ({unwritable}): make it writable, or "
+                                "give --tracking-uri of a store you can write")
+        if db is not None and not unwritable:
             db.parent.mkdir(parents=True, exist_ok=True)
-        client = MlflowClient(tracking_uri=uri)
+        client = MlflowClient(tracking_uri=read_only_url(uri) if unwritable else uri)
         try:
             exp = client.get_experiment_by_name(experiment)
+            if exp is None and reading:
+                raise BadInput(f"tracking URI {redact_url(uri)} has no experiment {experiment!r}: no study of this "
+                               "spec ran there (run `bisect-eagle run` first)")
             if exp is None:
                 exp_id = client.create_experiment(experiment, artifact_location=artifact_root(uri),
                                                   tags=dict([EXPERIMENT_KIND]))
             else:
                 exp_id = exp.experiment_id
-                if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+                if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1] and not unwritable:
                     client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
         except MlflowException as e:
             raise BadInput(f"tracking URI {redact_url(uri)}: cannot open experiment {experiment!r} "
                            f"({str(e).splitlines()[0]})") from None
-        if db is not None:
+        if db is not None and not unwritable:
             _use_wal(db)
         if description:
             client.set_experiment_tag(exp_id, NOTE, description)
-        return cls(uri, exp_id, client)
+        return cls(uri, exp_id, client, read_only=bool(unwritable))
 
     @classmethod
     def of_run(cls, uri: str, run_id: str) -> tuple[Tracking, Any]:
-        """The store and experiment holding ``run_id``, and the run.
+        """The store and experiment holding ``run_id``, and the run (a store this process cannot write is opened
+        read-only: :attr:`read_only`).
 
         Args:
             uri: the tracking URI; a SQLite store is never created by this call.
@@ -307,14 +321,15 @@ class Tracking:
             raise BadInput(f"run {run_id!r}: the tracking store {db} does not exist (give --tracking-uri or set "
                            "MLFLOW_TRACKING_URI)")
         check_stores(storage=None, tracking_uri=uri)  # unreachable: one line within seconds, not MLflow's retries
-        client = MlflowClient(tracking_uri=uri)
+        unwritable = store_unwritable(uri)
+        client = MlflowClient(tracking_uri=read_only_url(uri) if unwritable else uri)
         full_id = resolve_run_id(client, run_id, uri=uri)
         try:
             run = client.get_run(full_id)
         except MlflowException:
             raise BadInput(f"run {run_id!r} not found in the tracking store {redact_url(uri)} "
                            "(give --tracking-uri or set MLFLOW_TRACKING_URI)") from None
-        return cls(uri, run.info.experiment_id, client), run
+        return cls(uri, run.info.experiment_id, client, read_only=bool(unwritable)), run
 
     def start_run(self, name: str, *, tags: dict[str, str], params: dict[str, str] | None = None,
                   parent_run_id: str | None = None) -> str:
@@ -473,7 +488,8 @@ class Tracking:
             try:
                 self._end_on_exception(run_id, e, detail_tag, failure_classes or {}, scrub or Scrubber())
             except Exception as store_error:  # the store failed too: the original exception matters more
-                log.warning("could not end run %s after %s: %s", run_id, type(e).__name__, store_error)
+                log.warning("could not end run %s after %s: %s", run_id, type(e).__name__, store_error,
+                            exc_info=store_error)
             raise
 
     def _end_on_exception(self, run_id: str, e: BaseException, detail_tag: str,

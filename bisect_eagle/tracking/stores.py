@@ -14,6 +14,10 @@ tracking store at a time: a second one is :class:`StoreBusy` (one line, exit 2) 
 pid, command and start time. ``worker`` joins the holder's study and takes no lock; a remote store
 (a database or an ``mlflow server``, shared by several nodes) takes none either.
 
+A SQLite store this process cannot write (a read-only folder or file system, another user's files)
+is refused by the commands that write (:func:`check_writable`, one line naming its folder) and
+opened read-only by those that only read (:func:`read_only_url`).
+
 ``postgresql://`` URLs use SQLAlchemy's default PostgreSQL driver, which is psycopg 3 under SQLAlchemy 2.1
 (``pip install 'bisect-eagle[postgres]'``); ``postgresql+psycopg://`` names it explicitly and is equivalent.
 """
@@ -130,6 +134,63 @@ def check_stores(*, storage: str | None, tracking_uri: str | None, timeout_s: fl
         check_database(tracking_uri, what="tracking URI", timeout_s=timeout_s)
     elif urlsplit(tracking_uri).scheme in ("http", "https"):
         check_tracking_server(tracking_uri, timeout_s=timeout_s)
+
+
+class StoreReadOnly(BadInput):
+    """A store this process may not write: the message names its path and the fix."""
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why this process may not write ``path`` or, where it does not exist, create it: None when it may."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if os.access(probe, os.W_OK):
+        return None
+    read_only_fs = os.statvfs(probe).f_flag & os.ST_RDONLY
+    return f"{probe}: {'a read-only file system' if read_only_fs else 'permission denied'}"
+
+
+def store_unwritable(url: str) -> str | None:
+    """Why a ``sqlite:///`` store cannot be written here (its file, or its folder, where SQLite keeps the
+    journal), e.g. ``/x/mlruns/mlflow.db: permission denied``; None when it can or the store is not a file."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return None
+    db = Path(url[len(prefix):])
+    return _unwritable(db) or _unwritable(db.parent)
+
+
+def check_writable(url: str | None, *, what: str, flag: str) -> None:
+    """:class:`StoreReadOnly` for a ``sqlite:///`` store this process cannot write, before anything is created.
+
+    Args:
+        url: the store's URL (None: nothing to check).
+        what: the store in the message (``the tracking store``).
+        flag: the option that names another store (``--tracking-uri``).
+    """
+    why = store_unwritable(url) if url else None
+    if why:
+        folder = Path(url[len("sqlite:///"):]).parent
+        raise StoreReadOnly(f"{what} {folder} is read-only ({why}): make it writable, or give {flag} of a store "
+                            "you can write")
+
+
+def read_only_url(url: str) -> str:
+    """A ``sqlite:///`` URL that SQLite opens read-only (``mode=ro``), for a store this process cannot write.
+
+    SQLite cannot open a WAL database read-only without its shared-memory file, which a read-only folder cannot
+    hold: with no write-ahead log left beside it (``-wal`` absent or empty) the file is all there is and it is
+    opened ``immutable`` (no locks, no journal); with one, ``mode=ro`` reads it (where ``-shm`` exists). The driver
+    is named (``sqlite+pysqlite``, SQLAlchemy's default): MLflow then takes the ``file:`` URI for no folder to make.
+    """
+    from urllib.parse import quote
+
+    db = Path(url[len("sqlite:///"):])
+    wal = Path(f"{db}-wal")
+    immutable = "" if wal.is_file() and wal.stat().st_size > 0 else "&immutable=1"
+    path = quote(quote(str(db)))  # SQLAlchemy unquotes the database part once, SQLite's URI once more
+    return f"sqlite+pysqlite:///file:{path}?mode=ro{immutable}&uri=true"
 
 
 @contextlib.contextmanager

@@ -68,7 +68,7 @@ class SystemMetrics:
             monitor = SystemMetricsMonitor(run_id, sampling_interval=SAMPLING_INTERVAL_S, tracking_uri=tracking_uri)
             monitor.start()
         except Exception as e:  # psutil or the store missing: the trial matters more than its system metrics
-            log.warning("run %s: system metrics not monitored (%s)", run_id, e)
+            log.warning("run %s: system metrics not monitored (%s)", run_id, e, exc_info=e)
             return
         with self._lock:
             self._monitors[run_id] = monitor
@@ -88,7 +88,7 @@ class SystemMetrics:
                 monitor.publish_metrics(tail)
                 monitor.mlflow_logger.flush()
         except Exception as e:  # the store went away: the run ends without its last sample
-            log.warning("run %s: last system-metrics sample not logged (%s)", run_id, e)
+            log.warning("run %s: last system-metrics sample not logged (%s)", run_id, e, exc_info=e)
 
     def running(self) -> list[str]:
         """The run ids whose monitors run."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bisect_eagle.engines.oracle import InterpreterDied
 from bisect_eagle.engines.vllm import VllmEngine
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import VllmServer
@@ -41,3 +42,14 @@ def test_a_server_this_machine_cannot_start_is_refused_naming_the_key_and_the_fi
 ])
 def test_a_server_this_machine_can_start_passes(tiny, tmp_path, server):
     engine(tiny, tmp_path, **server).check_launchable()
+
+
+def test_an_interpreter_that_exits_at_once_is_refused_with_its_exit_code_and_last_stderr_line(tiny, tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'fatal: cannot open shared object file' >&2\nexit 127\n")
+    python.chmod(0o755)
+    with pytest.raises(InterpreterDied) as refused:
+        engine(tiny, tmp_path, python=str(python)).check_launchable()
+    assert str(refused.value) == (f"key 'engine.vllm.python': {python} exited before answering (exit code 127): "
+                                  "fatal: cannot open shared object file; point it at a working vllm environment "
+                                  "(scripts/setup_vllm_env.sh makes one)")

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,14 @@ import pytest
 from bisect_eagle.search.study.storage import open_storage
 from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.runs import Tracking
-from bisect_eagle.tracking.stores import StoreUnreachable, check_stores
+from bisect_eagle.tracking.stores import (
+    StoreReadOnly,
+    StoreUnreachable,
+    check_stores,
+    check_writable,
+    read_only_url,
+    store_unwritable,
+)
 
 
 def closed_port() -> int:
@@ -164,3 +172,38 @@ def test_a_remote_store_is_never_held():
             pass
     assert lock_path("sqlite:////x/mlruns/mlflow.db") == Path("/x/mlruns/mlflow.db.run-lock")
     assert lock_path("file:///x/mlruns") == Path("/x/mlruns/bisect-eagle.run-lock")
+
+
+def test_a_read_only_url_opens_the_store_read_only_and_reads_its_write_ahead_log_when_one_is_left(tmp_path):
+    import sqlalchemy as sa
+
+    folder = tmp_path / "a folder?#%"  # characters a file: URI must escape
+    folder.mkdir()
+    db = folder / "mlflow.db"
+    writer = sqlite3.connect(db)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE t (x)")
+    writer.execute("INSERT INTO t VALUES (1)")
+    writer.commit()  # still open: the row lives in the write-ahead log
+    assert Path(f"{db}-wal").stat().st_size > 0
+    url = read_only_url(f"sqlite:///{db}")
+    assert url.endswith("?mode=ro&uri=true")  # the log is read, so not immutable
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT x FROM t")).scalar() == 1
+        with pytest.raises(sa.exc.OperationalError, match="attempt to write a readonly database"):
+            conn.execute(sa.text("INSERT INTO t VALUES (2)"))
+    engine.dispose()
+    writer.close()  # the last connection: the log is folded into the file and removed
+    assert read_only_url(f"sqlite:///{db}").endswith("?mode=ro&immutable=1&uri=true")
+
+
+def test_a_store_that_cannot_be_written_is_refused_naming_its_folder(tmp_path, monkeypatch):
+    db = tmp_path / "mlruns" / "mlflow.db"
+    assert store_unwritable(f"sqlite:///{db}") is None  # absent: created in a folder that can be written
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # what a user without the permission is told
+    with pytest.raises(StoreReadOnly, match=rf"^the tracking store {tmp_path}/mlruns is read-only \({tmp_path}: "
+                                            r"permission denied\): make it writable, or give --tracking-uri"):
+        check_writable(f"sqlite:///{db}", what="the tracking store", flag="--tracking-uri")
+    assert not (tmp_path / "mlruns").exists()
+    check_writable("postgresql://u@host/db", what="the study store", flag="--storage")  # not a file: not judged

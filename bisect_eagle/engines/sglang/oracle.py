@@ -65,6 +65,7 @@ class Oracle(OracleProcess):
     script = SCRIPT
     start_timeout_s = START_TIMEOUT_S
     answer_timeout_s = ANSWER_TIMEOUT_S
+    fix = "point engine.sglang.python (or --sglang-python) at an environment with SGLang (scripts/setup_sglang_env.sh)"
 
     def __init__(self, *, python: str, parser: str):
         super().__init__(python=python)

@@ -52,6 +52,7 @@ class Oracle(OracleProcess):
     start_timeout_s = START_TIMEOUT_S
     answer_timeout_s = ANSWER_TIMEOUT_S
     version_key = "vllm_version"
+    fix = "point engine.vllm.python (or --vllm-python) at an environment with vLLM (scripts/setup_vllm_env.sh)"
 
     def __init__(self, *, python: str):
         super().__init__(python=python)

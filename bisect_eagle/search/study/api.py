@@ -35,7 +35,7 @@ from bisect_eagle.search.study.storage import latest_study, load_study, open_sto
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.tracking.runs import Tracking, owner_id
-from bisect_eagle.tracking.stores import check_stores, first_open_lock, store_lock
+from bisect_eagle.tracking.stores import check_stores, check_writable, first_open_lock, store_lock
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.record import settings_of_run
 from bisect_eagle.trials.standalone import Scorer
@@ -84,6 +84,8 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     if opts.tracking_uri is None:
         raise ValueError("run_study needs a tracking URI (see tracking.resolve_tracking_uri)")
     check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)
+    check_writable(opts.storage, what="the study store", flag="--storage")
+    check_writable(opts.tracking_uri, what="the tracking store", flag="--tracking-uri")
     # before any store is written (the lock's file included): a space the engine refuses whole is bad input,
     # the rest is said; a server this machine cannot start is bad input
     planned = [] if opts.resume else check_refusals(spec, engine_factory)

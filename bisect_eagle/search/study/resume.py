@@ -87,7 +87,8 @@ class Liveness:
                     self._reaped_at = time.monotonic()
                     self.reap(study)
             except Exception as e:  # a store hiccup: beat again at the next tick
-                log.warning("heartbeat of %s: %s", self.owner, str(e).splitlines()[0] if str(e) else type(e).__name__)
+                log.warning("heartbeat of %s: %s", self.owner, str(e).splitlines()[0] if str(e) else type(e).__name__,
+                            exc_info=e)
             self._stop.wait(min(TICK_S, self.interval))
 
     def beat(self, study: optuna.Study) -> None:

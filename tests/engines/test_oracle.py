@@ -1,0 +1,52 @@
+"""An engine's oracle whose interpreter exits before it answers is said at once as what it is: the interpreter, its
+exit code and the last line it wrote on stderr, then the fix (not a wait for the start timeout)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from bisect_eagle.engines.oracle import InterpreterDied
+from bisect_eagle.engines.sglang.oracle import Oracle as SglangOracle
+from bisect_eagle.engines.vllm.oracle import START_TIMEOUT_S
+from bisect_eagle.engines.vllm.oracle import Oracle as VllmOracle
+
+LAST_WORDS = "fatal: libpython3.11.so.1.0: cannot open shared object file"
+
+
+def dying_interpreter(folder: Path, *, stderr: list[str], code: int = 3) -> Path:
+    """An executable that writes ``stderr`` and exits with ``code`` at once, whatever it is asked."""
+    path = folder / "python"
+    path.write_text("#!/bin/sh\n" + "".join(f"echo '{line}' >&2\n" for line in stderr) + f"exit {code}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_vllm_interpreter_that_exits_at_once_is_one_line_with_its_exit_code_and_last_stderr_line(tmp_path):
+    python = dying_interpreter(tmp_path, stderr=["starting", LAST_WORDS])
+    oracle = VllmOracle(python=str(python))
+    started = time.monotonic()
+    with pytest.raises(InterpreterDied) as died:
+        oracle.describe()
+    assert time.monotonic() - started < START_TIMEOUT_S / 10  # told at once, not after the start timeout
+    assert str(died.value) == (f"{python} exited before answering (exit code 3): {LAST_WORDS}; point "
+                               "engine.vllm.python (or --vllm-python) at an environment with vLLM "
+                               "(scripts/setup_vllm_env.sh)")
+    assert oracle.failure == str(died.value)
+
+
+def test_a_silent_sglang_interpreter_that_exits_at_once_says_it_wrote_nothing(tmp_path):
+    python = dying_interpreter(tmp_path, stderr=[], code=1)
+    with pytest.raises(InterpreterDied, match=rf"^{python} exited before answering \(exit code 1\), writing nothing "
+                                              r"on stderr; point engine\.sglang\.python \(or --sglang-python\)"):
+        SglangOracle(python=str(python), parser="sglang").describe()
+
+
+def test_an_interpreter_that_answers_it_cannot_import_the_server_is_not_checked_not_dead(tmp_path):
+    """This project's interpreter has no vLLM: the oracle answers so, and plans go on unchecked."""
+    import sys
+
+    oracle = VllmOracle(python=sys.executable)
+    assert oracle.describe() is None and "cannot import vLLM" in oracle.failure
