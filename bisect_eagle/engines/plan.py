@@ -6,7 +6,7 @@ search's dedupe and claims, bisect's differences and probes, ``live --dry-run``,
 
 - ``effective``: the settings the engine will run, with every default made explicit (the draft's own layer
   ids resolved, the engine's defaults filled in) and every field the engine ignores removed. Secret values
-  are shown as ``<redacted>``.
+  are shown hashed (``<redacted sha256:…>``, :mod:`bisect_eagle.tracking.redact`).
 - ``fingerprint``: a hash of the engine name and ``effective``, with secret values entering as hashes, so
   two configs differing only in a secret are two trials, and the secret is never written.
 - ``warnings``: settings the engine runs differently from the request; ``refusal``: why the engine cannot
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings, apply_speculative_rules
-from bisect_eagle.tracking.redact import digest_mapping, redact_argv, redact_mapping
+from bisect_eagle.tracking.redact import digest_mapping, redact_argv, redact_env, redact_mapping
 
 SPECULATIVE_FIELDS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
 
@@ -117,7 +117,7 @@ def make_plan(
         engine=engine, settings=settings, effective=redact_mapping(effective),
         fingerprint=fingerprint(engine, effective), warnings=tuple(dict.fromkeys(warnings)), refusal=refusal,
         argv=None if argv is None else tuple(redact_argv(argv)),
-        env=None if env is None else redact_mapping(env), config_patch=config_patch, checked=checked,
+        env=None if env is None else redact_env(env), config_patch=config_patch, checked=checked,
         private=private or {})
 
 

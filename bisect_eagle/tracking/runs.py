@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.tracking.redact import Scrubber, redact_url
+from bisect_eagle.tracking.redact import Scrubber, mask_text, redact_url
 from bisect_eagle.tracking.run_ids import resolve_run_id
 from bisect_eagle.tracking.stores import check_stores
 from bisect_eagle.tracking.sysmetrics import SystemMetrics
@@ -56,8 +56,9 @@ TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to 
 
 
 def tag_values(tags: Mapping[str, object]) -> dict[str, str]:
-    """Tag values as MLflow stores them: text, cut to :data:`TAG_LIMIT` (the one place tags are truncated)."""
-    return {k: str(v)[:TAG_LIMIT] for k, v in tags.items()}
+    """Tag values as MLflow stores them: text masked by the secret policy (URL credentials, tokens), cut to
+    :data:`TAG_LIMIT` (the one place tags are truncated)."""
+    return {k: mask_text(str(v))[:TAG_LIMIT] for k, v in tags.items()}
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
@@ -219,7 +220,7 @@ class Tracking:
         if db is not None:
             _use_wal(db)
         if description:
-            client.set_experiment_tag(exp_id, NOTE, description)
+            client.set_experiment_tag(exp_id, NOTE, mask_text(description))
         return cls(uri, exp_id, client)
 
     @classmethod
@@ -253,7 +254,7 @@ class Tracking:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
         sampled into it until :meth:`finish` when its ``stage`` tag is one of :data:`MEASURED_STAGES`."""
         all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tag_values(all_tags))
+        run = self.client.create_run(self.experiment_id, run_name=mask_text(name), tags=tag_values(all_tags))
         if params:
             self.log(run.info.run_id, params=params)
         if tags.get("stage") in MEASURED_STAGES:
@@ -268,7 +269,7 @@ class Tracking:
         now = int(time.time() * 1000)
         ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()
               if v is not None and math.isfinite(float(v))]
-        ps = [Param(k, str(v)) for k, v in (params or {}).items()]
+        ps = [Param(k, mask_text(str(v))) for k, v in (params or {}).items()]
         ts = [RunTag(k, v) for k, v in tag_values(tags or {}).items()]
         if ms or ps or ts:
             self.client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
@@ -293,17 +294,17 @@ class Tracking:
             self.client.log_inputs(run_id, datasets=inputs)
 
     def rename(self, run_id: str, name: str) -> None:
-        self.client.update_run(run_id, name=name)
+        self.client.update_run(run_id, name=mask_text(name))
 
     def log_texts(self, run_id: str, files: dict[str, str], *, artifact_path: str | None = None) -> None:
-        """Text artifacts (name -> content) in one upload."""
+        """Text artifacts (name -> content, masked by the secret policy) in one upload."""
         if not files:
             return
         with tempfile.TemporaryDirectory(prefix="bisect-eagle-") as tmp:
             for name, text in files.items():
                 path = Path(tmp) / name
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+                path.write_text(mask_text(text))
             self.client.log_artifacts(run_id, tmp, artifact_path)
 
     def log_files(self, run_id: str, directory: Path, *, artifact_path: str | None = None) -> None:

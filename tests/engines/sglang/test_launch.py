@@ -20,7 +20,7 @@ from bisect_eagle.engines.sglang.launch import (
     trial_args,
 )
 from bisect_eagle.errors import BadInput
-from bisect_eagle.tracking.redact import redact_argv
+from bisect_eagle.tracking.redact import hidden, redact_argv
 
 
 def argv_of(s, *, srv=None, target="/m/target", draft="/d", port=31000) -> list[str]:
@@ -101,7 +101,7 @@ def test_probe_reads_help_and_version():
 
 def test_secrets_are_never_written():
     argv = ["srv", "--api-key", "abc", "--hf-token=xyz", "--speculative-num-draft-tokens", "4"]
-    assert redact_argv(argv) == ["srv", "--api-key", "<redacted>", "--hf-token=<redacted>",
+    assert redact_argv(argv) == ["srv", "--api-key", hidden("abc"), f"--hf-token={hidden('xyz')}",
                                  "--speculative-num-draft-tokens", "4"]
     text = launch_text(
         argv, {"HF_TOKEN": "t0k", "NCCL_ALGO": "Tree"}, environ={"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "k"}
