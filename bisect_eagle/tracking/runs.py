@@ -288,7 +288,7 @@ class Tracking:
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         inputs = [DatasetInput(Dataset(name=key, digest=path_digest(Path(path)), source_type="local",
-                                       source=json.dumps({"uri": str(Path(path).resolve())})),
+                                       source=json.dumps({"uri": mask_text(str(Path(path).resolve()))})),
                                tags=[InputTag("mlflow.data.context", key)]) for key, path in paths.items()]
         if inputs:
             self.client.log_inputs(run_id, datasets=inputs)
