@@ -54,6 +54,10 @@ NCCL_VARIABLES = frozenset({
 Variables": system configuration and debugging, up to NCCL 2.28). Only names NCCL documents belong here: a name
 such as ``NCCL_PASSPHRASE`` is no NCCL variable, and its value is hashed like any unknown one."""
 
+EARLIER_FLAGS = frozenset({"--cuda-graph-max-bs"})
+"""Flags of earlier releases that the project still takes and renames (SGLang before 0.5.23: ``--cuda-graph-max-bs``,
+now ``--cuda-graph-max-bs-decode``)."""
+
 
 @cache
 def table() -> dict[str, dict[str, list[str]]]:
@@ -78,12 +82,12 @@ def harmless_env() -> frozenset[str]:
 
 @cache
 def harmless_flags() -> frozenset[str]:
-    """Both engines' flags, as ``--name``.
+    """Both engines' flags (and :data:`EARLIER_FLAGS`), as ``--name``.
 
     Returns:
         The flag names.
     """
-    return frozenset(flag for kind in table().values() for flag in kind["flags"])
+    return EARLIER_FLAGS | frozenset(flag for kind in table().values() for flag in kind["flags"])
 
 
 def sglang_env_names(source: str) -> set[str]:
