@@ -84,9 +84,10 @@ def argv_tokens(args: Sequence[Arg]) -> list[str]:
 
 
 def inherited_env(environ: dict[str, str], prefixes: tuple[str, ...]) -> dict[str, str]:
-    """Inherited variables starting with one of ``prefixes`` (those that change how a server runs), credentials
-    left out."""
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(prefixes) and not is_credential_name(k)}
+    """Inherited variables starting with one of ``prefixes`` (those that change how a server
+    runs), credentials left out."""
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith(prefixes) and not is_credential_name(k)}
 
 
 def export_line(name: str, value: str) -> str:
@@ -97,8 +98,9 @@ def export_line(name: str, value: str) -> str:
 
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str], prefixes: tuple[str, ...]) -> str:
     """launch_command.txt, a shell script to paste: the trial's variables and the inherited ones that matter as
-    shell-quoted ``export`` lines (only those the secret policy writes in clear; the others named in a comment),
-    then the command as one shell-quoted line (values of flags not known harmless hidden)."""
+    shell-quoted ``export`` lines (only those the secret policy writes in clear; the others
+    named in a comment), then the command as one shell-quoted line (values of flags not known
+    harmless hidden)."""
     inherited = {k: v for k, v in inherited_env(environ, prefixes).items() if k not in env}
     lines = ["# environment set for this trial", *_export_lines(env)]
     lines += ["", "# inherited environment that affects the server", *_export_lines(inherited)]
@@ -107,7 +109,8 @@ def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]
 
 
 def _export_lines(env: dict[str, str]) -> list[str]:
-    """``export`` lines of the variables written in clear, then one comment naming the others (values not shown)."""
+    """``export`` lines of the variables written in clear, then one comment naming the others
+    (values not shown)."""
     lines = [export_line(k, v) for k, v in sorted(env.items()) if env_in_clear(k)]
     hidden = sorted(k for k in env if not env_in_clear(k))
     if hidden:

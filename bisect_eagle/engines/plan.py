@@ -7,8 +7,8 @@ search's dedupe and claims, bisect's differences and probes, ``live --dry-run``,
 - ``effective``: the settings the engine will run, with every default made explicit (the draft's own layer
   ids resolved, the engine's defaults filled in) and every field the engine ignores removed. Secret values
   are shown hashed (``<redacted sha256:…>``, :mod:`bisect_eagle.tracking.redact`).
-- ``fingerprint``: a hash of the engine name and ``effective`` in clear, so two configs differing only in a
-  secret are two trials, and no value can be read from it.
+- ``fingerprint``: a hash of the engine name and ``effective`` in clear, so two configs
+  differing only in a secret are two trials, and no value can be read from it.
 - ``warnings``: settings the engine runs differently from the request; ``refusal``: why the engine cannot
   run it (a ``bad_arguments`` trial, never a launch).
 - ``argv``/``env``/``config_patch`` where the engine launches a server; ``checked``: what validated the plan.
@@ -95,8 +95,9 @@ def canonical_hash(body: dict[str, Any]) -> str:
 
 
 def fingerprint(engine: str, effective_in_clear: dict[str, Any]) -> str:
-    """A live trial's identity: a hash of the engine and its effective settings, every value included (a hidden
-    one too: two configs that differ only in a secret are two trials), none of them readable from it."""
+    """A live trial's identity: a hash of the engine and its effective settings, every value
+    included (a hidden one too: two configs that differ only in a secret are two trials), none
+    of them readable from it."""
     return canonical_hash({"engine": engine, **effective_in_clear})
 
 

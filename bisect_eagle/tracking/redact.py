@@ -1,18 +1,20 @@
-"""The one secret policy: which values may be written in clear, and how the others are kept out of every byte
-written or printed.
+"""The one secret policy: which values may be written in clear, and how the others are kept out of
+every byte written or printed.
 
-By name, an allowlist: the value of a variable or flag is written in clear only when its name is known harmless
-(:mod:`bisect_eagle.tracking.allowlist`: NCCL's documented variables, SGLang's and vLLM's own variables, the
-engines' flags) and says nothing of a credential (:func:`is_credential_name`: ``--api-key``, ``VLLM_API_KEY``).
-Every other value is hidden as :func:`hidden` (``<redacted sha256:…>``), a hash that keeps two configs differing
-only in it apart; identities (fingerprints, a spec's stored form) take :func:`digest`. In settings, ``env.*`` are
-variables and ``server_args.*`` flags; the settings' own fields are in clear; a list of strings is an argv.
+By name, an allowlist: the value of a variable or flag is written in clear only when its name is
+known harmless (:mod:`bisect_eagle.tracking.allowlist`: NCCL's documented variables, SGLang's and
+vLLM's own variables, the engines' flags) and says nothing of a credential
+(:func:`is_credential_name`: ``--api-key``, ``VLLM_API_KEY``). Every other value is hidden as
+:func:`hidden` (``<redacted sha256:…>``), a hash that keeps two configs differing only in it apart;
+a stored identity (a study's spec) takes :func:`digest`. In settings, ``env.*`` are variables and
+``server_args.*`` flags; the settings' own fields are in clear; a list of strings is an argv.
 
-By value, whatever the name: every text written (settings in clear, descriptions, names, paths, URLs, logs) has
-the credentials of a URL masked (``https://u:***@host``, ``https://***@host`` for a token alone) and tokens
-shaped like the common providers' (:data:`TOKEN_PATTERNS`) replaced by :data:`REDACTED`, glued ones
-(``x-hf_…``, ``key_sk-…``) included. A child's free text (server logs, errors) is also scrubbed of the values
-hidden by name (:class:`Scrubber`), and of the controller's own secrets (:func:`environment_secrets`).
+By value, whatever the name: every text written (settings in clear, descriptions, names, paths,
+URLs, logs) has the credentials of a URL masked (``https://u:***@host``, ``https://***@host`` for a
+token alone) and tokens shaped like the common providers' (:data:`TOKEN_PATTERNS`) replaced by
+:data:`REDACTED`, glued ones (``x-hf_…``, ``key_sk-…``) included. A child's free text (server logs,
+errors) is also scrubbed of the values hidden by name (:class:`Scrubber`), and of the controller's
+own secrets (:func:`environment_secrets`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,21 @@ from urllib.parse import urlsplit
 
 from bisect_eagle.tracking.allowlist import harmless_env, harmless_flags
 
-MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "AUTH", "CREDENTIAL", "CREDENTIALS",
-           "CREDS", "COOKIE", "COOKIES", "BEARER")
+MARKERS = (
+    "TOKEN",
+    "KEY",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "AUTH",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "CREDS",
+    "COOKIE",
+    "COOKIES",
+    "BEARER",
+)
 WORDS = ("PAT", "SESSION")  # a credential only as a whole word (COMPAT, SESSIONS_MAX are not)
 TOKEN_PATTERNS = (
     r"hf_[A-Za-z0-9]{20,}",
@@ -40,18 +55,32 @@ TOKEN_PATTERNS = (
     r"AIza[0-9A-Za-z_-]{35}",
     r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+",  # a JSON web token
 )
-_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(TOKEN_PATTERNS) + r")")  # `_` or `-` before: still a token
+_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9])(?:" + "|".join(TOKEN_PATTERNS) + r")"
+)  # `_` or `-` before: still a token
 _BEARER = re.compile(r"(?i)(?P<head>\bbearer\s+)(?P<pw>[A-Za-z0-9._~+/=-]{8,})")
 _URL_USERINFO = re.compile(
-    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/:@'\"]*)(?::(?P<pw>[^\s/@'\"]*))?(?P<at>@)")
-PREFIXES = ("NCCL_", "SGLANG_", "SGL_", "VLLM_", "CUDA_", "TORCH_", "HF_")  # what a server reads from its env
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/:@'\"]*)(?::(?P<pw>[^\s/@'\"]*))?(?P<at>@)"
+)
+PREFIXES = (
+    "NCCL_",
+    "SGLANG_",
+    "SGL_",
+    "VLLM_",
+    "CUDA_",
+    "TORCH_",
+    "HF_",
+)  # what a server reads from its env
 REDACTED = "<redacted>"
-_MIN_SCRUB_LEN = 3  # shorter values (``1``, ``0``) would blank unrelated text; they are still hashed by name
+_MIN_SCRUB_LEN = (
+    3  # shorter values (``1``, ``0``) would blank unrelated text; they are still hashed by name
+)
 
 
 def is_credential_name(name: str) -> bool:
-    """Whether a name says it holds a credential: a word (split on ``_``, ``-``, ``.``) is, or ends with, one of
-    :data:`MARKERS`, or is one of :data:`WORDS` (``HF_TOKEN``, ``--api-key``, ``NCCL_IB_PKEY``, ``GH_PAT``).
+    """Whether a name says it holds a credential: a word (split on ``_``, ``-``, ``.``) is, or ends
+    with, one of :data:`MARKERS`, or is one of :data:`WORDS` (``HF_TOKEN``, ``--api-key``,
+    ``NCCL_IB_PKEY``, ``GH_PAT``).
 
     Args:
         name: a variable, flag or key name.
@@ -76,8 +105,8 @@ def env_in_clear(name: str) -> bool:
 
 
 def flag_in_clear(name: str) -> bool:
-    """Whether the value of a flag may be written in clear; ``name`` as a flag (``--max-model-len``) or a
-    ``server_args`` key (``max_model_len``).
+    """Whether the value of a flag may be written in clear; ``name`` as a flag (``--max-model-len``)
+    or a ``server_args`` key (``max_model_len``).
 
     Args:
         name: the flag or key.
@@ -126,8 +155,8 @@ def is_hidden(value: Any) -> bool:
 
 
 def mask_text(text: str) -> str:
-    """``text`` with value-shaped secrets masked: URL credentials as ``***``, provider and bearer tokens as
-    :data:`REDACTED`.
+    """``text`` with value-shaped secrets masked: URL credentials as ``***``, provider and bearer
+    tokens as :data:`REDACTED`.
 
     Args:
         text: any text.
@@ -135,6 +164,7 @@ def mask_text(text: str) -> str:
     Returns:
         The masked text.
     """
+
     def userinfo(m: re.Match) -> str:
         if m["pw"] is not None:
             return f"{m['head']}{m['user']}:***@"
@@ -146,7 +176,8 @@ def mask_text(text: str) -> str:
 
 
 def _shaped(text: str) -> set[str]:
-    """The value-shaped secrets inside ``text``: provider and bearer tokens, URL passwords and lone tokens."""
+    """The value-shaped secrets inside ``text``: provider and bearer tokens, URL passwords, lone
+    tokens."""
     found = {m.group(0) for m in _TOKEN.finditer(text)} | {m["pw"] for m in _BEARER.finditer(text)}
     for m in _URL_USERINFO.finditer(text):
         found.add(m["pw"] if m["pw"] is not None else m["user"])
@@ -177,7 +208,8 @@ def _in_clear(value: Any) -> Any:
 
 
 def _named(name: str, value: Any, *, flag: bool, hide: Callable[[Any], str]) -> Any:
-    """The value of variable or flag ``name``: in clear when harmless (or None, or a boolean), else hidden."""
+    """The value of variable or flag ``name``: in clear when harmless (or None, or a boolean),
+    else hidden."""
     harmless = flag_in_clear(name) if flag else env_in_clear(name)
     return _in_clear(value) if harmless or value is None or isinstance(value, bool) else hide(value)
 
@@ -188,7 +220,10 @@ def _settings(values: Mapping[str, Any], hide: Callable[[Any], str]) -> dict[str
     for key, value in values.items():
         head, dot, name = str(key).partition(".")
         if head in ("env", "server_args") and not dot and isinstance(value, Mapping):
-            out[key] = {n: _named(str(n), v, flag=head == "server_args", hide=hide) for n, v in value.items()}
+            out[key] = {
+                n: _named(str(n), v, flag=head == "server_args", hide=hide)
+                for n, v in value.items()
+            }
         elif head in ("env", "server_args") and dot:
             out[key] = _named(name, value, flag=head == "server_args", hide=hide)
         elif isinstance(value, Mapping):
@@ -204,7 +239,8 @@ def redact_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
     """Settings as they are written: every value not known harmless replaced by :func:`hidden`.
 
     Args:
-        values: settings (nested ``env``/``server_args`` or dotted ``env.X``/``server_args.X`` keys).
+        values: settings (nested ``env``/``server_args`` or dotted ``env.X``/``server_args.X``
+            keys).
 
     Returns:
         The settings safe to write.
@@ -213,7 +249,8 @@ def redact_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def digest_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Settings as an identity takes them: as :func:`redact_mapping`, hidden values as :func:`digest`.
+    """Settings as an identity takes them: as :func:`redact_mapping`, hidden values as
+    :func:`digest`.
 
     Args:
         values: settings, as :func:`redact_mapping` takes them.
@@ -225,7 +262,8 @@ def digest_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def redact_env(env: Mapping[str, Any]) -> dict[str, Any]:
-    """Variables as they are written: each value in clear only under a harmless name, else :func:`hidden`.
+    """Variables as they are written: each value in clear only under a harmless name, else
+    :func:`hidden`.
 
     Args:
         env: variable name -> value.
@@ -253,7 +291,8 @@ def _argv(argv: Iterable[str], hide: Callable[[Any], str]) -> list[str]:
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
-    """argv as it is written: the value of a flag not known harmless (``--api-key X``, ``--x=Y``) hidden.
+    """argv as it is written: the value of a flag not known harmless (``--api-key X``, ``--x=Y``)
+    hidden.
 
     Args:
         argv: the command's tokens.
@@ -265,7 +304,8 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 
 
 def secret_values(*settings: Mapping[str, Any] | None, argv: Iterable[str] = ()) -> set[str]:
-    """Every value the policy hides in ``settings`` and ``argv``, and every value-shaped secret in them.
+    """Every value the policy hides in ``settings`` and ``argv``, and every value-shaped secret in
+    them.
 
     Args:
         settings: settings, as :func:`redact_mapping` takes them.
@@ -294,13 +334,16 @@ def _shaped_inside(raw: Any) -> set[str]:
     """The value-shaped secrets of every text inside ``raw`` (a text, mapping or list)."""
     if isinstance(raw, str):
         return _shaped(raw)
-    items = raw.values() if isinstance(raw, Mapping) else raw if isinstance(raw, (list, tuple)) else ()
+    items = (
+        raw.values() if isinstance(raw, Mapping) else raw if isinstance(raw, (list, tuple)) else ()
+    )
     return {v for item in items for v in _shaped_inside(item)}
 
 
 def environment_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
-    """The secrets of this process's environment (or ``environ``), which may reach a child's output: values of
-    credential names, of variables a server reads (:data:`PREFIXES`) that are not known harmless, value-shaped ones.
+    """The secrets of this process's environment (or ``environ``), which may reach a child's output:
+    values of credential names, of variables a server reads (:data:`PREFIXES`) that are not known
+    harmless, value-shaped ones.
 
     Args:
         environ: the environment (default ``os.environ``).
@@ -317,7 +360,8 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
 
 
 def scrub(text: str, values: Iterable[str]) -> str:
-    """``text`` with every value in ``values`` replaced by :data:`REDACTED` (longest first), then masked by shape.
+    """``text`` with every value in ``values`` replaced by :data:`REDACTED` (longest first), then
+    masked by shape.
 
     Args:
         text: free text.
@@ -333,10 +377,15 @@ def scrub(text: str, values: Iterable[str]) -> str:
 
 
 class Scrubber:
-    """Scrubs free text of the controller's environment secrets and of the values hidden in given settings."""
+    """Scrubs free text of the controller's environment secrets and of the values hidden in given
+    settings."""
 
-    def __init__(self, *settings: Mapping[str, Any] | None, argv: Iterable[str] = (),
-                 environ: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        *settings: Mapping[str, Any] | None,
+        argv: Iterable[str] = (),
+        environ: Mapping[str, str] | None = None,
+    ):
         self.values = environment_secrets(environ) | secret_values(*settings, argv=argv)
 
     def add(self, *settings: Mapping[str, Any] | None, argv: Iterable[str] = ()) -> None:
@@ -348,7 +397,8 @@ class Scrubber:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (database URLs and ``http://user:pw@host`` alike).
+    """``url`` with any password replaced by ``***`` (database URLs and ``http://user:pw@host``
+    alike).
 
     Args:
         url: a URL.

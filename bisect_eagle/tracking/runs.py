@@ -56,8 +56,8 @@ TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to 
 
 
 def tag_values(tags: Mapping[str, object]) -> dict[str, str]:
-    """Tag values as MLflow stores them: text masked by the secret policy (URL credentials, tokens), cut to
-    :data:`TAG_LIMIT` (the one place tags are truncated)."""
+    """Tag values as MLflow stores them: text masked by the secret policy (URL credentials,
+    tokens), cut to :data:`TAG_LIMIT` (the one place tags are truncated)."""
     return {k: mask_text(str(v))[:TAG_LIMIT] for k, v in tags.items()}
 
 
@@ -254,7 +254,8 @@ class Tracking:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
         sampled into it until :meth:`finish` when its ``stage`` tag is one of :data:`MEASURED_STAGES`."""
         all_tags = {**self.run_tags, **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
-        run = self.client.create_run(self.experiment_id, run_name=mask_text(name), tags=tag_values(all_tags))
+        run = self.client.create_run(self.experiment_id, run_name=mask_text(name),
+                                     tags=tag_values(all_tags))
         if params:
             self.log(run.info.run_id, params=params)
         if tags.get("stage") in MEASURED_STAGES:
@@ -287,8 +288,11 @@ class Tracking:
         """Files or folders as the run's MLflow dataset inputs (name and context = the key, source = the path)."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
+        def source(path: Path) -> str:
+            return json.dumps({"uri": mask_text(str(Path(path).resolve()))})
+
         inputs = [DatasetInput(Dataset(name=key, digest=path_digest(Path(path)), source_type="local",
-                                       source=json.dumps({"uri": mask_text(str(Path(path).resolve()))})),
+                                       source=source(path)),
                                tags=[InputTag("mlflow.data.context", key)]) for key, path in paths.items()]
         if inputs:
             self.client.log_inputs(run_id, datasets=inputs)

@@ -142,8 +142,11 @@ def test_changes_show_effective_values_and_groups_apply_together():
     assert (wiring.values("good"), wiring.values("bad")) == ([1, 5, 9], [-1, 1, 5])  # resolved by the plan
     assert wiring.good == {"eagle_aux_hidden_state_layer_ids": None}  # applied as written: the draft's own ids
     assert changes[3].to_json() == {"name": "server_args.a+server_args.b", "settings": ["server_args.a",
-                                    "server_args.b"], "good": {"server_args.a": hidden(1), "server_args.b": hidden(2)},
-                                    "bad": {"server_args.a": hidden(5), "server_args.b": hidden(6)}, "masked_by": {}}
+                                    "server_args.b"],
+                                    "good": {"server_args.a": hidden(1),
+                                             "server_args.b": hidden(2)},
+                                    "bad": {"server_args.a": hidden(5), "server_args.b": hidden(6)},
+                                    "masked_by": {}}
     assert apply_changes(good, changes[1:3]) == {**good, "num_steps": 1, "env.NCCL_ALGO": "Tree"}
 
 

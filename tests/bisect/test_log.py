@@ -57,15 +57,18 @@ def test_nothing_secret_is_written(tmp_path):
 def test_change_params_hold_each_settings_good_and_bad_value_as_the_log_writes_it():
     group = Change("topk+num_draft_tokens", {"topk": 2, "num_draft_tokens": 8}, {"topk": 1, "num_draft_tokens": None},
                    shown={"num_draft_tokens": (8, 2)})  # the engine runs 2 draft tokens where none were asked
-    long = Change("env.NCCL_TOPO_FILE", {"env.NCCL_TOPO_FILE": "x" * 7000}, {"env.NCCL_TOPO_FILE": None})
+    topo = "env.NCCL_TOPO_FILE"  # NCCL's own: its value is written in clear, cut to the param limit
+    long = Change(topo, {topo: "x" * 7000}, {topo: None})
     params = change_params([*changes(), group, long], scrub=lambda text: text.replace("leaked", "<redacted>"))
     assert params["change.num_steps.good"] == "3" and params["change.num_steps.bad"] == "1"
-    assert params["change.env.X.good"] == "null" and params["change.env.X.bad"] == f'"{hidden("1")}"'
+    assert params["change.env.X.good"] == "null"
+    assert params["change.env.X.bad"] == f'"{hidden("1")}"'
     assert params["change.env.HF_TOKEN.bad"].startswith('"<redacted sha256:')  # never in clear
     assert (params["change.topk.good"], params["change.topk.bad"]) == ("2", "1")
     assert (params["change.num_draft_tokens.good"], params["change.num_draft_tokens.bad"]) == ("8", "2")
     assert len(params["change.env.NCCL_TOPO_FILE.good"]) == PARAM_CHARS == 6000
     assert len(params) == 2 * 6
-    scrubbed = change_params([Change("env.NCCL_DEBUG_FILE", {"env.NCCL_DEBUG_FILE": "leaked"},
-                                     {"env.NCCL_DEBUG_FILE": None})], scrub=lambda t: t.replace("leaked", "<redacted>"))
-    assert scrubbed["change.env.NCCL_DEBUG_FILE.good"] == '"<redacted>"'  # a value in clear is still scrubbed
+    debug = "env.NCCL_DEBUG_FILE"  # a value in clear is still scrubbed
+    scrubbed = change_params([Change(debug, {debug: "leaked"}, {debug: None})],
+                             scrub=lambda t: t.replace("leaked", "<redacted>"))
+    assert scrubbed[f"change.{debug}.good"] == '"<redacted>"'

@@ -1,14 +1,15 @@
-"""No secret value is written or printed anywhere, end to end: secrets planted in the controller's environment
-(``HF_TOKEN``, ``X_API_KEY``, ``DB_PASSWORD``, ``GH_PAT``, ``SGLANG_BEARER``, ``SGLANG_PASSPHRASE`` (no SGLang
-variables), and a Hugging Face-shaped token under a name that says nothing), in a spec's ``env.HF_TOKEN``,
-``env.HF_AUTH``, ``env.NCCL_PASSPHRASE`` (no NCCL variable), ``env.MY_CREDS``, the password of its
-``env.DATABASE_URL``, a token-only URL, a token glued to ``-``, its ``server_args.api_key``, and its description
-(a URL password, an ``hf_`` token, an ``sk-`` key, a glued GitHub token), go through
-``run`` (local engine, and the sglang engine with a stand-in server that prints its environment),
-``live`` (``--dry-run --json`` too), ``export``, ``reproduce`` and ``bisect``; then every byte under the working
-directory (the MLflow and Optuna SQLite stores, artifacts, logs, bisect logs, trial directories) and every
-stdout and stderr is searched for each value. A value under a known harmless name (``env.NCCL_ALGO=Ring``,
-an inherited ``SGLANG_LOG_GC``) is found in clear."""
+"""No secret value is written or printed anywhere, end to end: secrets planted in the controller's
+environment (``HF_TOKEN``, ``X_API_KEY``, ``DB_PASSWORD``, ``GH_PAT``, ``SGLANG_BEARER``,
+``SGLANG_PASSPHRASE`` (no SGLang variables), and a Hugging Face-shaped token under a name that says
+nothing), in a spec's ``env.HF_TOKEN``, ``env.HF_AUTH``, ``env.NCCL_PASSPHRASE`` (no NCCL variable),
+``env.MY_CREDS``, the password of its ``env.DATABASE_URL``, a token-only URL, a token glued to
+``-``, its ``server_args.api_key``, and its description (a URL password, an ``hf_`` token, an
+``sk-`` key, a glued GitHub token), go through ``run`` (local engine, and the sglang engine with a
+stand-in server that prints its environment), ``live`` (``--dry-run --json`` too), ``export``,
+``reproduce`` and ``bisect``; then every byte under the working directory (the MLflow and Optuna
+SQLite stores, artifacts, logs, bisect logs, trial directories) and every stdout and stderr is
+searched for each value. A value under a known harmless name (``env.NCCL_ALGO=Ring``, an inherited
+``SGLANG_LOG_GC``) is found in clear."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parents[2]
 SHAPED = "hf_" + "Yq7Lm2Pz9Xc4Vb8Nw3Kd"  # a Hugging Face token's shape, under a name that is not a secret's
 ENV_SECRETS = {"HF_TOKEN": "hf-env-Zq81secret", "X_API_KEY": "xk-env-Pw27secret", "DB_PASSWORD": "db-env-Lm55secret",
-               "GH_PAT": "ghpat-env-Rt42secret", "GREETING": SHAPED, "SGLANG_BEARER": "bearer-env-Jw58secret",
+               "GH_PAT": "ghpat-env-Rt42secret", "GREETING": SHAPED,
+               "SGLANG_BEARER": "bearer-env-Jw58secret",
                "SGLANG_PASSPHRASE": "phrase-env-Nc63secret"}
-IN_CLEAR = {"NCCL_ALGO": "Ring", "SGLANG_LOG_GC": "1"}  # known harmless: their values are written as they are
+IN_CLEAR = {"NCCL_ALGO": "Ring", "SGLANG_LOG_GC": "1"}  # known harmless: written as they are
 NCCL_PASSPHRASE = "nccl-phrase-Hd35secret"
 MY_CREDS = "mycreds-spec-Wz19secret"
 URL_TOKEN = "urltok-Fq72secret"
@@ -42,10 +44,10 @@ SPEC_AUTH = "hfauth-spec-Kq22secret"
 URL_PASSWORD = "pwDbUrl77secret"
 API_KEY = "sk-arg-Vb64secret"
 BISECT_TOKEN = "hf-bisect-Qr17secret"
-VALUES = [*ENV_SECRETS.values(), SPEC_TOKEN, SPEC_AUTH, URL_PASSWORD, API_KEY, BISECT_TOKEN, NCCL_PASSPHRASE,
-          MY_CREDS, URL_TOKEN, GLUED, GLUED_GH, DESC_PASSWORD, DESC_HF, DESC_SK]
-DESCRIPTION = (f"mirror at https://bob:{DESC_PASSWORD}@models.example.com/x, token {DESC_HF}, key {DESC_SK}, "
-               f"built by build_{GLUED_GH}")
+VALUES = [*ENV_SECRETS.values(), SPEC_TOKEN, SPEC_AUTH, URL_PASSWORD, API_KEY, BISECT_TOKEN,
+          NCCL_PASSPHRASE, MY_CREDS, URL_TOKEN, GLUED, GLUED_GH, DESC_PASSWORD, DESC_HF, DESC_SK]
+DESCRIPTION = (f"mirror at https://bob:{DESC_PASSWORD}@models.example.com/x, token {DESC_HF}, "
+               f"key {DESC_SK}, built by build_{GLUED_GH}")
 # the stand-in server, started through a shell that first prints the environment it was given (as some do)
 PRINTS_ENV = ["sh", "-c", 'env; exec "$0" serve "$@"', str(Path(sys.executable).parent / "bisect-eagle")]
 
@@ -56,7 +58,8 @@ class Session:
     def __init__(self, cwd: Path):
         self.cwd = cwd
         self.outputs: list[tuple[str, str]] = []
-        self.env = {**os.environ, **ENV_SECRETS, "SGLANG_LOG_GC": IN_CLEAR["SGLANG_LOG_GC"], "OMP_NUM_THREADS": "1"}
+        self.env = {**os.environ, **ENV_SECRETS, "SGLANG_LOG_GC": IN_CLEAR["SGLANG_LOG_GC"],
+                    "OMP_NUM_THREADS": "1"}
         self.env.pop("MLFLOW_TRACKING_URI", None)
 
     def __call__(self, *args: str, codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
@@ -73,7 +76,8 @@ def _spec(tmp: Path, name: str, edit) -> Path:
     raw = yaml.safe_load((ROOT / "experiments" / name).read_text())
     raw["engine"]["settings"].update({"env.HF_TOKEN": SPEC_TOKEN, "env.HF_AUTH": SPEC_AUTH,
                                       "env.DATABASE_URL": f"postgresql://u:{URL_PASSWORD}@127.0.0.1/db",
-                                      "env.NCCL_PASSPHRASE": NCCL_PASSPHRASE, "env.MY_CREDS": MY_CREDS,
+                                      "env.NCCL_PASSPHRASE": NCCL_PASSPHRASE,
+                                      "env.MY_CREDS": MY_CREDS,
                                       "env.NCCL_ALGO": IN_CLEAR["NCCL_ALGO"],
                                       "env.MODEL_MIRROR": f"https://{URL_TOKEN}@hub.example.com/m",
                                       "env.BUILD_TAG": f"x-{GLUED}",

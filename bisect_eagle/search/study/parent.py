@@ -30,16 +30,17 @@ HEADLINE = ("output_tok_s", "accept_length")  # shown beside the criterion metri
 
 
 def spec_text(spec: Spec) -> str:
-    """The spec file as written, with the values the secret policy hides (its fixed env and server args, the
-    engine's extra arguments) scrubbed."""
+    """The spec file as written, with the values the secret policy hides (its fixed env and
+    server args, the engine's extra arguments) scrubbed."""
     fixed = spec.fixed_settings()
-    engine = spec.model_dump(mode="json")["engine"]
-    return Scrubber({"env": fixed.env, "server_args": fixed.server_args}, engine)(Path(spec.source).read_text())
+    scrub = Scrubber({"env": fixed.env, "server_args": fixed.server_args},
+                     spec.model_dump(mode="json")["engine"])
+    return scrub(Path(spec.source).read_text())
 
 
 def resolved_spec(spec: Spec) -> dict[str, Any]:
-    """The spec as loaded (defaults filled in, absolute source path), its engine section (settings, extra
-    arguments) as the secret policy writes it, its description masked."""
+    """The spec as loaded (defaults filled in, absolute source path), its engine section
+    (settings, extra arguments) as the secret policy writes it, its description masked."""
     d = spec.model_dump(mode="json")
     d["source"] = str(Path(spec.source).resolve())
     d["engine"] = redact_mapping(d["engine"])
@@ -60,7 +61,8 @@ def start_parent_run(tracking: Tracking, *, spec: Spec, study: str, storage: str
     tags = {"role": "study", "study": study, "storage": redact_url(storage), **deployment_tags(spec),
             NOTE: f"**Study running.** {spec.description}".strip()}
     run_id = tracking.start_run(study, tags=tags, params=params)
-    tracking.client.set_experiment_tag(tracking.experiment_id, NOTE, mask_text(experiment_description(spec)))
+    description = mask_text(experiment_description(spec))
+    tracking.client.set_experiment_tag(tracking.experiment_id, NOTE, description)
     tracking.log_datasets(run_id, deployment_paths(spec))
     tracking.log_texts(run_id, {"spec.yaml": spec_text(spec),
                                 "spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})

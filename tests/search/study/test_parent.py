@@ -44,7 +44,8 @@ def test_spec_artifacts_keep_settings_but_never_a_secret(spec):
     text = spec_text(spec)
     assert SECRET not in text and "NCCL_ALGO: Ring" in text
     resolved = resolved_spec(spec)
-    assert resolved["engine"]["settings"]["env"] == {"HF_TOKEN": hidden(SECRET), "NCCL_ALGO": "Ring"}
+    want = {"HF_TOKEN": hidden(SECRET), "NCCL_ALGO": "Ring"}
+    assert resolved["engine"]["settings"]["env"] == want
     assert resolved["source"] == str(spec.source.resolve())
 
 
