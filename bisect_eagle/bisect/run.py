@@ -64,7 +64,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.report.study import plot_probes
 from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
 from bisect_eagle.stats import deterministic
-from bisect_eagle.tracking.redact import REDACTED, Scrubber, redact_mapping
+from bisect_eagle.tracking.redact import Scrubber, is_hidden, redact_mapping
 from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
 from bisect_eagle.tracking.stores import check_writable, store_lock
 from bisect_eagle.trials.context import TrialContext
@@ -105,7 +105,7 @@ def _replay_options(opts: BisectOptions) -> tuple[BisectOptions, ParsedLog | Non
     if not isinstance(judge, dict):
         raise BadInput(f"{opts.replay}: header 'judge' must be a JSON object")
     overrides = {**parsed.header.get("set", {}), **opts.overrides}
-    hidden = [k for k, v in overrides.items() if v == REDACTED]
+    hidden = [k for k, v in overrides.items() if is_hidden(v)]
     if hidden:
         raise BadInput(f"{opts.replay}: the log hides the value of {', '.join(hidden)}; give it again with "
                        f"--set {hidden[0]}=VALUE")

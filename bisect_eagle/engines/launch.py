@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.tracking.redact import is_secret_name, redact_argv
+from bisect_eagle.tracking.redact import env_in_clear, is_credential_name, redact_argv
 
 if TYPE_CHECKING:
     from bisect_eagle.engines.plan import TrialPlan
@@ -84,9 +84,10 @@ def argv_tokens(args: Sequence[Arg]) -> list[str]:
 
 
 def inherited_env(environ: dict[str, str], prefixes: tuple[str, ...]) -> dict[str, str]:
-    """Inherited variables starting with one of ``prefixes`` (those that change how a server runs), secrets left
-    out."""
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(prefixes) and not is_secret_name(k)}
+    """Inherited variables starting with one of ``prefixes`` (those that change how a server
+    runs), credentials left out."""
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith(prefixes) and not is_credential_name(k)}
 
 
 def export_line(name: str, value: str) -> str:
@@ -97,16 +98,24 @@ def export_line(name: str, value: str) -> str:
 
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str], prefixes: tuple[str, ...]) -> str:
     """launch_command.txt, a shell script to paste: the trial's variables and the inherited ones that matter as
-    shell-quoted ``export`` lines (secrets left out and counted), then the command as one shell-quoted line."""
-    lines = ["# environment set for this trial"]
-    lines += [export_line(k, v) for k, v in sorted(env.items()) if not is_secret_name(k)]
-    hidden = sum(1 for k in env if is_secret_name(k))
-    if hidden:
-        lines.append(f"# ({hidden} secret variable(s) set, not shown)")
-    lines += ["", "# inherited environment that affects the server"]
-    lines += [export_line(k, v) for k, v in inherited_env(environ, prefixes).items() if k not in env]
+    shell-quoted ``export`` lines (only those the secret policy writes in clear; the others
+    named in a comment), then the command as one shell-quoted line (values of flags not known
+    harmless hidden)."""
+    inherited = {k: v for k, v in inherited_env(environ, prefixes).items() if k not in env}
+    lines = ["# environment set for this trial", *_export_lines(env)]
+    lines += ["", "# inherited environment that affects the server", *_export_lines(inherited)]
     lines += ["", "# command", shlex.join(redact_argv(argv))]
     return "\n".join(lines) + "\n"
+
+
+def _export_lines(env: dict[str, str]) -> list[str]:
+    """``export`` lines of the variables written in clear, then one comment naming the others
+    (values not shown)."""
+    lines = [export_line(k, v) for k, v in sorted(env.items()) if env_in_clear(k)]
+    hidden = sorted(k for k in env if not env_in_clear(k))
+    if hidden:
+        lines.append(f"# also set, values not shown: {', '.join(hidden)}")
+    return lines
 
 
 def check_layer_ids(key: str, layer_ids: list[int]) -> None:

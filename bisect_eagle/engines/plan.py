@@ -6,9 +6,9 @@ search's dedupe and claims, bisect's differences and probes, ``live --dry-run``,
 
 - ``effective``: the settings the engine will run, with every default made explicit (the draft's own layer
   ids resolved, the engine's defaults filled in) and every field the engine ignores removed. Secret values
-  are shown as ``<redacted>``.
-- ``fingerprint``: a hash of the engine name and ``effective``, with secret values entering as hashes, so
-  two configs differing only in a secret are two trials, and the secret is never written.
+  are shown hashed (``<redacted sha256:…>``, :mod:`bisect_eagle.tracking.redact`).
+- ``fingerprint``: a hash of the engine name and ``effective`` in clear, so two configs
+  differing only in a secret are two trials, and no value can be read from it.
 - ``warnings``: settings the engine runs differently from the request; ``refusal``: why the engine cannot
   run it (a ``bad_arguments`` trial, never a launch).
 - ``argv``/``env``/``config_patch`` where the engine launches a server; ``checked``: what validated the plan.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings, apply_speculative_rules
-from bisect_eagle.tracking.redact import digest_mapping, redact_argv, redact_mapping
+from bisect_eagle.tracking.redact import redact_argv, redact_env, redact_mapping
 
 SPECULATIVE_FIELDS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
 
@@ -95,8 +95,10 @@ def canonical_hash(body: dict[str, Any]) -> str:
 
 
 def fingerprint(engine: str, effective_in_clear: dict[str, Any]) -> str:
-    """A live trial's identity: the engine and its effective settings; secret values enter only as hashes."""
-    return canonical_hash({"engine": engine, **digest_mapping(effective_in_clear)})
+    """A live trial's identity: a hash of the engine and its effective settings, every value
+    included (a hidden one too: two configs that differ only in a secret are two trials), none
+    of them readable from it."""
+    return canonical_hash({"engine": engine, **effective_in_clear})
 
 
 def make_plan(
@@ -117,7 +119,7 @@ def make_plan(
         engine=engine, settings=settings, effective=redact_mapping(effective),
         fingerprint=fingerprint(engine, effective), warnings=tuple(dict.fromkeys(warnings)), refusal=refusal,
         argv=None if argv is None else tuple(redact_argv(argv)),
-        env=None if env is None else redact_mapping(env), config_patch=config_patch, checked=checked,
+        env=None if env is None else redact_env(env), config_patch=config_patch, checked=checked,
         private=private or {})
 
 

@@ -247,7 +247,7 @@ class ServedEngine(Engine):
         seq = self._next_seq()
         self._seq = seq + 1
         trial_dir = self.log_dir / f"{seq:03d}-{plan.fingerprint}"
-        scrub = Scrubber(settings.env, settings.server_args)
+        scrub = Scrubber({"env": settings.env, "server_args": settings.server_args})
         blocked = self._still_blocked()
         if blocked is not None:
             return failed(self.name, requested=requested, effective=planned, cls="launch_error", detail=blocked,

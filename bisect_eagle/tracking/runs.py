@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.tracking.redact import Scrubber, redact_url
+from bisect_eagle.tracking.redact import Scrubber, mask_text, redact_url
 from bisect_eagle.tracking.run_ids import resolve_run_id
 from bisect_eagle.tracking.stores import StoreReadOnly, check_stores, read_only_url, store_unwritable
 from bisect_eagle.tracking.sysmetrics import SystemMetrics
@@ -56,8 +56,9 @@ TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to 
 
 
 def tag_values(tags: Mapping[str, object]) -> dict[str, str]:
-    """Tag values as MLflow stores them: text, cut to :data:`TAG_LIMIT` (the one place tags are truncated)."""
-    return {k: str(v)[:TAG_LIMIT] for k, v in tags.items()}
+    """Tag values as MLflow stores them: text masked by the secret policy (URL credentials,
+    tokens), cut to :data:`TAG_LIMIT` (the one place tags are truncated)."""
+    return {k: mask_text(str(v))[:TAG_LIMIT] for k, v in tags.items()}
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
@@ -292,7 +293,7 @@ class Tracking:
         if db is not None and not unwritable:
             _use_wal(db)
         if description:
-            client.set_experiment_tag(exp_id, NOTE, description)
+            client.set_experiment_tag(exp_id, NOTE, mask_text(description))
         return cls(uri, exp_id, client, read_only=bool(unwritable))
 
     @classmethod
@@ -351,7 +352,8 @@ class Tracking:
         """
         all_tags = {**self.run_tags, "owner": owner_id(), **tags,
                     **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tag_values(all_tags))
+        run = self.client.create_run(self.experiment_id, run_name=mask_text(name),
+                                     tags=tag_values(all_tags))
         if params:
             self.log(run.info.run_id, params=params)
         if tags.get("stage") in MEASURED_STAGES:
@@ -373,7 +375,7 @@ class Tracking:
         now = int(time.time() * 1000)
         ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()
               if v is not None and math.isfinite(float(v))]
-        ps = [Param(k, str(v)) for k, v in (params or {}).items()]
+        ps = [Param(k, mask_text(str(v))) for k, v in (params or {}).items()]
         ts = [RunTag(k, v) for k, v in tag_values(tags or {}).items()]
         if ms or ps or ts:
             self.client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
@@ -403,8 +405,11 @@ class Tracking:
         """
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
+        def source(path: Path) -> str:
+            return json.dumps({"uri": mask_text(str(Path(path).resolve()))})
+
         inputs = [DatasetInput(Dataset(name=key, digest=path_digest(Path(path)), source_type="local",
-                                       source=json.dumps({"uri": str(Path(path).resolve())})),
+                                       source=source(path)),
                                tags=[InputTag("mlflow.data.context", key)]) for key, path in paths.items()]
         if inputs:
             self.client.log_inputs(run_id, datasets=inputs)
@@ -416,10 +421,10 @@ class Tracking:
             run_id: the run.
             name: its new run name.
         """
-        self.client.update_run(run_id, name=name)
+        self.client.update_run(run_id, name=mask_text(name))
 
     def log_texts(self, run_id: str, files: dict[str, str], *, artifact_path: str | None = None) -> None:
-        """Text artifacts (name -> content) in one upload.
+        """Text artifacts (name -> content, masked by the secret policy) in one upload.
 
         Args:
             run_id: the run.
@@ -432,7 +437,7 @@ class Tracking:
             for name, text in files.items():
                 path = Path(tmp) / name
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+                path.write_text(mask_text(text))
             self.client.log_artifacts(run_id, tmp, artifact_path)
 
     def log_files(self, run_id: str, directory: Path, *, artifact_path: str | None = None) -> None:

@@ -305,7 +305,7 @@ def live_trial_name(tracking: Tracking, fingerprint: str, *, parent_run_id: str)
 
 def scrubber_for(plan: TrialPlan) -> Scrubber:
     """Scrubs the controller's and this trial's secret values (env, server args) from free text."""
-    return Scrubber(plan.settings.env, plan.settings.server_args)
+    return Scrubber({"env": plan.settings.env, "server_args": plan.settings.server_args})
 
 
 def _requests_csv(results: list[TrialResult]) -> str:

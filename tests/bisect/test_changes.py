@@ -18,6 +18,7 @@ from bisect_eagle.bisect.changes import (
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.spec.schema import settings_from
 from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.redact import hidden, is_hidden
 
 
 def local_like(flat: dict[str, Any]) -> TrialPlan:
@@ -141,8 +142,11 @@ def test_changes_show_effective_values_and_groups_apply_together():
     assert (wiring.values("good"), wiring.values("bad")) == ([1, 5, 9], [-1, 1, 5])  # resolved by the plan
     assert wiring.good == {"eagle_aux_hidden_state_layer_ids": None}  # applied as written: the draft's own ids
     assert changes[3].to_json() == {"name": "server_args.a+server_args.b", "settings": ["server_args.a",
-                                    "server_args.b"], "good": {"server_args.a": 1, "server_args.b": 2},
-                                    "bad": {"server_args.a": 5, "server_args.b": 6}, "masked_by": {}}
+                                    "server_args.b"],
+                                    "good": {"server_args.a": hidden(1),
+                                             "server_args.b": hidden(2)},
+                                    "bad": {"server_args.a": hidden(5), "server_args.b": hidden(6)},
+                                    "masked_by": {}}
     assert apply_changes(good, changes[1:3]) == {**good, "num_steps": 1, "env.NCCL_ALGO": "Tree"}
 
 
@@ -150,7 +154,7 @@ def test_secret_values_are_applied_in_clear_and_shown_redacted():
     good, bad = flat(), flat(**{"env.HF_TOKEN": "hf_planted_value"})
     (change,) = list_changes(good, bad, plan=server_like)
     assert change.bad == {"env.HF_TOKEN": "hf_planted_value"}  # the engine must get the real value
-    assert "hf_planted_value" not in str(change.to_json()) and change.values("bad") == "<redacted>"
+    assert "hf_planted_value" not in str(change.to_json()) and is_hidden(change.values("bad"))
     assert list_changes(good, bad, plan=local_like) == []
 
 

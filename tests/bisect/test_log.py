@@ -9,6 +9,7 @@ from bisect_eagle.bisect.ddmin import ProbeOutcome
 from bisect_eagle.bisect.judge import Judge
 from bisect_eagle.bisect.log import PARAM_CHARS, BisectLog, change_params, parse_log
 from bisect_eagle.errors import BadInput
+from bisect_eagle.tracking.redact import hidden
 
 
 def changes() -> list[Change]:
@@ -49,22 +50,25 @@ def test_nothing_secret_is_written(tmp_path):
     log.write(tmp_path / "b.log")
     text = (tmp_path / "b.log").read_text()
     assert "x7q-secret" not in text and "hf_planted" not in text and "leaked-value" not in text
-    assert '#   env.HF_TOKEN: null -> "<redacted>"' in text
+    assert '#   env.HF_TOKEN: null -> "<redacted sha256:' in text
     assert "skip env.HF_TOKEN  # could not run: error with <redacted> and more\n" in text  # one line per mark
 
 
 def test_change_params_hold_each_settings_good_and_bad_value_as_the_log_writes_it():
     group = Change("topk+num_draft_tokens", {"topk": 2, "num_draft_tokens": 8}, {"topk": 1, "num_draft_tokens": None},
                    shown={"num_draft_tokens": (8, 2)})  # the engine runs 2 draft tokens where none were asked
-    long = Change("env.LONG", {"env.LONG": "x" * 7000}, {"env.LONG": None})
+    topo = "env.NCCL_TOPO_FILE"  # NCCL's own: its value is written in clear, cut to the param limit
+    long = Change(topo, {topo: "x" * 7000}, {topo: None})
     params = change_params([*changes(), group, long], scrub=lambda text: text.replace("leaked", "<redacted>"))
     assert params["change.num_steps.good"] == "3" and params["change.num_steps.bad"] == "1"
-    assert params["change.env.X.good"] == "null" and params["change.env.X.bad"] == '"1"'
-    assert params["change.env.HF_TOKEN.bad"] == '"<redacted>"'  # a secret's value never leaves as a param
+    assert params["change.env.X.good"] == "null"
+    assert params["change.env.X.bad"] == f'"{hidden("1")}"'
+    assert params["change.env.HF_TOKEN.bad"].startswith('"<redacted sha256:')  # never in clear
     assert (params["change.topk.good"], params["change.topk.bad"]) == ("2", "1")
     assert (params["change.num_draft_tokens.good"], params["change.num_draft_tokens.bad"]) == ("8", "2")
-    assert len(params["change.env.LONG.good"]) == PARAM_CHARS == 6000
+    assert len(params["change.env.NCCL_TOPO_FILE.good"]) == PARAM_CHARS == 6000
     assert len(params) == 2 * 6
-    scrubbed = change_params([Change("env.Y", {"env.Y": "leaked"}, {"env.Y": None})], scrub=lambda t: t.replace(
-        "leaked", "<redacted>"))
-    assert scrubbed["change.env.Y.good"] == '"<redacted>"'
+    debug = "env.NCCL_DEBUG_FILE"  # a value in clear is still scrubbed
+    scrubbed = change_params([Change(debug, {debug: "leaked"}, {debug: None})],
+                             scrub=lambda t: t.replace("leaked", "<redacted>"))
+    assert scrubbed[f"change.{debug}.good"] == '"<redacted>"'

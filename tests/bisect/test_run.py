@@ -20,6 +20,7 @@ from bisect_eagle.engines.base import Engine, TrialResult
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.redact import is_hidden
 from bisect_eagle.tracking.runs import Tracking
 
 HARMLESS = {"max_new_tokens": 32, "server_args.cuda_graph_max_bs": 8, "server_args.disable_custom_all_reduce": True,
@@ -175,7 +176,7 @@ def test_no_secret_reaches_the_log_the_result_the_report_or_the_runs(tmp_path, s
                                overrides={"env.MY_TOKEN": typed})
     assert report.status is BisectStatus.ISOLATED and out["culprits"][0]["name"] == "num_steps"
     hf = next(c for c in out["changes"] if c["name"] == "env.HF_TOKEN")  # a server engine runs it: a change
-    assert hf["bad"] == "<redacted>"
+    assert is_hidden(hf["bad"])
     tracking, parent = Tracking.of_run(store, out["parent_run_id"])
     texts = [(tmp_path / "b.log").read_text(), json.dumps(out), "\n".join(seen),
              tracking.read_text(out["parent_run_id"], "bisect.log"),

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from bisect_eagle.tracking.redact import is_hidden
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SGLANG = str(ROOT / "experiments" / "tiny-sglang.yaml")
 
@@ -47,7 +49,7 @@ def test_sglang_plan_hashes_secret_looking_values_and_never_prints_them(tmp_path
                           TINY_SGLANG, "--set", "env.MY_TOKEN=x7q"], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 0 and "x7q" not in out.stdout + out.stderr
-    assert json.loads(out.stdout)["plan"]["env"]["MY_TOKEN"] == "<redacted>"
+    assert is_hidden(json.loads(out.stdout)["plan"]["env"]["MY_TOKEN"])
     assert list(tmp_path.iterdir()) == []
 
 

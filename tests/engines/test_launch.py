@@ -9,14 +9,14 @@ import sys
 
 from bisect_eagle.engines.launch import export_line, launch_text
 
-HOSTILE = {
+HOSTILE = {  # NCCL's own variables: the secret policy writes their values in clear
     "NCCL_ALGO": "Ring",
-    "NCCL_SPACES": "a b  c",
-    "NCCL_SUBST": "$(touch pwned-subst)",
-    "NCCL_TICKS": "`touch pwned-tick`",
-    "NCCL_QUOTES": "it's \"quoted\"; touch pwned-semicolon",
-    "NCCL_LINES": "one\ntouch pwned-newline",
-    "NCCL_EMPTY": "",
+    "NCCL_SOCKET_IFNAME": "a b  c",
+    "NCCL_TOPO_FILE": "$(touch pwned-subst)",
+    "NCCL_NET": "`touch pwned-tick`",
+    "NCCL_IB_HCA": "it's \"quoted\"; touch pwned-semicolon",
+    "NCCL_DEBUG_SUBSYS": "one\ntouch pwned-newline",
+    "NCCL_PROTO": "",
 }
 SHOW_ENV = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('NCCL_')}))"
 

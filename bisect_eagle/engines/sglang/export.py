@@ -2,7 +2,8 @@
 
 The trial's settings are planned by the sglang planner (:mod:`.planner`), with ``num_draft_tokens`` as the
 trial's own plan states it (what was measured: the engine applied SGLang's rules) and the draft directory
-itself in the argv; secret values are never printed (``$NAME`` in the environment, ``<redacted>`` in the argv).
+itself in the argv; secret values are never printed (``$NAME`` in the environment, a hash
+(``<redacted sha256:…>``) in the argv).
 
 The command runs as printed on the node: its interpreter is SGLang's (``engine.sglang.python`` or
 ``--sglang-python``), or the launch command's own when it names one. Where neither is known and this machine's
@@ -21,7 +22,7 @@ from bisect_eagle.engines.sglang.oracle import STAND_IN_PARSER, parser_spec
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
-from bisect_eagle.tracking.redact import REDACTED
+from bisect_eagle.tracking.redact import is_hidden
 
 
 def export(spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
@@ -47,7 +48,7 @@ def export(spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], 
         warnings.insert(0, "this spec's engine launches the stand-in `bisect-eagle serve` (SGLang's flags and HTTP "
                            "API on the CPU), not SGLang: the command serves the tiny pair here, not a deployment")
     return {"argv": argv, "command": shlex.join(argv),
-            "env": {k: (f"${k}" if v == REDACTED else v) for k, v in (plan.env or {}).items()},
+            "env": {k: (f"${k}" if is_hidden(v) else v) for k, v in (plan.env or {}).items()},
             "draft_config": None if settings.is_baseline else str(draft / "config.json"),
             "draft_config_patch": plan.config_patch, "checked": plan.checked, "refusal": plan.refusal,
             "fingerprint": plan.fingerprint, "warnings": warnings, "interpreter_note": note}

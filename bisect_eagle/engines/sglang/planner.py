@@ -75,6 +75,7 @@ from bisect_eagle.engines.sglang.rules import adaptive_steps, resolved_adaptive,
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings, profile_for_accept_length
+from bisect_eagle.tracking.redact import redact_env
 
 ENGINE = "sglang"
 SET_BY_SGLANG = {  # variables SGLang's launcher overwrites whatever the trial sets (0.5.23, entrypoints/engine.py)
@@ -427,8 +428,9 @@ def sglang_env(s: LiveSettings, environ: Mapping[str, str] | None = None) -> tup
                                                 PLANNED_INHERITED).items()
                  if k not in s.env and k not in IGNORED_ENV}
     env = {**inherited, **s.env}
+    shown = ", ".join(f"{k}={v}" for k, v in redact_env(inherited).items())
     warnings = [f"inherited from the controller's environment (the trial does not set them): "
-                f"{', '.join(f'{k}={v}' for k, v in inherited.items())}"] if inherited else []
+                f"{shown}"] if inherited else []
     on = bool(s.server_args.get("enable_nccl_nvls") or s.server_args.get("enable_symm_mem"))
     if "NCCL_NVLS_ENABLE" not in env or on:
         env["NCCL_NVLS_ENABLE"] = str(int(on))

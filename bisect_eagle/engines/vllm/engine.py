@@ -134,7 +134,7 @@ class VllmEngine(ServedEngine):
         command_text = (launch_text(argv, env, environ=dict(os.environ))
                         + f"\n# vLLM version: {self.planner.version()}\n# plan checked by: {plan.checked}\n"
                         + (f"# vLLM's resolution logged:\n{vllm_log}" if vllm_log else ""))
-        scrub = Scrubber(settings.env, settings.server_args)
+        scrub = Scrubber({"env": settings.env, "server_args": settings.server_args})
         # unbuffered: the log a failure is classified on holds everything vLLM printed up to then
         process_env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
         return ServedLaunch(argv, env, process_env, command_text, scrub(command_text))

@@ -10,7 +10,7 @@ argv names a copy of the draft beside it (``<draft>-vllm-ids-2-6-10``), ``draft_
 ``draft_config_patch`` (``{"eagle_aux_hidden_state_layer_ids": [...]}``) is what to merge into the copy's
 ``config.json`` (``draft_config``); the shipped draft is never changed. A trial that served the draft's own ids
 names the draft itself, without a patch. Nothing is written here; secret values are never printed (``$NAME`` in
-the environment, ``<redacted>`` in the argv).
+the environment, a hash (``<redacted sha256:…>``) in the argv).
 
 The command runs as printed on the node: its interpreter is vLLM's (``engine.vllm.python`` or ``--vllm-python``),
 or the launch command's own when it names one. Where neither is known and this machine's ``python`` cannot import
@@ -29,7 +29,7 @@ from bisect_eagle.engines.vllm.planner import Planner
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
-from bisect_eagle.tracking.redact import REDACTED
+from bisect_eagle.tracking.redact import is_hidden
 
 
 def draft_copy_dir(draft: Path, vllm_ids: list[int]) -> Path:
@@ -98,7 +98,7 @@ def export(spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], 
         f"copy {draft} to {copy} (its files, or symlinks to them; the draft itself stays as it is) and merge into "
         f"{copy}/config.json (vLLM reads these top-level ids before eagle_config's):")
     return {"argv": argv, "command": shlex.join(argv),
-            "env": {k: (f"${k}" if v == REDACTED else v) for k, v in (plan.env or {}).items()},
+            "env": {k: (f"${k}" if is_hidden(v) else v) for k, v in (plan.env or {}).items()},
             "draft_config": draft_config, "draft_config_patch": plan.config_patch,
             "draft_source": None if settings.is_baseline else str(draft), "draft_note": note, "server": "vLLM",
             "checked": plan.checked, "refusal": plan.refusal, "fingerprint": plan.fingerprint,

@@ -21,7 +21,7 @@ from bisect_eagle.engines import engine_class
 from bisect_eagle.report.study import write_report
 from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.spec.schema import Spec
-from bisect_eagle.tracking.redact import Scrubber, redact_mapping, redact_url
+from bisect_eagle.tracking.redact import Scrubber, mask_text, redact_mapping, redact_url
 from bisect_eagle.tracking.runs import NOTE, Tracking, environment_info
 from bisect_eagle.trials.launches import Launches
 from bisect_eagle.trials.record import deployment_paths, deployment_tags, ratio_name
@@ -30,16 +30,21 @@ HEADLINE = ("output_tok_s", "accept_length")  # shown beside the criterion metri
 
 
 def spec_text(spec: Spec) -> str:
-    """The spec file as written, with the secret values of its fixed env and server args scrubbed."""
+    """The spec file as written, with the values the secret policy hides (its fixed env and
+    server args, the engine's extra arguments) scrubbed."""
     fixed = spec.fixed_settings()
-    return Scrubber(fixed.env, fixed.server_args)(Path(spec.source).read_text())
+    scrub = Scrubber({"env": fixed.env, "server_args": fixed.server_args},
+                     spec.model_dump(mode="json")["engine"])
+    return scrub(Path(spec.source).read_text())
 
 
 def resolved_spec(spec: Spec) -> dict[str, Any]:
-    """The spec as loaded (defaults filled in, absolute source path), secret-named settings redacted."""
+    """The spec as loaded (defaults filled in, absolute source path), its engine section
+    (settings, extra arguments) as the secret policy writes it, its description masked."""
     d = spec.model_dump(mode="json")
     d["source"] = str(Path(spec.source).resolve())
-    d["engine"]["settings"] = redact_mapping(d["engine"]["settings"])
+    d["engine"] = redact_mapping(d["engine"])
+    d["description"] = mask_text(d["description"])
     return d
 
 
@@ -56,7 +61,8 @@ def start_parent_run(tracking: Tracking, *, spec: Spec, study: str, storage: str
     tags = {"role": "study", "study": study, "storage": redact_url(storage), **deployment_tags(spec),
             NOTE: f"**Study running.** {spec.description}".strip()}
     run_id = tracking.start_run(study, tags=tags, params=params)
-    tracking.client.set_experiment_tag(tracking.experiment_id, NOTE, experiment_description(spec))
+    description = mask_text(experiment_description(spec))
+    tracking.client.set_experiment_tag(tracking.experiment_id, NOTE, description)
     tracking.log_datasets(run_id, deployment_paths(spec))
     tracking.log_texts(run_id, {"spec.yaml": spec_text(spec),
                                 "spec.resolved.json": json.dumps(resolved_spec(spec), indent=2)})

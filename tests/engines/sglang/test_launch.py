@@ -20,7 +20,7 @@ from bisect_eagle.engines.sglang.launch import (
     trial_args,
 )
 from bisect_eagle.errors import BadInput
-from bisect_eagle.tracking.redact import redact_argv
+from bisect_eagle.tracking.redact import hidden, redact_argv
 
 
 def argv_of(s, *, srv=None, target="/m/target", draft="/d", port=31000) -> list[str]:
@@ -101,13 +101,19 @@ def test_probe_reads_help_and_version():
 
 def test_secrets_are_never_written():
     argv = ["srv", "--api-key", "abc", "--hf-token=xyz", "--speculative-num-draft-tokens", "4"]
-    assert redact_argv(argv) == ["srv", "--api-key", "<redacted>", "--hf-token=<redacted>",
+    assert redact_argv(argv) == ["srv", "--api-key", hidden("abc"), f"--hf-token={hidden('xyz')}",
                                  "--speculative-num-draft-tokens", "4"]
     text = launch_text(
-        argv, {"HF_TOKEN": "t0k", "NCCL_ALGO": "Tree"}, environ={"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "k"}
-    )
+        argv, {"HF_TOKEN": "t0k", "NCCL_ALGO": "Tree"},
+        environ={"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "k", "SGLANG_BEARER": "b3arer",
+                 "SGLANG_MINE": "m1ne", "SGLANG_LOG_GC": "1"})
     assert "abc" not in text and "xyz" not in text and "t0k" not in text and "WANDB" not in text
-    assert "NCCL_ALGO=Tree" in text and "NCCL_DEBUG=INFO" in text and "1 secret variable" in text
+    assert "b3arer" not in text and "SGLANG_BEARER" not in text  # a credential's name: left out
+    assert "m1ne" not in text  # no SGLang variable: named, its value not shown
+    assert "export SGLANG_LOG_GC=1" in text  # an SGLang variable
+    assert "NCCL_ALGO=Tree" in text and "NCCL_DEBUG=INFO" in text
+    assert "# also set, values not shown: HF_TOKEN\n" in text
+    assert "values not shown: SGLANG_MINE\n" in text
 
 
 def test_draft_copy_links_weights_and_nests_the_ids(tmp_path):

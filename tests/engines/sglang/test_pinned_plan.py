@@ -12,6 +12,7 @@ from sglang_helpers import plan, tiny_planner
 from bisect_eagle.artifacts import scenarios
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.spec.schema import SglangServer
+from bisect_eagle.tracking.redact import hidden
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def test_a_pinned_plan_carries_sglangs_simulation_in_its_environment(planner):
             "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
     assert pinned.private["env"] == want  # what the launch adds to the server's environment, in clear
     # shown as planned; the project's one redaction policy hides a value whose name has a word ending in TOKEN
-    shown = {**want, "SGLANG_SIMULATE_ACC_TOKEN_MODE": "<redacted>"}
+    shown = {**want, "SGLANG_SIMULATE_ACC_TOKEN_MODE": hidden("real-draft-token")}
     assert {k: pinned.env[k] for k in want} == shown
     assert {k: pinned.effective["env"][k] for k in want} == shown
     assert pinned.effective["pinned_acceptance"] == [1.0, 1.0, 0.0]

@@ -9,6 +9,7 @@ import pytest
 from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.search.study.parent import finish_parent_run, resolved_spec, spec_text, start_parent_run
 from bisect_eagle.spec.load import load_spec
+from bisect_eagle.tracking.redact import hidden
 from bisect_eagle.tracking.runs import Tracking
 
 SECRET = "hf_s3cr3t_value"
@@ -43,7 +44,8 @@ def test_spec_artifacts_keep_settings_but_never_a_secret(spec):
     text = spec_text(spec)
     assert SECRET not in text and "NCCL_ALGO: Ring" in text
     resolved = resolved_spec(spec)
-    assert resolved["engine"]["settings"]["env"] == {"HF_TOKEN": "<redacted>", "NCCL_ALGO": "Ring"}
+    want = {"HF_TOKEN": hidden(SECRET), "NCCL_ALGO": "Ring"}
+    assert resolved["engine"]["settings"]["env"] == want
     assert resolved["source"] == str(spec.source.resolve())
 
 
