@@ -85,7 +85,6 @@ class VllmEngine(ServedEngine):
     """
 
     name = "vllm"
-    id_reader = "vllm"
 
     def __init__(self, server: VllmServer, *, target: Path, draft: Path, prompts: Path | None, log_dir: Path,
                  check: bool = True):
