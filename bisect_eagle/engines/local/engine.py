@@ -80,11 +80,11 @@ class LocalEngine(Engine):
                python: str | None = None) -> dict[str, Any]:
         """A local trial served by SGLang (:meth:`Engine.export`): the sglang engine's export of the trial, in the
         dtype the local trial ran in unless it was requested explicitly (SGLang would pick its own)."""
-        from bisect_eagle.engines.sglang.export import export
+        from bisect_eagle.engines.sglang import SglangEngine
 
         if "dtype" not in settings.model_fields_set:
             settings = settings.model_validate({**settings.model_dump(exclude_unset=True), "dtype": effective["dtype"]})
-        return export(spec, settings, effective=effective, port=port, python=python)
+        return SglangEngine.export(spec, settings, effective=effective, port=port, python=python)
 
     # -- plan -------------------------------------------------------------------------------------------
 
