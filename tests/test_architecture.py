@@ -116,9 +116,10 @@ KINDS_HOME = {"bisect_eagle/spec/schema.py"}  # the schema defines the kinds and
 
 
 def test_no_module_outside_the_engines_compares_an_engine_kind():
-    """Engine knowledge lives in ``engines/`` (and the schema's properties of a kind): elsewhere nothing branches
-    on ``kind == "sglang"``, on an engine's name, or on the name of the loader that reads a draft's ids (its
-    :class:`~bisect_eagle.artifacts.layers.IdReader` says what it does)."""
+    """Engine knowledge lives in ``engines/`` (and the schema's properties of a kind): elsewhere
+    nothing branches on ``kind == "sglang"``, on an engine's name, or on the name of the loader
+    that reads a draft's ids (its :class:`~bisect_eagle.artifacts.layers.IdReader` says what it
+    does)."""
     bad = []
     for _module, path in _modules():
         rel = str(path.relative_to(PACKAGE.parent))

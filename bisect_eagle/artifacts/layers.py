@@ -89,15 +89,16 @@ LIST_RULES = ("sglang-deepseek", "sglang-gptoss")
 
 @dataclass(frozen=True)
 class IdReader:
-    """Whose loader reads a draft's layer ids, and how: what an engine declares about the drafts it serves
-    (``bisect_eagle.engines.EngineKind.id_reader``), read by the draft config
+    """Whose loader reads a draft's layer ids, and how: what an engine declares about the drafts it
+    serves (``bisect_eagle.engines.EngineKind.id_reader``), read by the draft config
     (:meth:`~bisect_eagle.artifacts.draft.config.DraftConfigFile.declared_ids`) and the doctor.
 
     ``name`` is the loader for messages: a framework's config reader, or bisect-eagle's own decoder.
-    ``top_level`` is when it reads the top-level ids, in vLLM's convention: ``always`` (vLLM: else the nested ids,
-    verbatim as vLLM ids), ``speculators`` (only on a speculators-layout draft; the nested ids in SGLang's
-    convention otherwise), ``never`` (only the nested ids, in SGLang's convention). ``sglang_capture``: SGLang's
-    own capture applies (its per-family id rules, -1 by its version, a final-layer id an error).
+    ``top_level`` is when it reads the top-level ids, in vLLM's convention: ``always`` (vLLM: else
+    the nested ids, verbatim as vLLM ids), ``speculators`` (only on a speculators-layout draft; the
+    nested ids in SGLang's convention otherwise), ``never`` (only the nested ids, in SGLang's
+    convention). ``sglang_capture``: SGLang's own capture applies (its per-family id rules, -1 by
+    its version, a final-layer id an error).
     """
 
     name: str

@@ -1,10 +1,11 @@
-"""Engines run live trials; :data:`ENGINE_KINDS` registers each by its spec name (:class:`EngineKind`),
-:func:`make_engine` builds the one a spec asks for, :func:`engine_class` names its class.
+"""Engines run live trials; :data:`ENGINE_KINDS` registers each by its spec name
+(:class:`EngineKind`), :func:`make_engine` builds the one a spec asks for, :func:`engine_class`
+names its class.
 
-What an engine says about itself is read through the engine or its kind, never by comparing its name: its class
-attributes and :meth:`~.base.Engine.export` (:attr:`~.base.Engine.benchmark`, the throughput model that fits it;
-:attr:`~.base.Engine.reads_t2d`), and, without importing the engine, :attr:`EngineKind.id_reader` (whose loader
-reads the draft's layer ids, and how).
+What an engine says about itself is read through the engine or its kind, never by comparing its
+name: its class attributes and :meth:`~.base.Engine.export` (:attr:`~.base.Engine.benchmark`, the
+throughput model that fits it; :attr:`~.base.Engine.reads_t2d`), and, without importing the engine,
+:attr:`EngineKind.id_reader` (whose loader reads the draft's layer ids, and how).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from bisect_eagle.spec.schema import Spec
 
 @dataclass(frozen=True)
 class EngineKind:
-    """One engine a spec's ``engine.kind`` names: where its class is (imported on first use: the local engine
-    loads torch) and what it declares without being imported.
+    """One engine a spec's ``engine.kind`` names: where its class is (imported on first use: the
+    local engine loads torch) and what it declares without being imported.
 
-    ``id_reader``: whose loader reads the draft's layer ids, and how (:class:`~bisect_eagle.artifacts.layers.IdReader`).
+    ``id_reader``: whose loader reads the draft's layer ids, and how
+    (:class:`~bisect_eagle.artifacts.layers.IdReader`).
     """
 
     name: str
@@ -42,10 +44,11 @@ class EngineKind:
         return getattr(importlib.import_module(self.module), self.class_name)
 
 
+# in-process PyTorch; then the two that run one server per trial
 ENGINE_KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (
-    EngineKind("local", "bisect_eagle.engines.local", "LocalEngine", LOCAL_READER),  # in-process PyTorch
-    EngineKind("sglang", "bisect_eagle.engines.sglang", "SglangEngine", SGLANG_READER),  # one server per trial
-    EngineKind("vllm", "bisect_eagle.engines.vllm", "VllmEngine", VLLM_READER),  # one server per trial
+    EngineKind("local", "bisect_eagle.engines.local", "LocalEngine", LOCAL_READER),
+    EngineKind("sglang", "bisect_eagle.engines.sglang", "SglangEngine", SGLANG_READER),
+    EngineKind("vllm", "bisect_eagle.engines.vllm", "VllmEngine", VLLM_READER),
 )}
 
 

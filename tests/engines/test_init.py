@@ -1,5 +1,5 @@
-"""The engine registry: each spec kind is one registered :class:`EngineKind`, whose capability (how its loader reads
-a draft's layer ids) is read without importing the engine."""
+"""The engine registry: each spec kind is one registered :class:`EngineKind`, whose capability
+(how its loader reads a draft's layer ids) is read without importing the engine."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The server-engine planner contract: both planners derive from one documented base, plan with one signature, and
-say the same way what judged a plan when the server's oracle cannot run."""
+"""The server-engine planner contract: both planners derive from one documented base, plan with
+one signature, and say the same way what judged a plan when the server's oracle cannot run."""
 
 from __future__ import annotations
 

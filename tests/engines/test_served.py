@@ -1,5 +1,5 @@
-"""What a served engine checks before a study creates anything, how it classifies a failed trial (one order of
-questions for every server), and that a subclass implements every hook."""
+"""What a served engine checks before a study creates anything, how it classifies a failed trial
+(one order of questions for every server), and that a subclass implements every hook."""
 
 from __future__ import annotations
 

@@ -62,7 +62,8 @@ class SglangEngine(ServedEngine):
 
     @classmethod
     def _node_argv(cls, argv: list[str], *, server: ServerSpec, checked: str) -> tuple[list[str], str | None]:
-        """The exported argv on the node (:func:`.export.node_argv`: the stand-in's runs as it is)."""
+        """The exported argv on the node (:func:`.export.node_argv`: the stand-in's runs as it
+        is)."""
         return node_argv(argv, launch_command=list(server.launch_command), python=server.python, checked=checked)
 
     # -- one trial --------------------------------------------------------------------------------------

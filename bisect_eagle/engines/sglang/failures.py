@@ -44,13 +44,15 @@ def _server_args_error(log: str) -> str | None:
 
 
 class SglangFailures(FailureLog):
-    """SGLang's answers to :class:`~bisect_eagle.engines.served.FailureLog`'s questions (module docstring)."""
+    """SGLang's answers to :class:`~bisect_eagle.engines.served.FailureLog`'s questions (module
+    docstring)."""
 
     engine = "sglang"
     ready_probe = "/health_generate"
 
     def bad_arguments(self, log: str) -> str | None:
-        """The parser's error after its usage, else SGLang's own argument checks in server_args.py."""
+        """The parser's error after its usage, else SGLang's own argument checks in
+        server_args.py."""
         line = _matching_line(_ARGPARSE, log)
         if line is not None and "usage:" in log:
             return line

@@ -99,8 +99,9 @@ class _Draft:
 
 @dataclass
 class Planner(BasePlanner):
-    """Plans SGLang trials for one server spec (:class:`~bisect_eagle.engines.planner.BasePlanner`); holds the
-    oracle and the probed flags (both started on first use)."""
+    """Plans SGLang trials for one server spec
+    (:class:`~bisect_eagle.engines.planner.BasePlanner`); holds the oracle and the probed flags
+    (both started on first use)."""
 
     server: SglangServer
     _flags: flagmod.ServerFlags | None = field(default=None, init=False)
@@ -145,14 +146,16 @@ class Planner(BasePlanner):
         return self._flags
 
     def version(self) -> str | None:
-        """SGLang's version: its own parser's answer, else its ``--help`` probe's; None when neither says."""
+        """SGLang's version: its own parser's answer, else its ``--help`` probe's; None when
+        neither says."""
         desc = self.description()
         flags = self.flags()
         return desc.version if desc is not None else (flags.version if flags is not None else None)
 
     def version_refusal(self) -> str | None:
         """A refusal when the installed SGLang (:meth:`version`) is not a tested release
-        (:func:`~.rules.untested_version`); None for a tested or unknown one, and for other servers."""
+        (:func:`~.rules.untested_version`); None for a tested or unknown one, and for other
+        servers."""
         if parser_spec(list(self.server.launch_command)) != "sglang":
             return None
         return untested_version(self.version(), (self._oracle.python if self._oracle is not None else None)
@@ -177,8 +180,8 @@ class Planner(BasePlanner):
     # -- the plan ----------------------------------------------------------------------------------------
 
     def plan(self, settings: LiveSettings, *, port: int, draft_dir: Path) -> TrialPlan:
-        """The trial's plan (:meth:`BasePlanner.plan`), with its :class:`~.launch.Launch` in ``private["launch"]``
-        and the simulated-acceptance variables in ``private["env"]``."""
+        """The trial's plan (:meth:`BasePlanner.plan`), with its :class:`~.launch.Launch` in
+        ``private["launch"]`` and the simulated-acceptance variables in ``private["env"]``."""
         effective, warnings, refusal = speculative_effective(settings)
         refusal = refusal or self.version_refusal()
         if refusal is not None:

@@ -76,7 +76,8 @@ class _Measured:
 class VllmEngine(ServedEngine):
     """Live trials on vLLM's OpenAI-compatible server, one server per trial.
 
-    Args: :class:`~bisect_eagle.engines.served.ServedEngine`'s, with ``server`` the spec's ``engine.vllm``.
+    Args: :class:`~bisect_eagle.engines.served.ServedEngine`'s, with ``server`` the spec's
+    ``engine.vllm``.
     """
 
     name = "vllm"
@@ -106,7 +107,8 @@ class VllmEngine(ServedEngine):
     # -- one trial --------------------------------------------------------------------------------------
 
     def _check_plan(self, plan: TrialPlan) -> None:
-        """RuntimeError when ``plan`` carries no launch of its own identity (:func:`~.launch.launch_of`; a bug)."""
+        """RuntimeError when ``plan`` carries no launch of its own identity
+        (:func:`~.launch.launch_of`; a bug)."""
         launch_of(plan)
 
     def _launch(self, plan: TrialPlan, *, trial_dir: Path, port: int) -> ServedLaunch:
@@ -160,12 +162,15 @@ class VllmEngine(ServedEngine):
                            warnings=warnings, fail=lambda e: fail(effective, e))
 
     def _settle(self, server: procs.ServerProcess) -> None:
-        """A request vLLM failed (HTTP 500 from a dead EngineCore) is answered while the engine is still writing
-        its traceback and exiting: the log is classified once it has exited, or after :data:`DEATH_GRACE_S`."""
+        """A request vLLM failed (HTTP 500 from a dead EngineCore) is answered while the engine is
+        still writing
+        its traceback and exiting: the log is classified once it has exited, or after
+        :data:`DEATH_GRACE_S`."""
         wait_until(server.exited, timeout_s=DEATH_GRACE_S, what="vLLM to exit after a failed request")
 
     def _failure_notes(self, phase: str, log: str) -> list[str]:
-        """``(engine dead)`` when the log says so, ``at the first request`` when the server answered none."""
+        """``(engine dead)`` when the log says so, ``at the first request`` when the server
+        answered none."""
         if "EngineDeadError" not in log:
             return []
         return [f"(engine dead{' at the first request' if phase == 'benchmark' and self._answered == 0 else ''})"]

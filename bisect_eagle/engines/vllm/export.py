@@ -1,21 +1,25 @@
-"""How to serve a logged trial with vLLM (``bisect-eagle export``): its launch as the installed vLLM accepts it.
+"""How to serve a logged trial with vLLM (``bisect-eagle export``): its launch as the installed vLLM
+accepts it.
 
-:meth:`~bisect_eagle.engines.served.ServedEngine.export` frames the export; this module adds vLLM's part.
-The trial's settings are planned by the vllm planner (:mod:`.planner`), with ``num_steps`` (vLLM's
-``num_speculative_tokens``) and ``num_draft_tokens`` as the trial's own plan states them (what was measured), and
-judged by vLLM's own parser and engine-args resolution when its interpreter is here (``checked`` says by what).
+:meth:`~bisect_eagle.engines.served.ServedEngine.export` frames the export; this module adds vLLM's
+part. The trial's settings are planned by the vllm planner (:mod:`.planner`), with ``num_steps``
+(vLLM's ``num_speculative_tokens``) and ``num_draft_tokens`` as the trial's own plan states them
+(what was measured), and judged by vLLM's own parser and engine-args resolution when its interpreter
+is here (``checked`` says by what).
 
-The trial ran on a per-trial copy of the draft whose ``config.json`` carries its aux layer ids, in vLLM's numbering,
-at the top level (where vLLM reads first; :mod:`.ids`). The export does the same: when the trial set its ids, the
-argv names a copy of the draft beside it (``<draft>-vllm-ids-2-6-10``), ``draft_source`` is the draft to copy and
-``draft_config_patch`` (``{"eagle_aux_hidden_state_layer_ids": [...]}``) is what to merge into the copy's
-``config.json`` (``draft_config``); the shipped draft is never changed. A trial that served the draft's own ids
-names the draft itself, without a patch. Nothing is written here; secret values are never printed (``$NAME`` in
-the environment, ``<redacted>`` in the argv).
+The trial ran on a per-trial copy of the draft whose ``config.json`` carries its aux layer ids, in
+vLLM's numbering, at the top level (where vLLM reads first; :mod:`.ids`). The export does the same:
+when the trial set its ids, the argv names a copy of the draft beside it
+(``<draft>-vllm-ids-2-6-10``), ``draft_source`` is the draft to copy and ``draft_config_patch``
+(``{"eagle_aux_hidden_state_layer_ids": [...]}``) is what to merge into the copy's ``config.json``
+(``draft_config``); the shipped draft is never changed. A trial that served the draft's own ids
+names the draft itself, without a patch. Nothing is written here; secret values are never printed
+(``$NAME`` in the environment, ``<redacted>`` in the argv).
 
-The command runs as printed on the node: its interpreter is vLLM's (``engine.vllm.python`` or ``--vllm-python``),
-or the launch command's own when it names one. Where neither is known and this machine's ``python`` cannot import
-vLLM, it is ``python3 -m vllm.entrypoints.openai.api_server ...`` and ``interpreter_note`` says what to point it at.
+The command runs as printed on the node: its interpreter is vLLM's (``engine.vllm.python`` or
+``--vllm-python``), or the launch command's own when it names one. Where neither is known and this
+machine's ``python`` cannot import vLLM, it is ``python3 -m vllm.entrypoints.openai.api_server ...``
+and ``interpreter_note`` says what to point it at.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ def measured_settings(settings: LiveSettings, effective: Mapping[str, Any]) -> L
 
 def export_plan(planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any],
                 port: int) -> tuple[TrialPlan, dict[str, Any]]:
-    """The vLLM plan of a logged trial (:func:`measured_settings`), naming the draft copy the trial's ids need.
+    """The vLLM plan of a logged trial (:func:`measured_settings`), naming the draft copy the
+    trial's ids need.
 
     Args:
         planner: a planner of the spec's ``engine.vllm`` and draft.
@@ -63,10 +68,10 @@ def export_plan(planner: Planner, settings: LiveSettings, *, effective: Mapping[
         port: the exported server's port.
 
     Returns:
-        (the plan, with the copy :func:`draft_copy_dir` in its argv when the trial set its ids, else the draft;
-        ``server`` (``"vLLM"``), ``draft_config``, ``draft_source`` (the draft to copy; None for the baseline),
-        ``draft_note`` (how to make the copy, for a person; None without one), ``server_version`` (the vLLM that
-        judged it, None when unchecked) and ``warnings``).
+        (the plan, with the copy :func:`draft_copy_dir` in its argv when the trial set its ids, else
+        the draft; ``server`` (``"vLLM"``), ``draft_config``, ``draft_source`` (the draft to copy;
+        None for the baseline), ``draft_note`` (how to make the copy, for a person; None without
+        one), ``server_version`` (the vLLM that judged it, None when unchecked) and ``warnings``).
     """
     draft = planner.draft
     settings = measured_settings(settings, effective)

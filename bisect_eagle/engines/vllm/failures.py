@@ -76,13 +76,15 @@ def engine_fatal(log: str) -> tuple[list[str], str] | None:
 
 
 class VllmFailures(FailureLog):
-    """vLLM's answers to :class:`~bisect_eagle.engines.served.FailureLog`'s questions (module docstring)."""
+    """vLLM's answers to :class:`~bisect_eagle.engines.served.FailureLog`'s questions (module
+    docstring)."""
 
     engine = "vllm"
     ready_probe = "GET /health with 200"
 
     def bad_arguments(self, log: str) -> str | None:
-        """The parser's error after its usage (the engine-args resolution's are :meth:`start_error`'s)."""
+        """The parser's error after its usage (the engine-args resolution's are
+        :meth:`start_error`'s)."""
         line = _first(_ARGPARSE, log)
         return line if line is not None and "usage:" in log else None
 
@@ -96,8 +98,8 @@ class VllmFailures(FailureLog):
         return None
 
     def start_error(self, log: str) -> tuple[FailureClass, str]:
-        """``bad_arguments`` for a traceback through vLLM's config code, else ``launch_error`` with the EngineCore's
-        fatal error or the last traceback."""
+        """``bad_arguments`` for a traceback through vLLM's config code, else ``launch_error``
+        with the EngineCore's fatal error or the last traceback."""
         for frames, exc in _tracebacks(log):
             if any(any(c in f for c in _CONFIG_FRAMES) for f in frames):
                 return "bad_arguments", exc

@@ -75,8 +75,9 @@ class _Ids:
 
 @dataclass
 class Planner(BasePlanner):
-    """Plans vLLM trials for one server spec (:class:`~bisect_eagle.engines.planner.BasePlanner`); holds the
-    oracle (started on first use)."""
+    """Plans vLLM trials for one server spec
+    (:class:`~bisect_eagle.engines.planner.BasePlanner`); holds the oracle (started on first
+    use)."""
 
     server: VllmServer
 
@@ -119,11 +120,11 @@ class Planner(BasePlanner):
     # -- the plan ----------------------------------------------------------------------------------------
 
     def plan(self, settings: LiveSettings, *, port: int, draft_dir: Path) -> TrialPlan:
-        """The trial's plan (:meth:`BasePlanner.plan`), with its :class:`~.launch.Launch` in ``private["launch"]``
-        and vLLM's resolution log in ``private["vllm_log"]``.
+        """The trial's plan (:meth:`BasePlanner.plan`), with its :class:`~.launch.Launch` in
+        ``private["launch"]`` and vLLM's resolution log in ``private["vllm_log"]``.
 
-        To resolve the trial's own draft config, the oracle judges a throwaway copy in a temporary directory of its
-        own, removed once it has answered.
+        To resolve the trial's own draft config, the oracle judges a throwaway copy in a temporary
+        directory of its own, removed once it has answered.
         """
         effective, warnings, refusal = _speculative(settings)
         n, model_type = self._depth()
