@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from bisect_eagle.errors import BadInput
 
@@ -84,6 +85,46 @@ CONVENTIONS: dict[str, Convention] = {
 
 # SGLang model families whose offset depends on the whole id list (docs/sglang-facts.md#layer-ids).
 LIST_RULES = ("sglang-deepseek", "sglang-gptoss")
+
+
+@dataclass(frozen=True)
+class IdReader:
+    """Whose loader reads a draft's layer ids, and how: what an engine declares about the drafts it
+    serves (``bisect_eagle.engines.EngineKind.id_reader``), read by the draft config
+    (:meth:`~bisect_eagle.artifacts.draft.config.DraftConfigFile.declared_ids`) and the doctor.
+
+    ``name`` is the loader for messages: a framework's config reader, or bisect-eagle's own decoder.
+    ``top_level`` is when it reads the top-level ids, in vLLM's convention: ``always`` (vLLM: else
+    the nested ids, verbatim as vLLM ids), ``speculators`` (only on a speculators-layout draft; the
+    nested ids in SGLang's convention otherwise), ``never`` (only the nested ids, in SGLang's
+    convention). ``sglang_capture``: SGLang's own capture applies (its per-family id rules, -1 by
+    its version, a final-layer id an error).
+    """
+
+    name: str
+    top_level: Literal["always", "speculators", "never"]
+    sglang_capture: bool
+
+    @property
+    def vllm_ids(self) -> bool:
+        """Every id it reads is a vLLM id (0 is the embedding; -1 is no layer)."""
+        return self.top_level == "always"
+
+    def reads_top_level(self, layout: str) -> bool:
+        """Whether it reads the top-level ids of a draft of ``layout``.
+
+        Args:
+            layout: the draft's checkpoint layout (``specforge``, ``speculators`` or ``unknown``).
+
+        Returns:
+            True where the top-level ids are the ones it takes.
+        """
+        return self.vllm_ids or (self.top_level == "speculators" and layout == "speculators")
+
+
+SGLANG_READER = IdReader("sglang", "never", sglang_capture=True)
+VLLM_READER = IdReader("vllm", "always", sglang_capture=False)
+LOCAL_READER = IdReader("local", "speculators", sglang_capture=False)  # bisect-eagle's own decoder
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.target import read_target_config
 from bisect_eagle.bisect.changes import flat_settings
 from bisect_eagle.doctor.model import read_draft
-from bisect_eagle.engines import engine_class
+from bisect_eagle.engines import engine_kind
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
@@ -93,7 +93,7 @@ def resolved_wiring(settings: dict[str, Any], spec: Spec) -> list[int]:
         return list(ids)
     n = int(read_target_config(spec.paths()["target"])["num_hidden_layers"])
     info = read_draft(Path(spec.paths()["draft"]))
-    declared, conv = info.declared(engine_class(spec.engine.kind).id_reader)
+    declared, conv = info.declared(engine_kind(spec.engine.kind).id_reader)
     if declared is None:
         raise BadInput(f"{info.path / 'config.json'}: no layer ids the {spec.engine.kind} engine reads")
     return layers.canonical_to_ids(layers.ids_to_canonical(declared, conv, num_layers=n), "sglang", num_layers=n)

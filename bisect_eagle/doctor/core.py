@@ -28,7 +28,7 @@ from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.target import read_target_config
 from bisect_eagle.doctor.ids import IdChecks
 from bisect_eagle.doctor.model import DraftInfo, ModelChecks, read_draft
-from bisect_eagle.engines import engine_class, make_engine
+from bisect_eagle.engines import engine_kind, make_engine
 from bisect_eagle.engines.base import Engine
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
@@ -89,8 +89,8 @@ class Doctor(IdChecks, ModelChecks):
         self.src = str(spec.source)
         self.findings: list[Finding] = []
         self._engine: Engine | None = None
-        self.reader = engine_class(spec.engine.kind).id_reader  # whose loader reads the ids: sglang, vllm or local
-        self.version_text = sglang_version or (installed_sglang() if self.reader == "sglang" else None)
+        self.reader = engine_kind(spec.engine.kind).id_reader  # whose loader reads the draft's ids, and how
+        self.version_text = sglang_version or (installed_sglang() if self.reader.sglang_capture else None)
         self.version = _version(self.version_text)
         paths = spec.paths()
         self.target_cfg = read_target_config(paths["target"])
@@ -107,7 +107,7 @@ class Doctor(IdChecks, ModelChecks):
         architecture = layers.target_architecture(self.target_cfg)
         # SGLang's capture rule of the target's model class (the table kept equal to SGLang's own hook)
         self.capture = layers.capture_rule(self.model_type, architecture)
-        self.family = self.capture.rule if self.reader == "sglang" else "sglang"
+        self.family = self.capture.rule if self.reader.sglang_capture else "sglang"
         self.settings: LiveSettings = spec.fixed_settings()
 
     def add(self, code: str, severity: Severity, *, where: str, message: str, fix: str) -> None:
@@ -195,7 +195,7 @@ class Doctor(IdChecks, ModelChecks):
                 self._engine = None
 
     def _run(self) -> list[Finding]:
-        if self.version_text is None and self.reader == "sglang":
+        if self.version_text is None and self.reader.sglang_capture:
             self.version_text = self.engine_sglang_version()
             self.version = _version(self.version_text)
         self.check_algorithm()

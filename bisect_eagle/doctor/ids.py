@@ -31,10 +31,10 @@ class IdChecks:
         where = str(self.draft.path / "config.json")
         cfg = self.draft.config
         eagle = cfg.get("eagle_config")
-        if self.reader == "vllm" and self.draft.top_ids is None and self.draft.nested_ids is not None:
+        if self.reader.vllm_ids and self.draft.top_ids is None and self.draft.nested_ids is not None:
             self.check_vllm_reads_nested(where)
             return
-        if self.reader == "vllm" or (self.reader == "local" and self.draft.layout == "speculators"):
+        if self.reader.reads_top_level(self.draft.layout):
             if self.draft.top_ids is None:
                 defaults = layers.CONVENTIONS["vllm"].defaults(self.num_layers)
                 self.add("ids-location", "error", where=f"{where}: {IDS_KEY}",
@@ -55,7 +55,7 @@ class IdChecks:
             msg = f"{IDS_KEY} is at the top level; SGLang reads only eagle_config.{IDS_KEY} (top-level ids size fc)"
         else:
             msg = f"eagle_config.{IDS_KEY} is missing"
-        overridden = self.reader == "sglang" and self.settings.eagle_aux_hidden_state_layer_ids is not None
+        overridden = self.reader.sglang_capture and self.settings.eagle_aux_hidden_state_layer_ids is not None
         self.add("ids-location", "warning" if overridden else "error", where=f"{where}: eagle_config.{IDS_KEY}",
                  message=f"{msg}; SGLang then silently captures its default layers "
                  f"{layers.CONVENTIONS['sglang'].defaults(self.num_layers)} without a log line",
@@ -95,10 +95,10 @@ class IdChecks:
 
     def check_ids(self, ids: list[int], conv: str, *, where: str) -> bool:
         """Range (by the family's rule), -1, repeats and the final layer; True when usable for further checks."""
-        sglang = conv.startswith("sglang") and self.reader != "vllm"
+        sglang = conv.startswith("sglang") and not self.reader.vllm_ids
         if sglang and -1 in ids and not self.check_minus_one(ids, where):
             return False
-        if self.reader == "vllm" and -1 in ids:
+        if self.reader.vllm_ids and -1 in ids:
             self.add("minus-one", "error", where=where,
                      message=f"id -1 in {ids}: vLLM has no embedding capture; it accepts -1 at start-up and its engine "
                      "dies at the first request (shape error under the draft's fc), the server dead after that",
@@ -131,8 +131,8 @@ class IdChecks:
             "counted": "is never captured: start-up fails with 'captured 2 of 3 aux hidden states'",
         }.get(self.capture.failure,
               "is never captured, so the draft gets one aux state fewer than fc takes: a shape error in fc at load")
-        severity = "error" if self.reader == "sglang" else "warning"
-        engine_note = "" if self.reader == "sglang" else " (this spec's local engine captures it; SGLang would not)"
+        severity = "error" if self.reader.sglang_capture else "warning"
+        engine_note = "" if self.reader.sglang_capture else " (this spec's local engine captures it; SGLang would not)"
         self.add(
             "final-layer-id",
             severity,
@@ -144,7 +144,7 @@ class IdChecks:
 
     def check_minus_one(self, ids: list[int], where: str) -> bool:
         """-1 by model family and SGLang version; False when it makes the ids unusable."""
-        if self.reader != "sglang":
+        if not self.reader.sglang_capture:
             return True
         v = self.version
         known = "" if self.version_text else " (SGLang version unknown: give --sglang-version)"

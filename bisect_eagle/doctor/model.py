@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bisect_eagle.artifacts.draft import DraftConfigFile, read_draft_config, read_headers
 from bisect_eagle.artifacts.dumps import DumpReader
+from bisect_eagle.artifacts.layers import IdReader
 from bisect_eagle.artifacts.wiring import check_width, parse_rule
 from bisect_eagle.engines import engine_class
 from bisect_eagle.errors import BadInput
@@ -44,18 +45,16 @@ class DraftInfo:
     def is_eagle3(self) -> bool:
         return self.file.is_eagle3
 
-    def declared(self, reader: str) -> tuple[list[int] | None, str]:
-        """The ids ``reader`` (sglang, vllm or local) takes from the draft, and their convention.
+    def declared(self, reader: IdReader) -> tuple[list[int] | None, str]:
+        """The ids ``reader``'s loader takes from the draft, and their convention.
 
         Args:
-            reader: whose loader reads the config: ``"sglang"``, ``"vllm"`` or ``"local"``.
+            reader: the engine's loader (:attr:`bisect_eagle.engines.EngineKind.id_reader`).
 
         Returns:
-            ``(ids, convention)``
-            (:meth:`~bisect_eagle.artifacts.draft.DraftConfigFile.declared_ids`): None ids when the
-            place that reader looks at holds none.
+            (the ids, None when the draft declares none where it reads; ``sglang`` or ``vllm``).
         """
-        return self.file.declared_ids(reader)  # type: ignore[arg-type]
+        return self.file.declared_ids(reader)
 
 
 def read_draft(path: Path) -> DraftInfo:

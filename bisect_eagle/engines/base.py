@@ -215,9 +215,6 @@ class Engine(abc.ABC):
     name: str
     benchmark: ClassVar[Benchmark] = STEADY_STATE  # how a trial's tok/s is measured: the throughput model to fit
     reads_t2d: ClassVar[bool] = False  # whether decoding maps target tokens into the draft vocabulary with ``t2d``
-    # whose loader reads the draft's layer ids and whose capture rules apply: "sglang", "vllm" (the frameworks'
-    # config readers, bisect_eagle.artifacts.draft.config) or "local" (bisect-eagle's own decoder)
-    id_reader: ClassVar[str] = "sglang"
     # metrics one measurement of a plan gives exactly (greedy accept length on an engine whose decoding is
     # bit-reproducible): the confirmation and the bisect measure them once (bisect_eagle.stats.deterministic)
     deterministic_metrics: ClassVar[tuple[str, ...]] = ()

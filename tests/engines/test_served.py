@@ -1,4 +1,5 @@
-"""What a served engine checks before a study creates anything: that this machine can start its server at all."""
+"""What a served engine checks before a study creates anything, how it classifies a failed trial
+(one order of questions for every server), and that a subclass implements every hook."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bisect_eagle.engines.oracle import InterpreterDied
+from bisect_eagle.engines.served import FailureLog, ServedEngine
 from bisect_eagle.engines.vllm import VllmEngine
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import VllmServer
@@ -53,3 +55,47 @@ def test_an_interpreter_that_exits_at_once_is_refused_with_its_exit_code_and_las
     assert str(refused.value) == (f"key 'engine.vllm.python': {python} exited before answering (exit code 127): "
                                   "fatal: cannot open shared object file; point it at a working vllm environment "
                                   "(scripts/setup_vllm_env.sh makes one)")
+
+
+class _Answers(FailureLog):
+    """A server whose log answers every question: the order of the questions decides the class."""
+
+    engine = "demo"
+    ready_probe = "/ready"
+
+    def bad_arguments(self, log):
+        return "usage error" if "usage" in log else None
+
+    def out_of_memory(self, log):
+        return "oom" if "oom" in log else None
+
+    def capture_error(self, log):
+        return "capture" if "capture" in log else None
+
+    def start_error(self, log):
+        return "launch_error", "exited"
+
+
+@pytest.mark.parametrize(("phase", "log", "timed_out", "expected"), [
+    ("start", "usage oom capture", False, ("bad_arguments", "usage error")),
+    ("benchmark", "usage oom capture", False, ("out_of_memory", "oom")),  # argument errors only before ready
+    ("ready_timeout", "usage capture", False, ("capture_error", "capture")),
+    ("start", "", False, ("launch_error", "exited")),
+    ("ready_timeout", "", False, ("readiness_timeout", "the server did not answer /ready in time")),
+    ("benchmark", "", True, ("hung_request", "a request got no answer within engine.demo.request_timeout_s")),
+    ("benchmark", "", False, ("crash_during_benchmark", "a request failed during the benchmark")),
+])
+def test_a_failure_is_classified_by_the_same_questions_in_the_same_order(phase, log, timed_out, expected):
+    assert _Answers().classify(phase, log, timed_out=timed_out) == expected
+
+
+def test_a_served_engine_without_its_hooks_cannot_be_built(tiny, tmp_path):
+    class Partial(ServedEngine):
+        name = "partial"
+        planner_class = VllmEngine.planner_class
+
+        def _launch(self, plan, *, trial_dir, port):
+            raise AssertionError
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial(VllmServer(), target=tiny.target, draft=tiny.draft, prompts=None, log_dir=tmp_path)

@@ -154,7 +154,7 @@ def _resolving_planner(tmp_path: Path) -> Planner:
     attention backend asked for (fa3 when none is), custom all-reduce on, the speculative values as given."""
     tiny = scenarios.get("tiny")
     planner = Planner(SglangServer(launch_command=["python", "-m", "sglang.launch_server"]), tiny.target,
-                      tiny.draft, tmp_path, check=False)
+                      tiny.draft, check=False)
     parser = Description(prog="sglang", version="0.5.23", options=[
         Option(("--attention-backend",), "attention_backend", None, None, True, False),
         Option(("--disable-custom-all-reduce",), "disable_custom_all_reduce", False, None, False, False)])

@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, StrictBool, StrictInt, StrictStr
 
 from bisect_eagle.artifacts.configs import read_config_json, validate_keys
+from bisect_eagle.artifacts.layers import IdReader
 from bisect_eagle.errors import BadInput
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
@@ -36,8 +37,8 @@ SPECULATORS_ARCH = "Eagle3Speculator"
 
 Layout = Literal["specforge", "speculators", "unknown"]
 IdsFound = Literal["nested", "top-level", "none"]
-Reader = Literal["sglang", "vllm", "local"]  # whose loader reads the config: a framework, or bisect-eagle's own
 Convention = Literal["sglang", "vllm"]
+
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ class DraftConfigFile(_Strict):
         """The declared ids at :attr:`ids_found` (None when the config declares none)."""
         return {"nested": self.nested_ids, "top-level": self.top_level_ids, "none": None}[self.ids_found]
 
-    def declared_ids(self, reader: Reader) -> tuple[list[int] | None, Convention]:
+    def declared_ids(self, reader: IdReader) -> tuple[list[int] | None, Convention]:
         """The ids ``reader``'s loader takes from this draft and their convention.
 
         vLLM reads the top level, else the nested ids, both as vLLM ids (see the module docstring); the local
@@ -149,15 +150,14 @@ class DraftConfigFile(_Strict):
         otherwise) reads only the nested ids, in SGLang's convention.
 
         Args:
-            reader: whose loader reads the config: ``"sglang"``, ``"vllm"`` or ``"local"``.
+            reader: the engine's loader (:class:`IdReader`).
 
         Returns:
-            ``(ids, convention)``: the ids as written (None when the place that reader looks at
-            holds none) and ``"vllm"`` or ``"sglang"``.
+            (the ids, None when the draft declares none where it reads; their convention).
         """
-        if reader == "vllm":
+        if reader.vllm_ids:
             return (self.top_level_ids if self.top_level_ids is not None else self.nested_ids), "vllm"
-        if reader == "local" and self.layout == "speculators":
+        if reader.reads_top_level(self.layout):
             return self.top_level_ids, "vllm"
         return self.nested_ids, "sglang"
 

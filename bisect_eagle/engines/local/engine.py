@@ -58,7 +58,6 @@ class LocalEngine(Engine):
     name = "local"
     benchmark = Benchmark(finite_horizon=True, truncate_drafts=True)  # whole requests, last drafts cut to fit
     reads_t2d = True
-    id_reader = "local"
     deterministic_metrics = ("accept_length",)  # greedy only (temperature 0 is the one it accepts), on one process
 
     def __init__(self, target: Path, draft: Path, prompts: Path):
@@ -81,11 +80,11 @@ class LocalEngine(Engine):
                python: str | None = None) -> dict[str, Any]:
         """A local trial served by SGLang (:meth:`Engine.export`): the sglang engine's export of the trial, in the
         dtype the local trial ran in unless it was requested explicitly (SGLang would pick its own)."""
-        from bisect_eagle.engines.sglang.export import export
+        from bisect_eagle.engines.sglang import SglangEngine
 
         if "dtype" not in settings.model_fields_set:
             settings = settings.model_validate({**settings.model_dump(exclude_unset=True), "dtype": effective["dtype"]})
-        return export(spec, settings, effective=effective, port=port, python=python)
+        return SglangEngine.export(spec, settings, effective=effective, port=port, python=python)
 
     # -- plan -------------------------------------------------------------------------------------------
 
@@ -102,7 +101,7 @@ class LocalEngine(Engine):
     @cached_property
     def draft_ids(self) -> list[int]:
         """The draft's own aux layers as SGLang ids, ascending (what it was trained on)."""
-        ids, convention = read_draft_config(self.draft_path).declared_ids("local")
+        ids, convention = read_draft_config(self.draft_path).declared_ids(layers.LOCAL_READER)
         if ids is None:
             raise BadInput(f"{self.draft_path}/config.json declares no aux layer ids; set "
                            "eagle_aux_hidden_state_layer_ids")

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from bisect_eagle.artifacts.prompts import Prompt
-from bisect_eagle.engines.base import RequestRecord, TrialResult, failed
+from bisect_eagle.engines.base import RequestRecord, TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.served import ServedEngine, ServedLaunch, dump
 from bisect_eagle.engines.sglang.client import BatchResult, RequestError, SglangClient
-from bisect_eagle.engines.sglang.failures import classify_failure
+from bisect_eagle.engines.sglang.export import export_plan, node_argv
+from bisect_eagle.engines.sglang.failures import FAILURES
 from bisect_eagle.engines.sglang.launch import launch_of, launch_text, prepare_draft_dir
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.engines.sglang.readback import (
@@ -39,7 +40,7 @@ from bisect_eagle.engines.sglang.readback import (
     server_accept_length,
     server_summary,
 )
-from bisect_eagle.spec.schema import SglangServer, Spec
+from bisect_eagle.spec.schema import ServerSpec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber
 
@@ -48,30 +49,24 @@ class SglangEngine(ServedEngine):
     """Live trials on SGLang (or any server speaking its launch flags and HTTP API, e.g. ``bisect-eagle serve``)."""
 
     name = "sglang"
-
-    def __init__(self, server: SglangServer, *, target: Path, draft: Path, prompts: Path | None, log_dir: Path,
-                 check: bool = True):
-        self._init_served(server, target=target, draft=draft, prompts=prompts, log_dir=log_dir)
-        self.planner = Planner(server, self.target, self.draft, self.log_dir, check=check)
+    planner_class = Planner
+    client_class = SglangClient
+    failures = FAILURES
+    planner: Planner
 
     @classmethod
-    def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
-               python: str | None = None) -> dict[str, Any]:
-        """The SGLang launch of a logged trial (:meth:`Engine.export`; :mod:`.export`)."""
-        from bisect_eagle.engines.sglang.export import export
+    def _export_plan(cls, planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any],
+                     port: int) -> tuple[TrialPlan, dict[str, Any]]:
+        """SGLang's part of a logged trial's export (:func:`.export.export_plan`)."""
+        return export_plan(planner, settings, effective=effective, port=port)
 
-        return export(spec, settings, effective=effective, port=port, python=python)
-
-    # -- plan -------------------------------------------------------------------------------------------
-
-    def plan(self, settings: LiveSettings) -> TrialPlan:
-        """The trial as SGLang will run it (see :mod:`.planner`); writes nothing, starts only the oracle."""
-        return self.planner.plan(settings, port=self._planned_port(),
-                                 draft_dir=self.log_dir / f"{self._next_seq():03d}-trial" / "draft")
+    @classmethod
+    def _node_argv(cls, argv: list[str], *, server: ServerSpec, checked: str) -> tuple[list[str], str | None]:
+        """The exported argv on the node (:func:`.export.node_argv`: the stand-in's runs as it
+        is)."""
+        return node_argv(argv, launch_command=list(server.launch_command), python=server.python, checked=checked)
 
     # -- one trial --------------------------------------------------------------------------------------
-
-    client_class = SglangClient
 
     def _check_plan(self, plan: TrialPlan) -> None:
         """RuntimeError when ``plan`` carries no launch of its own identity (:func:`~.launch.launch_of`; a bug)."""
@@ -101,21 +96,16 @@ class SglangEngine(ServedEngine):
         warnings: list[str],
         scrub: Scrubber,
     ) -> TrialResult:
-        """Readiness, read-back, warm-up, flush, benchmark; a failed trial on any failure."""
-        s = self.server
+        """Read-back, warm-up, flush, benchmark; a failed trial on any failure."""
 
-        def fail(phase: str, effective: dict, timed_out: bool = False, reason: str = "") -> TrialResult:
-            return self._failure(phase, server=server, requested=requested, effective=effective, warnings=warnings,
-                                 scrub=scrub, timed_out=timed_out, reason=reason)
+        def fail(effective: dict, e: RequestError) -> TrialResult:
+            return self._failure("benchmark", server=server, requested=requested, effective=effective,
+                                 warnings=warnings, scrub=scrub, timed_out=e.timed_out, reason=str(e))
 
-        state = client.wait_ready(server.exited, timeout_s=s.ready_timeout_s)
-        if state != "ready":
-            return fail("start" if state == "exited" else "ready_timeout", planned)
-        server.snapshot()
         try:
             info = client.server_info()
         except RequestError as e:
-            return fail("benchmark", planned, e.timed_out, str(e))
+            return fail(planned, e)
         effective = effective_from_server(planned, info, baseline=settings.is_baseline)
         warnings += readback_differences(planned, effective)
         sampling = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature}
@@ -129,20 +119,10 @@ class SglangEngine(ServedEngine):
             server.snapshot()
             after = client.server_info()
         except RequestError as e:
-            return fail("benchmark", effective, e.timed_out, str(e))
+            return fail(effective, e)
         return self._result(
             settings, requested=requested, effective=effective, batch=batch, info=after, warnings=warnings
         )
-
-    def _failure(self, phase: str, *, server: procs.ServerProcess, requested: dict, effective: dict,
-                 warnings: list[str], scrub: Scrubber, timed_out: bool = False, reason: str = "") -> TrialResult:
-        """A failed trial classified from the server's log at ``phase``, with its log tail."""
-        cls, why = classify_failure(phase, procs.read_log(server.log_path), timed_out=timed_out)
-        code = server.popen.poll()
-        parts = [why, f"({reason})" if reason else "", f"exit code {code}" if code is not None else "running"]
-        detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + procs.log_tail(server.log_path)
-        return failed(self.name, requested=requested, effective=effective, cls=cls, detail=scrub(detail),
-                      warnings=warnings)
 
     def _measure_again(self, settings: LiveSettings, *, server: procs.ServerProcess, client: SglangClient,
                        first: TrialResult, scrub: Scrubber) -> TrialResult:
@@ -157,7 +137,8 @@ class SglangEngine(ServedEngine):
             after = client.server_info()
         except RequestError as e:
             return self._failure("benchmark", server=server, requested=first.requested, effective=first.effective,
-                                 warnings=list(first.warnings), scrub=scrub, timed_out=e.timed_out, reason=str(e))
+                                 warnings=list(first.warnings), scrub=scrub, timed_out=e.timed_out, reason=str(e),
+                                 later=True)
         return self._result(settings, requested=first.requested, effective=first.effective, batch=batch, info=after,
                             warnings=[])
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import re
 
+from bisect_eagle.engines.base import FailureClass
+from bisect_eagle.engines.served import FailureLog
+
 _ARGPARSE = re.compile(r"^[\w.\- ]+: error: ", re.M)  # "sglang serve: error: ..."
 _OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|not enough memory", re.I)
 _CAPTURE = re.compile(r"captured \d+ of \d+ aux hidden states?", re.I)
@@ -40,33 +43,32 @@ def _server_args_error(log: str) -> str | None:
     return None
 
 
-def classify_failure(phase: str, log: str, *, timed_out: bool = False) -> tuple[str, str]:
-    """(failure class, the log line or reason behind it) for a trial that failed in ``phase``.
+class SglangFailures(FailureLog):
+    """SGLang's answers to :class:`~bisect_eagle.engines.served.FailureLog`'s questions (module
+    docstring)."""
 
-    ``phase``: "start" (exited before ready), "ready_timeout" or "benchmark". Out of memory and capture or
-    draft-config errors are recognised in any phase; argparse errors (and SGLang's own argument checks in
-    server_args.py) only before ready.
-    """
-    if phase == "start":
+    engine = "sglang"
+    ready_probe = "/health_generate"
+
+    def bad_arguments(self, log: str) -> str | None:
+        """The parser's error after its usage, else SGLang's own argument checks in
+        server_args.py."""
         line = _matching_line(_ARGPARSE, log)
         if line is not None and "usage:" in log:
-            return "bad_arguments", line
-        line = _server_args_error(log)
-        if line is not None:
-            return "bad_arguments", line
-    line = _matching_line(_OOM, log)
-    if line is not None:
-        return "out_of_memory", line
-    line = _matching_line(_CAPTURE, log) or _matching_line(_CAPTURE_KEYS, log, also=_ERROR_LINE)
-    if line is not None:
-        return "capture_error", line
-    if phase == "start":
+            return line
+        return _server_args_error(log)
+
+    def out_of_memory(self, log: str) -> str | None:
+        return _matching_line(_OOM, log)
+
+    def capture_error(self, log: str) -> str | None:
+        return _matching_line(_CAPTURE, log) or _matching_line(_CAPTURE_KEYS, log, also=_ERROR_LINE)
+
+    def start_error(self, log: str) -> tuple[FailureClass, str]:
+        """``launch_error`` with the log's last error line."""
         last = _matching_line(_ERROR_LINE, "\n".join(reversed(log.splitlines())))
         return "launch_error", last or "the server exited before it was ready"
-    if phase == "ready_timeout":
-        return "readiness_timeout", "the server did not answer /health_generate in time"
-    if timed_out:
-        return "hung_request", "a request got no answer within engine.sglang.request_timeout_s"
-    return "crash_during_benchmark", "a request failed during the benchmark"
 
 
+FAILURES = SglangFailures()
+classify_failure = FAILURES.classify  # (failure class, why) of a failed trial: FailureLog.classify

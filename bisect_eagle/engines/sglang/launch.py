@@ -81,15 +81,9 @@ def trial_args(
     settings: LiveSettings, *, server: SglangServer, target: Path, draft_dir: Path | None, port: int
 ) -> list[Arg]:
     """The flags of one trial's server, before adaptation to the installed version."""
-    args = [
-        Arg("--model-path", (str(server.model_path or target),), "engine.sglang.model_path"),
-        Arg("--tp-size", (str(server.tp),), "engine.sglang.tp"),
-        Arg("--host", (server.host,), "engine.sglang.host"),
-        Arg("--port", (str(port),), "engine"),
-    ]
+    args = shared.server_args_head(settings, server=server, engine="sglang", model_flag="--model-path",
+                                   tp_flag="--tp-size", target=target, draft_dir=draft_dir, port=port)
     if not settings.is_baseline:
-        if draft_dir is None:
-            raise BadInput("a speculative trial needs a draft directory")
         expected, _ = apply_speculative_rules(settings)
         ndt = settings.num_draft_tokens if settings.num_draft_tokens is not None else expected.num_draft_tokens
         args += [

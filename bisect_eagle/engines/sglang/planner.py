@@ -49,14 +49,14 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.draft import read_draft_config
 from bisect_eagle.engines.launch import explicit_server_args, inherited_env, negated_keys
 from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.planner import BasePlanner, server_limits
 from bisect_eagle.engines.sglang import flags as flagmod
 from bisect_eagle.engines.sglang.launch import (
     DRAFT_FLAG,
@@ -70,7 +70,7 @@ from bisect_eagle.engines.sglang.launch import (
     trial_args,
     with_values,
 )
-from bisect_eagle.engines.sglang.oracle import Description, Oracle, interpreter, parser_spec
+from bisect_eagle.engines.sglang.oracle import Oracle, interpreter, parser_spec
 from bisect_eagle.engines.sglang.rules import adaptive_steps, resolved_adaptive, tree_bound, untested_version
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
@@ -99,88 +99,71 @@ class _Draft:
 
 
 @dataclass
-class Planner:
-    """Plans trials for one server spec; holds the oracle and the probed flags (both started on first use)."""
+class Planner(BasePlanner):
+    """Plans SGLang trials for one server spec
+    (:class:`~bisect_eagle.engines.planner.BasePlanner`); holds the oracle and the probed flags
+    (both started on first use)."""
 
     server: SglangServer
-    target: Path
-    draft: Path
-    log_dir: Path
-    check: bool = True  # False: plan with the project's own rules only (no oracle, no --help probe)
-    _oracle: Oracle | None = field(default=None, init=False)
     _flags: flagmod.ServerFlags | None = field(default=None, init=False)
-    _flag_note: str | None = field(default=None, init=False)
     _draft: _Draft | None = field(default=None, init=False)
+
+    label: ClassVar[str] = "SGLang"
 
     # -- what the installed server is ---------------------------------------------------------------------
 
-    @cached_property
-    def command(self) -> list[str]:
-        """The launch command with its executable resolved here (once), or as written when it is not here."""
+    def _resolve_command(self) -> list[str]:
         try:
             return flagmod.launch_executable(list(self.server.launch_command), self.server.python)
         except BadInput as e:
-            self._flag_note = self._flag_note or str(e)
+            self._note = self._note or str(e)
             head = self.server.launch_command[0]
             python = self.server.python if self.server.python and Path(head).name.startswith("python") else head
             return [python, *self.server.launch_command[1:]]
 
-    def oracle(self) -> Oracle | None:
-        if not self.check:
+    def _start_oracle(self) -> Oracle | None:
+        spec = parser_spec(list(self.server.launch_command))
+        if spec is None:
             return None
-        if self._oracle is None:
-            spec = parser_spec(list(self.server.launch_command))
-            if spec is None:
-                return None
-            try:
-                python = interpreter(launch_command=list(self.server.launch_command), python=self.server.python,
-                                     parser=spec)
-            except BadInput as e:
-                self._flag_note = self._flag_note or str(e)
-                return None
-            self._oracle = Oracle(python=python, parser=spec)
-        return self._oracle
+        python = interpreter(launch_command=list(self.server.launch_command), python=self.server.python, parser=spec)
+        return Oracle(python=python, parser=spec)
 
-    def description(self) -> Description | None:
-        oracle = self.oracle()
-        return oracle.describe() if oracle is not None else None
+    def oracle(self) -> Oracle | None:
+        return cast("Oracle | None", super().oracle())
 
     def flags(self) -> flagmod.ServerFlags | None:
         """The server's flags: from its own parser, else its ``--help``; None (with a note) when neither runs."""
-        if self._flags is None and self._flag_note is None and self.check:
+        if self._flags is None and self._note is None and self.check:
             desc = self.description()
             if desc is not None:
                 self._flags = flagmod.ServerFlags(tuple(self.command), desc.flags, desc.version, "parser")
             else:
                 command = self.command
-                if self._flag_note is None:
+                if self._note is None:
                     try:
                         self._flags = flagmod.probe_help(command, shown=flagmod.shown(self.server.launch_command))
                     except BadInput as e:
-                        self._flag_note = str(e)
+                        self._note = str(e)
         return self._flags
 
-    def version_refusal(self) -> str | None:
-        """A refusal when the installed SGLang (its own parser's answer, else its ``--help`` probe) is not a tested
-        release (:func:`~.rules.untested_version`); None for a tested or unknown one, and for other servers."""
-        if parser_spec(list(self.server.launch_command)) != "sglang":
-            return None
+    def version(self) -> str | None:
+        """SGLang's version: its own parser's answer, else its ``--help`` probe's; None when
+        neither says."""
         desc = self.description()
         flags = self.flags()
-        version = desc.version if desc is not None else (flags.version if flags is not None else None)
-        return untested_version(version, (self._oracle.python if self._oracle is not None else None)
+        return desc.version if desc is not None else (flags.version if flags is not None else None)
+
+    def version_refusal(self) -> str | None:
+        """A refusal when the installed SGLang (:meth:`version`) is not a tested release
+        (:func:`~.rules.untested_version`); None for a tested or unknown one, and for other
+        servers."""
+        if parser_spec(list(self.server.launch_command)) != "sglang":
+            return None
+        return untested_version(self.version(), (self._oracle.python if self._oracle is not None else None)
                                 or self.server.python or self.command[0])
 
-    def checked_by(self, resolved: bool, resolve_note: str) -> str:
-        desc = self.description()
-        if desc is not None:
-            who = f"SGLang {desc.version}" if desc.version else f"`{desc.prog}`"
-            return f"{who} parser and resolution" if resolved else f"{who} parser ({resolve_note})"
-        oracle = self.oracle()
-        why = (oracle.failure if oracle is not None else None) or self._flag_note or "no oracle for this server"
-        if self._flags is not None:
-            return f"not checked against SGLang (flags from --help only; {why})"
-        return f"not checked against SGLang ({why})"
+    def _unchecked(self, why: str) -> str:
+        return f"flags from --help only; {why}" if self._flags is not None else why
 
     # -- the draft and the target ------------------------------------------------------------------------
 
@@ -195,30 +178,16 @@ class Planner:
             self._draft = _Draft(cfg.nested_ids, cfg.sglang_fc_aux())
         return self._draft
 
-    def target_config(self) -> dict | None:
-        path = Path(self.server.model_path or self.target) / "config.json"
-        try:
-            cfg = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        return cfg if isinstance(cfg, dict) else None
-
     # -- the plan ----------------------------------------------------------------------------------------
 
     def plan(self, settings: LiveSettings, *, port: int, draft_dir: Path) -> TrialPlan:
-        """The trial's plan, with its :class:`~.launch.Launch` in ``private["launch"]``.
-
-        Args:
-            settings: the request.
-            port: the port the shown argv names.
-            draft_dir: the draft directory the shown argv names (a trial's per-trial copy, or the draft itself
-                for an export). Neither ``port`` nor ``draft_dir`` enters the identity; a launch sets its own.
-        """
+        """The trial's plan (:meth:`BasePlanner.plan`), with its :class:`~.launch.Launch` in
+        ``private["launch"]`` and the simulated-acceptance variables in ``private["env"]``."""
         effective, warnings, refusal = speculative_effective(settings)
         refusal = refusal or self.version_refusal()
         if refusal is not None:
             return make_plan(ENGINE, settings, effective=effective, refusal=refusal, checked=self.checked_by(False, ""))
-        cfg = self.target_config()
+        cfg = self.target_config
         ids, id_warnings, refusal = self._ids(settings, cfg)
         warnings += id_warnings
         effective["eagle_aux_hidden_state_layer_ids"] = ids
@@ -360,15 +329,8 @@ class Planner:
             if not s.is_baseline:
                 out["topk"] = resolved.get("speculative_eagle_topk")
                 out["num_draft_tokens"] = resolved.get("speculative_num_draft_tokens")
-            server = {k: resolved[k] for k in RESOLVED_SERVER if k in resolved}
-            out["server"] = server
-            mrr = server.get("max_running_requests")
-            out["concurrency"] = min(s.concurrency, mrr) if isinstance(mrr, int) else s.concurrency
+            out.update(server_limits(s, resolved, keys=RESOLVED_SERVER, limit="max_running_requests"))
         return out
-
-    def close(self) -> None:
-        if self._oracle is not None:
-            self._oracle.close()
 
 
 JUDGED_PORT = "30000"  # the port never changes SGLang's verdict: one value keeps the oracle's cache warm

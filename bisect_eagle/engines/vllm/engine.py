@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from bisect_eagle.artifacts.prompts import Prompt
-from bisect_eagle.engines.base import RequestRecord, TrialResult, failed
+from bisect_eagle.engines.base import RequestRecord, TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.served import ServedEngine, ServedLaunch, dump
 from bisect_eagle.engines.vllm.client import BatchResult, RequestError, VllmClient
-from bisect_eagle.engines.vllm.failures import classify_failure
+from bisect_eagle.engines.vllm.export import export_plan
+from bisect_eagle.engines.vllm.failures import FAILURES
 from bisect_eagle.engines.vllm.launch import launch_of, launch_text, prepare_draft_dir
 from bisect_eagle.engines.vllm.metrics import SpecCounters, spec_stats
 from bisect_eagle.engines.vllm.oracle import interpreter
@@ -75,31 +76,27 @@ class _Measured:
 class VllmEngine(ServedEngine):
     """Live trials on vLLM's OpenAI-compatible server, one server per trial.
 
-    Args:
-        server: ``engine.vllm``.
-        target: the target model directory (also the tokenizer of the prompts).
-        draft: the EAGLE-3 draft directory (copied per trial).
-        prompts: the prompts JSONL file.
-        log_dir: per-trial directories (server log, launch command, draft copy, result) go here.
-        check: False: plan without vLLM's oracle (the project's own reading of vLLM's rules).
+    Args: :class:`~bisect_eagle.engines.served.ServedEngine`'s, with ``server`` the spec's
+    ``engine.vllm``.
     """
 
     name = "vllm"
-    id_reader = "vllm"
+    planner_class = Planner
+    client_class = VllmClient
+    failures = FAILURES
+    planner: Planner
 
     def __init__(self, server: VllmServer, *, target: Path, draft: Path, prompts: Path | None, log_dir: Path,
                  check: bool = True):
-        self._init_served(server, target=target, draft=draft, prompts=prompts, log_dir=log_dir)
-        self.planner = Planner(server, self.target, self.draft, check=check)
+        super().__init__(server, target=target, draft=draft, prompts=prompts, log_dir=log_dir, check=check)
         self._round: _Round | None = None  # the running server's benchmark state (set by _measure)
+        self._answered = 0  # requests this server has answered (a failure at the first one says so)
 
     @classmethod
-    def export(cls, spec: Any, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
-               python: str | None = None) -> dict[str, Any]:
-        """The vLLM launch of a logged trial (:meth:`Engine.export`; :mod:`.export`)."""
-        from bisect_eagle.engines.vllm.export import export
-
-        return export(spec, settings, effective=effective, port=port, python=python)
+    def _export_plan(cls, planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any],
+                     port: int) -> tuple[TrialPlan, dict[str, Any]]:
+        """vLLM's part of a logged trial's export (:func:`.export.export_plan`)."""
+        return export_plan(planner, settings, effective=effective, port=port)
 
     @classmethod
     def versions(cls, spec: Any) -> dict[str, str]:
@@ -107,23 +104,17 @@ class VllmEngine(ServedEngine):
         param (read from the package metadata in a second: vLLM is not imported). Never raises."""
         return {"version.vllm": installed_version(spec.engine.vllm)}
 
-    # -- plan -------------------------------------------------------------------------------------------
-
-    def plan(self, settings: LiveSettings) -> TrialPlan:
-        """The trial as vLLM will run it (see :mod:`.planner`); writes nothing, starts only the oracle."""
-        return self.planner.plan(settings, port=self._planned_port(),
-                                 trial_dir=self.log_dir / f"{self._next_seq():03d}-trial")
-
     # -- one trial --------------------------------------------------------------------------------------
 
-    client_class = VllmClient
+    def _check_plan(self, plan: TrialPlan) -> None:
+        """RuntimeError when ``plan`` carries no launch of its own identity
+        (:func:`~.launch.launch_of`; a bug)."""
+        launch_of(plan)
 
     def _launch(self, plan: TrialPlan, *, trial_dir: Path, port: int) -> ServedLaunch:
         """The plan's own launch (:func:`~.launch.launch_of`, bound to its fingerprint) with the trial's port and
         draft copy; the draft copy carries its aux layer ids at the top level of its config.json."""
         settings = plan.settings
-        if plan.refusal is not None:
-            raise BadInput(plan.refusal)
         launch = launch_of(plan)
         argv = launch.argv(self.planner.command, port=port, draft_dir=trial_dir / "draft")
         env = dict(launch.env)
@@ -142,35 +133,18 @@ class VllmEngine(ServedEngine):
     def _measure(self, settings: LiveSettings, *, prompts: list[Prompt], server: procs.ServerProcess,
                  client: VllmClient, requested: dict, planned: dict, warnings: list[str],
                  scrub: Scrubber) -> TrialResult:
-        """Readiness, read-back, warm-up, the measured requests with ``/metrics`` around them."""
-        s = self.server
-        done = {"n": 0}  # requests answered so far (warm-up included)
+        """Read-back, warm-up, the measured requests with ``/metrics`` around them."""
+        self._answered = 0
 
-        def fail(phase: str, effective: dict, timed_out: bool = False, reason: str = "") -> TrialResult:
-            if phase == "benchmark" and not timed_out:
-                # a request vLLM failed (HTTP 500 from a dead EngineCore) is answered while the engine is still
-                # writing its traceback and exiting: the log is classified once it has exited, or after a grace
-                wait_until(server.exited, timeout_s=DEATH_GRACE_S, what="vLLM to exit after a failed request")
-            log = procs.read_log(server.log_path)
-            cls, why = classify_failure(phase, log, timed_out=timed_out)
-            code = server.popen.poll()
-            first = " at the first request" if phase == "benchmark" and done["n"] == 0 else ""
-            parts = [why, f"({reason})" if reason else "",
-                     f"(engine dead{first})" if "EngineDeadError" in log else "",
-                     f"exit code {code}" if code is not None else "running"]
-            detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + procs.log_tail(server.log_path)
-            return failed(self.name, requested=requested, effective=effective, cls=cls, detail=scrub(detail),
-                          warnings=warnings)
+        def fail(effective: dict, e: RequestError) -> TrialResult:
+            return self._failure("benchmark", server=server, requested=requested, effective=effective,
+                                 warnings=warnings, scrub=scrub, timed_out=e.timed_out, reason=str(e))
 
-        state = client.wait_ready(server.exited, timeout_s=s.ready_timeout_s)
-        if state != "ready":
-            return fail("start" if state == "exited" else "ready_timeout", planned)
-        server.snapshot()
         try:
             models = client.models()
             version = client.version()
         except RequestError as e:
-            return fail("benchmark", planned, e.timed_out, str(e))
+            return fail(planned, e)
         effective = effective_from_server(planned, models=models, version=version,
                                           log=procs.read_log(server.log_path), baseline=settings.is_baseline)
         warnings += readback_differences(planned, effective)
@@ -180,12 +154,26 @@ class VllmEngine(ServedEngine):
         try:
             for rid, ids in warm:  # one at a time: a warm-up that fails names its request
                 client.complete(rid, ids, model=model, sampling=sampling)
-                done["n"] += 1
+                self._answered += 1
         except RequestError as e:
-            return fail("benchmark", effective, e.timed_out, str(e))
-        self._round = _Round(model=model, finished=done["n"], prompts=prompts[settings.warmup_prompts:])
+            return fail(effective, e)
+        self._round = _Round(model=model, finished=self._answered, prompts=prompts[settings.warmup_prompts:])
         return self._bench(settings, server=server, client=client, requested=requested, effective=effective,
-                           warnings=warnings, fail=lambda e: fail("benchmark", effective, e.timed_out, str(e)))
+                           warnings=warnings, fail=lambda e: fail(effective, e))
+
+    def _settle(self, server: procs.ServerProcess) -> None:
+        """A request vLLM failed (HTTP 500 from a dead EngineCore) is answered while the engine is
+        still writing
+        its traceback and exiting: the log is classified once it has exited, or after
+        :data:`DEATH_GRACE_S`."""
+        wait_until(server.exited, timeout_s=DEATH_GRACE_S, what="vLLM to exit after a failed request")
+
+    def _failure_notes(self, phase: str, log: str) -> list[str]:
+        """``(engine dead)`` when the log says so, ``at the first request`` when the server
+        answered none."""
+        if "EngineDeadError" not in log:
+            return []
+        return [f"(engine dead{' at the first request' if phase == 'benchmark' and self._answered == 0 else ''})"]
 
     def _bench(self, settings: LiveSettings, *, server: procs.ServerProcess, client: VllmClient, requested: dict,
                effective: dict, warnings: list[str], fail: Callable[[RequestError], TrialResult]) -> TrialResult:
@@ -209,6 +197,7 @@ class VllmEngine(ServedEngine):
         except RequestError as e:
             return fail(e)
         state.finished += len(measured)
+        self._answered += len(measured)
         return self._result(settings, requested=requested, effective=effective, warnings=warnings,
                             measured=_Measured(batch, before, after, sequential))
 
@@ -224,12 +213,9 @@ class VllmEngine(ServedEngine):
             return None
 
         def fail(e: RequestError) -> TrialResult:
-            wait_until(server.exited, timeout_s=DEATH_GRACE_S, what="vLLM to exit after a failed request")
-            cls, why = classify_failure("benchmark", procs.read_log(server.log_path), timed_out=e.timed_out)
-            detail = f"{why} ({e}) in a later benchmark round\n--- server log tail ---\n" + procs.log_tail(
-                server.log_path)
-            return failed(self.name, requested=first.requested, effective=first.effective, cls=cls,
-                          detail=scrub(detail), warnings=list(first.warnings))
+            return self._failure("benchmark", server=server, requested=first.requested, effective=first.effective,
+                                 warnings=list(first.warnings), scrub=scrub, timed_out=e.timed_out, reason=str(e),
+                                 later=True)
 
         return self._bench(settings, server=server, client=client, requested=first.requested,
                            effective=first.effective, warnings=[], fail=fail)

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import re
 
+from bisect_eagle.engines.base import FailureClass
+from bisect_eagle.engines.served import FailureLog
+
 _ARGPARSE = re.compile(r"^[\w.\- ]+: error: ", re.M)  # "api_server.py: error: ..." / "vllm serve: error: ..."
 _OOM = re.compile(
     r"out of memory|OutOfMemoryError|can't allocate memory|is less than requested memory for kv|"
@@ -72,36 +75,49 @@ def engine_fatal(log: str) -> tuple[list[str], str] | None:
     return found[0] if found else None
 
 
-def classify_failure(phase: str, log: str, *, timed_out: bool = False) -> tuple[str, str]:
-    """(failure class, the log line or reason behind it) for a trial that failed in ``phase``.
+class VllmFailures(FailureLog):
+    """vLLM's answers to :class:`~bisect_eagle.engines.served.FailureLog`'s questions (module
+    docstring)."""
 
-    ``phase``: ``start`` (exited before ready), ``ready_timeout`` or ``benchmark``. Out of memory and aux-capture
-    deaths are recognised in any phase; argument errors only before ready.
-    """
-    if phase == "start":
+    engine = "vllm"
+    ready_probe = "GET /health with 200"
+
+    def bad_arguments(self, log: str) -> str | None:
+        """The parser's error after its usage (the engine-args resolution's are
+        :meth:`start_error`'s)."""
         line = _first(_ARGPARSE, log)
-        if line is not None and "usage:" in log:
-            return "bad_arguments", line
-    line = _first(_OOM, log)
-    if line is not None:
-        return "out_of_memory", line
-    fatal = engine_fatal(log)
-    if fatal is not None and any("combine_hidden_states" in f or "aux_hidden" in f for f in fatal[0]):
-        return "capture_error", f"{fatal[1]} (in the draft's aux hidden-state input, combine_hidden_states)"
-    if phase == "start":
+        return line if line is not None and "usage:" in log else None
+
+    def out_of_memory(self, log: str) -> str | None:
+        return _first(_OOM, log)
+
+    def capture_error(self, log: str) -> str | None:
+        fatal = engine_fatal(log)
+        if fatal is not None and any("combine_hidden_states" in f or "aux_hidden" in f for f in fatal[0]):
+            return f"{fatal[1]} (in the draft's aux hidden-state input, combine_hidden_states)"
+        return None
+
+    def start_error(self, log: str) -> tuple[FailureClass, str]:
+        """``bad_arguments`` for a traceback through vLLM's config code, else ``launch_error``
+        with the EngineCore's fatal error or the last traceback."""
         for frames, exc in _tracebacks(log):
             if any(any(c in f for c in _CONFIG_FRAMES) for f in frames):
                 return "bad_arguments", exc
+        fatal = engine_fatal(log)
         if fatal is not None:
             return "launch_error", fatal[1]
         found = _tracebacks(log)
         return "launch_error", found[-1][1] if found else "the server exited before it was ready"
-    if phase == "ready_timeout":
-        return "readiness_timeout", "the server did not answer GET /health with 200 in time"
-    if timed_out:
-        return "hung_request", "a request got no answer within engine.vllm.request_timeout_s"
-    if fatal is not None:
-        return "crash_during_benchmark", f"the engine died: {fatal[1]}"
-    if "EngineDeadError" in log:
-        return "crash_during_benchmark", "the engine died (EngineDeadError)"
-    return "crash_during_benchmark", "a request failed during the benchmark"
+
+    def crash(self, log: str) -> str:
+        """The EngineCore's fatal error, else its death, else a failed request."""
+        fatal = engine_fatal(log)
+        if fatal is not None:
+            return f"the engine died: {fatal[1]}"
+        if "EngineDeadError" in log:
+            return "the engine died (EngineDeadError)"
+        return "a request failed during the benchmark"
+
+
+FAILURES = VllmFailures()
+classify_failure = FAILURES.classify  # (failure class, why) of a failed trial: FailureLog.classify

@@ -158,15 +158,9 @@ def trial_args(
     ``negated``: ``server_args`` keys set to false whose flag is a ``--x/--no-x`` flag that defaults on; they become
     ``--no-x`` (leaving them out would keep them on).
     """
-    args = [
-        Arg("--model", (str(server.model_path or target),), "engine.vllm.model_path"),
-        Arg("--tensor-parallel-size", (str(server.tp),), "engine.vllm.tp"),
-        Arg("--host", (server.host,), "engine.vllm.host"),
-        Arg("--port", (str(port),), "engine"),
-    ]
+    args = shared.server_args_head(settings, server=server, engine="vllm", model_flag="--model",
+                                   tp_flag="--tensor-parallel-size", target=target, draft_dir=draft_dir, port=port)
     if not settings.is_baseline:
-        if draft_dir is None:
-            raise BadInput("a speculative trial needs a draft directory")
         spec = json.dumps(speculative_config(settings, draft_dir), sort_keys=True)
         args.append(Arg("--speculative-config", (spec,), "speculative_algorithm, num_steps, draft"))
     if "dtype" in settings.model_fields_set:

@@ -37,11 +37,12 @@ import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from bisect_eagle.artifacts.layers import LayerIdError
 from bisect_eagle.engines.launch import explicit_server_args, negated_keys
 from bisect_eagle.engines.plan import TrialPlan, make_plan, natural_unmarked
+from bisect_eagle.engines.planner import BasePlanner, read_json, server_limits
 from bisect_eagle.engines.vllm import ids as idmod
 from bisect_eagle.engines.vllm.launch import Arg, Launch, args_at, argv_tokens, managed_dest, trial_args, vllm_env
 from bisect_eagle.engines.vllm.oracle import Description, Oracle, VllmVerdict, interpreter, resolve_executable
@@ -73,27 +74,20 @@ class _Ids:
 
 
 @dataclass
-class Planner:
-    """Plans trials for one server spec; holds the oracle (started on first use).
-
-    Args:
-        server: ``engine.vllm``.
-        target: the target model directory (``--model`` unless ``server.model_path``).
-        draft: the draft directory, copied per trial.
-        check: False: plan with the project's own reading of vLLM's rules only (no oracle).
-    """
+class Planner(BasePlanner):
+    """Plans vLLM trials for one server spec
+    (:class:`~bisect_eagle.engines.planner.BasePlanner`); holds the oracle (started on first
+    use)."""
 
     server: VllmServer
-    target: Path
-    draft: Path
-    check: bool = True
-    _oracle: Oracle | None = field(default=None, init=False)
-    _note: str | None = field(default=None, init=False)
+
+    label: ClassVar[str] = "vLLM"
+    resolution: ClassVar[str] = "engine-args resolution"
+    without_check: ClassVar[str] = "planned without vLLM"
 
     # -- the installed server ----------------------------------------------------------------------------
 
-    @cached_property
-    def command(self) -> list[str]:
+    def _resolve_command(self) -> list[str]:
         """The launch command with ``engine.vllm.python`` in place of a leading ``python``, resolved here when it
         can be (else as written: a spec for another machine)."""
         cmd = list(self.server.launch_command)
@@ -105,45 +99,17 @@ class Planner:
             self._note = self._note or str(e)
         return cmd
 
+    def _start_oracle(self) -> Oracle:
+        return Oracle(python=interpreter(launch_command=list(self.server.launch_command), python=self.server.python))
+
     def oracle(self) -> Oracle | None:
-        if not self.check:
-            return None
-        if self._oracle is None:
-            try:
-                python = interpreter(launch_command=list(self.server.launch_command), python=self.server.python)
-            except BadInput as e:
-                self._note = self._note or str(e)
-                return None
-            self._oracle = Oracle(python=python)
-        return self._oracle
-
-    def description(self) -> Description | None:
-        oracle = self.oracle()
-        return oracle.describe() if oracle is not None else None
-
-    def version(self) -> str | None:
-        desc = self.description()
-        return desc.version if desc is not None else None
-
-    def checked_by(self, resolved: bool, note: str) -> str:
-        desc = self.description()
-        if desc is not None:
-            who = f"vLLM {desc.version}" if desc.version else f"`{desc.prog}`"
-            return f"{who} parser and engine-args resolution" if resolved else f"{who} parser ({note})"
-        oracle = self.oracle()
-        why = (oracle.failure if oracle is not None else None) or self._note or (
-            "planned without vLLM" if not self.check else "no oracle for this server")
-        return f"not checked against vLLM ({why})"
+        return cast("Oracle | None", super().oracle())
 
     # -- the target and the draft -------------------------------------------------------------------------
 
     @cached_property
-    def target_config(self) -> dict | None:
-        return _read_json(Path(self.server.model_path or self.target) / "config.json")
-
-    @cached_property
     def draft_config(self) -> dict | None:
-        return _read_json(self.draft / "config.json")
+        return read_json(self.draft / "config.json")
 
     def _depth(self) -> tuple[int | None, str | None]:
         cfg = self.target_config or {}
@@ -153,24 +119,24 @@ class Planner:
 
     # -- the plan ----------------------------------------------------------------------------------------
 
-    def plan(self, settings: LiveSettings, *, port: int, trial_dir: Path, draft_dir: Path | None = None) -> TrialPlan:
-        """The trial's plan; ``port`` and ``trial_dir`` (``draft_dir``: the draft the argv names, default
-        ``trial_dir/draft``) only shape the shown argv, never the identity.
+    def plan(self, settings: LiveSettings, *, port: int, draft_dir: Path) -> TrialPlan:
+        """The trial's plan (:meth:`BasePlanner.plan`), with its :class:`~.launch.Launch` in
+        ``private["launch"]`` and vLLM's resolution log in ``private["vllm_log"]``.
 
-        Writes nothing of the trial and starts only the oracle (once); to resolve the trial's own draft config, the
-        oracle judges a throwaway copy in a temporary directory of its own, removed once it has answered.
+        To resolve the trial's own draft config, the oracle judges a throwaway copy in a temporary
+        directory of its own, removed once it has answered.
         """
         effective, warnings, refusal = _speculative(settings)
         n, model_type = self._depth()
         ids = _Ids(None, None, "baseline") if settings.is_baseline else self._ids(settings, n, model_type)
         warnings += ids.warnings
         refusal = refusal or ids.refusal
-        draft_dir = None if settings.is_baseline else Path(draft_dir) if draft_dir is not None else trial_dir / "draft"
+        shown_draft = None if settings.is_baseline else Path(draft_dir)
         desc = self.description()
         env, env_notes = vllm_env(settings, host=self.server.host)  # what the server process gets
         warnings += env_notes
         try:
-            args = trial_args(settings, server=self.server, target=self.target, draft_dir=draft_dir, port=port,
+            args = trial_args(settings, server=self.server, target=self.target, draft_dir=shown_draft, port=port,
                               negated=self._negated(settings, desc),
                               dest_of=desc.dest_of() if desc is not None else None)
         except BadInput as e:
@@ -285,28 +251,13 @@ class Planner:
         out["server_args"] = explicit_server_args(s.server_args, desc, resolved=resolved is not None,
                                                   resolved_dests=RESOLVED_SERVER)
         if resolved is not None:
-            server = {k: resolved[k] for k in RESOLVED_SERVER if k in resolved}
-            out["server"] = server
             spec = resolved.get("speculative")
             if isinstance(spec, dict) and not s.is_baseline:
                 out["num_steps"] = spec.get("num_speculative_tokens", s.num_steps)
                 out["num_draft_tokens"] = out["num_steps"] + 1
                 out["speculative_method"] = spec.get("method")
-            mns = server.get("max_num_seqs")
-            out["concurrency"] = min(s.concurrency, mns) if isinstance(mns, int) else s.concurrency
+            out.update(server_limits(s, resolved, keys=RESOLVED_SERVER, limit="max_num_seqs"))
         return out
-
-    def close(self) -> None:
-        if self._oracle is not None:
-            self._oracle.close()
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return cfg if isinstance(cfg, dict) else None
 
 
 def synthetic_args(args: list[Arg], s: LiveSettings) -> list[Arg]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bisect_eagle.artifacts.draft import DraftConfig, read_draft_config, save_draft
+from bisect_eagle.artifacts.layers import LOCAL_READER, SGLANG_READER, VLLM_READER
 from bisect_eagle.doctor import read_draft
 from bisect_eagle.engines.serve import draft_layer_ids
 from bisect_eagle.errors import BadInput
@@ -41,8 +42,8 @@ def test_specforge_layout(tiny):
     assert (cf.nested_ids, cf.top_level_ids, cf.ids_found, cf.layer_ids) == ([1, 5, 9], None, "nested", [1, 5, 9])
     assert cf.path == tiny.draft / "config.json"
     assert cf.sglang_fc_aux() == (3, NESTED) and cf.sglang_fc_aux()[0] * cf.target_hidden_size == 576
-    assert cf.declared_ids("sglang") == cf.declared_ids("local") == ([1, 5, 9], "sglang")
-    assert cf.declared_ids("vllm") == ([1, 5, 9], "vllm")  # vLLM falls back to the nested ids, read as its own
+    assert cf.declared_ids(SGLANG_READER) == cf.declared_ids(LOCAL_READER) == ([1, 5, 9], "sglang")
+    assert cf.declared_ids(VLLM_READER) == ([1, 5, 9], "vllm")  # vLLM falls back to the nested ids, read as its own
     assert cf.draft_config(3) == DraftConfig(hidden_size=192, intermediate_size=512, num_attention_heads=4,
                                              num_key_value_heads=4, head_dim=48, vocab_size=257, draft_vocab_size=96,
                                              target_hidden_size=192, num_aux=3)
@@ -52,8 +53,8 @@ def test_speculators_layout_reads_the_nested_layer_keys_and_top_level_ids(tmp_pa
     cf = read_draft_config(_speculators(tmp_path))
     assert (cf.layout, cf.hidden_size, cf.vocab_size, cf.draft_vocab_size) == ("speculators", 16, 32, 24)
     assert (cf.ids_found, cf.layer_ids) == ("top-level", [2, 6, 10])
-    assert cf.declared_ids("local") == cf.declared_ids("vllm") == ([2, 6, 10], "vllm")
-    assert cf.declared_ids("sglang") == (None, "sglang")
+    assert cf.declared_ids(LOCAL_READER) == cf.declared_ids(VLLM_READER) == ([2, 6, 10], "vllm")
+    assert cf.declared_ids(SGLANG_READER) == (None, "sglang")
     # SGLang sizes fc from num_aux_hidden_states, else the nested ids, else 3: top-level ids size nothing
     assert cf.sglang_fc_aux() == (3, "SGLang's default of 3")
 
@@ -126,7 +127,7 @@ def test_speculators_keys_are_named_under_transformer_layer_config(tmp_path):
 def test_doctor_and_serve_read_through_it(tmp_path, tiny):
     info = read_draft(tiny.draft)
     assert info.file == read_draft_config(tiny.draft) and info.path == tiny.draft
-    assert info.declared("sglang") == ([1, 5, 9], "sglang") and info.shapes["fc.weight"] == [192, 576]
+    assert info.declared(SGLANG_READER) == ([1, 5, 9], "sglang") and info.shapes["fc.weight"] == [192, 576]
     spec = read_draft(_speculators(tmp_path))
     assert spec.shapes["midlayer.self_attn.q_proj.weight"] == [16, 32]  # layers.0.* named as midlayer.*
     assert draft_layer_ids(tiny.draft, 12) == ([1, 5, 9], None)

@@ -18,10 +18,10 @@ QUICK = {"max_new_tokens": 8, "num_prompts": 2, "warmup_prompts": 1, "concurrenc
 SGLANG = ["python", "-m", "sglang.launch_server"]
 
 
-def tiny_planner(log_dir: Path) -> Planner:
+def tiny_planner() -> Planner:
     """A planner of the tiny scenario's pair behind ``python -m sglang.launch_server``, without SGLang's oracle."""
     tiny = scenarios.get("tiny")
-    return Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft, log_dir, check=False)
+    return Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft, check=False)
 
 
 def plan(planner: Planner, **settings) -> TrialPlan:

@@ -44,7 +44,7 @@ def test_kimi_k25_takes_the_deepseek_rule():
 
 def test_planner_refuses_without_sglang(tmp_path):
     p = Planner(server(launch_command=["python", "-m", "sglang.launch_server"]), FIXTURES / "glm5",
-                fake_draft(tmp_path), tmp_path / "logs", check=False)
+                fake_draft(tmp_path), check=False)
     plan = p.plan(settings(eagle_aux_hidden_state_layer_ids=[2, 30, 61]), port=1, draft_dir=tmp_path / "draft")
     assert plan.refusal is not None and "never captures" in plan.refusal and "[61]" in plan.refusal
     assert "not checked against SGLang" in plan.refusal
@@ -58,7 +58,7 @@ def test_planner_refuses_without_sglang(tmp_path):
 def test_planner_capture_by_sglang_itself(tmp_path, name, ids, bad):
     python = sglang_python()
     p = Planner(server(launch_command=[python, "-m", "sglang.launch_server"], python=python), FIXTURES / name,
-                fake_draft(tmp_path), tmp_path / "logs")
+                fake_draft(tmp_path))
     try:
         cap = p.capture(ids, _cfg(name), 61)
         assert cap.checked.startswith("SGLang"), cap.checked

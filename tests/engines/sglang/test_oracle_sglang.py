@@ -207,7 +207,7 @@ def test_adaptive_is_resolved_turned_off_or_refused_by_sglang(tmp_path):
     from bisect_eagle.spec.settings import parse_settings
 
     tiny = scenarios.get("tiny")
-    planner = Planner(SglangServer(python=sglang_python()), tiny.target, tiny.draft, tmp_path)
+    planner = Planner(SglangServer(python=sglang_python()), tiny.target, tiny.draft)
 
     def plan(**kw):
         return planner.plan(parse_settings({"device": "cpu", **kw}, "test"), port=30000, draft_dir=tmp_path / "draft")

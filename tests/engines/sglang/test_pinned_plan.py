@@ -16,8 +16,8 @@ from bisect_eagle.tracking.redact import hidden
 
 
 @pytest.fixture(scope="module")
-def planner(tmp_path_factory) -> Planner:
-    return tiny_planner(tmp_path_factory.mktemp("logs"))
+def planner() -> Planner:
+    return tiny_planner()
 
 
 def test_a_pinned_plan_carries_sglangs_simulation_in_its_environment(planner):
@@ -65,6 +65,6 @@ def test_the_stand_in_serves_the_same_plan(tmp_path):
 
     tiny = scenarios.get("tiny")
     stand_in = Planner(SglangServer(launch_command=[sys.executable, "-m", "bisect_eagle.engines.serve"]),
-                       tiny.target, tiny.draft, tmp_path, check=False)
+                       tiny.target, tiny.draft, check=False)
     p = plan(stand_in, pinned_acceptance=[1.0, 0.5, 0.0])
     assert p.env["SGLANG_SIMULATE_ACC_LEN"] == "2.5" and p.refusal is None

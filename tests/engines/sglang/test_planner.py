@@ -33,8 +33,8 @@ FINGERPRINTS = [
 
 
 @pytest.fixture(scope="module")
-def planner(tmp_path_factory) -> Planner:
-    return tiny_planner(tmp_path_factory.mktemp("logs"))
+def planner() -> Planner:
+    return tiny_planner()
 
 
 @pytest.mark.parametrize("request_, fingerprint", FINGERPRINTS)
@@ -77,7 +77,7 @@ def test_what_sglang_turns_off_or_refuses(planner):
 def _resolving(tmp_path: Path, resolved: dict) -> Planner:
     """A planner whose SGLang resolution answers ``resolved`` for every argv (what the oracle sends back)."""
     tiny = scenarios.get("tiny")
-    p = Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft, tmp_path, check=False)
+    p = Planner(SglangServer(launch_command=SGLANG), tiny.target, tiny.draft, check=False)
     verdict = SglangVerdict(ok=True, stage="", error=None, resolved=resolved)
     p.oracle = lambda: SimpleNamespace(available=True, judge=lambda argv, *, resolve: verdict,
                                        describe=lambda: None, failure=None)
@@ -112,7 +112,7 @@ def test_adaptive_kept_on_by_sglangs_resolution_is_effective_without_a_warning(t
 def test_the_stand_in_has_no_adaptive_mode_and_its_parser_refuses_the_flag(tmp_path):
     tiny = scenarios.get("tiny")
     stand_in = Planner(SglangServer(launch_command=[str(Path(sys.executable).parent / "bisect-eagle"), "serve"]),
-                       tiny.target, tiny.draft, tmp_path)
+                       tiny.target, tiny.draft)
     try:
         p = plan(stand_in, speculative_adaptive=True)
         assert p.refusal.startswith("speculative_adaptive: flag --speculative-adaptive is not accepted by "), p.refusal
@@ -158,15 +158,15 @@ def test_export_serves_what_the_trials_plan_measured(tmp_path, monkeypatch, kind
 
 
 def test_export_names_the_stand_in_as_the_stand_in(tmp_path):
-    from bisect_eagle.engines.sglang.export import export
+    from bisect_eagle.engines.sglang import SglangEngine
     from bisect_eagle.spec.schema import settings_from
 
     tiny = scenarios.get("tiny")
     raw = {"name": "stand-in", "scenario": "tiny", "engine": {"kind": "sglang", "sglang": {
         "launch_command": [str(Path(sys.executable).parent / "bisect-eagle"), "serve"]}}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
-    out = export(load_spec(tmp_path / "spec.yaml"), settings_from({"num_steps": 3}, "trial"), effective={},
-                 port=30000)
+    out = SglangEngine.export(load_spec(tmp_path / "spec.yaml"), settings_from({"num_steps": 3}, "trial"),
+                              effective={}, port=30000)
     assert out["refusal"] is None and str(tiny.draft) in out["command"]
     assert out["warnings"][0].startswith("this spec's engine launches the stand-in `bisect-eagle serve`")
     sglang = _export_plain(tmp_path)
@@ -174,14 +174,14 @@ def test_export_names_the_stand_in_as_the_stand_in(tmp_path):
 
 
 def _export_plain(tmp_path) -> dict:
-    from bisect_eagle.engines.sglang.export import export
+    from bisect_eagle.engines.sglang import SglangEngine
     from bisect_eagle.spec.schema import settings_from
 
     raw = {"name": "real", "scenario": "tiny", "engine": {"kind": "sglang", "sglang": {"launch_command": SGLANG,
                                                                                        "python": sys.executable}}}
     (tmp_path / "real.yaml").write_text(yaml.safe_dump(raw))
-    return export(load_spec(tmp_path / "real.yaml"), settings_from({"num_steps": 3}, "trial"), effective={},
-                  port=30000)
+    return SglangEngine.export(load_spec(tmp_path / "real.yaml"), settings_from({"num_steps": 3}, "trial"),
+                               effective={}, port=30000)
 
 
 # -- the environment the server inherits ---------------------------------------------------------------------

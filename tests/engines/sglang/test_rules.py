@@ -37,7 +37,7 @@ def _planner(tmp_path: Path, version: str | None, launch_command: list[str]) -> 
     """A planner whose SGLang parser reports ``version`` (what the oracle's describe answers)."""
     tiny = scenarios.get("tiny")
     p = Planner(SglangServer(launch_command=launch_command, python="/opt/sglang/bin/python"), tiny.target,
-                tiny.draft, tmp_path)
+                tiny.draft)
     desc = Description(prog="sglang serve", version=version, options=[])
     p.oracle = lambda: SimpleNamespace(available=False, describe=lambda: desc, failure=None, python=None)
     p.description = lambda: desc

@@ -22,7 +22,7 @@ ASSERTION = "AssertionError: Synthetic acceptance not supported with CPU samplin
 
 
 def plan(planner: Planner, tmp_path: Path, **settings):
-    return planner.plan(LiveSettings(**settings), port=31000, trial_dir=tmp_path / "trials" / "001-trial")
+    return planner.plan(LiveSettings(**settings), port=31000, draft_dir=tmp_path / "trials" / "001-trial" / "draft")
 
 
 def spec_config(p) -> dict:

@@ -23,7 +23,7 @@ CPU_ARGS = ["--max-model-len", "512", "--max-num-seqs", "1", "--seed", "0", "--e
 
 
 def plan(planner: Planner, tmp_path: Path, **settings):
-    return planner.plan(LiveSettings(**settings), port=31000, trial_dir=tmp_path / "trials" / "001-trial")
+    return planner.plan(LiveSettings(**settings), port=31000, draft_dir=tmp_path / "trials" / "001-trial" / "draft")
 
 
 # -- the project's own rules (check=False) --------------------------------------------------------------------
@@ -86,7 +86,7 @@ def test_baseline_and_identity(offline, tmp_path):
     c = plan(offline, tmp_path, num_draft_tokens=9)
     assert a.fingerprint == b.fingerprint == c.fingerprint  # vLLM verifies num_steps + 1 whatever is asked
     assert any("num_draft_tokens 9 is not a vLLM setting" in w for w in c.warnings)
-    other = offline.plan(LiveSettings(), port=32000, trial_dir=tmp_path / "elsewhere")
+    other = offline.plan(LiveSettings(), port=32000, draft_dir=tmp_path / "elsewhere" / "draft")
     assert other.fingerprint == b.fingerprint  # port and trial directory are not the identity
 
 
