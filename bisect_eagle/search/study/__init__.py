@@ -21,7 +21,9 @@ Modules, in the order a study meets them:
 - :mod:`.resume`: what a killed process left running, cleaned up on ``--resume`` (trials, claims and the
   recorded servers of dead controllers), and trials whose worker stopped heart-beating, reaped by whichever
   node looks next (Optuna's RDB heartbeats).
-- :mod:`.outcome`: :class:`StudyProgress` events and the :class:`StudyOutcome` that ``run --json`` prints.
+- :mod:`.state`: :class:`StudyState`, what a study's process knows of its study (read by the candidates and the
+  outcome), and its :class:`StudyProgress` events.
+- :mod:`.outcome`: the :class:`StudyOutcome` that ``run --json`` prints.
 - :mod:`.api`: :func:`run_study`, :func:`join_study` and their :class:`Options`.
 
 Several nodes, one study (PostgreSQL): ``bisect-eagle run spec.yaml --storage postgresql://user@db/optuna
@@ -34,8 +36,9 @@ over HTTP from several nodes: a SQLite MLflow store is for one machine (docs/mul
 from bisect_eagle.search.study.api import WORKER_WAIT_S, EngineFactory, Options, join_study, run_study
 from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
 from bisect_eagle.search.study.loop import DUPLICATE_LIMIT, StudyRun, TrialKind
-from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress
+from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.search.study.sampler import AskTellGridSampler, live_space, make_sampler
+from bisect_eagle.search.study.state import ProgressStage, StudyProgress
 from bisect_eagle.search.study.storage import default_storage, latest_study, open_storage, resolve_storage
 
 __all__ = [

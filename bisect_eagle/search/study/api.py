@@ -27,10 +27,11 @@ from bisect_eagle.search.study.claims import Claims
 from bisect_eagle.search.study.guide import ModelGuide, cold_prior
 from bisect_eagle.search.study.loop import StudyRun
 from bisect_eagle.search.study.model_summary import summarize
-from bisect_eagle.search.study.outcome import StudyOutcome, StudyProgress
+from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.search.study.parent import finish_parent_run, start_parent_run
 from bisect_eagle.search.study.resume import Liveness, reap_dead_servers, reap_dead_trials
 from bisect_eagle.search.study.sampler import live_space, make_sampler, plan_space, space_json
+from bisect_eagle.search.study.state import StudyProgress
 from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.tracking.redact import redact_url

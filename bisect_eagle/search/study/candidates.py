@@ -12,7 +12,7 @@ once, and on the parent run (tags ``confirmation``, ``confirm_candidate_run_id``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bisect_eagle.search.study.claims import Claim
 from bisect_eagle.search.study.confirm import (
@@ -22,21 +22,19 @@ from bisect_eagle.search.study.confirm import (
     confirm_schedule,
     logged_samples,
 )
+from bisect_eagle.search.study.state import StudyState
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.trials.record import TRIAL_TAG, settings_of_run
-
-if TYPE_CHECKING:
-    from bisect_eagle.search.study.loop import StudyRun
 
 BASELINE_SAMPLES = "baseline_samples"  # study user attribute: the baseline launches so far (Sample.to_json)
 
 
-def confirmations(run: StudyRun) -> dict[str, dict[str, Any]]:
+def confirmations(run: StudyState) -> dict[str, dict[str, Any]]:
     """Every confirmation of ``run``'s study so far: fingerprint -> :meth:`Confirmation.to_json`."""
     return run.attr("confirmations") or {}
 
 
-def baseline_samples(run: StudyRun) -> list[Sample]:
+def baseline_samples(run: StudyState) -> list[Sample]:
     """The study's baseline launches, oldest first (user attribute ``baseline_samples``; before any
     confirmation, the study's own baseline measurement): what a confirmation pairs with before launching more."""
     stored = run.attr(BASELINE_SAMPLES)
@@ -46,7 +44,7 @@ def baseline_samples(run: StudyRun) -> list[Sample]:
     return [Sample(value=float(value), run_id=str(run_id))] if value and run_id else []
 
 
-def candidates(run: StudyRun) -> list[Claim]:
+def candidates(run: StudyState) -> list[Claim]:
     """Measured configs at or above the target that were not refused by a confirmation, best first."""
     target = run.ctx.target
     if target is None:
@@ -57,7 +55,7 @@ def candidates(run: StudyRun) -> list[Claim]:
     return sorted(ok, key=lambda c: c.value, reverse=True)
 
 
-def reached(run: StudyRun) -> str | None:
+def reached(run: StudyState) -> str | None:
     """"target reached (...)" once a candidate is confirmed (or without confirmation, at the first one); the
     candidates not yet judged are confirmed here, best first, until one is."""
     settings = run.spec.search.confirm
@@ -71,7 +69,7 @@ def reached(run: StudyRun) -> str | None:
     return None
 
 
-def confirm_candidate(run: StudyRun, cand: Claim) -> Confirmation:
+def confirm_candidate(run: StudyState, cand: Claim) -> Confirmation:
     """Re-measure ``cand`` interleaved with the baseline; store and log the verdict."""
     ctx, spec = run.ctx, run.spec
     settings = spec.search.confirm
@@ -107,6 +105,6 @@ def confirm_candidate(run: StudyRun, cand: Claim) -> Confirmation:
     return verdict
 
 
-def _settings_of(run: StudyRun, cand: Claim) -> LiveSettings:
+def _settings_of(run: StudyState, cand: Claim) -> LiveSettings:
     """The settings a claimed config was measured with (its run's ``trial.json``)."""
     return settings_of_run(run.ctx.tracking, run.ctx.tracking.get_run(cand.run_id))[0]

@@ -30,7 +30,6 @@ A baseline trial that fails raises :class:`BaselineFailed` (the parent run ends 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,7 +42,7 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.search.gate import apply_gate, record_gate
 from bisect_eagle.search.space import SearchSpace, encode
 from bisect_eagle.search.study.candidates import reached
-from bisect_eagle.search.study.claims import Claim, Claims, ClaimState
+from bisect_eagle.search.study.claims import Claim, ClaimState
 from bisect_eagle.search.study.guide import (
     HANDOFF,
     SAMPLER_EVERY,
@@ -52,12 +51,10 @@ from bisect_eagle.search.study.guide import (
     Forecast,
     ModelGuide,
 )
-from bisect_eagle.search.study.outcome import ProgressStage, StudyOutcome, StudyProgress, study_outcome
+from bisect_eagle.search.study.outcome import StudyOutcome, study_outcome
 from bisect_eagle.search.study.sampler import Listed, list_configs
-from bisect_eagle.search.study.spend import Spend
+from bisect_eagle.search.study.state import StudyState
 from bisect_eagle.spec.schema import Spec
-from bisect_eagle.trials.context import TrialContext
-from bisect_eagle.trials.launches import Launches, launch_unit
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import TrialRecord, trial_name
 from bisect_eagle.trials.standalone import Scorer, Verdict, run_standalone_trial
@@ -81,21 +78,9 @@ class BaselineFailed(RuntimeError):
 
 
 @dataclass(kw_only=True)
-class StudyRun:
+class StudyRun(StudyState):
     """One process's part of a study: stage 1, the baseline and the stage-2 loop."""
 
-    spec: Spec
-    study: optuna.Study
-    claims: Claims
-    ctx: TrialContext
-    storage_url: str
-    max_live_trials: int
-    max_wall_s: float
-    progress: Callable[[StudyProgress], None]
-    seed: int = 0
-    started: float = field(default_factory=time.monotonic)
-    max_launches: int | None = None  # search.max_launches: engine runs of the whole study
-    spend: Spend = field(init=False)  # launches and the tool's own seconds (set from ctx in __post_init__)
     guide: ModelGuide | None = None  # the throughput model (search.model.enabled)
     listed: Listed | None = None  # every runnable config, when the space can be listed (set by loop)
     skips_in_row: int = 0  # consecutive proposals the model predicted below the target
@@ -107,34 +92,9 @@ class StudyRun:
     first_beat: Callable[[int], None] = field(default=lambda trial_id: None)
     scorer_factory: Callable[[Spec], Scorer] = Scorer  # stage 1's scorer (Options.scorer_factory)
 
-    def __post_init__(self) -> None:
-        self.spend = Spend(meter=self.ctx.meter, unit=launch_unit(self.spec))
-
-    @property
-    def name(self) -> str:
-        return self.study.study_name
-
-    def attr(self, key: str) -> Any:
-        """A study user attribute (shared by all workers): gate, baseline, target, baseline_run_id, ..."""
-        return self.study.user_attrs.get(key)
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def emit(self, stage: ProgressStage, message: str) -> None:
-        done = self.claims.all()
-        best = max((c.value for c in done if c.state == "ok" and c.value is not None), default=None)
-        self.progress(StudyProgress(stage=stage, message=message, done=len(done), total=self.max_live_trials,
-                                    best=best, target=self.ctx.target, elapsed_s=self.elapsed(),
-                                    max_wall_s=self.max_wall_s))
-
     def outcome(self, reason: str, space: SearchSpace | None) -> StudyOutcome:
+        """The study's outcome as this process ends it (:func:`~.outcome.study_outcome`)."""
         return study_outcome(self, reason=reason, space=space)
-
-    def launches(self) -> Launches:
-        """The study's launches so far, all workers (:meth:`Spend.launches`)."""
-        state = (tuple((c.fingerprint, c.state) for c in self.claims.all()), tuple(self.attr("confirmations") or ()))
-        return self.spend.launches(self.ctx.tracking, self.ctx.parent_run_id, state=state)
 
     # -- stage 1 ---------------------------------------------------------------------------------------
 

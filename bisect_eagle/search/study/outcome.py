@@ -25,33 +25,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import optuna
 
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.search.study.candidates import confirmations as study_confirmations
+from bisect_eagle.search.study.state import StudyState
 from bisect_eagle.tracking.redact import redact_url
 from bisect_eagle.trials.record import TRIAL_TAG, effective_of, run_metrics
-
-if TYPE_CHECKING:
-    from bisect_eagle.search.study.loop import StudyRun
-
-ProgressStage = Literal["plan", "standalone", "baseline", "waiting", "resume", "live", "confirm", "done"]
-
-
-@dataclass(kw_only=True)
-class StudyProgress:
-    """One progress event for a display."""
-
-    stage: ProgressStage
-    message: str
-    done: int = 0  # live trials measured (all workers)
-    total: int = 0  # max live trials
-    best: float | None = None
-    target: float | None = None
-    elapsed_s: float = 0.0
-    max_wall_s: float = 0.0
 
 
 @dataclass(kw_only=True)
@@ -183,7 +165,7 @@ def trial_summary(t: optuna.trial.FrozenTrial, space: SearchSpace | None) -> dic
             "duplicate": "duplicate_of" in t.user_attrs, "failure_class": t.user_attrs.get("failure_class")}
 
 
-def study_outcome(run: StudyRun, *, reason: str, space: SearchSpace | None) -> StudyOutcome:
+def study_outcome(run: StudyState, *, reason: str, space: SearchSpace | None) -> StudyOutcome:
     """The outcome of ``run``'s study as it stands (all workers' trials), ending for ``reason``."""
     ctx = run.ctx
     claims = run.claims.all()
