@@ -600,6 +600,7 @@ def _running(uri: str) -> int:
     return len(client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'"))
 
 
+@pytest.mark.system  # four real bisects killed mid-probe (~50 s each): CI's system step
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_bisect_and_its_replay_killed_by_a_signal_leave_no_run_running(tmp_path, sig):
     """SIGTERM or Ctrl-C while a probe is measured (each trial sleeps 20 s): the bisect ends its
