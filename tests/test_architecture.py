@@ -33,7 +33,7 @@ LAYERS = [
     {"cli"},
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
-CLI_SHARED = {"__init__", "__main__", "common", "study"}
+CLI_SHARED = {"__init__", "__main__", "common", "logs", "study"}
 
 
 def _modules() -> list[tuple[str, Path]]:

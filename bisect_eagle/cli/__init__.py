@@ -108,10 +108,10 @@ def main() -> None:
 
     Every line printed on the way out passes the secret policy (:class:`~bisect_eagle.tracking.redact.Scrubber`:
     the environment's secret values and value-shaped secrets), an unexpected error's traceback included. Log records
-    are one line each (:class:`~bisect_eagle.cli.common.OneLineLog`); those about a store's failure are said only
+    are one line each (:class:`~bisect_eagle.cli.logs.OneLineLog`); those about a store's failure are said only
     when the command does not end on that failure.
     """
-    from bisect_eagle.cli.common import end_logging, store_failure, store_failure_line
+    from bisect_eagle.cli.logs import end_logging, store_failure, store_failure_line
     from bisect_eagle.tracking.redact import Scrubber
 
     def end(line: str | None, code: object, *, held: bool = True) -> None:

@@ -91,7 +91,8 @@ def bisect(
 ) -> None:
     """Isolate the changes that break the good configuration and those whose reversal repairs the bad one."""
     from bisect_eagle.bisect.run import BisectOptions, run_bisect
-    from bisect_eagle.cli.common import parse_set, quiet_libraries, sigterm_as_exit
+    from bisect_eagle.cli.common import parse_set, sigterm_as_exit
+    from bisect_eagle.cli.logs import quiet_libraries
 
     quiet_libraries()
     sigterm_as_exit()

@@ -14,15 +14,8 @@ from typing import Any
 
 import typer
 
-from bisect_eagle.cli.common import (
-    URI_HELP,
-    VLLM_PYTHON_HELP,
-    Activity,
-    print_json,
-    quiet_libraries,
-    require_store,
-    use_pythons,
-)
+from bisect_eagle.cli.common import URI_HELP, VLLM_PYTHON_HELP, Activity, print_json, require_store, use_pythons
+from bisect_eagle.cli.logs import quiet_libraries
 
 
 def export_plan(tracking, run, *, port: int, sglang_python: str | None = None,

@@ -21,10 +21,10 @@ from bisect_eagle.cli.common import (
     open_study_run,
     plural,
     print_json,
-    quiet_libraries,
     times_baseline,
     trial_ref,
 )
+from bisect_eagle.cli.logs import quiet_libraries
 
 if TYPE_CHECKING:  # pandas and the report's modules are imported when used: the command speaks first
     import pandas as pd

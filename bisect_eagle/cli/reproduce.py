@@ -13,16 +13,8 @@ from typing import Any
 
 import typer
 
-from bisect_eagle.cli.common import (
-    URI_HELP,
-    Activity,
-    num,
-    print_json,
-    quiet_libraries,
-    require_store,
-    sigterm_as_exit,
-    times_baseline,
-)
+from bisect_eagle.cli.common import URI_HELP, Activity, num, print_json, require_store, sigterm_as_exit, times_baseline
+from bisect_eagle.cli.logs import quiet_libraries
 
 
 def compare(old: dict[str, float], new: dict[str, float], *,

@@ -23,12 +23,12 @@ from bisect_eagle.cli.common import (
     load_spec_or_default,
     plural,
     print_json,
-    quiet_libraries,
     sigterm_as_exit,
     times_baseline,
     trial_ref,
     use_pythons,
 )
+from bisect_eagle.cli.logs import quiet_libraries
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study import StudyOutcome, StudyProgress

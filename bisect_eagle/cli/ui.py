@@ -291,7 +291,8 @@ def ui(
     3 when the server has not answered within ``--timeout``, 1 when it exited (each one line, naming the log)."""
     from mlflow import MlflowClient
 
-    from bisect_eagle.cli.common import load_spec_or_default, quiet_libraries, sigterm_as_exit
+    from bisect_eagle.cli.common import load_spec_or_default, sigterm_as_exit
+    from bisect_eagle.cli.logs import quiet_libraries
     from bisect_eagle.tracking.runs import resolve_tracking_uri, sqlite_path
 
     quiet_libraries()

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bisect_eagle.cli.common import store_failure
+from bisect_eagle.cli.logs import store_failure
 from bisect_eagle.errors import BadInput
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.record import read_trial, trial_failure
@@ -93,7 +93,7 @@ def test_a_full_disk_mid_run_is_one_line_and_exit_2_without_a_library_traceback(
 def test_a_log_record_is_one_line_and_a_store_failures_record_is_held_for_a_command_that_ends_otherwise(capsys):
     import logging
 
-    from bisect_eagle.cli.common import end_logging, quiet_libraries
+    from bisect_eagle.cli.logs import end_logging, quiet_libraries
 
     quiet_libraries()
     try:
