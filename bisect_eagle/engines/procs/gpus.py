@@ -147,6 +147,12 @@ def device_baseline(env: Mapping[str, str]) -> dict[int, int] | None:
 
     Read it right before the launch and give it to :func:`wait_gpu_release`, which needs it wherever pids
     cannot be matched.
+
+    Args:
+        env: the environment the server will start with (its ``CUDA_VISIBLE_DEVICES`` picks the devices).
+
+    Returns:
+        Device index -> MiB in use, for the visible devices; None when no GPU tool can be read.
     """
     reading = read_gpus()
     if reading is None:
@@ -226,6 +232,14 @@ def wait_gpu_release(*, pids: Iterable[int], timeout_s: float, baseline: Mapping
     Each check is :func:`judge_release` of a fresh :func:`read_gpus` with ``baseline`` from
     :func:`device_baseline`. Returns "released" with the seconds it took, "unchecked" as soon as a check cannot
     tell, or, when the time is up, the last "held" answer with its holders or devices and its reason.
+
+    Args:
+        pids: the server's processes whose GPU memory must be let go.
+        timeout_s: the most seconds to wait.
+        baseline: device index -> MiB used before the launch (:func:`device_baseline`); None when unknown.
+
+    Returns:
+        The deciding :class:`GpuRelease`: released (with ``seconds``), unchecked, or the last held answer.
     """
     start = time.monotonic()
     wanted = set(pids)

@@ -76,6 +76,14 @@ class ServerRecord:
 
     @classmethod
     def from_json(cls, data: dict) -> ServerRecord:
+        """A record read back from its JSON; keys this version does not know are dropped.
+
+        Args:
+            data: the record file's parsed JSON.
+
+        Returns:
+            The record.
+        """
         names = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -137,6 +145,11 @@ class Orphan:
     port: int = 0
 
     def warning(self) -> str:
+        """One line saying which process held the port, why it is the server's, and what was done.
+
+        Returns:
+            The warning text.
+        """
         if self.ended:
             return (f"port {self.port} was still held after the server's process group was gone, by {self.name}, "
                     f"which {self.reason} (it had escaped the group, e.g. a double-forked daemon): ended with "
@@ -190,6 +203,11 @@ class Reaped:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """This result as JSON-ready data.
+
+        Returns:
+            The fields by name (``path`` as a string, ``record`` as a dict or None; orphans left out).
+        """
         return {"path": str(self.path), "status": self.status, "signal": self.signal, "ended": self.ended,
                 "survivors": self.survivors, "port_free": self.port_free, "warnings": self.warnings,
                 "record": None if self.record is None else asdict(self.record)}
@@ -218,6 +236,14 @@ def reap_servers(log_dir: Path, *, host: str | None = None, grace_s: float = 5.0
     progress, or this very process). For each other record: SIGTERM everything left of the server, ``grace_s``,
     SIGKILL; end whatever of it still holds the port; remove the record when nothing survived and the port
     is free. Returns one :class:`Reaped` per record handled (its ``record.meta`` is what the caller stored).
+
+    Args:
+        log_dir: the directory whose ``servers/`` holds the records.
+        host: this machine's name; None means ``socket.gethostname()``.
+        grace_s: seconds between SIGTERM and SIGKILL.
+
+    Returns:
+        One :class:`Reaped` per record handled, in the order the records were read.
     """
     host = host or socket.gethostname()
     out = []

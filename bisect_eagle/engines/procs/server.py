@@ -93,10 +93,19 @@ class ServerProcess:
         return self.popen.pid  # the supervisor leads a session of its own: its group id is its pid
 
     def exited(self) -> bool:
+        """Whether the supervisor (and so the server) has exited; reaps it when it has.
+
+        Returns:
+            True once the supervisor's process has ended.
+        """
         return self.popen.poll() is not None
 
     def snapshot(self) -> list[int]:
-        """Record the live processes of the server (group members, the supervisor's descendants); their pids."""
+        """Record the live processes of the server (group members, the supervisor's descendants); their pids.
+
+        Returns:
+            The pids found now, sorted (the supervisor excluded).
+        """
         members = {p.pid: p for p in group_members(self.pgid)}
         found = dict(members)
         with contextlib.suppress(psutil.Error):
@@ -111,7 +120,11 @@ class ServerProcess:
         return sorted(found)
 
     def alive(self) -> list[psutil.Process]:
-        """Processes of this server still running, supervisor included (zombies excluded); reaps the supervisor."""
+        """Processes of this server still running, supervisor included (zombies excluded); reaps the supervisor.
+
+        Returns:
+            The running processes: group members and every process seen before that still runs.
+        """
         self.popen.poll()
         out = {p.pid: p for p in group_members(self.pgid)}
         for pid, proc in self.seen.items():
@@ -156,6 +169,22 @@ def start_server(
     (``meta`` is stored there for :func:`reap_servers`' caller). ``host``/``port`` are where it listens: a
     teardown then ends orphans of it still holding the port. ``grace_s`` is the supervisor's SIGTERM grace
     when it ends the server after the controller's death. Raises OSError when ``argv`` cannot be started.
+
+    Args:
+        argv: the server's command line.
+        env: the server's environment (the supervisor adds its token variable).
+        log_path: the log file (created with its parents; appended to).
+        log_dir: where to record the server for :func:`reap_servers`; None records nothing.
+        host: the address the server listens on.
+        port: the server's port; None when it has none to watch.
+        grace_s: seconds the supervisor waits after SIGTERM, when the controller died, before SIGKILL.
+        meta: stored in the record as is (trial number, run ids, ...); None stores ``{}``.
+
+    Returns:
+        The running server's handle; stop it with :func:`stop_server`.
+
+    Raises:
+        OSError: ``argv`` could not be started, or the supervisor did not report the server's pid.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
@@ -248,6 +277,14 @@ def stop_server(server: ServerProcess, *, grace_s: float, kill_wait_s: float = 1
 
     Then, with the group gone and the port still taken, ends the server's orphans listening on it (one
     warning each). The record is removed once nothing survived and the port is free.
+
+    Args:
+        server: the handle from :func:`start_server`.
+        grace_s: seconds to wait after SIGTERM before SIGKILL (also caps the port orphans' grace at 5 s).
+        kill_wait_s: seconds to wait after SIGKILL, and for the supervisor's exit.
+
+    Returns:
+        What was done: strongest signal, seconds, exit code, survivors, warnings and port orphans.
     """
     start = time.monotonic()
     server.snapshot()
@@ -278,7 +315,15 @@ def stop_server(server: ServerProcess, *, grace_s: float, kill_wait_s: float = 1
 
 
 def read_log(path: Path, max_bytes: int = 1 << 20) -> str:
-    """The log's text; when longer than ``max_bytes``, its head and tail with a marker between them."""
+    """The log's text; when longer than ``max_bytes``, its head and tail with a marker between them.
+
+    Args:
+        path: the log file; a missing one reads as empty.
+        max_bytes: the most bytes kept (half from the head, half from the tail).
+
+    Returns:
+        The text, decoded as UTF-8 with undecodable bytes replaced; "" when there is no file.
+    """
     if not path.is_file():
         return ""
     data = path.read_bytes()
@@ -290,5 +335,13 @@ def read_log(path: Path, max_bytes: int = 1 << 20) -> str:
 
 
 def log_tail(path: Path, lines: int = 60) -> str:
-    """The last ``lines`` lines of a log."""
+    """The last ``lines`` lines of a log.
+
+    Args:
+        path: the log file (as :func:`read_log` reads it).
+        lines: how many lines to keep.
+
+    Returns:
+        Those lines joined by newlines; "" when there is no log.
+    """
     return "\n".join(read_log(path).splitlines()[-lines:])

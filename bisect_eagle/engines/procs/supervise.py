@@ -60,14 +60,29 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listens on right now."""
+    """A TCP port on ``host`` that nothing listens on right now.
+
+    Args:
+        host: the address to bind on.
+
+    Returns:
+        The port number the OS picked (another process may take it before it is used).
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when a listener could bind ``host:port`` (connections in TIME_WAIT do not count, as for servers)."""
+    """True when a listener could bind ``host:port`` (connections in TIME_WAIT do not count, as for servers).
+
+    Args:
+        host: the address (IPv6 when it contains ``:``).
+        port: the TCP port.
+
+    Returns:
+        Whether a bind with ``SO_REUSEADDR`` succeeds now.
+    """
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -78,7 +93,16 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def wait_port_free(host: str, port: int, *, timeout_s: float) -> float | None:
-    """Seconds until ``host:port`` could be bound, or None when it was still taken after ``timeout_s``."""
+    """Seconds until ``host:port`` could be bound, or None when it was still taken after ``timeout_s``.
+
+    Args:
+        host: the address.
+        port: the TCP port.
+        timeout_s: the most seconds to wait.
+
+    Returns:
+        The seconds it took, or None when the port was still taken at ``timeout_s``.
+    """
     start = time.monotonic()
     while True:
         if port_is_free(host, port):
@@ -217,6 +241,11 @@ def end_all(
     termed: set[int] = set()
 
     def live() -> list[psutil.Process]:
+        """The processes seen so far that still run (the ``keep`` pids excluded); reaps first.
+
+        Returns:
+            The running processes.
+        """
         reap()
         for p in collect():
             if p.pid not in keep:
@@ -299,7 +328,16 @@ def _report(fd: int | None, message: dict) -> None:
 
 
 def main(args: list[str] | None = None) -> int:
-    """``supervise.py --controller PID [--grace S] [--host H --port N] [--records DIR] [--status-fd FD] -- ARGV``."""
+    """``supervise.py --controller PID [--grace S] [--host H --port N] [--records DIR] [--status-fd FD] -- ARGV``.
+
+    Args:
+        args: the command line without the program name; None reads ``sys.argv[1:]``.
+
+    Returns:
+        The exit code: 2 on a usage error, 1 when the controller is already gone, 127 when ``ARGV``
+        cannot start, 0 when the controller died first; else the server's code (``128 - code`` after
+        re-raising a signal it died of on itself).
+    """
     args = list(sys.argv[1:] if args is None else args)
     if "--" not in args:
         print("usage: supervise.py --controller PID [options] -- ARGV...", file=sys.stderr)
