@@ -82,7 +82,16 @@ class Pin:
     @classmethod
     def seeded(cls, rates: list[float], input_ids: list[int], reference: list[int] | None = None) -> Pin:
         """A pin whose draws depend only on the prompt: the same request draws the same acceptances on every
-        engine and every run."""
+        engine and every run.
+
+        Args:
+            rates: the unconditional profile, P(drafts 0..k accepted), non-increasing.
+            input_ids: the prompt's token ids (they seed the generator).
+            reference: the request's greedy continuation; None when not known.
+
+        Returns:
+            The pin.
+        """
         return cls(rates=list(rates), rng=random.Random("pinned:" + ",".join(map(str, input_ids))),
                    reference=reference)
 
@@ -98,7 +107,15 @@ class Pin:
 
     def verified(self, done: int, drafts: list[int]) -> list[int]:
         """The tokens to verify after ``done`` emitted ones: the continuation's next ``len(drafts)`` where it has
-        them (the draft's own proposals past its end), or the drafts when there is no continuation."""
+        them (the draft's own proposals past its end), or the drafts when there is no continuation.
+
+        Args:
+            done: tokens emitted so far.
+            drafts: the draft's proposals for the next positions.
+
+        Returns:
+            As many tokens as ``drafts``.
+        """
         if self.reference is None:
             return drafts
         ahead = self.reference[done : done + len(drafts)]
@@ -218,7 +235,17 @@ class SpeculativeDecoder:
 
     @torch.inference_mode()
     def aux_hidden_states(self, input_ids: list[int]) -> torch.Tensor:
-        """[T, k·H] concatenated captured aux states of a prompt, in ascending id order (like SGLang)."""
+        """[T, k·H] concatenated captured aux states of a prompt, in ascending id order (like SGLang).
+
+        Args:
+            input_ids: the prompt's token ids.
+
+        Returns:
+            A ``[len(input_ids), k·H]`` tensor on the decoder's device.
+
+        Raises:
+            BadInput: the decoder has no aux layers to capture.
+        """
         if not self.indices:
             raise BadInput("no aux layers to capture: give layer_ids or a draft")
         ids = torch.tensor([input_ids], device=self.device)
@@ -230,7 +257,20 @@ class SpeculativeDecoder:
     def generate(self, input_ids: list[int], *, max_new_tokens: int, eos_token_id: int | None = None,
                  pin: Pin | None = None) -> Generation:
         """Greedy continuation of ``input_ids``: at most ``max_new_tokens`` tokens, stopping after EOS; with ``pin``
-        (speculative decoding only) acceptance is drawn from its profile (module docstring)."""
+        (speculative decoding only) acceptance is drawn from its profile (module docstring).
+
+        Args:
+            input_ids: the prompt's token ids (at least one).
+            max_new_tokens: the most tokens to emit.
+            eos_token_id: the token that ends the generation; None never stops early.
+            pin: pinned acceptance for this request; None decodes naturally.
+
+        Returns:
+            The emitted tokens with the per-step accepted and drafted counts.
+
+        Raises:
+            BadInput: an empty prompt, or ``pin`` without a draft.
+        """
         if not input_ids:
             raise BadInput("generate needs at least one prompt token")
         if self.draft is None:

@@ -71,7 +71,15 @@ class LocalEngine(Engine):
     @classmethod
     def from_spec(cls, spec: Spec, log_dir: Path | None = None) -> LocalEngine:
         """The engine of an ``engine.kind: local`` spec: its target, draft and prompts (nothing is loaded; it
-        writes no logs, so ``log_dir`` is unused)."""
+        writes no logs, so ``log_dir`` is unused).
+
+        Args:
+            spec: the study spec.
+            log_dir: unused.
+
+        Returns:
+            The engine, nothing loaded yet.
+        """
         p = spec.paths()
         return cls(p["target"], p["draft"], p["prompts"])
 
@@ -79,7 +87,18 @@ class LocalEngine(Engine):
     def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
                python: str | None = None) -> dict[str, Any]:
         """A local trial served by SGLang (:meth:`Engine.export`): the sglang engine's export of the trial, in the
-        dtype the local trial ran in unless it was requested explicitly (SGLang would pick its own)."""
+        dtype the local trial ran in unless it was requested explicitly (SGLang would pick its own).
+
+        Args:
+            spec: the study spec.
+            settings: the trial's settings.
+            effective: the trial's effective settings (their ``dtype`` when none was requested).
+            port: the port the exported server listens on.
+            python: the interpreter that runs SGLang; None lets the sglang engine choose.
+
+        Returns:
+            The sglang engine's export of the trial.
+        """
         from bisect_eagle.engines.sglang import SglangEngine
 
         if "dtype" not in settings.model_fields_set:
@@ -109,7 +128,14 @@ class LocalEngine(Engine):
         return sorted(layers.canonical_to_ids(canonical, "sglang", num_layers=self.num_layers))
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
-        """The trial as this engine runs it (module docstring); never loads a model."""
+        """The trial as this engine runs it (module docstring); never loads a model.
+
+        Args:
+            settings: the trial's settings.
+
+        Returns:
+            The plan: effective settings (torch's dtype, the layer ids), warnings, refusal.
+        """
         effective, warnings, refusal = speculative_effective(settings)
         for key in IGNORED:
             effective.pop(key, None)
@@ -214,7 +240,18 @@ class LocalEngine(Engine):
         )
 
     def run(self, plan: TrialPlan) -> TrialResult:
-        """One live trial: warm-up requests, then the measured ones, each decoded to completion."""
+        """One live trial: warm-up requests, then the measured ones, each decoded to completion.
+
+        Args:
+            plan: a plan from :meth:`plan`.
+
+        Returns:
+            The measured result; on a RuntimeError a failed one (``out_of_memory`` or
+            ``crash_during_benchmark``).
+
+        Raises:
+            BadInput: ``plan`` is refused.
+        """
         decoder, effective = self._decoder(plan)
         s = plan.settings
         warm, measured = self._split_prompts(s)
@@ -237,6 +274,18 @@ class LocalEngine(Engine):
         """``plan`` and ``baseline`` on the same prompts, interleaved per prompt (module docstring).
 
         None when either fails (run them alone to see why). The prompts and their counts are ``plan``'s.
+
+        Args:
+            plan: the trial's plan.
+            baseline: the baseline's plan.
+            confidence: the level of the speedup's interval, in (0, 1).
+
+        Returns:
+            Both results, the per-prompt speed ratios and the speedup's interval; None when
+            either fails.
+
+        Raises:
+            BadInput: either plan is refused.
         """
         spec_dec, spec_eff = self._decoder(plan)
         base_dec, base_eff = self._decoder(baseline)

@@ -149,7 +149,7 @@ def device_baseline(env: Mapping[str, str]) -> dict[int, int] | None:
     cannot be matched.
 
     Args:
-        env: the environment the server will start with (its ``CUDA_VISIBLE_DEVICES`` picks the devices).
+        env: the server's environment to come (its ``CUDA_VISIBLE_DEVICES`` picks the devices).
 
     Returns:
         Device index -> MiB in use, for the visible devices; None when no GPU tool can be read.
@@ -236,10 +236,12 @@ def wait_gpu_release(*, pids: Iterable[int], timeout_s: float, baseline: Mapping
     Args:
         pids: the server's processes whose GPU memory must be let go.
         timeout_s: the most seconds to wait.
-        baseline: device index -> MiB used before the launch (:func:`device_baseline`); None when unknown.
+        baseline: device index -> MiB used before the launch (:func:`device_baseline`); None:
+            unknown.
 
     Returns:
-        The deciding :class:`GpuRelease`: released (with ``seconds``), unchecked, or the last held answer.
+        The deciding :class:`GpuRelease`: released (with ``seconds``), unchecked, or the last
+        held answer.
     """
     start = time.monotonic()
     wanted = set(pids)

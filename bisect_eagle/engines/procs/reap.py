@@ -206,7 +206,7 @@ class Reaped:
         """This result as JSON-ready data.
 
         Returns:
-            The fields by name (``path`` as a string, ``record`` as a dict or None; orphans left out).
+            The fields by name (``path`` a string, ``record`` a dict or None; orphans left out).
         """
         return {"path": str(self.path), "status": self.status, "signal": self.signal, "ended": self.ended,
                 "survivors": self.survivors, "port_free": self.port_free, "warnings": self.warnings,

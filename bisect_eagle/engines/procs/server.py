@@ -177,7 +177,7 @@ def start_server(
         log_dir: where to record the server for :func:`reap_servers`; None records nothing.
         host: the address the server listens on.
         port: the server's port; None when it has none to watch.
-        grace_s: seconds the supervisor waits after SIGTERM, when the controller died, before SIGKILL.
+        grace_s: the supervisor's SIGTERM-to-SIGKILL seconds when the controller died.
         meta: stored in the record as is (trial number, run ids, ...); None stores ``{}``.
 
     Returns:
@@ -280,7 +280,7 @@ def stop_server(server: ServerProcess, *, grace_s: float, kill_wait_s: float = 1
 
     Args:
         server: the handle from :func:`start_server`.
-        grace_s: seconds to wait after SIGTERM before SIGKILL (also caps the port orphans' grace at 5 s).
+        grace_s: seconds to wait after SIGTERM before SIGKILL (the port orphans get at most 5 s).
         kill_wait_s: seconds to wait after SIGKILL, and for the supervisor's exit.
 
     Returns:

@@ -78,9 +78,24 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def decode(self, req: GenerateRequest) -> dict[str, Any]:
-        """The /generate answer for one request."""
+        """The /generate answer for one request.
+
+        Args:
+            req: the parsed request.
+
+        Returns:
+            SGLang's answer: ``text``, ``output_ids`` and ``meta_info`` (``completion_tokens``...).
+        """
 
     def generate(self, req: GenerateRequest) -> dict[str, Any]:
+        """:meth:`decode` one request, counted in flight and in the accept-length counters.
+
+        Args:
+            req: the parsed request.
+
+        Returns:
+            :meth:`decode`'s answer, unchanged.
+        """
         with self._lock:
             self._running += 1
         try:
@@ -102,7 +117,11 @@ class Backend(abc.ABC):
             return self._served
 
     def flush_cache(self) -> bool:
-        """Reset the counters; refused (False) while requests run, as SGLang."""
+        """Reset the counters; refused (False) while requests run, as SGLang.
+
+        Returns:
+            True when the counters were reset; False while a request runs.
+        """
         with self._lock:
             if self._running:
                 return False
@@ -110,6 +129,13 @@ class Backend(abc.ABC):
             return True
 
     def server_info(self) -> dict[str, Any]:
+        """SGLang's /get_server_info: the settings with the running accept length and speed.
+
+        Returns:
+            ``info`` plus ``version`` and one ``internal_states`` entry: ``last_gen_throughput``
+            (tokens/s, None before a request) and, when speculative, ``avg_spec_accept_length``
+            since the last flush.
+        """
         state: dict[str, Any] = {"last_gen_throughput": self._last_tok_s}
         if self._verify and self.info.get("speculative_algorithm"):
             state["avg_spec_accept_length"] = self._tokens / self._verify
@@ -134,6 +160,19 @@ class DecoderBackend(Backend):
         return True
 
     def decode(self, req: GenerateRequest) -> dict[str, Any]:
+        """Decode one request with the loaded models, under the model lock.
+
+        Args:
+            req: the parsed request (``input_ids`` win over ``text``).
+
+        Returns:
+            The answer in SGLang's shape; speculative servers add the ``spec_*`` counts and the
+            accepted and drafted tokens per step, ``return_hidden_states`` adds ``hidden_states``.
+
+        Raises:
+            Rejected: hidden states asked of a server started without
+                ``--enable-return-aux-hidden-states``.
+        """
         from bisect_eagle.engines.local.decoder import Pin  # torch: loaded with the models, not with the CLI
 
         if req.return_hidden_states and not self.return_aux:

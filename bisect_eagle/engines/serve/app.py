@@ -220,7 +220,15 @@ def build_backend(a: argparse.Namespace, environ: Mapping[str, str] | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse SGLang-style flags, load, serve until SIGTERM; 0 on a clean shutdown, 1 when startup fails."""
+    """Parse SGLang-style flags, load, serve until SIGTERM; 0 on a clean shutdown, 1 when startup fails.
+
+    Args:
+        argv: the flags; None parses ``sys.argv[1:]``.
+
+    Returns:
+        The exit code: 0 after a clean shutdown, 1 when the backend or the socket cannot start (bad
+        flags exit 2 from the parser).
+    """
     parser = build_parser()
     a = parser.parse_args(argv)
     check_args(parser, a)
