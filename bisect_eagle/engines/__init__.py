@@ -53,7 +53,14 @@ ENGINE_KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (
 
 
 def default_log_dir(spec: Spec) -> Path:
-    """Per-trial server logs of an experiment: ``./mlruns/logs/<spec name>``."""
+    """Per-trial server logs of an experiment: ``./mlruns/logs/<spec name>``.
+
+    Args:
+        spec: the validated spec (its ``name`` names the directory).
+
+    Returns:
+        The directory, under the current working directory (not created).
+    """
     return Path.cwd() / "mlruns" / "logs" / spec.name
 
 
@@ -99,6 +106,12 @@ def make_engine(spec: Spec, log_dir: Path | None = None) -> Engine:
         log_dir: where a server engine keeps its per-trial logs (default :func:`default_log_dir`).
 
     Building an engine is cheap and writes nothing; models load and servers start on the first run.
+
+    Returns:
+        An instance of the spec's engine class.
+
+    Raises:
+        BadInput: an unknown ``engine.kind``.
     """
     return engine_class(spec.engine.kind).from_spec(spec, log_dir or default_log_dir(spec))
 
@@ -109,6 +122,9 @@ def benchmark_of(engine: Engine | type[Engine] | str) -> Benchmark:
     Args:
         engine: the engine or its class, or an engine's name (an unknown name, e.g. a test engine's, is a server
             benchmarked in steady state: :attr:`Engine.benchmark`).
+
+    Returns:
+        The engine's :class:`Benchmark`.
     """
     if not isinstance(engine, str):
         return engine.benchmark

@@ -109,7 +109,13 @@ class TrialResult:
         return max((len(v) for v in self.round_values.values()), default=1)
 
     def metrics(self) -> dict[str, float]:
-        """Flat numeric metrics for tracking."""
+        """Flat numeric metrics for tracking.
+
+        Returns:
+            Metric name -> value: speed, accept length and wall time always; per-position accept
+            rates, request medians and totals, server accept length, per-round spread and launch
+            time when known.
+        """
         out = {"output_tok_s": self.output_tok_s, "accept_length": self.accept_length, "wall_s": self.wall_s}
         for k, rate in enumerate(self.accept_rate_per_position):
             out[f"accept_rate_pos_{k}"] = rate
@@ -129,6 +135,12 @@ class TrialResult:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The result as stored with each trial: every field, with the derived acceptance kind.
+
+        Returns:
+            The fields by name, ``acceptance`` and each request's ``accept_length`` added, the
+            histogram's keys as strings.
+        """
         d = asdict(self)
         d["acceptance"] = self.acceptance
         d["requests"] = [{**asdict(r), "accept_length": r.accept_length} for r in self.requests]
@@ -154,6 +166,11 @@ class PairedResult:
     confidence: float
 
     def to_json(self) -> dict[str, Any]:
+        """The speedup, its interval and the per-prompt ratios, JSON-ready.
+
+        Returns:
+            ``speedup``, ``lower``, ``upper``, ``confidence`` and ``ratios`` (not the two results).
+        """
         return {"speedup": self.speedup, "lower": self.lower, "upper": self.upper, "confidence": self.confidence,
                 "ratios": self.ratios}
 
@@ -198,6 +215,12 @@ def failed(engine: str, *, requested: dict, effective: dict, cls: FailureClass, 
         cls: one of :data:`FAILURE_CLASSES` (anything else raises ``ValueError``).
         detail: why, for a person (a server's log tail, the exception).
         extra: any other :class:`TrialResult` field (``warnings``, ``artifacts`` ...).
+
+    Returns:
+        A ``failed`` :class:`TrialResult` with ``failure_class`` and ``failure_detail`` set.
+
+    Raises:
+        ValueError: ``cls`` is not a failure class.
     """
     if cls not in FAILURE_CLASSES:
         raise ValueError(f"unknown failure class {cls!r}")
@@ -243,7 +266,14 @@ class Engine(abc.ABC):
     @classmethod
     def versions(cls, spec: Spec) -> dict[str, str]:
         """Versions of what this engine runs that this interpreter's packages do not name (a server in an
-        environment of its own), as a study's parent-run params (``version.<name>``); cheap, never raises."""
+        environment of its own), as a study's parent-run params (``version.<name>``); cheap, never raises.
+
+        Args:
+            spec: the study's spec (its engine settings name the server's environment).
+
+        Returns:
+            Name -> version; empty here and wherever nothing is known.
+        """
         return {}
 
     @classmethod
@@ -270,19 +300,39 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def plan(self, settings: LiveSettings) -> TrialPlan:
-        """What this engine will run for ``settings``: effective settings, fingerprint, warnings or a refusal."""
+        """What this engine will run for ``settings``: effective settings, fingerprint, warnings or a refusal.
+
+        Args:
+            settings: the trial's requested settings.
+
+        Returns:
+            The plan; a refused one carries ``refusal`` instead of raising.
+        """
 
     @abc.abstractmethod
     def run(self, plan: TrialPlan) -> TrialResult:
         """Run one planned live trial (a no-speculation baseline when ``plan.is_baseline``).
 
         A refused plan (``plan.refusal``) raises :class:`~bisect_eagle.errors.BadInput`; callers check first.
+
+        Args:
+            plan: a plan of this engine's :meth:`plan`.
+
+        Returns:
+            The trial's result; failures come back as failed results with a class.
         """
 
     def run_rounds(self, plan: TrialPlan, *, rounds: int) -> TrialResult:
         """``rounds`` benchmark rounds of ``plan`` on one launch, combined (:func:`combine_rounds`); the rounds
         actually measured are ``result.rounds`` (fewer when a round fails or the engine cannot flush its cache:
         a warning says so).
+
+        Args:
+            plan: a plan of this engine's :meth:`plan`.
+            rounds: benchmark rounds wanted (≥ 1).
+
+        Returns:
+            The combined result (here: one :meth:`run`).
 
         Raises:
             ValueError: ``rounds > 1`` on an engine whose rounds do not share a launch (:attr:`rounds_share_launch`).
@@ -293,7 +343,16 @@ class Engine(abc.ABC):
 
     def run_paired(self, plan: TrialPlan, baseline: TrialPlan, *, confidence: float = 0.95) -> PairedResult | None:
         """``plan`` and the no-speculation ``baseline`` on the same prompts, interleaved per prompt; None when
-        this engine cannot pair them (each is then measured with :meth:`run`)."""
+        this engine cannot pair them (each is then measured with :meth:`run`).
+
+        Args:
+            plan: the speculative trial's plan.
+            baseline: the baseline's plan.
+            confidence: the level of the speedup's interval, in (0, 1).
+
+        Returns:
+            Both results and the speedup; None here (no pairing).
+        """
         return None
 
     def _progress(self, message: str) -> None:

@@ -65,6 +65,11 @@ class HttpClient:
         deadline = time.monotonic() + timeout_s
 
         def state() -> str | None:
+            """One probe: "exited", "timeout" or "ready"; None to probe again.
+
+            Returns:
+                The final state, or None while the server is not ready yet.
+            """
             if exited():
                 return "exited"
             remaining = deadline - time.monotonic()

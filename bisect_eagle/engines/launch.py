@@ -68,13 +68,32 @@ def server_args_head(settings: LiveSettings, *, server: ServerSpec, engine: str,
 
 
 def flag_name(key: str) -> str:
-    """``server_args`` key → flag: ``max_model_len`` → ``--max-model-len`` (a dotted key keeps its dots)."""
+    """``server_args`` key → flag: ``max_model_len`` → ``--max-model-len`` (a dotted key keeps its dots).
+
+    Args:
+        key: a ``server_args`` key (leading dashes and spaces ignored).
+
+    Returns:
+        The flag.
+    """
     return "--" + key.strip().lstrip("-").replace("_", "-")
 
 
 def value_arg(flag: str, value: Any, origin: str) -> Arg | None:
     """``flag`` with a setting's ``value``: None for false/null (the server's own default), no value for true,
-    JSON for a mapping, one value per item of a list of scalars."""
+    JSON for a mapping, one value per item of a list of scalars.
+
+    Args:
+        flag: the flag.
+        value: the setting's value.
+        origin: the setting's name, for errors and for the :class:`Arg`.
+
+    Returns:
+        The :class:`Arg`, or None when the flag is left out.
+
+    Raises:
+        BadInput: an empty list, or a list holding a list or a mapping.
+    """
     if value is None or value is False:
         return None
     if value is True:
@@ -97,6 +116,12 @@ def grouped_args(tokens: Iterable[str], *, origin: str, is_flag: Callable[[str],
         origin: the setting they came from (``engine.<kind>.extra_args``).
         is_flag: whether a token starts a flag.
         check: called on each flag token; raises :class:`BadInput` for one the engine sets itself.
+
+    Returns:
+        One :class:`Arg` per flag, in order, with the tokens that follow it as values.
+
+    Raises:
+        BadInput: a value before the first flag, or what ``check`` raises.
     """
     args: list[Arg] = []
     for token in tokens:
@@ -111,12 +136,28 @@ def grouped_args(tokens: Iterable[str], *, origin: str, is_flag: Callable[[str],
 
 
 def argv_tokens(args: Sequence[Arg]) -> list[str]:
+    """The launch's arguments as argv tokens: each flag followed by its values.
+
+    Args:
+        args: the arguments, in order.
+
+    Returns:
+        The tokens.
+    """
     return [token for arg in args for token in (arg.flag, *arg.values)]
 
 
 def inherited_env(environ: dict[str, str], prefixes: tuple[str, ...]) -> dict[str, str]:
     """Inherited variables starting with one of ``prefixes`` (those that change how a server
-    runs), credentials left out."""
+    runs), credentials left out.
+
+    Args:
+        environ: the environment inherited (usually ``os.environ``).
+        prefixes: the name prefixes of the variables that matter to the server.
+
+    Returns:
+        Those variables, sorted by name.
+    """
     return {k: v for k, v in sorted(environ.items())
             if k.startswith(prefixes) and not is_credential_name(k)}
 
@@ -131,7 +172,17 @@ def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]
     """launch_command.txt, a shell script to paste: the trial's variables and the inherited ones that matter as
     shell-quoted ``export`` lines (only those the secret policy writes in clear; the others
     named in a comment), then the command as one shell-quoted line (values of flags not known
-    harmless hidden)."""
+    harmless hidden).
+
+    Args:
+        argv: the server's command line.
+        env: the variables the trial sets.
+        environ: the inherited environment.
+        prefixes: the inherited variables' prefixes that matter (:func:`inherited_env`).
+
+    Returns:
+        The script's text, ending in a newline.
+    """
     inherited = {k: v for k, v in inherited_env(environ, prefixes).items() if k not in env}
     lines = ["# environment set for this trial", *_export_lines(env)]
     lines += ["", "# inherited environment that affects the server", *_export_lines(inherited)]
@@ -150,7 +201,15 @@ def _export_lines(env: dict[str, str]) -> list[str]:
 
 
 def check_layer_ids(key: str, layer_ids: list[int]) -> None:
-    """:class:`BadInput` unless ``layer_ids`` is a non-empty list of distinct integers (``key`` names them)."""
+    """:class:`BadInput` unless ``layer_ids`` is a non-empty list of distinct integers (``key`` names them).
+
+    Args:
+        key: the setting the ids came from, for the message.
+        layer_ids: the ids to check.
+
+    Raises:
+        BadInput: an empty list, a non-integer (a bool included) or a repeated id.
+    """
     if not layer_ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in layer_ids):
         raise BadInput(f"{key}: expected a non-empty list of integers, found {layer_ids!r}")
     if len(set(layer_ids)) != len(layer_ids):
@@ -160,7 +219,19 @@ def check_layer_ids(key: str, layer_ids: list[int]) -> None:
 def write_draft_copy(draft: Path, config: dict, *, out_dir: Path) -> Path:
     """A copy of the (resolved) ``draft`` directory at ``out_dir``: every file symlinked except config.json, which
     is ``config``. Built beside ``out_dir`` and renamed into place, so it is never half-written; :class:`BadInput`
-    when ``out_dir`` exists."""
+    when ``out_dir`` exists.
+
+    Args:
+        draft: the draft directory.
+        config: the copy's config.json.
+        out_dir: where the copy goes (must not exist; a stale ``.partial`` beside it is removed).
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        BadInput: ``out_dir`` exists.
+    """
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise BadInput(f"{out_dir}: already exists; each trial gets a new draft directory")
@@ -179,7 +250,15 @@ def write_draft_copy(draft: Path, config: dict, *, out_dir: Path) -> Path:
 def negated_keys(server_args: dict[str, Any], desc: Any) -> list[str]:
     """The ``server_args`` keys set to false whose flag is a ``--x/--no-x`` flag that defaults on in ``desc`` (the
     server's parser, :class:`~bisect_eagle.engines.oracle.Description`, or None): a plain omission would keep them
-    on."""
+    on.
+
+    Args:
+        server_args: the trial's ``server_args``.
+        desc: the server's parser, or None (then no key is returned).
+
+    Returns:
+        Those keys, in ``server_args`` order.
+    """
     out = []
     for key, value in server_args.items():
         opt = desc.by_flag.get(flag_name(key)) if desc is not None else None
@@ -191,7 +270,17 @@ def negated_keys(server_args: dict[str, Any], desc: Any) -> list[str]:
 def explicit_server_args(server_args: dict[str, Any], desc: Any, *, resolved: bool,
                          resolved_dests: Iterable[str]) -> dict[str, Any]:
     """``server_args`` without the entries that set the parser's default (per ``desc``; None: nothing known) and,
-    when ``resolved``, without those whose resolved value is reported for every trial alike (``resolved_dests``)."""
+    when ``resolved``, without those whose resolved value is reported for every trial alike (``resolved_dests``).
+
+    Args:
+        server_args: the trial's ``server_args``.
+        desc: the server's parser, or None.
+        resolved: whether the server reports resolved values for ``resolved_dests``.
+        resolved_dests: the parser dests whose resolved value is reported.
+
+    Returns:
+        The remaining entries, in order (None values always dropped).
+    """
     dests = set(resolved_dests)
     out = {}
     for key, value in server_args.items():
@@ -208,6 +297,14 @@ def explicit_server_args(server_args: dict[str, Any], desc: Any, *, resolved: bo
 def bound_launch(plan: TrialPlan, kind: type[L], *, engine: str) -> L:
     """The launch ``engine``'s planner kept in ``plan`` (``plan.private["launch"]``, a ``kind`` with the plan's
     ``fingerprint``): a trial starts this, never a plan made again.
+
+    Args:
+        plan: the plan a trial runs.
+        kind: the planner's launch class.
+        engine: the engine's name, for the message.
+
+    Returns:
+        The plan's launch.
 
     Raises:
         RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after

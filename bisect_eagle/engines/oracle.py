@@ -77,6 +77,11 @@ class Description:
         return frozenset(self.by_flag)
 
     def dest_of(self) -> dict[str, str]:
+        """Each flag's argparse dest.
+
+        Returns:
+            Flag -> dest, for every flag of every option.
+        """
         return {f: o.dest for f, o in self.by_flag.items()}
 
 
@@ -197,7 +202,11 @@ class OracleProcess:
         return self.describe() is not None
 
     def describe(self) -> Description | None:
-        """The parser's options, defaults and choices (None when the oracle cannot run)."""
+        """The parser's options, defaults and choices (None when the oracle cannot run).
+
+        Returns:
+            The description (asked once, then kept), or None.
+        """
         if self._description is None and self.failure is None:
             answer = self._ask({"op": "describe"})
             if answer is not None and answer.get("ok"):
@@ -220,7 +229,11 @@ class OracleProcess:
 
 
 def kill(proc: subprocess.Popen) -> None:
-    """SIGKILL ``proc``'s whole process group and reap it."""
+    """SIGKILL ``proc``'s whole process group and reap it.
+
+    Args:
+        proc: a process started as the leader of its own group.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):

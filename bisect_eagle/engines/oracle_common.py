@@ -14,7 +14,14 @@ import argparse
 
 
 def plain(value):
-    """``value`` as JSON can carry it: scalars kept, sequences and mappings walked, anything else as its ``str``."""
+    """``value`` as JSON can carry it: scalars kept, sequences and mappings walked, anything else as its ``str``.
+
+    Args:
+        value: any value.
+
+    Returns:
+        The JSON-safe value.
+    """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
@@ -26,7 +33,16 @@ def plain(value):
 
 def parser_options(parser: argparse.ArgumentParser, *, to_json=plain) -> list[dict]:
     """Every optional action of ``parser`` but help: flags, dest, default, choices, whether it takes a value and
-    whether it is a ``--x/--no-x`` flag; values made JSON-safe by ``to_json`` (a script's own :func:`plain`)."""
+    whether it is a ``--x/--no-x`` flag; values made JSON-safe by ``to_json`` (a script's own :func:`plain`).
+
+    Args:
+        parser: the server's parser.
+        to_json: makes a default or a choice JSON-safe.
+
+    Returns:
+        One dict per option: ``flags``, ``dest``, ``default``, ``choices`` (None: any),
+        ``takes_value``, ``boolean_optional``.
+    """
     options = []
     for action in parser._actions:
         if not action.option_strings or isinstance(action, argparse._HelpAction):

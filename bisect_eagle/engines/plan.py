@@ -64,7 +64,12 @@ class TrialPlan:
         return redact_mapping(self.settings.model_dump(mode="json", exclude_unset=True))
 
     def to_json(self) -> dict[str, Any]:
-        """The plan as printed by ``live --dry-run --json`` and stored with each trial: nothing secret."""
+        """The plan as printed by ``live --dry-run --json`` and stored with each trial: nothing secret.
+
+        Returns:
+            ``engine``, ``fingerprint``, ``requested``, ``effective``, ``warnings``, ``refusal``,
+            ``checked``, and ``argv``, ``env``, ``config_patch`` where set (all redacted).
+        """
         out: dict[str, Any] = {
             "engine": self.engine,
             "fingerprint": self.fingerprint,
@@ -84,12 +89,26 @@ class TrialPlan:
 
 
 def acceptance_kind(effective: dict[str, Any]) -> str:
-    """``pinned`` or ``natural``: whether a plan's (or a logged trial's) effective settings pin acceptance."""
+    """``pinned`` or ``natural``: whether a plan's (or a logged trial's) effective settings pin acceptance.
+
+    Args:
+        effective: effective settings.
+
+    Returns:
+        ``pinned`` when ``pinned_acceptance`` is set, else ``natural``.
+    """
     return "pinned" if effective.get(PINNED) is not None else "natural"
 
 
 def canonical_hash(body: dict[str, Any]) -> str:
-    """The one identity hash of every trial: 16 hex digits of SHA-256 over canonical JSON (sorted keys)."""
+    """The one identity hash of every trial: 16 hex digits of SHA-256 over canonical JSON (sorted keys).
+
+    Args:
+        body: the JSON-able identity (values JSON cannot carry hash as their ``str``).
+
+    Returns:
+        The hash.
+    """
     blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -97,7 +116,15 @@ def canonical_hash(body: dict[str, Any]) -> str:
 def fingerprint(engine: str, effective_in_clear: dict[str, Any]) -> str:
     """A live trial's identity: a hash of the engine and its effective settings, every value
     included (a hidden one too: two configs that differ only in a secret are two trials), none
-    of them readable from it."""
+    of them readable from it.
+
+    Args:
+        engine: the engine's name.
+        effective_in_clear: the effective settings, not redacted.
+
+    Returns:
+        The 16-hex-digit :func:`canonical_hash`.
+    """
     return canonical_hash({"engine": engine, **effective_in_clear})
 
 
@@ -114,7 +141,23 @@ def make_plan(
     checked: str = "",
     private: dict[str, Any] | None = None,
 ) -> TrialPlan:
-    """A plan from an engine's effective settings in clear: fingerprinted, then redacted for logging."""
+    """A plan from an engine's effective settings in clear: fingerprinted, then redacted for logging.
+
+    Args:
+        engine: the engine's name.
+        settings: the requested settings.
+        effective: the effective settings in clear (redacted in the plan).
+        warnings: notes for the user (duplicates dropped).
+        refusal: why the engine will not run it; None when it will.
+        argv: the server's command line (redacted in the plan); None for an in-process engine.
+        env: the trial's environment (redacted); None for an in-process engine.
+        config_patch: the draft config.json changes; None when the draft is used as it is.
+        checked: what checked the settings ("" shows as the engine's own rules).
+        private: engine-only data kept with the plan (a planner's launch); None means empty.
+
+    Returns:
+        The plan.
+    """
     return TrialPlan(
         engine=engine, settings=settings, effective=redact_mapping(effective),
         fingerprint=fingerprint(engine, effective), warnings=tuple(dict.fromkeys(warnings)), refusal=refusal,
@@ -130,6 +173,12 @@ def speculative_effective(settings: LiveSettings) -> tuple[dict[str, Any], list[
     requested values and carries the reason. ``speculative_adaptive`` appears only when on and
     ``pinned_acceptance`` only when set, so the effective settings (and fingerprints) of configs without them are
     what they were before the fields existed.
+
+    Args:
+        settings: the requested settings.
+
+    Returns:
+        The effective fields in clear, the warnings, and the refusal (None when accepted).
     """
     from bisect_eagle.errors import BadInput
 
@@ -148,7 +197,14 @@ def _adaptive_only_when_on(effective: dict[str, Any]) -> dict[str, Any]:
 
 def natural_unmarked(effective: dict[str, Any]) -> dict[str, Any]:
     """``effective`` without a ``pinned_acceptance`` key when acceptance is natural (None): a natural trial's
-    fingerprint stays what it was before the field existed. Changes and returns ``effective``."""
+    fingerprint stays what it was before the field existed. Changes and returns ``effective``.
+
+    Args:
+        effective: effective settings, changed in place.
+
+    Returns:
+        ``effective`` itself.
+    """
     if effective.get(PINNED) is None:
         effective.pop(PINNED, None)
     return effective

@@ -117,7 +117,11 @@ class BasePlanner(abc.ABC):
 
     def oracle(self) -> OracleProcess | None:
         """The server's oracle, started on first use; None with ``check=False`` or when it cannot
-        be made."""
+        be made.
+
+        Returns:
+            The oracle process, or None (the reason is kept for the plans' notes).
+        """
         if not self.check:
             return None
         if self._oracle is None:
@@ -129,12 +133,20 @@ class BasePlanner(abc.ABC):
         return self._oracle
 
     def description(self) -> Description | None:
-        """The server's parser as its own code builds it; None when the oracle does not run."""
+        """The server's parser as its own code builds it; None when the oracle does not run.
+
+        Returns:
+            The parser's description, or None.
+        """
         oracle = self.oracle()
         return oracle.describe() if oracle is not None else None
 
     def version(self) -> str | None:
-        """The server's version by its own oracle; None when it does not run or does not say."""
+        """The server's version by its own oracle; None when it does not run or does not say.
+
+        Returns:
+            The version string, or None.
+        """
         desc = self.description()
         return desc.version if desc is not None else None
 
@@ -176,7 +188,14 @@ class BasePlanner(abc.ABC):
 
 
 def read_json(path: Path) -> dict | None:
-    """A JSON object file; None when it is missing, unreadable or not an object."""
+    """A JSON object file; None when it is missing, unreadable or not an object.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The object, or None.
+    """
     try:
         cfg = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):

@@ -227,7 +227,14 @@ class ServedEngine(Engine):
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
         """The trial as the server will run it (:meth:`BasePlanner.plan`, shown with a free port
-        and the next trial directory's draft copy); writes nothing, starts only the oracle."""
+        and the next trial directory's draft copy); writes nothing, starts only the oracle.
+
+        Args:
+            settings: the trial's requested settings.
+
+        Returns:
+            The plan, its launch kept in ``private`` for :meth:`run`.
+        """
         return self.planner.plan(settings, port=self._planned_port(),
                                  draft_dir=self.log_dir / f"{self._next_seq():03d}-trial" / "draft")
 
@@ -241,6 +248,13 @@ class ServedEngine(Engine):
         (:meth:`_export_plan`: what was measured), the draft itself (or a copy beside it) in the
         argv; secret values never printed (``$NAME`` in the environment, a hash (``<redacted sha256:…>``) in the
         argv). Nothing is written.
+
+        Args:
+            spec: the study's spec.
+            settings: the trial's requested settings (as logged).
+            effective: the trial's effective settings (as logged).
+            port: the exported server's port.
+            python: the interpreter that has the server; None keeps the spec's.
 
         Returns:
             :meth:`Engine.export`'s keys, ``interpreter_note`` (what to point ``python3`` at on the
@@ -476,7 +490,14 @@ class ServedEngine(Engine):
                       detail=scrub(detail), warnings=warnings)
 
     def run(self, plan: TrialPlan) -> TrialResult:
-        """One live trial on a fresh server (one benchmark round): :meth:`run_rounds` with ``rounds=1``."""
+        """One live trial on a fresh server (one benchmark round): :meth:`run_rounds` with ``rounds=1``.
+
+        Args:
+            plan: a plan of this engine's :meth:`plan`.
+
+        Returns:
+            The trial's result.
+        """
         return self.run_rounds(plan, rounds=1)
 
     def run_rounds(self, plan: TrialPlan, *, rounds: int) -> TrialResult:
@@ -486,6 +507,9 @@ class ServedEngine(Engine):
         Args:
             plan: a plan of this engine's :meth:`plan` (run as planned).
             rounds: benchmark rounds on this launch (≥ 1).
+
+        Returns:
+            The rounds combined; a failed result with its class when the launch or a round fails.
 
         Raises:
             BadInput: ``plan`` is refused (callers check ``plan.refusal`` first), or the draft cannot be copied.
@@ -600,7 +624,14 @@ def node_argv(argv: list[str], *, launch_command: list[str], python: str | None,
                                     f"or give --{key}-python to print its path here")
 
 def dump(obj: Any) -> str:
-    """An artifact's JSON text: indented, keys sorted, anything else as its ``str``."""
+    """An artifact's JSON text: indented, keys sorted, anything else as its ``str``.
+
+    Args:
+        obj: what to write.
+
+    Returns:
+        The text, ending in a newline.
+    """
     return json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"
 
 
