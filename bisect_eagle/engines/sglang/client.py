@@ -65,11 +65,27 @@ class SglangClient(HttpClient):
 
         ``exited`` is checked before every probe, so a dead process is reported even once the time is up. Probes
         start quickly and come at most ``poll_s`` apart; none is sent past the deadline.
+
+        Args:
+            exited: whether the server's process has ended.
+            timeout_s: the most seconds to wait.
+            poll_s: the most seconds between probes.
+
+        Returns:
+            ``ready``, ``exited`` or ``timeout``.
         """
         return self._wait_health("/health_generate", exited, timeout_s=timeout_s, poll_s=poll_s)
 
     def server_info(self) -> dict:
-        """GET /server_info (``/get_server_info`` on servers that predate it)."""
+        """GET /server_info (``/get_server_info`` on servers that predate it).
+
+        Returns:
+            The server's JSON answer.
+
+        Raises:
+            RequestError: a transport error (``timed_out`` on a timeout), an answer other than 200
+                or 404, or neither path on the server.
+        """
         for path in ("/server_info", "/get_server_info"):
             try:
                 r = self._http.get(path)
@@ -88,6 +104,12 @@ class SglangClient(HttpClient):
 
         Any answer but 200 is retried until ``timeout_s`` has passed, then raised as :class:`RequestError` with
         the last answer; a transport error is raised at once.
+
+        Args:
+            timeout_s: the most seconds to keep retrying.
+
+        Raises:
+            RequestError: a transport error, or no 200 within ``timeout_s``.
         """
         last: list[httpx.Response] = []  # the latest answer, for the error message
 
@@ -107,7 +129,20 @@ class SglangClient(HttpClient):
     def generate(
         self, rid: str, input_ids: list[int], *, sampling_params: dict, extra: dict | None = None
     ) -> Completion:
-        """One /generate request; returns the parsed answer or raises :class:`RequestError`."""
+        """One /generate request; returns the parsed answer or raises :class:`RequestError`.
+
+        Args:
+            rid: the request's id, for errors and the completion.
+            input_ids: the prompt's token ids.
+            sampling_params: SGLang's ``sampling_params``.
+            extra: more top-level payload fields; None adds none.
+
+        Returns:
+            The parsed completion, with its client-timed latency in seconds.
+
+        Raises:
+            RequestError: no answer in time (``timed_out``), a transport error, or not 200.
+        """
         payload = {"input_ids": list(input_ids), "sampling_params": sampling_params, **(extra or {})}
         start = time.perf_counter()
         try:
@@ -125,6 +160,19 @@ class SglangClient(HttpClient):
     def run_batch(
         self, requests: Sequence[tuple[str, list[int]]], sampling_params: dict, *, concurrency: int
     ) -> BatchResult:
-        """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first failure is raised."""
+        """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first failure is raised.
+
+        Args:
+            requests: (request id, token ids) pairs.
+            sampling_params: SGLang's ``sampling_params``, the same for every request.
+            concurrency: the most requests in flight (≥ 1).
+
+        Returns:
+            The completions and the batch's wall time in seconds.
+
+        Raises:
+            RequestError: the first request that failed.
+            ValueError: ``concurrency < 1``.
+        """
         return self._concurrent(requests, lambda rid, ids: self.generate(rid, ids, sampling_params=sampling_params),
                                 concurrency=concurrency, thread_name_prefix="bench")

@@ -52,20 +52,50 @@ class SglangFailures(FailureLog):
 
     def bad_arguments(self, log: str) -> str | None:
         """The parser's error after its usage, else SGLang's own argument checks in
-        server_args.py."""
+        server_args.py.
+
+        Args:
+            log: the server's log.
+
+        Returns:
+            The error line, or None.
+        """
         line = _matching_line(_ARGPARSE, log)
         if line is not None and "usage:" in log:
             return line
         return _server_args_error(log)
 
     def out_of_memory(self, log: str) -> str | None:
+        """The first line of the log that reports running out of memory.
+
+        Args:
+            log: the server's log.
+
+        Returns:
+            That line, stripped, or None.
+        """
         return _matching_line(_OOM, log)
 
     def capture_error(self, log: str) -> str | None:
+        """The first line of the log reporting an aux hidden-state capture or ``fc`` width error.
+
+        Args:
+            log: the server's log.
+
+        Returns:
+            That line, stripped, or None.
+        """
         return _matching_line(_CAPTURE, log) or _matching_line(_CAPTURE_KEYS, log, also=_ERROR_LINE)
 
     def start_error(self, log: str) -> tuple[FailureClass, str]:
-        """``launch_error`` with the log's last error line."""
+        """``launch_error`` with the log's last error line.
+
+        Args:
+            log: the log of a server that exited before it was ready.
+
+        Returns:
+            ``("launch_error", line)``; a fixed reason when the log has no error line.
+        """
         last = _matching_line(_ERROR_LINE, "\n".join(reversed(log.splitlines())))
         return "launch_error", last or "the server exited before it was ready"
 

@@ -46,6 +46,16 @@ def resolve_executable(name: str, *, where: str = "engine.sglang.launch_command"
 
     A bare name is looked up next to the running interpreter first (this install's ``python`` and console
     scripts such as ``bisect-eagle``, found even when its virtual environment is not activated), then on PATH.
+
+    Args:
+        name: a path (it contains a separator) or a bare name.
+        where: the setting, for errors.
+
+    Returns:
+        The executable's absolute path (a path's symlinks kept).
+
+    Raises:
+        BadInput: a path that is not an executable file, or a name found nowhere.
     """
     if os.sep in name:
         path = Path(name).expanduser()
@@ -106,6 +116,17 @@ def adapt_args(args: list[Arg], flags: ServerFlags | None, *, shown_command: str
     """Rename flags to what the installed server lists; refuse any it does not list. Returns (args, notes).
 
     Without ``flags`` (nothing could be probed) renames follow :data:`NEWEST_NAMES` and nothing is refused.
+
+    Args:
+        args: the trial's flags.
+        flags: the installed server's flags; None when they could not be probed.
+        shown_command: the launch command as shown in errors.
+
+    Returns:
+        The adapted flags in order, and a note per rename.
+
+    Raises:
+        BadInput: a flag the installed server does not list (close matches named).
     """
     out, notes = [], []
     for arg in args:
@@ -134,4 +155,12 @@ def adapt_args(args: list[Arg], flags: ServerFlags | None, *, shown_command: str
 
 
 def shown(launch_command: list[str]) -> str:
+    """The launch command as one shell-quoted line, for messages.
+
+    Args:
+        launch_command: the command's tokens.
+
+    Returns:
+        The line.
+    """
     return shlex.join(launch_command)

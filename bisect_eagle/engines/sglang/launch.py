@@ -80,7 +80,23 @@ def _extra_args(extra: list[str]) -> list[Arg]:
 def trial_args(
     settings: LiveSettings, *, server: SglangServer, target: Path, draft_dir: Path | None, port: int
 ) -> list[Arg]:
-    """The flags of one trial's server, before adaptation to the installed version."""
+    """The flags of one trial's server, before adaptation to the installed version.
+
+    Args:
+        settings: the trial's settings.
+        server: the spec's ``engine.sglang`` settings.
+        target: the target model's path.
+        draft_dir: the trial's draft copy; None for the baseline.
+        port: the port the server listens on.
+
+    Returns:
+        The flags: the shared head, the speculative flags (not for the baseline), ``device`` and
+        ``dtype`` when set, ``server_args``, then ``extra_args``.
+
+    Raises:
+        BadInput: a ``server_args`` key the engine sets itself or a value no flag can carry, or
+            ``extra_args`` not starting with a flag.
+    """
     args = shared.server_args_head(settings, server=server, engine="sglang", model_flag="--model-path",
                                    tp_flag="--tp-size", target=target, draft_dir=draft_dir, port=port)
     if not settings.is_baseline:
@@ -122,12 +138,26 @@ class Launch:
     args: tuple[Arg, ...]
 
     def argv(self, *, port: int, draft_dir: Path) -> list[str]:
-        """The flags as launched: this trial's ``port`` and per-trial draft copy ``draft_dir``."""
+        """The flags as launched: this trial's ``port`` and per-trial draft copy ``draft_dir``.
+
+        Args:
+            port: the port this launch listens on.
+            draft_dir: this trial's draft copy.
+
+        Returns:
+            The argv tokens after the launch command.
+        """
         return argv_tokens(with_values(self.args, {PORT_FLAG: str(port), DRAFT_FLAG: str(draft_dir)}))
 
 
 def launch_of(plan: TrialPlan) -> Launch:
     """The launch of an sglang ``plan`` (made by :class:`~bisect_eagle.engines.sglang.planner.Planner`).
+
+    Args:
+        plan: an sglang plan.
+
+    Returns:
+        The launch it carries.
 
     Raises:
         RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
@@ -137,12 +167,28 @@ def launch_of(plan: TrialPlan) -> Launch:
 
 
 def inherited_env(environ: dict[str, str]) -> dict[str, str]:
-    """Inherited variables that change how a server runs (NCCL_*, SGLANG_*, CUDA_* ...), secrets left out."""
+    """Inherited variables that change how a server runs (NCCL_*, SGLANG_*, CUDA_* ...), secrets left out.
+
+    Args:
+        environ: the inherited environment.
+
+    Returns:
+        Those variables, sorted by name.
+    """
     return shared.inherited_env(environ, INHERITED_PREFIXES)
 
 
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]) -> str:
-    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones."""
+    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones.
+
+    Args:
+        argv: the server's command line.
+        env: the variables the trial sets.
+        environ: the inherited environment.
+
+    Returns:
+        The script's text.
+    """
     return shared.launch_text(argv, env, environ=environ, prefixes=INHERITED_PREFIXES)
 
 
@@ -193,6 +239,9 @@ def prepare_draft_dir(draft: Path, *, config_patch: dict | None, out_dir: Path) 
             ``fc`` was trained on (:func:`fc_width_refusal`).
         out_dir: where the copy goes; it must not exist. The directory is built beside it and renamed into
             place, so it is never half-written.
+
+    Returns:
+        ``out_dir``.
 
     Raises:
         BadInput: the draft's config is unreadable, the patch's ids do not fit ``fc``, or ``out_dir`` exists.

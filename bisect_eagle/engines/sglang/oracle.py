@@ -83,7 +83,18 @@ class Oracle(OracleProcess):
         return f"{self.python} cannot import the server's parser ({self.parser}): {why}"
 
     def judge(self, argv: list[str], *, resolve: bool) -> SglangVerdict | None:
-        """SGLang's verdict on ``argv`` (the arguments after the launch command); None without an oracle."""
+        """SGLang's verdict on ``argv`` (the arguments after the launch command); None without an oracle.
+
+        Args:
+            argv: the arguments after the launch command.
+            resolve: whether to run SGLang's own resolution after parsing.
+
+        Returns:
+            The verdict (kept per argv), or None when the oracle does not answer.
+
+        Raises:
+            BadInput: the oracle itself failed on this argv.
+        """
         key = (tuple(argv), resolve)
         if key not in self._cache:
             answer = self._ask({"op": "resolve", "argv": list(argv), "resolve": resolve})
@@ -98,7 +109,16 @@ class Oracle(OracleProcess):
 
     def capture(self, architecture: str, config: dict, ids: list[int] | None) -> dict | None:
         """SGLang's own capture hook of ``architecture`` on ``ids`` (oracle_script ``capture``); None without an
-        oracle or when SGLang has no such class / cannot import it here."""
+        oracle or when SGLang has no such class / cannot import it here.
+
+        Args:
+            architecture: the target's model class name.
+            config: the target's config.json.
+            ids: the layer ids; None for the hook's default.
+
+        Returns:
+            The oracle's answer (kept per request), or None.
+        """
         key = (("capture", architecture, json.dumps(config, sort_keys=True), json.dumps(ids)), True)
         if key not in self._cache:
             answer = self._ask({"op": "capture", "architecture": architecture, "config": config, "ids": [ids]})
@@ -110,7 +130,19 @@ class Oracle(OracleProcess):
 
 def interpreter(*, launch_command: list[str], python: str | None, parser: str) -> str:
     """The interpreter the oracle runs in: ``engine.sglang.python``, the launch command's own python, or this one
-    for the stand-in."""
+    for the stand-in.
+
+    Args:
+        launch_command: ``engine.sglang.launch_command``.
+        python: ``engine.sglang.python``; None or empty when not set.
+        parser: the oracle's parser (the stand-in runs in this interpreter).
+
+    Returns:
+        The interpreter's path.
+
+    Raises:
+        BadInput: the python or the launch command's head cannot be found.
+    """
     from bisect_eagle.engines.sglang.flags import resolve_executable
 
     if parser == STAND_IN_PARSER:

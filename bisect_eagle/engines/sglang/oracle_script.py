@@ -90,10 +90,31 @@ _plain = _common.plain
 
 
 def describe(parser: argparse.ArgumentParser, spec: str) -> dict:
+    """The ``describe`` answer: the parser's name, SGLang's version and every option.
+
+    Args:
+        parser: the server's parser.
+        spec: ``sglang`` or the stand-in's name (which version to report).
+
+    Returns:
+        ``{"ok": True, "prog", "version", "options"}``.
+    """
     return {"ok": True, "prog": parser.prog, "version": _version(spec), "options": _common.parser_options(parser)}
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed by ``parser``, a parse error raised instead of printed and exited.
+
+    Args:
+        parser: the server's parser (its ``error`` is replaced).
+        argv: the arguments after the launch command.
+
+    Returns:
+        The parsed namespace.
+
+    Raises:
+        ParserError: argparse refused ``argv``.
+    """
     def fail(message: str) -> None:
         raise ParserError(f"{parser.prog}: error: {message}")
 
@@ -102,6 +123,19 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
 
 
 def resolve(parser: argparse.ArgumentParser, spec: str, argv: list[str], want_resolution: bool) -> dict:
+    """The ``resolve`` answer: ``argv`` parsed and, for SGLang, resolved by its own ``ServerArgs``.
+
+    Args:
+        parser: the server's parser.
+        spec: ``sglang`` or the stand-in's name (only ``sglang`` resolves).
+        argv: the arguments after the launch command.
+        want_resolution: whether to resolve after parsing.
+
+    Returns:
+        ``ok`` with ``parsed`` and ``resolved`` (None when not resolved; ``unresolved`` says why
+        when this host cannot), or ``ok: False`` with ``stage`` (``parse``/``resolve``), ``error``
+        and, for SGLang's refusal, ``where``.
+    """
     try:
         ns = parse(parser, argv)
     except ParserError as e:
@@ -137,7 +171,14 @@ def resolve(parser: argparse.ArgumentParser, spec: str, argv: list[str], want_re
 
 
 def device_count(kind: str) -> int:
-    """How many ``kind`` devices (``cuda``, ``xpu`` …) this interpreter's torch sees; 0 when it has none."""
+    """How many ``kind`` devices (``cuda``, ``xpu`` …) this interpreter's torch sees; 0 when it has none.
+
+    Args:
+        kind: the torch backend's attribute name.
+
+    Returns:
+        The count (1 for a backend without ``device_count``).
+    """
     import torch
 
     module = getattr(torch, kind, None)
@@ -279,6 +320,15 @@ def capture(architecture: str, config: dict, grid: list) -> dict:
     pre-norm state (``hidden_states[N]``) for ``e == N`` only where it checks ``end_layer in layers_to_capture``,
     and nothing else. Per list: ``{"layers_to_capture": [...], "captures": [index or null per entry]}`` or
     ``{"error": ...}`` (an exception of the hook itself, e.g. ``IndexError`` on ``self.layers[N]``).
+
+    Args:
+        architecture: the target's model class name.
+        config: the target's config.json.
+        grid: id lists (None for the hook's default).
+
+    Returns:
+        ``class``, ``num_layers`` and ``answers`` keyed by each list's JSON; with an answer, also
+        ``model``, ``final_captured``, ``counted`` and ``flags``.
     """
     cls = model_class(architecture)
     cfg = _cfg(config)
@@ -329,6 +379,11 @@ def capture(architecture: str, config: dict, grid: list) -> dict:
 
 
 def main() -> int:
+    """Answer JSON-line requests on stdin (``describe``, ``capture``, else ``resolve``).
+
+    Returns:
+        0; a parser that cannot be built is reported once (``stage: import``) before returning.
+    """
     spec = sys.argv[1] if len(sys.argv) > 1 else "sglang"
     try:
         parser = _parser(spec)

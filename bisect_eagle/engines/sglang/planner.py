@@ -129,10 +129,19 @@ class Planner(BasePlanner):
         return Oracle(python=python, parser=spec)
 
     def oracle(self) -> Oracle | None:
+        """The SGLang oracle (:meth:`BasePlanner.oracle`).
+
+        Returns:
+            The oracle process, or None.
+        """
         return cast("Oracle | None", super().oracle())
 
     def flags(self) -> flagmod.ServerFlags | None:
-        """The server's flags: from its own parser, else its ``--help``; None (with a note) when neither runs."""
+        """The server's flags: from its own parser, else its ``--help``; None (with a note) when neither runs.
+
+        Returns:
+            The flags (probed once, then kept), or None.
+        """
         if self._flags is None and self._note is None and self.check:
             desc = self.description()
             if desc is not None:
@@ -148,7 +157,11 @@ class Planner(BasePlanner):
 
     def version(self) -> str | None:
         """SGLang's version: its own parser's answer, else its ``--help`` probe's; None when
-        neither says."""
+        neither says.
+
+        Returns:
+            The version string, or None.
+        """
         desc = self.description()
         flags = self.flags()
         return desc.version if desc is not None else (flags.version if flags is not None else None)
@@ -182,7 +195,17 @@ class Planner(BasePlanner):
 
     def plan(self, settings: LiveSettings, *, port: int, draft_dir: Path) -> TrialPlan:
         """The trial's plan (:meth:`BasePlanner.plan`), with its :class:`~.launch.Launch` in
-        ``private["launch"]`` and the simulated-acceptance variables in ``private["env"]``."""
+        ``private["launch"]`` and the simulated-acceptance variables in ``private["env"]``.
+
+        Args:
+            settings: the trial's requested settings.
+            port: the port the plan's argv shows.
+            draft_dir: the draft copy the plan's argv shows.
+
+        Returns:
+            The plan; a refused one (speculative rules, version, ids, flags, SGLang's own checks)
+            carries the reason.
+        """
         effective, warnings, refusal = speculative_effective(settings)
         refusal = refusal or self.version_refusal()
         if refusal is not None:
@@ -272,7 +295,16 @@ class Planner(BasePlanner):
 
     def capture(self, ids: list[int] | None, cfg: dict, n: int) -> layers.SglangCapture:
         """Which hidden states SGLang captures for ``ids`` on this target: SGLang's own hook of the target's
-        model class when the oracle runs it, else the project's table (labelled not checked against SGLang)."""
+        model class when the oracle runs it, else the project's table (labelled not checked against SGLang).
+
+        Args:
+            ids: the layer ids; None for SGLang's default.
+            cfg: the target's config.json.
+            n: the target's layer count.
+
+        Returns:
+            The capture: the layers SGLang captures, each id's hidden state, and who said so.
+        """
         arch = layers.target_architecture(cfg)
         rule = layers.capture_rule(cfg.get("model_type"), arch)
         predicted = layers.predicted_capture(ids, rule, num_layers=n)

@@ -45,7 +45,17 @@ def server_summary(info: dict) -> dict[str, Any]:
 
 
 def effective_from_server(planned: dict[str, Any], info: dict, *, baseline: bool) -> dict[str, Any]:
-    """The plan's effective settings overlaid with what the server reports running."""
+    """The plan's effective settings overlaid with what the server reports running.
+
+    Args:
+        planned: the plan's effective settings.
+        info: the server's /server_info answer.
+        baseline: whether the trial is the baseline (its speculative fields stay as planned).
+
+    Returns:
+        A new dict: the reported fields, ``concurrency`` capped at ``max_running_requests``, and
+        ``server`` with the server's summary.
+    """
     out = dict(planned)
     for name, key in SERVER_INFO_FIELDS.items():
         if key in info and name in out and not (baseline and name in SPECULATIVE_FIELDS):
@@ -62,7 +72,15 @@ def effective_from_server(planned: dict[str, Any], info: dict, *, baseline: bool
 
 
 def readback_differences(planned: dict[str, Any], effective: dict[str, Any]) -> list[str]:
-    """Warnings for settings the live server runs differently from the plan."""
+    """Warnings for settings the live server runs differently from the plan.
+
+    Args:
+        planned: the plan's effective settings.
+        effective: what :func:`effective_from_server` made of them.
+
+    Returns:
+        One warning per difference (None planned values not compared).
+    """
     notes = []
     for key, want in planned.items():
         if key in ("server", "env", "server_args") or want is None or key not in effective:
@@ -102,6 +120,12 @@ def server_accept_length(info: dict) -> float | None:
     """Mean over DP ranks of the server's own ``avg_spec_accept_length`` (None when not reported).
 
     SGLang folds it in only every 40 decode batches, so it is stale or absent on short runs: a cross-check.
+
+    Args:
+        info: the server's /server_info answer.
+
+    Returns:
+        The mean, or None.
     """
     states = info.get("internal_states")
     if not isinstance(states, list):
