@@ -59,6 +59,14 @@ class VllmClient(HttpClient):
         """Poll ``GET /health`` until 200: ``ready``, or ``exited`` when the process died, or ``timeout``.
 
         ``exited`` is checked before every probe, so a dead process is reported even once the time is up.
+
+        Args:
+            exited: whether the server's process has ended.
+            timeout_s: the most seconds to wait.
+            poll_s: the most seconds between probes.
+
+        Returns:
+            ``ready``, ``exited`` or ``timeout``.
         """
         return self._wait_health("/health", exited, timeout_s=timeout_s, poll_s=poll_s)
 
@@ -81,7 +89,11 @@ class VllmClient(HttpClient):
         return [m for m in data if isinstance(m, dict)]
 
     def version(self) -> str | None:
-        """``GET /version`` (None when the server has no such route)."""
+        """``GET /version`` (None when the server has no such route).
+
+        Returns:
+            The version string; None also when the request or its JSON fails, or it names none.
+        """
         try:
             body = self._get("/version").json()
         except (RequestError, ValueError):
@@ -176,6 +188,19 @@ class VllmClient(HttpClient):
         """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first failure is raised.
 
         ``wall_s`` is the window from the first submission to the last answer.
+
+        Args:
+            requests: (request id, token ids) pairs.
+            model: the served model's name, sent with each request.
+            sampling: the completion request's sampling fields, the same for every request.
+            concurrency: the most requests in flight (≥ 1).
+
+        Returns:
+            The completions and the batch's wall time in seconds.
+
+        Raises:
+            RequestError: the first request that failed.
+            ValueError: ``concurrency < 1``.
         """
         return self._concurrent(requests, lambda rid, ids: self.complete(rid, ids, model=model, sampling=sampling),
                                 concurrency=concurrency, thread_name_prefix="vllm-bench")

@@ -101,7 +101,14 @@ class VllmEngine(ServedEngine):
     @classmethod
     def versions(cls, spec: Any) -> dict[str, str]:
         """``{"version.vllm": ...}``: the vLLM installed in ``engine.vllm``'s interpreter, as a study's parent-run
-        param (read from the package metadata in a second: vLLM is not imported). Never raises."""
+        param (read from the package metadata in a second: vLLM is not imported). Never raises.
+
+        Args:
+            spec: the study's spec (``engine.vllm`` names the interpreter).
+
+        Returns:
+            ``{"version.vllm": ...}``: what :func:`installed_version` says (even "unknown (why)").
+        """
         return {"version.vllm": installed_version(spec.engine.vllm)}
 
     # -- one trial --------------------------------------------------------------------------------------

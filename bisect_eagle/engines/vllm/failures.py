@@ -84,14 +84,37 @@ class VllmFailures(FailureLog):
 
     def bad_arguments(self, log: str) -> str | None:
         """The parser's error after its usage (the engine-args resolution's are
-        :meth:`start_error`'s)."""
+        :meth:`start_error`'s).
+
+        Args:
+            log: the server's log.
+
+        Returns:
+            The error line, or None.
+        """
         line = _first(_ARGPARSE, log)
         return line if line is not None and "usage:" in log else None
 
     def out_of_memory(self, log: str) -> str | None:
+        """The first line of the log that reports running out of memory.
+
+        Args:
+            log: the server's log.
+
+        Returns:
+            That line, or None.
+        """
         return _first(_OOM, log)
 
     def capture_error(self, log: str) -> str | None:
+        """The EngineCore's fatal error when it was raised in the draft's aux hidden-state input.
+
+        Args:
+            log: the server's log.
+
+        Returns:
+            The error with where it happened, or None.
+        """
         fatal = engine_fatal(log)
         if fatal is not None and any("combine_hidden_states" in f or "aux_hidden" in f for f in fatal[0]):
             return f"{fatal[1]} (in the draft's aux hidden-state input, combine_hidden_states)"
@@ -99,7 +122,15 @@ class VllmFailures(FailureLog):
 
     def start_error(self, log: str) -> tuple[FailureClass, str]:
         """``bad_arguments`` for a traceback through vLLM's config code, else ``launch_error``
-        with the EngineCore's fatal error or the last traceback."""
+        with the EngineCore's fatal error or the last traceback.
+
+        Args:
+            log: the log of a server that exited before it was ready.
+
+        Returns:
+            (``bad_arguments`` or ``launch_error``, the error line); a fixed reason when the log has
+            no traceback.
+        """
         for frames, exc in _tracebacks(log):
             if any(any(c in f for c in _CONFIG_FRAMES) for f in frames):
                 return "bad_arguments", exc
@@ -110,7 +141,14 @@ class VllmFailures(FailureLog):
         return "launch_error", found[-1][1] if found else "the server exited before it was ready"
 
     def crash(self, log: str) -> str:
-        """The EngineCore's fatal error, else its death, else a failed request."""
+        """The EngineCore's fatal error, else its death, else a failed request.
+
+        Args:
+            log: the log of a server whose request failed.
+
+        Returns:
+            Why, for a person.
+        """
         fatal = engine_fatal(log)
         if fatal is not None:
             return f"the engine died: {fatal[1]}"

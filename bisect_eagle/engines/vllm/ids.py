@@ -59,7 +59,15 @@ def _int_list(value: Any) -> list[int] | None:
 
 
 def draft_ids(config: dict) -> DraftIds:
-    """vLLM's reading of a draft ``config.json`` (already parsed): top-level and nested ids, fc width."""
+    """vLLM's reading of a draft ``config.json`` (already parsed): top-level and nested ids, fc width.
+
+    Args:
+        config: the draft's parsed config.json.
+
+    Returns:
+        The ids at both places (None where absent or not a list of ints) and the fc width with the
+        key it comes from (``num_aux_hidden_states``, the nested ids, else vLLM's default).
+    """
     eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
     top, nested = _int_list(config.get(IDS_KEY)), _int_list(eagle.get(IDS_KEY))
     n_aux = config.get("num_aux_hidden_states")
@@ -104,6 +112,14 @@ def refusal(ids: list[int], *, num_layers: int | None, source: str) -> str | Non
 
     ``source`` says where the ids come from, for the message. Without the target's depth only negative ids are
     refused.
+
+    Args:
+        ids: vLLM aux layer ids (L = hidden_states[L]).
+        num_layers: the target's depth; None when unknown.
+        source: where the ids come from.
+
+    Returns:
+        The reason, or None.
     """
     hi = num_layers if num_layers is not None else None
     bad = [i for i in ids if i < 0 or (hi is not None and i > hi)]

@@ -84,8 +84,26 @@ def server_arg(key: str, value: Any, *, dest_of: dict[str, str] | None = None) -
 
 
 def extra_args(tokens: Iterable[str]) -> list[Arg]:
-    """``engine.vllm.extra_args`` grouped into flags with their values (``--a=1`` kept as one token)."""
+    """``engine.vllm.extra_args`` grouped into flags with their values (``--a=1`` kept as one token).
+
+    Args:
+        tokens: the setting's tokens, verbatim.
+
+    Returns:
+        One :class:`Arg` per flag (a token starting with ``-``), with its values.
+
+    Raises:
+        BadInput: a flag the engine sets itself, or a value before the first flag.
+    """
     def check(token: str) -> None:
+        """Refuse a flag the engine sets itself.
+
+        Args:
+            token: a flag token.
+
+        Raises:
+            BadInput: the flag is one the engine manages.
+        """
         dest = managed_dest(token)
         if dest in MANAGED:
             raise BadInput(f"engine.vllm.extra_args: {token} is set by the engine; use {MANAGED[dest]} instead")
@@ -126,12 +144,27 @@ class Launch:
     top_level_ids: list[int] | None
 
     def argv(self, command: Sequence[str], *, port: int, draft_dir: Path) -> list[str]:
-        """The launch command's argv with this trial's port and draft copy."""
+        """The launch command's argv with this trial's port and draft copy.
+
+        Args:
+            command: the launch command's tokens.
+            port: the port this launch listens on.
+            draft_dir: this trial's draft copy.
+
+        Returns:
+            The whole argv: ``command`` then the flags.
+        """
         return [*command, *argv_tokens(args_at(self.args, port=str(port), draft_dir=str(draft_dir)))]
 
 
 def launch_of(plan: TrialPlan) -> Launch:
     """The launch of a vllm ``plan`` (made by :class:`~bisect_eagle.engines.vllm.planner.Planner`).
+
+    Args:
+        plan: a vllm plan.
+
+    Returns:
+        The launch it carries.
 
     Raises:
         RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
@@ -157,6 +190,23 @@ def trial_args(
 
     ``negated``: ``server_args`` keys set to false whose flag is a ``--x/--no-x`` flag that defaults on; they become
     ``--no-x`` (leaving them out would keep them on).
+
+    Args:
+        settings: the trial's settings.
+        server: the spec's ``engine.vllm`` settings.
+        target: the target model's path.
+        draft_dir: the trial's draft copy; None for the baseline.
+        port: the port the server listens on.
+        negated: ``server_args`` keys to write as ``--no-x``.
+        dest_of: the installed parser's flag -> dest; None when unknown.
+
+    Returns:
+        The flags: the shared head, ``--speculative-config`` (not for the baseline), ``--dtype``
+        when set, ``server_args``, then ``extra_args``.
+
+    Raises:
+        BadInput: a ``server_args`` or ``extra_args`` flag the engine sets itself, or a value no
+            flag can carry.
     """
     args = shared.server_args_head(settings, server=server, engine="vllm", model_flag="--model",
                                    tp_flag="--tensor-parallel-size", target=target, draft_dir=draft_dir, port=port)
@@ -193,12 +243,28 @@ def vllm_env(settings: LiveSettings, *, host: str) -> tuple[dict[str, str], list
 
 
 def inherited_env(environ: dict[str, str]) -> dict[str, str]:
-    """Inherited variables that change how a server runs (VLLM_*, CUDA_*, NCCL_* ...), secrets left out."""
+    """Inherited variables that change how a server runs (VLLM_*, CUDA_*, NCCL_* ...), secrets left out.
+
+    Args:
+        environ: the inherited environment.
+
+    Returns:
+        Those variables, sorted by name.
+    """
     return shared.inherited_env(environ, INHERITED_PREFIXES)
 
 
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]) -> str:
-    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones."""
+    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones.
+
+    Args:
+        argv: the server's command line.
+        env: the variables the trial sets.
+        environ: the inherited environment.
+
+    Returns:
+        The script's text.
+    """
     return shared.launch_text(argv, env, environ=environ, prefixes=INHERITED_PREFIXES)
 
 
@@ -207,7 +273,17 @@ def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]
 
 
 def draft_config_patch(vllm_ids: list[int]) -> dict[str, list[int]]:
-    """The config.json change that makes vLLM capture ``vllm_ids``: the top-level key, read before any other."""
+    """The config.json change that makes vLLM capture ``vllm_ids``: the top-level key, read before any other.
+
+    Args:
+        vllm_ids: vLLM aux layer ids.
+
+    Returns:
+        The top-level ids key mapped to a copy of ``vllm_ids``.
+
+    Raises:
+        BadInput: an empty list, a non-integer or a repeated id.
+    """
     check_layer_ids(IDS_KEY, vllm_ids)
     return {IDS_KEY: list(vllm_ids)}
 
@@ -218,6 +294,18 @@ def prepare_draft_dir(draft: Path, vllm_ids: list[int] | None, *, out_dir: Path)
 
     The id count must equal the width the draft's ``fc`` takes (:func:`~bisect_eagle.engines.vllm.ids.draft_ids`).
     The directory is built beside ``out_dir`` and renamed into place, so it is never half-written.
+
+    Args:
+        draft: the draft directory.
+        vllm_ids: the trial's vLLM aux layer ids; None keeps the draft's config.
+        out_dir: where the copy goes; it must not exist.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        BadInput: the draft's config is unreadable, the id count is not the fc width, the ids are
+            bad, or ``out_dir`` exists.
     """
     draft = Path(draft).resolve()
     config = read_config_json(draft, "the draft")

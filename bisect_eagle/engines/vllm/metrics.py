@@ -87,6 +87,14 @@ def spec_counters(text: str) -> SpecCounters:
     samples = parse_prometheus(text)
 
     def total(name: str) -> float:
+        """The sum of every sample of metric ``name`` (0 when absent).
+
+        Args:
+            name: the metric's name.
+
+        Returns:
+            The sum.
+        """
         return sum(v for _, v in samples.get(name, []))
 
     by_pos: dict[int, float] = {}

@@ -82,6 +82,12 @@ class Oracle(OracleProcess):
             draft: ``{"source", "top_level_ids", "placeholder"}``: judge with a throwaway copy of the draft whose
                 config.json carries the trial's ids, standing where ``placeholder`` is in ``argv``.
             resolve: False: the parser and the entry point's argument checks only (no config is read).
+
+        Returns:
+            The verdict (kept per request), or None when the oracle does not answer.
+
+        Raises:
+            BadInput: the oracle itself failed on this launch.
         """
         request = {"op": "judge", "argv": list(argv), "env": dict(env), "draft": draft, "resolve": resolve}
         key = json.dumps(request, sort_keys=True)
@@ -98,7 +104,18 @@ class Oracle(OracleProcess):
 
 
 def resolve_executable(name: str, *, where: str) -> str:
-    """``name`` as an absolute executable path (a bare name looked up on PATH); :class:`BadInput` when missing."""
+    """``name`` as an absolute executable path (a bare name looked up on PATH); :class:`BadInput` when missing.
+
+    Args:
+        name: a path (it has a directory part or starts with ``.``) or a bare name.
+        where: the setting, for errors.
+
+    Returns:
+        The absolute path.
+
+    Raises:
+        BadInput: a path that is not an executable file, or a name not on PATH.
+    """
     path = Path(name).expanduser()
     if path.parent != Path(".") or name.startswith("."):
         if path.is_file() and os.access(path, os.X_OK):
@@ -112,7 +129,18 @@ def resolve_executable(name: str, *, where: str) -> str:
 
 def interpreter(*, launch_command: list[str], python: str | None) -> str:
     """The interpreter vLLM runs in: ``engine.vllm.python``, the launch command's own python, or the python beside
-    a console script (``vllm``)."""
+    a console script (``vllm``).
+
+    Args:
+        launch_command: ``engine.vllm.launch_command``.
+        python: ``engine.vllm.python``; None or empty when not set.
+
+    Returns:
+        The interpreter's path.
+
+    Raises:
+        BadInput: the python or the command cannot be found, or no python is beside the command.
+    """
     if python:
         return resolve_executable(python, where="engine.vllm.python")
     head = launch_command[0]

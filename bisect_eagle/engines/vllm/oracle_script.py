@@ -103,7 +103,11 @@ def _parser():
 
 
 def describe() -> dict:
-    """The api_server parser's options as vLLM builds them."""
+    """The api_server parser's options as vLLM builds them.
+
+    Returns:
+        ``{"ok": True, "prog", "vllm_version", "options"}``.
+    """
     parser = _parser()
     return {"ok": True, "prog": parser.prog, "vllm_version": _version(),
             "options": _common.parser_options(parser, to_json=_plain)}
@@ -117,6 +121,11 @@ class _Collect(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Keep one record as a line (level, file:line, message); never raises.
+
+        Args:
+            record: the log record.
+        """
         with contextlib.suppress(Exception):
             where = f"{record.filename}:{record.lineno}"
             self.lines.append(f"{record.levelname} [{where}] {record.getMessage()}")
@@ -274,7 +283,19 @@ def _draft_copy(draft: dict | None):
 
 
 def judge(argv: list[str], env: dict[str, str], draft: dict | None = None, resolve: bool = True) -> dict:
-    """vLLM's verdict on one api_server argv under ``env`` (see the module docstring)."""
+    """vLLM's verdict on one api_server argv under ``env`` (see the module docstring).
+
+    Args:
+        argv: the api_server arguments.
+        env: the trial's variables, set for this request only.
+        draft: ``{"source", "top_level_ids", "placeholder"}`` to judge with a throwaway draft copy;
+            None uses ``argv`` as it is.
+        resolve: False checks the parser and the entry point only.
+
+    Returns:
+        The verdict with ``vllm_version``, vLLM's last 40 warning lines (``log``), ``seconds``
+        and ``resolved`` (None when not resolved).
+    """
     collect = _Collect()
     start = time.perf_counter()
     try:
@@ -329,6 +350,11 @@ def _answer(obj: dict) -> None:
 
 
 def main() -> int:
+    """Answer JSON-line requests on stdin (``describe``, else ``judge``) on the real stdout.
+
+    Returns:
+        0; failed imports are answered once (``stage: import``) before returning.
+    """
     global _ANSWERS
     ready = "--ready" in sys.argv[1:]
     sys.stdout.flush()

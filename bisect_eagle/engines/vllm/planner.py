@@ -103,6 +103,11 @@ class Planner(BasePlanner):
         return Oracle(python=interpreter(launch_command=list(self.server.launch_command), python=self.server.python))
 
     def oracle(self) -> Oracle | None:
+        """The vLLM oracle (:meth:`BasePlanner.oracle`).
+
+        Returns:
+            The oracle process, or None.
+        """
         return cast("Oracle | None", super().oracle())
 
     # -- the target and the draft -------------------------------------------------------------------------
@@ -125,6 +130,15 @@ class Planner(BasePlanner):
 
         To resolve the trial's own draft config, the oracle judges a throwaway copy in a temporary
         directory of its own, removed once it has answered.
+
+        Args:
+            settings: the trial's requested settings.
+            port: the port the plan's argv shows.
+            draft_dir: the draft copy the plan's argv shows.
+
+        Returns:
+            The plan; a refused one (speculative rules, ids, flags, vLLM's own checks) carries the
+            reason.
         """
         effective, warnings, refusal = _speculative(settings)
         n, model_type = self._depth()

@@ -37,6 +37,10 @@ def effective_from_server(planned: dict[str, Any], *, models: list[dict], versio
         version: ``/version``.
         log: the server log so far.
         baseline: a no-speculation trial (no aux layers to read back).
+
+    Returns:
+        A new dict: ``server`` with the served model, ``max_model_len`` and version, and the aux
+        layer ids the log shows (``vllm_aux_layer_ids``).
     """
     out = dict(planned)
     server = dict(out.get("server") or {})
@@ -55,7 +59,15 @@ def effective_from_server(planned: dict[str, Any], *, models: list[dict], versio
 
 
 def readback_differences(planned: dict[str, Any], effective: dict[str, Any]) -> list[str]:
-    """Warnings for settings the live server runs differently from the plan."""
+    """Warnings for settings the live server runs differently from the plan.
+
+    Args:
+        planned: the plan's effective settings.
+        effective: what :func:`effective_from_server` made of them.
+
+    Returns:
+        One warning per difference.
+    """
     notes = []
     want, got = planned.get("vllm_aux_layer_ids"), effective.get("vllm_aux_layer_ids")
     if want is not None and got != want:
