@@ -32,6 +32,11 @@ class _Formatter(HelpFormatter):
     """``--help`` wrapped between words: a flag named in a help text is never split at a hyphen."""
 
     def write_text(self, text: str) -> None:
+        """Write a help text wrapped between words to the formatter's current width.
+
+        Args:
+            text: the help text (paragraphs split by blank lines).
+        """
         super().write_text(_whole_words(text, self.width - self.current_indent))
 
     def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:

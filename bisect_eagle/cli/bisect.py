@@ -185,4 +185,9 @@ def _verified(check: dict | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``bisect`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("bisect")(bisect)

@@ -28,7 +28,14 @@ STARTED = time.monotonic()  # when this process imported the command line: the c
 
 
 def clock(seconds: float) -> str:
-    """A duration as ``H:MM:SS``, the one time format of every progress line (elapsed and left alike)."""
+    """A duration as ``H:MM:SS``, the one time format of every progress line (elapsed and left alike).
+
+    Args:
+        seconds: the duration (negative counts as 0; fractions dropped).
+
+    Returns:
+        The text, hours unpadded.
+    """
     s = max(0, int(seconds))
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
@@ -152,6 +159,16 @@ def load_spec_or_default(spec: Path | None, *, live: bool = True) -> Spec:
 
     ``live``: the command runs live trials here, so what the engine reads on this machine (the prompts, for an
     sglang spec whose other paths live on the server's machine) must be here too.
+
+    Args:
+        spec: the spec's path; None for the embedded default.
+        live: whether to check the inputs live trials read on this machine.
+
+    Returns:
+        The loaded spec.
+
+    Raises:
+        BadInput: a bad spec, or a missing or bad input.
     """
     from bisect_eagle.spec.checks import check_live_inputs
     from bisect_eagle.spec.load import load_spec
@@ -164,7 +181,18 @@ def load_spec_or_default(spec: Path | None, *, live: bool = True) -> Spec:
 
 
 def resolve_paths(scenario: str | None, **paths: Path | None) -> dict[str, Path]:
-    """Fill missing paths (``target``, ``draft``, ``dump``, ``prompts``) from a shipped scenario."""
+    """Fill missing paths (``target``, ``draft``, ``dump``, ``prompts``) from a shipped scenario.
+
+    Args:
+        scenario: a shipped scenario's name; None for none.
+        paths: each path flag by name; None to take the scenario's.
+
+    Returns:
+        Every given key with its path.
+
+    Raises:
+        BadInput: a path missing without a scenario, or an unknown scenario.
+    """
     from bisect_eagle.artifacts import scenarios
 
     sc = scenarios.get(scenario) if scenario else None
@@ -190,7 +218,11 @@ def _strict(obj: object) -> object:
 
 
 def print_json(obj: object) -> None:
-    """Print one strict JSON object on stdout."""
+    """Print one strict JSON object on stdout.
+
+    Args:
+        obj: the object (non-finite floats as null; anything else not JSON as its ``str``).
+    """
     typer.echo(json.dumps(_strict(obj), indent=2, default=str, allow_nan=False))
 
 
@@ -199,7 +231,14 @@ URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///m
 
 def require_store(uri: str) -> None:
     """A command that reads runs refuses, creating nothing, a SQLite store that does not exist yet (``report`` or
-    ``export`` before any ``run``): :class:`BadInput` saying to run ``bisect-eagle run`` first."""
+    ``export`` before any ``run``): :class:`BadInput` saying to run ``bisect-eagle run`` first.
+
+    Args:
+        uri: the tracking URI (only ``sqlite:///`` ones are checked).
+
+    Raises:
+        BadInput: the SQLite file does not exist.
+    """
     prefix = "sqlite:///"
     if not uri.startswith(prefix):
         return
@@ -217,7 +256,20 @@ def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: s
                    activity: Activity | None = None):
     """(tracking, parent run) of a spec's study (default: its newest), each step said on ``activity``; bad input (the
     spec, a store that does not exist yet or cannot be reached) is refused before anything is created. A store this
-    process cannot write is opened read-only (``tracking.read_only``)."""
+    process cannot write is opened read-only (``tracking.read_only``).
+
+    Args:
+        spec: the spec's path; None for the embedded default.
+        tracking_uri: the ``--tracking-uri`` flag; None for the spec's or the default.
+        study_name: the study; None for the spec's newest.
+        activity: where to say each step; None says nothing.
+
+    Returns:
+        The opened tracking store and the study's parent run.
+
+    Raises:
+        BadInput: a bad spec, a store that does not exist or cannot be reached, or no such study.
+    """
     say = activity or (lambda what: None)
     say(f"loading the spec {spec or '(the embedded tiny scenario)'} and checking its inputs")
     s = load_spec_or_default(spec, live=False)
@@ -227,7 +279,20 @@ def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: s
 def open_study(s: Spec, *, tracking_uri: str | None, study_name: str | None,
                activity: Activity | None = None):
     """(tracking, parent run) of the study of a loaded spec (default: its newest), as
-    :func:`open_study_run` opens it."""
+    :func:`open_study_run` opens it.
+
+    Args:
+        s: the loaded spec.
+        tracking_uri: the ``--tracking-uri`` flag; None for the spec's or the default.
+        study_name: the study; None for the spec's newest.
+        activity: where to say each step (told when the inputs are checked); None says nothing.
+
+    Returns:
+        The opened tracking store and the study's parent run.
+
+    Raises:
+        BadInput: a store that does not exist or cannot be reached, or no such study.
+    """
     from bisect_eagle.tracking.redact import redact_url
     from bisect_eagle.tracking.runs import resolve_tracking_uri
     from bisect_eagle.tracking.stores import check_stores
@@ -249,7 +314,14 @@ def open_study(s: Spec, *, tracking_uri: str | None, study_name: str | None,
 
 
 def num(value: object) -> str:
-    """A metric for a person: 3 significant digits (one decimal from 100 up), '-' when absent."""
+    """A metric for a person: 3 significant digits (one decimal from 100 up), '-' when absent.
+
+    Args:
+        value: a number; None or NaN is absent.
+
+    Returns:
+        The text.
+    """
     if _absent(value):
         return "-"
     from bisect_eagle.trials.record import short_number  # here: trials/ imports MLflow, which --help does not need
@@ -272,7 +344,15 @@ RATIO_HEADER = "× baseline"  # the column of ratios to the baseline, beside the
 
 def times_baseline(ratio: float | None, baseline: float | None = None) -> str:
     """A ratio to the baseline in the one notation every command prints: ``1.04× baseline``, with the baseline's
-    own value when given (``1.04× baseline 90.0``); '-' when absent."""
+    own value when given (``1.04× baseline 90.0``); '-' when absent.
+
+    Args:
+        ratio: the ratio; None or NaN is absent.
+        baseline: the baseline's value; None leaves it out.
+
+    Returns:
+        The text.
+    """
     if _absent(ratio):
         return "-"
     return f"{float(ratio):.2f}× baseline" + ("" if baseline is None else f" {num(baseline)}")
@@ -280,17 +360,44 @@ def times_baseline(ratio: float | None, baseline: float | None = None) -> str:
 
 def trial_ref(name: str | None, run_id: str) -> str:
     """A trial as every command refers to it: its name and the 8 characters of its run id a user copies (every
-    command takes them), ``live 003 (run 7ca37e03)``, or ``run 7ca37e03`` alone for a run without a name."""
+    command takes them), ``live 003 (run 7ca37e03)``, or ``run 7ca37e03`` alone for a run without a name.
+
+    Args:
+        name: the trial's run name; None or empty for none.
+        run_id: the MLflow run id.
+
+    Returns:
+        The reference.
+    """
     return f"{name} (run {run_id[:8]})" if name else f"run {run_id[:8]}"
 
 
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:
-    """``1 error``, ``2 errors``, ``0 errors``: a count with its noun in the right number."""
+    """``1 error``, ``2 errors``, ``0 errors``: a count with its noun in the right number.
+
+    Args:
+        count: how many.
+        noun: the singular.
+        plural_form: the plural; None adds ``s``.
+
+    Returns:
+        The text.
+    """
     return f"{count} {noun if count == 1 else plural_form or noun + 's'}"
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
-    """``key=value`` flags to a mapping; values are YAML scalars or lists (``[5,9,11]``, ``4``, ``bfloat16``)."""
+    """``key=value`` flags to a mapping; values are YAML scalars or lists (``[5,9,11]``, ``4``, ``bfloat16``).
+
+    Args:
+        items: the ``--set`` values, in order (a later key wins).
+
+    Returns:
+        Setting name -> parsed value.
+
+    Raises:
+        BadInput: an item without ``=`` or a name, an unknown setting, or a value YAML cannot read.
+    """
     import yaml
 
     values: dict[str, Any] = {}
@@ -308,7 +415,15 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 def check_setting_name(name: str, *, flag: str) -> None:
     """A setting's name as ``--set`` takes it (a live setting, ``env.NAME`` or ``server_args.flag``); an unknown one
-    is :class:`BadInput` with the closest known name (``unknown setting num_step; did you mean num_steps?``)."""
+    is :class:`BadInput` with the closest known name (``unknown setting num_step; did you mean num_steps?``).
+
+    Args:
+        name: the setting's name.
+        flag: the flag it came from, for the message.
+
+    Raises:
+        BadInput: an unknown name.
+    """
     import difflib
 
     from bisect_eagle.spec.settings import LiveSettings
@@ -330,8 +445,22 @@ SGLANG_PYTHON_HELP = "Interpreter that has SGLang (its own environment); overrid
 
 def use_pythons(spec: Spec, *, sglang: str | None, vllm: str | None) -> None:
     """``--sglang-python`` / ``--vllm-python``: the engines' interpreters for this invocation (plans are judged,
-    and servers started, by those)."""
+    and servers started, by those).
+
+    Args:
+        spec: the loaded spec, changed in place.
+        sglang: ``--sglang-python``; None keeps ``engine.sglang.python``.
+        vllm: ``--vllm-python``; None keeps ``engine.vllm.python``.
+    """
     def absolute(path: str) -> str:  # a path, not a name on PATH: from here, symlinks kept (a venv's python is one)
+        """``path`` made absolute when it names a file; a bare name is left for PATH.
+
+        Args:
+            path: the flag's value.
+
+        Returns:
+            The path or the name.
+        """
         return os.path.abspath(path) if "/" in path else path
 
     if sglang:

@@ -30,7 +30,16 @@ STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 def wrap(text: str, width: int, *, indent: str) -> list[str]:
     """``text`` as lines of at most ``width`` characters, continuations indented by ``indent``; words are kept
-    whole unless one alone is wider than a line (a long path), which is then split, never cut."""
+    whole unless one alone is wider than a line (a long path), which is then split, never cut.
+
+    Args:
+        text: the text to wrap.
+        width: the line width (at least the indent plus 20 is used).
+        indent: the prefix of every line but the first.
+
+    Returns:
+        The lines; ``[""]`` for an empty text.
+    """
     return textwrap.wrap(text, max(width, len(indent) + 20), subsequent_indent=indent, break_on_hyphens=False,
                          drop_whitespace=True) or [""]
 
@@ -97,4 +106,9 @@ def doctor(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``doctor`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("doctor")(doctor)

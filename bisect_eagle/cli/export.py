@@ -29,6 +29,12 @@ def export_plan(tracking, run, *, port: int, sglang_python: str | None = None,
         port: the exported server's port.
         sglang_python: an interpreter that has SGLang (its parser checks the command); default the spec's.
         vllm_python: an interpreter that has vLLM (likewise).
+
+    Returns:
+        ``run_id`` and the keys of the engine's export.
+
+    Raises:
+        BadInput: the run's settings or spec cannot be read back, or its engine cannot export it.
     """
     from bisect_eagle.engines import engine_class
     from bisect_eagle.trials.record import effective_of, settings_of_run, spec_of_study
@@ -140,4 +146,9 @@ def comment(text: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``export`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("export")(export)

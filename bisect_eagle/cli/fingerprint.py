@@ -95,6 +95,12 @@ def _print_blocks(console: Console, *, title: str, result) -> None:
     width = max(40, console.width)
 
     def say(text: str, indent: str = "") -> None:
+        """Print ``text`` wrapped to the width, continuations indented two more spaces.
+
+        Args:
+            text: the text.
+            indent: the prefix of the first line.
+        """
         for line in textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  "):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
@@ -136,4 +142,9 @@ def _with_capture_server(spec_path: Path, capture_ids: str | None, sglang_python
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``fingerprint`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("fingerprint")(fingerprint)

@@ -269,4 +269,9 @@ def _measure(engine, plan: TrialPlan, *, compare: bool,
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``live`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("live")(live)

@@ -36,6 +36,11 @@ class OneLineLog(logging.Handler):
         self.scrub: Scrubber | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Write ``record`` to stderr as one scrubbed line, or hold it back (a store's failure).
+
+        Args:
+            record: the log record.
+        """
         try:
             exc = record.exc_info[1] if record.exc_info else None
             text = next((line.strip() for line in record.getMessage().splitlines() if line.strip()), "")
@@ -90,7 +95,11 @@ def quiet_libraries() -> None:
 
 
 def end_logging() -> list[str]:
-    """Take :data:`LOG` off the root logger (the command ended); the lines it held back."""
+    """Take :data:`LOG` off the root logger (the command ended); the lines it held back.
+
+    Returns:
+        The held-back lines (:meth:`OneLineLog.take_held`).
+    """
     logging.getLogger().removeHandler(LOG)
     return LOG.take_held()
 
@@ -110,7 +119,14 @@ READ_ONLY_TEXTS = ("attempt to write a readonly database", "read-only file syste
 def store_failure(e: BaseException | None) -> str | None:
     """What a store's failure is, from an exception and its chain of causes: ``full`` (a full disk or quota, a file
     that may not grow), ``read_only`` (a store this process may not write), ``failed`` (any other error of a
-    store's client: MLflow, SQLAlchemy, SQLite, Optuna's storage, psycopg), or None (not a store's failure)."""
+    store's client: MLflow, SQLAlchemy, SQLite, Optuna's storage, psycopg), or None (not a store's failure).
+
+    Args:
+        e: the exception; None for none.
+
+    Returns:
+        ``full``, ``read_only``, ``failed`` or None.
+    """
     found = _store_cause(e)
     return None if found is None else found[0]
 
@@ -133,7 +149,14 @@ def _store_cause(e: BaseException | None) -> tuple[str, BaseException] | None:
 
 def store_failure_line(e: BaseException) -> tuple[str, int]:
     """The one line (and the exit code) of a store's failure: a full disk or a read-only store is 2 with the fix,
-    any other failure 1."""
+    any other failure 1.
+
+    Args:
+        e: a store's failure (any exception reads as ``failed``).
+
+    Returns:
+        The line, starting ``error:``, and the exit code.
+    """
     kind, cause = _store_cause(e) or ("failed", e)
     said = f"{type(cause).__name__}: {first_line(cause)}"
     if kind == "full":

@@ -94,7 +94,15 @@ def summary_lines(parent, rep) -> list[str]:
 
 def speed_text(best: pd.Series | None, frame: pd.DataFrame) -> str | None:
     """The best config's output tok/s against the baseline trial's, for a study whose run has no ``speed`` tag
-    (still running): said plainly when speculation is slower; None without both."""
+    (still running): said plainly when speculation is slower; None without both.
+
+    Args:
+        best: the best trial's row; None when there is none.
+        frame: the study's trials (``stage`` and ``output_tok_s`` columns).
+
+    Returns:
+        The sentence, or None.
+    """
     from bisect_eagle.search.study.outcome import speed_sentence
 
     if best is None or "output_tok_s" not in best or frame.empty or "stage" not in frame:
@@ -286,4 +294,9 @@ def report(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``report`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("report")(report)

@@ -40,7 +40,17 @@ def changed_beyond(rows: list[dict[str, Any]], *, tolerance: float) -> str | Non
 
 
 def verdict(*, metric: str, old_ratio: float | None, new_ratio: float | None, tolerance: float) -> dict[str, Any]:
-    """Whether the trial's ratio to a fresh baseline matches the ratio it was logged with, within ``tolerance``."""
+    """Whether the trial's ratio to a fresh baseline matches the ratio it was logged with, within ``tolerance``.
+
+    Args:
+        metric: the metric's name, for the text.
+        old_ratio: the logged ratio; None when missing.
+        new_ratio: the fresh ratio; None when a trial failed.
+        tolerance: the largest relative difference that reproduces (0.05 is 5 %).
+
+    Returns:
+        ``reproduced``, ``diff`` (relative, None without both ratios) and ``text``.
+    """
     if old_ratio is None or new_ratio is None:
         return {"reproduced": False, "diff": None,
                 "text": f"not reproduced: no {metric} ratio to compare (a trial or a baseline failed)"}
@@ -147,4 +157,9 @@ def _measure(activity: Activity, run_id: str, *, tracking_uri: str | None, repea
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``reproduce`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("reproduce")(reproduce)

@@ -45,4 +45,9 @@ def run(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``run`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("run")(run)

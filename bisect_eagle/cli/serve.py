@@ -19,4 +19,9 @@ def serve(ctx: typer.Context) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``serve`` command (its arguments passed through, its own ``--help``).
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("serve", context_settings=PASS_THROUGH, add_help_option=False)(serve)

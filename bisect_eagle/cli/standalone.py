@@ -67,4 +67,9 @@ def standalone(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``standalone`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("standalone")(standalone)

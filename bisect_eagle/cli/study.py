@@ -61,7 +61,12 @@ class Eta:
         self.last_done_s: float | None = None  # study time at which ``done`` last grew
 
     def update(self, p: StudyProgress, now: float) -> None:
-        """Take one progress event, received at monotonic time ``now``."""
+        """Take one progress event, received at monotonic time ``now``.
+
+        Args:
+            p: the event.
+            now: ``time.monotonic()`` when it came.
+        """
         self.at, self.stage, self.elapsed_s, self.max_wall_s, self.total = (now, p.stage, p.elapsed_s, p.max_wall_s,
                                                                              p.total)
         if self.live_since is None and p.stage == "live":
@@ -71,7 +76,14 @@ class Eta:
         self.done = p.done
 
     def elapsed(self, now: float) -> float:
-        """The study's elapsed seconds at monotonic time ``now``."""
+        """The study's elapsed seconds at monotonic time ``now``.
+
+        Args:
+            now: ``time.monotonic()`` now.
+
+        Returns:
+            Seconds (0 before the first event).
+        """
         return 0.0 if self.at is None else self.elapsed_s + (now - self.at)
 
     def left(self, now: float) -> float | None:
@@ -170,7 +182,11 @@ class Display:
             self.started = True
 
     def finish(self, out: StudyOutcome) -> None:
-        """The study ended: the bar full, the spinner stopped, the clock frozen, no time left."""
+        """The study ended: the bar full, the spinner stopped, the clock frozen, no time left.
+
+        Args:
+            out: the study's outcome (its live trial count and best value are shown).
+        """
         if not (self.enabled and self.started):
             return
         self.ended_at = time.monotonic()
@@ -262,7 +278,14 @@ def best_name(out: StudyOutcome) -> str | None:
 
 
 def ui_command(uri: str) -> str:
-    """The shortest ``bisect-eagle ui`` command that opens ``uri`` from here (a default store needs no flag)."""
+    """The shortest ``bisect-eagle ui`` command that opens ``uri`` from here (a default store needs no flag).
+
+    Args:
+        uri: the tracking URI.
+
+    Returns:
+        The command line (a SQLite path under the working directory made relative).
+    """
     from bisect_eagle.tracking.runs import default_tracking_uri, sqlite_path
 
     if uri == default_tracking_uri():
@@ -284,7 +307,15 @@ def _short(params: dict[str, Any], requested: dict[str, Any] | None = None) -> s
 
 
 def finish(out: StudyOutcome, as_json: bool) -> None:
-    """Print a study's outcome (one JSON object, or the summary); exit 3 when the target was not reached."""
+    """Print a study's outcome (one JSON object, or the summary); exit 3 when the target was not reached.
+
+    Args:
+        out: the study's outcome.
+        as_json: print one JSON object instead of the summary.
+
+    Raises:
+        typer.Exit: code 3 when the target was not reached.
+    """
     if as_json:
         print_json(out.to_json())
     else:
@@ -296,7 +327,17 @@ def finish(out: StudyOutcome, as_json: bool) -> None:
 def dry_run_command(*, spec: Path | None, sglang_python: str | None, vllm_python: str | None,
                     as_json: bool) -> None:
     """``run --dry-run``: the study's plan (:func:`bisect_eagle.search.study.dryrun.plan_study`), printed; exit 0,
-    or 2 when the engine refuses every config. No store is opened and nothing is written."""
+    or 2 when the engine refuses every config. No store is opened and nothing is written.
+
+    Args:
+        spec: the spec's path; None for the embedded default.
+        sglang_python: ``--sglang-python``; None keeps the spec's.
+        vllm_python: ``--vllm-python``; None keeps the spec's.
+        as_json: print one JSON object instead of the text.
+
+    Raises:
+        BadInput: a bad spec, or the engine refuses every config of a listed space.
+    """
     quiet_libraries()
     s = load_spec_or_default(spec, live=False)  # the prompts are read at launch, which a dry run never reaches
     use_pythons(s, sglang=sglang_python, vllm=vllm_python)
@@ -310,6 +351,11 @@ def dry_run_command(*, spec: Path | None, sglang_python: str | None, vllm_python
     console = Console()
 
     def say(text: str) -> None:
+        """Print one line as it is (no markup, no highlighting).
+
+        Args:
+            text: the line.
+        """
         console.print(text, markup=False, highlight=False)
 
     say(f"dry run of spec {s.name!r} on the {p.engine} engine: nothing runs, nothing is written")
@@ -384,6 +430,11 @@ def _run(activity: Activity, *, spec: Path | None, storage: str | None, tracking
              "starting the study: its stores, its parent run, stage 1's target, draft and dump")
     with Display(enabled=not as_json, activity=activity) as display:
         def progress(p: StudyProgress) -> None:
+            """Show one progress event (the first also marks the inputs checked).
+
+            Args:
+                p: the event.
+            """
             activity.inputs_checked()  # the study's first event: its inputs, the space's refusals too, are checked
             display(p)
 

@@ -162,7 +162,14 @@ def run_url(port: int, *, experiment_id: str, run_id: str) -> str:
 
 
 def port_free(port: int) -> bool:
-    """Whether the UI server could bind ``127.0.0.1:port``: nothing listens there and nothing holds it bound."""
+    """Whether the UI server could bind ``127.0.0.1:port``: nothing listens there and nothing holds it bound.
+
+    Args:
+        port: the TCP port.
+
+    Returns:
+        True when the bind succeeds now.
+    """
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -219,13 +226,24 @@ class WaitClock:
         self.stream.flush()
 
     def done(self, elapsed: float) -> None:
-        """End the clock's line, saying how long it took."""
+        """End the clock's line, saying how long it took.
+
+        Args:
+            elapsed: the seconds it took.
+        """
         self.stream.write(f"{chr(13) if self.tty else ''}{self.what}: answered after {clock(elapsed)}\n")
         self.stream.flush()
 
 
 def clock(seconds: float) -> str:
-    """``m:ss`` (``h:mm:ss`` from an hour on)."""
+    """``m:ss`` (``h:mm:ss`` from an hour on).
+
+    Args:
+        seconds: the duration (fractions dropped).
+
+    Returns:
+        The text.
+    """
     s = int(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
@@ -377,4 +395,9 @@ def _said_exit(code: int | None, *, log: Path, what: str | None = None) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``ui`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("ui")(ui)

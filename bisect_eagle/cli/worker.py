@@ -30,4 +30,9 @@ def worker(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``worker`` command to the command line.
+
+    Args:
+        app: the ``bisect-eagle`` application.
+    """
     app.command("worker")(worker)
