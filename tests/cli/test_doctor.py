@@ -76,7 +76,7 @@ def test_split_in_json_carries_the_numbers(logged):
     spec, uri, out = logged
     args = ["doctor", str(spec), "--split", "--tracking-uri", uri, "--json"]
     done = CliRunner().invoke(app, args)
-    body = json.loads(done.output)
+    body = json.loads(done.stdout)
     assert body["split"]["side"] == "both" and body["split"]["run_id"] == out.best["run_id"]
     assert body["split"]["needed_tok_s"] == pytest.approx(250.0)
     (finding,) = [f for f in body["findings"] if f["code"] == "throughput-split"]

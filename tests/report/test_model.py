@@ -192,7 +192,7 @@ def test_report_command_states_the_model_adaptive_and_concurrency(store, monkeyp
     assert "predicted_vs_measured_output_tok_s.png" in text
     done = CliRunner().invoke(app, ["report", str(root / "spec.yaml"), "--tracking-uri", uri, "--json",
                                     "--study-name", "with-model", "--out", str(root / "cli")])
-    body = json.loads(done.output)
+    body = json.loads(done.stdout)
     assert not any(k.startswith("system/") for trial in body["trials"] for k in trial)
     model = body["model"]
     assert model["error"] == {"n": 4, "inside": 3, "median_rel_error": pytest.approx((5 / 130 + 10 / 160) / 2)}
