@@ -346,7 +346,8 @@ class Tracking:
                 :data:`TAG_LIMIT`).
             params: the run's params.
             parent_run_id: the parent run, tagged ``mlflow.parentRunId``; None: a top-level run.
-            metrics: metrics logged at once, in the params' batch (:meth:`log`; a study's forecast of a trial).
+            metrics: metrics logged at once, in the params' batch (:meth:`log`; a study's forecast
+                of a trial).
 
         Returns:
             The new run's id.
@@ -464,8 +465,9 @@ class Tracking:
     def end_run(self, run_id: str, status: str, *, texts: dict[str, str] | None = None,
                 metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
                 curves: Mapping[str, list[float]] | None = None, name_suffix: str = "") -> None:
-        """Write a run's result and end it, in this order: its text artifacts (:meth:`log_texts`), one batch of
-        metrics and tags (:meth:`log`), each curve (:meth:`log_curve`), its new name, its status (:meth:`finish`).
+        """Write a run's result and end it, in this order: its text artifacts (:meth:`log_texts`),
+        one batch of metrics and tags (:meth:`log`), each curve (:meth:`log_curve`), its new name,
+        its status (:meth:`finish`).
 
         Args:
             run_id: the run.

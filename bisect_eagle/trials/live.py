@@ -1,5 +1,8 @@
 """One trial as one path: the engine's plan -> cache lookup -> engine -> result -> one MLflow child run.
 
+The run is opened (cache lookup, name, tags, params) and closed (the result) by its schema,
+:mod:`bisect_eagle.trials.record`, in one call each; the engine runs in between.
+
 :func:`run_live_trial` is the one call: the caller (a study's loop, a bisect's prober, ``reproduce``) has the plan
 (:meth:`TrialContext.plan <bisect_eagle.trials.context.TrialContext.plan>`) and takes its own decisions before it;
 nothing here calls back up. Identity is the plan's fingerprint (:mod:`bisect_eagle.engines.plan`): the engine's
@@ -83,8 +86,8 @@ def run_live_trial(
         (``... [failed: oom]``).
     """
     start = time.perf_counter()
-    opened = open_trial(ctx, plan, stage=stage, parent_run_id=parent_run_id, number=number, tags=tags, label=label,
-                        reuse=reuse, start_metrics=start_metrics)
+    opened = open_trial(ctx, plan, stage=stage, parent_run_id=parent_run_id, number=number,
+                        tags=tags, label=label, reuse=reuse, start_metrics=start_metrics)
     if opened.cached is not None:
         return opened.cached
     ctx.run_id = opened.run_id
@@ -93,6 +96,7 @@ def run_live_trial(
     if plan.refusal is None:  # a refused plan runs nothing: its run ends FAILED, bad_arguments
         with opened.guard:
             results, engine_s, pruned = _measure(ctx, plan, rounds)
-    record = close_trial(ctx, plan, opened, stage=stage, results=results, pruned=pruned, engine_s=engine_s)
+    record = close_trial(ctx, plan, opened, stage=stage, results=results, pruned=pruned,
+                         engine_s=engine_s)
     record.wall_s = time.perf_counter() - start
     return record

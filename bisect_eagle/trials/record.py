@@ -9,7 +9,9 @@ acceptance as one curve, ``launches``: the engine runs the trial made, :mod:`bis
 and the artifact ``trial.json``, which holds each fact once: ``plan`` (the engine's plan: requested, effective,
 fingerprint, warnings, refusal, launch) and ``repeats`` (what each measurement returned, without the settings
 the plan already states). Readers (:func:`find_cached`, :func:`effective_of`, :func:`settings_of_run`,
-:func:`spec_of_study`, :func:`live_trial_name`, the model's inputs) use only this module.
+:func:`spec_of_study`, :func:`live_trial_name`, the model's inputs) use only this module; so does
+its writer: :func:`open_trial` opens a live trial's run before its engine runs, :func:`close_trial`
+writes its result.
 """
 
 from __future__ import annotations
@@ -356,7 +358,8 @@ def log_result(tracking: Tracking, plan: TrialPlan, record: TrialRecord, results
         metric: the criterion metric, named first in the run's description.
 
     The run gets its metrics (exact), outcome tags, the display tags of the headline metrics (:func:`shown_tags`),
-    its artifacts and its final status, in one call of the store (:meth:`~bisect_eagle.tracking.runs.Tracking.end_run`).
+    its artifacts and its final status, in one call of the store
+    (:meth:`~bisect_eagle.tracking.runs.Tracking.end_run`).
     """
     scrub = scrubber_for(plan)
     files = {
@@ -378,29 +381,32 @@ def log_result(tracking: Tracking, plan: TrialPlan, record: TrialRecord, results
     curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
     metrics = {**{k: v for k, v in record.metrics.items() if k not in curve}, LAUNCHES: float(len(results))}
     positions = sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))
-    tracking.end_run(record.run_id, STATUS[record.status], texts={k: scrub(v) for k, v in files.items()},
-                     metrics=metrics, tags=tags, curves={ACCEPT_CURVE: [curve[k] for k in positions]},
-                     name_suffix=f" [failed: {record.failure_class}]" if record.failure_class else "")
+    failed = f" [failed: {record.failure_class}]" if record.failure_class else ""
+    tracking.end_run(record.run_id, STATUS[record.status],
+                     texts={k: scrub(v) for k, v in files.items()}, metrics=metrics, tags=tags,
+                     curves={ACCEPT_CURVE: [curve[k] for k in positions]}, name_suffix=failed)
 
 
 @dataclass(frozen=True, kw_only=True)
 class OpenedTrial:
-    """A live trial's run as :func:`open_trial` leaves it, before the engine runs: a finished trial found in the
-    store (``cached``; nothing else is set), or a started run, its name, and its guard."""
+    """A live trial's run as :func:`open_trial` leaves it, before the engine runs: a finished
+    trial found in the store (``cached``; nothing else is set), or a started run, its name and its
+    guard."""
 
     cached: TrialRecord | None = None
     run_id: str = ""
     name: str = ""  # the trial's trial_name
-    # holds the run's Tracking.run_guard, entered: the engine runs inside ``with opened.guard:``; empty when the
-    # plan is refused (nothing runs)
+    # holds the run's Tracking.run_guard, entered: the engine runs inside ``with opened.guard:``;
+    # empty when the plan is refused (nothing runs)
     guard: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
 
-def open_trial(ctx: TrialContext, plan: TrialPlan, *, stage: str, parent_run_id: str, number: int | None = None,
-               tags: Mapping[str, str] | None = None, label: str | None = None, reuse: bool = False,
+def open_trial(ctx: TrialContext, plan: TrialPlan, *, stage: str, parent_run_id: str,
+               number: int | None = None, tags: Mapping[str, str] | None = None,
+               label: str | None = None, reuse: bool = False,
                start_metrics: Mapping[str, float] | None = None) -> OpenedTrial:
-    """A live trial's run before its engine runs, in one call: the cached lookup, else the run started as a child
-    of ``parent_run_id``, with its name, tags and params, and guarded.
+    """A live trial's run before its engine runs, in one call: the cached lookup, else the run
+    started as a child of ``parent_run_id``, with its name, tags and params, and guarded.
 
     Args:
         ctx: the study's shared context (its store, study, owner and spec are read).
@@ -415,17 +421,18 @@ def open_trial(ctx: TrialContext, plan: TrialPlan, *, stage: str, parent_run_id:
         start_metrics: metrics logged on the run as it starts (a study's forecast of it).
 
     Returns:
-        The cached record, or the started run: named :func:`run_name` of its :func:`trial_name`, its params the
-        plan's effective settings (``requested.*`` beside those the engine changed), and, unless the plan is
-        refused, its :meth:`~bisect_eagle.tracking.runs.Tracking.run_guard` entered in ``guard`` (Ctrl-C or
-        SIGTERM ends the run KILLED, an engine bug FAILED, a BadInput FAILED as ``bad_arguments``; re-raised).
+        The cached record, or the started run: named :func:`run_name` of its :func:`trial_name`,
+        its params the plan's effective settings (``requested.*`` beside those the engine changed)
+        and, unless the plan is refused, its :meth:`~bisect_eagle.tracking.runs.Tracking.run_guard`
+        entered in ``guard`` (Ctrl-C or SIGTERM ends the run KILLED, an engine bug FAILED, a
+        BadInput FAILED as ``bad_arguments``; re-raised).
     """
-    tracking = ctx.tracking
-    if reuse and (cached := find_cached(tracking, plan.fingerprint, parent_run_id=parent_run_id)) is not None:
+    tracking, fp, effective = ctx.tracking, plan.fingerprint, plan.effective
+    if reuse and (cached := find_cached(tracking, fp, parent_run_id=parent_run_id)) is not None:
         return OpenedTrial(cached=cached)
-    effective = plan.effective
     params = flat_params(effective)
-    params.update({f"requested.{k}": v for k, v in flat_params(plan.requested).items() if params.get(k) != v})
+    requested = flat_params(plan.requested)
+    params.update({f"requested.{k}": v for k, v in requested.items() if params.get(k) != v})
     tags = dict(tags or {})
     of = (live_trial_name(tracking, tags["confirm_of"], parent_run_id=parent_run_id)
           if stage == "confirm" and tags.get("confirm_role") == "candidate" else None)
@@ -434,10 +441,12 @@ def open_trial(ctx: TrialContext, plan: TrialPlan, *, stage: str, parent_run_id:
         tags[NUMBER_TAG] = str(number)
     run_id = tracking.start_run(
         run_name(name, stage, effective),
-        tags={"stage": stage, TRIAL_TAG: name, "fingerprint": plan.fingerprint, "study": ctx.study,
+        tags={"stage": stage, TRIAL_TAG: name, "fingerprint": fp, "study": ctx.study,
               "owner": ctx.owner, **deployment_tags(ctx.spec), "engine": plan.engine,
-              "checked": plan.checked or "the engine's own rules", **_effective_tag(effective), **tags},
-        params=params, parent_run_id=parent_run_id, metrics=dict(start_metrics) if start_metrics else None)
+              "checked": plan.checked or "the engine's own rules", **_effective_tag(effective),
+              **tags},
+        params=params, parent_run_id=parent_run_id,
+        metrics=dict(start_metrics) if start_metrics else None)
     guard = contextlib.ExitStack()
     if plan.refusal is None:
         guard.enter_context(tracking.run_guard(run_id, failure_classes={BadInput: "bad_arguments"},
@@ -447,10 +456,11 @@ def open_trial(ctx: TrialContext, plan: TrialPlan, *, stage: str, parent_run_id:
 
 def close_trial(ctx: TrialContext, plan: TrialPlan, opened: OpenedTrial, *, stage: str,
                 results: list[TrialResult], pruned: bool, engine_s: float) -> TrialRecord:
-    """A live trial's record from what its engine returned, written into its run (:func:`log_result`), which ends.
+    """A live trial's record from what its engine returned, written into its run
+    (:func:`log_result`), which ends.
 
     Args:
-        ctx: the study's shared context (its store, criterion, baseline and stage-1 accuracies are read).
+        ctx: the study's shared context (its store, criterion, baseline and stage-1 accuracies).
         plan: the plan the trial ran.
         opened: its run (:func:`open_trial`).
         stage: the run's ``stage`` tag.
@@ -459,19 +469,20 @@ def close_trial(ctx: TrialContext, plan: TrialPlan, opened: OpenedTrial, *, stag
         engine_s: the seconds inside the engine.
 
     Returns:
-        The record: a refused plan a failed ``bad_arguments`` trial; a failed launch a failed trial with its
-        failure class; else the criterion's median over the launches (:func:`aggregate`), with the ratios to
-        the baseline and the wiring's stage-1 accuracy when known, ``pruned`` or ``ok``.
+        The record: a refused plan a failed ``bad_arguments`` trial; a failed launch a failed
+        trial with its failure class; else the criterion's median over the launches
+        (:func:`aggregate`), with the ratios to the baseline and the wiring's stage-1 accuracy when
+        known, ``pruned`` or ``ok``.
     """
-    metric = ctx.spec.criterion.metric
     if plan.refusal is not None:
-        record = TrialRecord(fingerprint=plan.fingerprint, stage=stage, status="failed", value=None, metrics={},
-                             effective=plan.effective, run_id=opened.run_id, name=opened.name,
-                             failure_class="bad_arguments", failure_detail=plan.refusal, warnings=list(plan.warnings))
+        record = TrialRecord(fingerprint=plan.fingerprint, stage=stage, status="failed", value=None,
+                             metrics={}, effective=plan.effective, run_id=opened.run_id,
+                             name=opened.name, failure_class="bad_arguments",
+                             failure_detail=plan.refusal, warnings=list(plan.warnings))
     else:
         record = _measured(ctx, plan, stage, results, pruned, opened.run_id)
         record.name, record.engine_s = opened.name, engine_s
-    log_result(ctx.tracking, plan, record, results, metric=metric)
+    log_result(ctx.tracking, plan, record, results, metric=ctx.spec.criterion.metric)
     return record
 
 
@@ -483,8 +494,8 @@ def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float]
         metric: the criterion metric.
 
     Returns:
-        (the median launch's metrics with ``metric`` the median, ``{metric}_mad`` and ``repeats`` added, and
-        ``output_tok_s`` / ``accept_length`` medians; that launch).
+        (the median launch's metrics with ``metric`` the median, ``{metric}_mad`` and ``repeats``
+        added, and ``output_tok_s`` / ``accept_length`` medians; that launch).
     """
     med, mad = median_mad([getattr(r, metric) for r in results])
     rep = min(results, key=lambda r: abs(getattr(r, metric) - med))
@@ -498,15 +509,15 @@ def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float]
     return metrics, rep
 
 
-def _measured(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialResult], pruned: bool,
-              run_id: str) -> TrialRecord:
+def _measured(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialResult],
+              pruned: bool, run_id: str) -> TrialRecord:
     fp, effective, metric = plan.fingerprint, plan.effective, ctx.spec.criterion.metric
     last = results[-1]
-    all_warnings = list(dict.fromkeys([*plan.warnings, *(w for r in results for w in r.warnings)]))
+    warnings = list(dict.fromkeys([*plan.warnings, *(w for r in results for w in r.warnings)]))
     if not last.ok:
-        return TrialRecord(fingerprint=fp, stage=stage, status="failed", value=None, metrics={}, effective=effective,
-                           run_id=run_id, failure_class=last.failure_class, failure_detail=last.failure_detail,
-                           warnings=all_warnings)
+        return TrialRecord(fingerprint=fp, stage=stage, status="failed", value=None, metrics={},
+                           effective=effective, run_id=run_id, failure_class=last.failure_class,
+                           failure_detail=last.failure_detail, warnings=warnings)
     metrics, _ = aggregate(results, metric)
     if ctx.baseline:
         metrics[ratio_name(metric)] = metrics[metric] / ctx.baseline
@@ -515,8 +526,9 @@ def _measured(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[Tria
     ids = effective.get(WIRING_SETTING)
     if ids is not None and tuple(ids) in ctx.wiring_accuracy:
         metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
-    return TrialRecord(fingerprint=fp, stage=stage, status="pruned" if pruned else "ok", value=metrics[metric],
-                       metrics=metrics, effective=effective, run_id=run_id, warnings=all_warnings)
+    return TrialRecord(fingerprint=fp, stage=stage, status="pruned" if pruned else "ok",
+                       value=metrics[metric], metrics=metrics, effective=effective, run_id=run_id,
+                       warnings=warnings)
 
 
 def _repeat(r: TrialResult) -> dict[str, Any]:

@@ -83,7 +83,8 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
 
     Args:
         spec: the study's spec.
-        options: the command's choices (stores, study name, budgets overridden, ``resume``, progress callback).
+        options: the command's choices (stores, study name, budgets overridden, ``resume``, progress
+            callback).
         engine_factory: makes the study's engine from the spec.
 
     Returns:
@@ -91,8 +92,8 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
 
     Raises:
         ValueError: ``options`` has no tracking URI.
-        BadInput: an unreachable or unwritable store, a space the engine refuses whole, a server this machine
-            cannot start.
+        BadInput: an unreachable or unwritable store, a space the engine refuses whole, a server
+            this machine cannot start.
         StoreBusy: another measuring command holds the local tracking store.
     """
     opts = options
@@ -239,12 +240,13 @@ def _show_reaped(s: StudyRun, live: Liveness) -> None:
 
 def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
                wait_s: float = WORKER_WAIT_S) -> StudyOutcome:
-    """A worker: join a study another process created, wait for its stage 1 and baseline, then search.
+    """A worker: join a study another process created, wait for its stage 1 and baseline, then
+    search.
 
     Args:
         spec: the study's spec (the same as its creator's).
-        options: the command's choices (the creator's stores; ``study_name``, else the spec's, else the spec's
-            latest study).
+        options: the command's choices (the creator's stores; ``study_name``, else the spec's, else
+            the spec's latest study).
         engine_factory: makes this worker's engine from the spec.
         wait_s: how long to wait for the study to appear and for its baseline.
 
@@ -252,7 +254,8 @@ def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
         The study's outcome as this worker ends it.
 
     Raises:
-        BadInput: no such study in the store, or it did not appear or reach its baseline within ``wait_s``.
+        BadInput: no such study in the store, or it did not appear or reach its baseline within
+            ``wait_s``.
     """
     opts = options
     check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)

@@ -111,9 +111,10 @@ class Claims:
                 return True, None
         return False, other
 
-    def claim_within(self, fingerprint: str, *, trial: int, owner: str, limit: int) -> tuple[bool, Claim | None]:
-        """:meth:`claim`, and the claim given back at once when it falls beyond the study's first ``limit`` claims
-        (:meth:`position`: other workers used up the live-trial budget).
+    def claim_within(self, fingerprint: str, *, trial: int, owner: str,
+                     limit: int) -> tuple[bool, Claim | None]:
+        """:meth:`claim`, and the claim given back at once when it falls beyond the study's first
+        ``limit`` claims (:meth:`position`: other workers used up the live-trial budget).
 
         Args:
             fingerprint: the plan's fingerprint.
@@ -122,8 +123,8 @@ class Claims:
             limit: the study's live-trial budget.
 
         Returns:
-            (True, None): ``owner`` owns it now; (False, the existing claim): another holds it; (False, None): it was
-            beyond ``limit`` and is released.
+            (True, None): ``owner`` owns it now; (False, the existing claim): another holds it;
+            (False, None): it was beyond ``limit`` and is released.
         """
         won, other = self.claim(fingerprint, trial=trial, owner=owner)
         if won and self.position(fingerprint) > limit:

@@ -279,7 +279,7 @@ class StudyRun(StudyState):
         trial = self.study.ask()
         self.first_beat(trial._trial_id)
         trial.set_user_attr("owner", self.ctx.owner)
-        # its MLflow run's name once measured (record.trial_name's, from its format: no call into the record here)
+        # its MLflow run's name once measured (trial_name's format: no call into the record here)
         trial.set_user_attr("name", NUMBERED.format(stage="live", number=trial.number))
         sampled = space.suggest(trial)
         try:
@@ -303,12 +303,14 @@ class StudyRun(StudyState):
         for key, value in effective.items():  # one row each in optuna-dashboard's user attributes, beside the params
             trial.set_user_attr(f"effective.{key}", value)
         judged = self._judge(trial, plan.effective)
-        if judged is not None and judged.skip and self.claims.get(fp) is None:  # measured: a duplicate, never skipped
+        # a measured config is a duplicate, never "skipped"
+        if judged is not None and judged.skip and self.claims.get(fp) is None:
             trial.set_user_attr("skipped", judged.skip)
             trial.set_constraint("predicted_below", 1.0)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "skipped", None
-        won, other = self.claims.claim_within(fp, trial=trial.number, owner=self.ctx.owner, limit=self.max_live_trials)
+        won, other = self.claims.claim_within(fp, trial=trial.number, owner=self.ctx.owner,
+                                              limit=self.max_live_trials)
         if not won and other is None:
             trial.set_user_attr("not_run", "the live-trial budget was used up by other workers")
             self.study.tell(trial, state=TrialState.FAIL)
@@ -328,7 +330,7 @@ class StudyRun(StudyState):
         try:  # a finished trial of fp (the baseline config, or one measured before a lost claim) is reused
             record = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
                                     number=trial.number, reuse=True,
-                                    start_metrics=judged.start_metrics if judged is not None else None)
+                                    start_metrics=None if judged is None else judged.start_metrics)
         except BaseException:  # interrupted or broken: not a result; the config may be measured again
             self.claims.release(fp)
             if self.ctx.run_id not in (None, before):
@@ -360,8 +362,8 @@ class StudyRun(StudyState):
             self.study.tell(trial, state=TrialState.PRUNED)
 
     def _judge(self, trial: optuna.Trial, effective: dict[str, Any]) -> Judgement | None:
-        """The model's judgement of a proposed config (its forecast stored on the Optuna trial; never skipped on
-        the sampler's turn); None without a model or a target."""
+        """The model's judgement of a proposed config (its forecast stored on the Optuna trial;
+        never skipped on the sampler's turn); None without a model or a target."""
         if self.guide is None or self.ctx.target is None:
             return None
         judged = self.guide.judge(effective, target=self.ctx.target, may_skip=not self.sampler_turn)

@@ -129,12 +129,12 @@ def speed_sentence(speed: dict[str, Any] | None) -> str | None:
     """The best config's tok/s against the baseline's, in one sentence.
 
     Args:
-        speed: the outcome's ``speed`` facts (``output_tok_s``, ``baseline_output_tok_s``, and why speculation may
-            be slower here).
+        speed: the outcome's ``speed`` facts (``output_tok_s``, ``baseline_output_tok_s``, and why
+            speculation may be slower here).
 
     Returns:
-        ``output tok/s 61.2 against 90.0 without speculation (0.68× baseline): speculation is slower here than no
-        speculation, likely because ...``; None without both figures.
+        ``output tok/s 61.2 against 90.0 without speculation (0.68× baseline): speculation is
+        slower here than no speculation, likely because ...``; None without both figures.
     """
     if not speed or speed.get("output_tok_s") is None or not speed.get("baseline_output_tok_s"):
         return None

@@ -45,8 +45,8 @@ def resolved_spec(spec: Spec) -> dict[str, Any]:
         spec: the study's spec.
 
     Returns:
-        The spec as loaded (defaults filled in, absolute source path), its engine section (settings, extra
-        arguments) as the secret policy writes it, its description masked.
+        The spec as loaded (defaults filled in, absolute source path), its engine section
+        (settings, extra arguments) as the secret policy writes it, its description masked.
     """
     d = spec.model_dump(mode="json")
     d["source"] = str(Path(spec.source).resolve())
