@@ -333,7 +333,7 @@ class Tracking:
         return cls(uri, run.info.experiment_id, client, read_only=bool(unwritable)), run
 
     def start_run(self, name: str, *, tags: dict[str, str], params: dict[str, str] | None = None,
-                  parent_run_id: str | None = None) -> str:
+                  parent_run_id: str | None = None, metrics: dict[str, float] | None = None) -> str:
         """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
         sampled into it until :meth:`finish` when its ``stage`` tag is one of
         :data:`MEASURED_STAGES`. The run is tagged ``owner`` (:func:`owner_id`, unless ``tags`` names
@@ -346,6 +346,8 @@ class Tracking:
                 :data:`TAG_LIMIT`).
             params: the run's params.
             parent_run_id: the parent run, tagged ``mlflow.parentRunId``; None: a top-level run.
+            metrics: metrics logged at once, in the params' batch (:meth:`log`; a study's forecast
+                of a trial).
 
         Returns:
             The new run's id.
@@ -354,8 +356,8 @@ class Tracking:
                     **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
         run = self.client.create_run(self.experiment_id, run_name=mask_text(name),
                                      tags=tag_values(all_tags))
-        if params:
-            self.log(run.info.run_id, params=params)
+        if params or metrics:
+            self.log(run.info.run_id, params=params, metrics=metrics)
         if tags.get("stage") in MEASURED_STAGES:
             self.system_metrics.start(run.info.run_id, tracking_uri=self.uri)
         return run.info.run_id
@@ -459,6 +461,30 @@ class Tracking:
         """
         self.system_metrics.stop(run_id)
         self.client.set_terminated(run_id, status)
+
+    def end_run(self, run_id: str, status: str, *, texts: dict[str, str] | None = None,
+                metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
+                curves: Mapping[str, list[float]] | None = None, name_suffix: str = "") -> None:
+        """Write a run's result and end it, in this order: its text artifacts (:meth:`log_texts`),
+        one batch of metrics and tags (:meth:`log`), each curve (:meth:`log_curve`), its new name,
+        its status (:meth:`finish`).
+
+        Args:
+            run_id: the run.
+            status: ``"FINISHED"``, ``"FAILED"`` or ``"KILLED"``.
+            texts: artifact name → text (masked); None or empty: nothing is uploaded.
+            metrics: name → value at step 0 (non-finite values left out).
+            tags: name → value (cut to :data:`TAG_LIMIT`).
+            curves: metric name → its values by step.
+            name_suffix: added to the run's name (``" [failed: oom]"``); empty: the name stays.
+        """
+        self.log_texts(run_id, texts or {})
+        self.log(run_id, metrics=metrics, tags=tags)
+        for name, values in (curves or {}).items():
+            self.log_curve(run_id, name, values=values)
+        if name_suffix:
+            self.rename(run_id, f"{self.get_run(run_id).info.run_name}{name_suffix}")
+        self.finish(run_id, status)
 
     @contextlib.contextmanager
     def run_guard(

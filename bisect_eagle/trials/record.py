@@ -9,15 +9,19 @@ acceptance as one curve, ``launches``: the engine runs the trial made, :mod:`bis
 and the artifact ``trial.json``, which holds each fact once: ``plan`` (the engine's plan: requested, effective,
 fingerprint, warnings, refusal, launch) and ``repeats`` (what each measurement returned, without the settings
 the plan already states). Readers (:func:`find_cached`, :func:`effective_of`, :func:`settings_of_run`,
-:func:`spec_of_study`, :func:`live_trial_name`, the model's inputs) use only this module.
+:func:`spec_of_study`, :func:`live_trial_name`, the model's inputs) use only this module; so does
+its writer: :func:`open_trial` opens a live trial's run before its engine runs, :func:`close_trial`
+writes its result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,9 +32,11 @@ from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING, Spec, settings_from
 from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.stats import median_mad
 from bisect_eagle.tracking.redact import Scrubber
-from bisect_eagle.tracking.runs import NOTE, PARENT_TAG, TAG_LIMIT, Tracking
+from bisect_eagle.tracking.runs import NOTE, PARENT_TAG, TAG_LIMIT, Tracking, flat_params
 from bisect_eagle.tracking.sysmetrics import PREFIX as SYSTEM_PREFIX
+from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.launches import LAUNCHES
 
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
@@ -39,6 +45,7 @@ ACCEPT_CURVE = "accept_rate_per_position"  # step = draft position
 DEPLOYMENT = ("target", "draft", "dump", "prompts")
 TRIAL_JSON = "trial.json"
 TRIAL_TAG = "trial"  # a trial run's one name (trial_name): the CLI's tables, report and the UI call it so
+NUMBERED = "{stage} {number:03d}"  # a study's numbered trial's name (trial_name): ``live 003``
 NUMBER_TAG = "trial_number"  # a study's live trial: its Optuna trial number
 HEADLINE = ("accept_length", "output_tok_s")  # a trial's headline metrics, each with its ratio to the baseline
 SHOWN_TAG = "shown."  # + a headline metric or its ratio: the value rounded for a person (the metric stays exact)
@@ -270,7 +277,7 @@ def trial_name(stage: str, *, number: int | None = None, label: str | None = Non
         pair, role = tags.get("confirm_pair"), tags.get("confirm_role")
         return " ".join(["confirm", *([str(int(pair) + 1)] if pair is not None else []), *([role] if role else []),
                          *([of] if role == "candidate" and of else [])])
-    return f"{stage} {number:03d}" if number is not None else stage
+    return NUMBERED.format(stage=stage, number=number) if number is not None else stage
 
 
 def run_name(name: str, stage: str, effective: dict[str, Any]) -> str:
@@ -351,7 +358,8 @@ def log_result(tracking: Tracking, plan: TrialPlan, record: TrialRecord, results
         metric: the criterion metric, named first in the run's description.
 
     The run gets its metrics (exact), outcome tags, the display tags of the headline metrics (:func:`shown_tags`),
-    its artifacts and its final status.
+    its artifacts and its final status, in one call of the store
+    (:meth:`~bisect_eagle.tracking.runs.Tracking.end_run`).
     """
     scrub = scrubber_for(plan)
     files = {
@@ -362,7 +370,6 @@ def log_result(tracking: Tracking, plan: TrialPlan, record: TrialRecord, results
         files["requests.csv"] = _requests_csv(results)
     for name, text in (results[-1].artifacts.items() if results else ()):
         files[name] = text
-    tracking.log_texts(record.run_id, {k: scrub(v) for k, v in files.items()})
     tags = {"outcome": record.status, "value": str(record.value), "acceptance": plan.acceptance,
             NOTE: scrub(trial_description(record, plan, metric=metric, launches=len(results))),
             **shown_tags(record.metrics)}
@@ -373,13 +380,155 @@ def log_result(tracking: Tracking, plan: TrialPlan, record: TrialRecord, results
         tags["warnings"] = scrub(" | ".join(record.warnings))
     curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
     metrics = {**{k: v for k, v in record.metrics.items() if k not in curve}, LAUNCHES: float(len(results))}
-    tracking.log(record.run_id, metrics=metrics, tags=tags)
-    tracking.log_curve(record.run_id, ACCEPT_CURVE,
-                           values=[curve[k] for k in sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))])
-    if record.failure_class:
-        name = tracking.get_run(record.run_id).info.run_name
-        tracking.rename(record.run_id, f"{name} [failed: {record.failure_class}]")
-    tracking.finish(record.run_id, STATUS[record.status])
+    positions = sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))
+    failed = f" [failed: {record.failure_class}]" if record.failure_class else ""
+    tracking.end_run(record.run_id, STATUS[record.status],
+                     texts={k: scrub(v) for k, v in files.items()}, metrics=metrics, tags=tags,
+                     curves={ACCEPT_CURVE: [curve[k] for k in positions]}, name_suffix=failed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenedTrial:
+    """A live trial's run as :func:`open_trial` leaves it, before the engine runs: a finished
+    trial found in the store (``cached``; nothing else is set), or a started run, its name and its
+    guard."""
+
+    cached: TrialRecord | None = None
+    run_id: str = ""
+    name: str = ""  # the trial's trial_name
+    # holds the run's Tracking.run_guard, entered: the engine runs inside ``with opened.guard:``;
+    # empty when the plan is refused (nothing runs)
+    guard: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+
+def open_trial(ctx: TrialContext, plan: TrialPlan, *, stage: str, parent_run_id: str,
+               number: int | None = None, tags: Mapping[str, str] | None = None,
+               label: str | None = None, reuse: bool = False,
+               start_metrics: Mapping[str, float] | None = None) -> OpenedTrial:
+    """A live trial's run before its engine runs, in one call: the cached lookup, else the run
+    started as a child of ``parent_run_id``, with its name, tags and params, and guarded.
+
+    Args:
+        ctx: the study's shared context (its store, study, owner and spec are read).
+        plan: the engine's plan (its fingerprint is the trial's identity).
+        stage: the run's ``stage`` tag.
+        parent_run_id: the parent run.
+        number: a study's Optuna trial number (also tagged ``trial_number``).
+        tags: more tags (a confirmation's ``confirm_pair`` / ``confirm_role`` / ``confirm_of``).
+        label: names the run instead of the stage (:func:`trial_name`).
+        reuse: first look for a finished trial of the plan's fingerprint under ``parent_run_id``
+            (:func:`find_cached`) and return it, starting nothing.
+        start_metrics: metrics logged on the run as it starts (a study's forecast of it).
+
+    Returns:
+        The cached record, or the started run: named :func:`run_name` of its :func:`trial_name`,
+        its params the plan's effective settings (``requested.*`` beside those the engine changed)
+        and, unless the plan is refused, its :meth:`~bisect_eagle.tracking.runs.Tracking.run_guard`
+        entered in ``guard`` (Ctrl-C or SIGTERM ends the run KILLED, an engine bug FAILED, a
+        BadInput FAILED as ``bad_arguments``; re-raised).
+    """
+    tracking, fp, effective = ctx.tracking, plan.fingerprint, plan.effective
+    if reuse and (cached := find_cached(tracking, fp, parent_run_id=parent_run_id)) is not None:
+        return OpenedTrial(cached=cached)
+    params = flat_params(effective)
+    requested = flat_params(plan.requested)
+    params.update({f"requested.{k}": v for k, v in requested.items() if params.get(k) != v})
+    tags = dict(tags or {})
+    of = (live_trial_name(tracking, tags["confirm_of"], parent_run_id=parent_run_id)
+          if stage == "confirm" and tags.get("confirm_role") == "candidate" else None)
+    name = trial_name(stage, number=number, label=label, tags=tags, of=of)
+    if number is not None:
+        tags[NUMBER_TAG] = str(number)
+    run_id = tracking.start_run(
+        run_name(name, stage, effective),
+        tags={"stage": stage, TRIAL_TAG: name, "fingerprint": fp, "study": ctx.study,
+              "owner": ctx.owner, **deployment_tags(ctx.spec), "engine": plan.engine,
+              "checked": plan.checked or "the engine's own rules", **_effective_tag(effective),
+              **tags},
+        params=params, parent_run_id=parent_run_id,
+        metrics=dict(start_metrics) if start_metrics else None)
+    guard = contextlib.ExitStack()
+    if plan.refusal is None:
+        guard.enter_context(tracking.run_guard(run_id, failure_classes={BadInput: "bad_arguments"},
+                                               scrub=scrubber_for(plan)))
+    return OpenedTrial(run_id=run_id, name=name, guard=guard)
+
+
+def close_trial(ctx: TrialContext, plan: TrialPlan, opened: OpenedTrial, *, stage: str,
+                results: list[TrialResult], pruned: bool, engine_s: float) -> TrialRecord:
+    """A live trial's record from what its engine returned, written into its run
+    (:func:`log_result`), which ends.
+
+    Args:
+        ctx: the study's shared context (its store, criterion, baseline and stage-1 accuracies).
+        plan: the plan the trial ran.
+        opened: its run (:func:`open_trial`).
+        stage: the run's ``stage`` tag.
+        results: what each launch returned (empty for a refused plan).
+        pruned: the first launch measured below ``search.prune_below`` of the target.
+        engine_s: the seconds inside the engine.
+
+    Returns:
+        The record: a refused plan a failed ``bad_arguments`` trial; a failed launch a failed
+        trial with its failure class; else the criterion's median over the launches
+        (:func:`aggregate`), with the ratios to the baseline and the wiring's stage-1 accuracy when
+        known, ``pruned`` or ``ok``.
+    """
+    if plan.refusal is not None:
+        record = TrialRecord(fingerprint=plan.fingerprint, stage=stage, status="failed", value=None,
+                             metrics={}, effective=plan.effective, run_id=opened.run_id,
+                             name=opened.name, failure_class="bad_arguments",
+                             failure_detail=plan.refusal, warnings=list(plan.warnings))
+    else:
+        record = _measured(ctx, plan, stage, results, pruned, opened.run_id)
+        record.name, record.engine_s = opened.name, engine_s
+    log_result(ctx.tracking, plan, record, results, metric=ctx.spec.criterion.metric)
+    return record
+
+
+def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float], TrialResult]:
+    """Median metrics over repeats (with MAD of the criterion metric) and the median run itself.
+
+    Args:
+        results: what each launch returned (each ok).
+        metric: the criterion metric.
+
+    Returns:
+        (the median launch's metrics with ``metric`` the median, ``{metric}_mad`` and ``repeats``
+        added, and ``output_tok_s`` / ``accept_length`` medians; that launch).
+    """
+    med, mad = median_mad([getattr(r, metric) for r in results])
+    rep = min(results, key=lambda r: abs(getattr(r, metric) - med))
+    metrics = dict(rep.metrics())
+    metrics[metric] = med
+    metrics[f"{metric}_mad"] = mad
+    metrics["repeats"] = float(len(results))
+    for other in ("output_tok_s", "accept_length"):
+        if other != metric:
+            metrics[other] = statistics.median(getattr(r, other) for r in results)
+    return metrics, rep
+
+
+def _measured(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialResult],
+              pruned: bool, run_id: str) -> TrialRecord:
+    fp, effective, metric = plan.fingerprint, plan.effective, ctx.spec.criterion.metric
+    last = results[-1]
+    warnings = list(dict.fromkeys([*plan.warnings, *(w for r in results for w in r.warnings)]))
+    if not last.ok:
+        return TrialRecord(fingerprint=fp, stage=stage, status="failed", value=None, metrics={},
+                           effective=effective, run_id=run_id, failure_class=last.failure_class,
+                           failure_detail=last.failure_detail, warnings=warnings)
+    metrics, _ = aggregate(results, metric)
+    if ctx.baseline:
+        metrics[ratio_name(metric)] = metrics[metric] / ctx.baseline
+    if ctx.baseline_tok_s:
+        metrics[ratio_name("output_tok_s")] = metrics["output_tok_s"] / ctx.baseline_tok_s
+    ids = effective.get(WIRING_SETTING)
+    if ids is not None and tuple(ids) in ctx.wiring_accuracy:
+        metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
+    return TrialRecord(fingerprint=fp, stage=stage, status="pruned" if pruned else "ok",
+                       value=metrics[metric], metrics=metrics, effective=effective, run_id=run_id,
+                       warnings=warnings)
 
 
 def _repeat(r: TrialResult) -> dict[str, Any]:

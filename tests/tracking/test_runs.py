@@ -127,6 +127,19 @@ def test_run_guard_leaves_a_run_alone_when_nothing_goes_wrong(tracking):
     assert tracking.get_run(run_id).info.status == "RUNNING"
 
 
+def test_a_run_starts_with_its_metrics_and_ends_with_its_result_in_one_call_each(tracking):
+    run_id = tracking.start_run("r", tags={}, params={"a": "1"}, metrics={"predicted": 2.0})
+    tracking.end_run(run_id, "FAILED", texts={"x.txt": "hello"}, metrics={"m": 1.0},
+                     tags={"outcome": "failed"}, curves={"acc": [0.9, 0.5]},
+                     name_suffix=" [failed: oom]")
+    run = tracking.get_run(run_id)
+    assert run.data.params == {"a": "1"}
+    assert run.data.metrics == {"predicted": 2.0, "m": 1.0, "acc": 0.5}
+    assert run.data.tags["outcome"] == "failed" and run.info.run_name == "r [failed: oom]"
+    assert run.info.status == "FAILED" and tracking.read_text(run_id, "x.txt") == "hello"
+    assert [m.step for m in tracking.client.get_metric_history(run_id, "acc")] == [0, 1]
+
+
 @pytest.mark.parametrize(("exc", "status", "outcome"), [
     (KeyboardInterrupt(), "KILLED", "interrupted"),
     (SystemExit(143), "KILLED", "interrupted"),  # SIGTERM, once sigterm_as_exit turned it into SystemExit

@@ -80,6 +80,21 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     (:meth:`Tracking.end_orphans`). ``resume`` then reaps the recorded servers of dead controllers
     on this host and closes their runs KILLED (:mod:`.resume`), then fails and releases what dead
     processes of this host left running.
+
+    Args:
+        spec: the study's spec.
+        options: the command's choices (stores, study name, budgets overridden, ``resume``, progress
+            callback).
+        engine_factory: makes the study's engine from the spec.
+
+    Returns:
+        The study's outcome (what ``run --json`` prints).
+
+    Raises:
+        ValueError: ``options`` has no tracking URI.
+        BadInput: an unreachable or unwritable store, a space the engine refuses whole, a server
+            this machine cannot start.
+        StoreBusy: another measuring command holds the local tracking store.
     """
     opts = options
     if opts.tracking_uri is None:
@@ -225,7 +240,23 @@ def _show_reaped(s: StudyRun, live: Liveness) -> None:
 
 def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
                wait_s: float = WORKER_WAIT_S) -> StudyOutcome:
-    """A worker: join a study another process created, wait for its stage 1 and baseline, then search."""
+    """A worker: join a study another process created, wait for its stage 1 and baseline, then
+    search.
+
+    Args:
+        spec: the study's spec (the same as its creator's).
+        options: the command's choices (the creator's stores; ``study_name``, else the spec's, else
+            the spec's latest study).
+        engine_factory: makes this worker's engine from the spec.
+        wait_s: how long to wait for the study to appear and for its baseline.
+
+    Returns:
+        The study's outcome as this worker ends it.
+
+    Raises:
+        BadInput: no such study in the store, or it did not appear or reach its baseline within
+            ``wait_s``.
+    """
     opts = options
     check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)
     storage = open_storage(opts.storage)

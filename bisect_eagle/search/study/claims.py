@@ -111,6 +111,27 @@ class Claims:
                 return True, None
         return False, other
 
+    def claim_within(self, fingerprint: str, *, trial: int, owner: str,
+                     limit: int) -> tuple[bool, Claim | None]:
+        """:meth:`claim`, and the claim given back at once when it falls beyond the study's first
+        ``limit`` claims (:meth:`position`: other workers used up the live-trial budget).
+
+        Args:
+            fingerprint: the plan's fingerprint.
+            trial: the claiming Optuna trial's number.
+            owner: the claimant (:func:`~bisect_eagle.tracking.runs.owner_id`).
+            limit: the study's live-trial budget.
+
+        Returns:
+            (True, None): ``owner`` owns it now; (False, the existing claim): another holds it;
+            (False, None): it was beyond ``limit`` and is released.
+        """
+        won, other = self.claim(fingerprint, trial=trial, owner=owner)
+        if won and self.position(fingerprint) > limit:
+            self.release(fingerprint)
+            return False, None
+        return won, other
+
     def position(self, fingerprint: str) -> int:
         """1-based order of this fingerprint's claim among the study's claims (the live-trial budget)."""
         t = self.table

@@ -120,6 +120,17 @@ class Forecast:
                 "predicted_output_tok_s": self.prediction.tok_s}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Judgement:
+    """The model's whole decision about a proposed config, as plain values
+    (:meth:`ModelGuide.judge`)."""
+
+    forecast: Forecast | None  # None while the model cannot predict the config
+    predicted: dict[str, Any] | None  # as stored on the Optuna trial (Forecast.to_json)
+    start_metrics: dict[str, float] | None  # its live run's ``predicted_*`` (Forecast.metrics)
+    skip: str | None  # why it is never launched (the ``skipped`` attribute); None: it may run
+
+
 def model_inputs(metrics: Mapping[str, float], effective: Mapping[str, Any], *,
                  rates: list[float]) -> dict[str, Any]:
     """What :meth:`ThroughputModel.update` reads, from a live run's logged metrics, effective settings and its
@@ -287,6 +298,27 @@ class ModelGuide:
         if key not in self._cache:
             self._cache[key] = self._forecast(effective, target=target)
         return self._cache[key]
+
+    def judge(self, effective: Mapping[str, Any], *, target: float, may_skip: bool) -> Judgement:
+        """The model's whole decision about a proposed config, in one call: its forecast
+        (:meth:`forecast`), as stored and as logged, and whether it is skipped (:meth:`hopeless`).
+
+        Args:
+            effective: the plan's effective settings.
+            target: the study's target of the criterion metric.
+            may_skip: whether the config may be ruled out (False for the sampler's own proposal).
+
+        Returns:
+            The judgement; ``skip`` names the predicted and optimistic values against the target
+            when ``may_skip`` and the config is hopeless.
+        """
+        fc = self.forecast(effective, target=target)
+        skip = None
+        if may_skip and fc is not None and self.hopeless(fc, target=target):
+            skip = (f"predicted {fc.metric} {fc.value:.4g} (optimistic {fc.optimistic:.4g}) "
+                    f"< target {target:.4g}")
+        return Judgement(forecast=fc, predicted=None if fc is None else fc.to_json(),
+                         start_metrics=None if fc is None else fc.metrics(), skip=skip)
 
     def _forecast(self, effective: Mapping[str, Any], *, target: float) -> Forecast | None:
         self.forecasts += 1

@@ -48,7 +48,7 @@ from bisect_eagle.search.study.guide import (
     SAMPLER_EVERY,
     STUCK_AFTER,
     STUCK_CHANCE,
-    Forecast,
+    Judgement,
     ModelGuide,
 )
 from bisect_eagle.search.study.outcome import StudyOutcome, study_outcome
@@ -56,7 +56,7 @@ from bisect_eagle.search.study.sampler import Listed, list_configs
 from bisect_eagle.search.study.state import StudyState
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.trials.live import run_live_trial
-from bisect_eagle.trials.record import TrialRecord, trial_name
+from bisect_eagle.trials.record import NUMBERED, TrialRecord
 from bisect_eagle.trials.standalone import Scorer, Verdict, run_standalone_trial
 
 OVERRIDE = "search.model.enabled: false measures them anyway"
@@ -279,7 +279,8 @@ class StudyRun(StudyState):
         trial = self.study.ask()
         self.first_beat(trial._trial_id)
         trial.set_user_attr("owner", self.ctx.owner)
-        trial.set_user_attr("name", trial_name("live", number=trial.number))  # its MLflow run's, once measured
+        # its MLflow run's name once measured (trial_name's format: no call into the record here)
+        trial.set_user_attr("name", NUMBERED.format(stage="live", number=trial.number))
         sampled = space.suggest(trial)
         try:
             plan = self.ctx.plan(space.settings(sampled))
@@ -301,15 +302,19 @@ class StudyRun(StudyState):
         trial.set_user_attr("effective", effective)
         for key, value in effective.items():  # one row each in optuna-dashboard's user attributes, beside the params
             trial.set_user_attr(f"effective.{key}", value)
-        forecast = self._forecast(trial, plan.effective)
-        if self.guide is not None and not self.sampler_turn and self.guide.hopeless(forecast, target=self.ctx.target) \
-                and self.claims.get(fp) is None:  # a measured config is a duplicate, never "skipped"
-            trial.set_user_attr("skipped", f"predicted {forecast.metric} {forecast.value:.4g} (optimistic "
-                                           f"{forecast.optimistic:.4g}) < target {self.ctx.target:.4g}")
+        judged = self._judge(trial, plan.effective)
+        # a measured config is a duplicate, never "skipped"
+        if judged is not None and judged.skip and self.claims.get(fp) is None:
+            trial.set_user_attr("skipped", judged.skip)
             trial.set_constraint("predicted_below", 1.0)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "skipped", None
-        won, other = self.claims.claim(fp, trial=trial.number, owner=self.ctx.owner)
+        won, other = self.claims.claim_within(fp, trial=trial.number, owner=self.ctx.owner,
+                                              limit=self.max_live_trials)
+        if not won and other is None:
+            trial.set_user_attr("not_run", "the live-trial budget was used up by other workers")
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "budget", None
         if not won:
             if other.state == "running" and trial.user_attrs.get("enqueued_by"):  # two workers enqueued it
                 trial.set_user_attr("duplicate_of_running", other.owner)
@@ -321,16 +326,11 @@ class StudyRun(StudyState):
                 return "duplicate", None
             self._tell_known(trial, state=done.state, value=done.value, run_id=done.run_id, duplicate=True)
             return "duplicate", None
-        if self.claims.position(fp) > self.max_live_trials:
-            self.claims.release(fp)
-            trial.set_user_attr("not_run", "the live-trial budget was used up by other workers")
-            self.study.tell(trial, state=TrialState.FAIL)
-            return "budget", None
         before = self.ctx.run_id
         try:  # a finished trial of fp (the baseline config, or one measured before a lost claim) is reused
             record = run_live_trial(self.ctx, plan, stage="live", parent_run_id=self.ctx.parent_run_id,
                                     number=trial.number, reuse=True,
-                                    start_metrics=forecast.metrics() if forecast is not None else None)
+                                    start_metrics=None if judged is None else judged.start_metrics)
         except BaseException:  # interrupted or broken: not a result; the config may be measured again
             self.claims.release(fp)
             if self.ctx.run_id not in (None, before):
@@ -361,14 +361,15 @@ class StudyRun(StudyState):
             trial.set_constraint("crashed", 1.0)
             self.study.tell(trial, state=TrialState.PRUNED)
 
-    def _forecast(self, trial: optuna.Trial, effective: dict[str, Any]) -> Forecast | None:
-        """The model's forecast of a proposed config (stored on the Optuna trial); None without a model."""
+    def _judge(self, trial: optuna.Trial, effective: dict[str, Any]) -> Judgement | None:
+        """The model's judgement of a proposed config (its forecast stored on the Optuna trial;
+        never skipped on the sampler's turn); None without a model or a target."""
         if self.guide is None or self.ctx.target is None:
             return None
-        forecast = self.guide.forecast(effective, target=self.ctx.target)
-        if forecast is not None:
-            trial.set_user_attr("predicted", forecast.to_json())
-        return forecast
+        judged = self.guide.judge(effective, target=self.ctx.target, may_skip=not self.sampler_turn)
+        if judged.predicted is not None:
+            trial.set_user_attr("predicted", judged.predicted)
+        return judged
 
     def _time_left(self) -> float:
         return max(1.0, self.max_wall_s - self.elapsed())

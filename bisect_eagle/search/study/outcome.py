@@ -84,7 +84,14 @@ METRIC_WORDS = {"accept_length": "accept length", "output_tok_s": "output tok/s"
 
 
 def value_text(value: float) -> str:
-    """A criterion value in the verdict: two decimals, one from 100 up (``4.80``, ``95.12``, ``123.4``)."""
+    """A criterion value in the verdict.
+
+    Args:
+        value: the criterion metric's value.
+
+    Returns:
+        Two decimals, one from 100 up (``4.80``, ``95.12``, ``123.4``).
+    """
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.2f}"
 
 
@@ -119,8 +126,16 @@ def _confirmed_by(c: dict[str, Any] | None) -> str:
 
 
 def speed_sentence(speed: dict[str, Any] | None) -> str | None:
-    """``output tok/s 61.2 against 90.0 without speculation (0.68× baseline): speculation is slower here than no
-    speculation, likely because ...``; None without both figures."""
+    """The best config's tok/s against the baseline's, in one sentence.
+
+    Args:
+        speed: the outcome's ``speed`` facts (``output_tok_s``, ``baseline_output_tok_s``, and why
+            speculation may be slower here).
+
+    Returns:
+        ``output tok/s 61.2 against 90.0 without speculation (0.68× baseline): speculation is
+        slower here than no speculation, likely because ...``; None without both figures.
+    """
     if not speed or speed.get("output_tok_s") is None or not speed.get("baseline_output_tok_s"):
         return None
     ratio = speed["output_tok_s"] / speed["baseline_output_tok_s"]

@@ -39,8 +39,15 @@ def spec_text(spec: Spec) -> str:
 
 
 def resolved_spec(spec: Spec) -> dict[str, Any]:
-    """The spec as loaded (defaults filled in, absolute source path), its engine section
-    (settings, extra arguments) as the secret policy writes it, its description masked."""
+    """The spec as a study's parent run stores it (``spec.resolved.json``).
+
+    Args:
+        spec: the study's spec.
+
+    Returns:
+        The spec as loaded (defaults filled in, absolute source path), its engine section
+        (settings, extra arguments) as the secret policy writes it, its description masked.
+    """
     d = spec.model_dump(mode="json")
     d["source"] = str(Path(spec.source).resolve())
     d["engine"] = redact_mapping(d["engine"])

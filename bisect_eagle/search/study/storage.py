@@ -38,7 +38,15 @@ def default_storage(cwd: Path | None = None) -> str:
 
 
 def resolve_storage(flag: str | None, spec: Spec) -> str:
-    """--storage, else the spec's storage.optuna, else ``sqlite:///<cwd>/mlruns/optuna.db``."""
+    """The study's Optuna storage URL.
+
+    Args:
+        flag: the command's ``--storage`` (None: not given).
+        spec: read at ``storage.optuna``.
+
+    Returns:
+        ``flag``, else the spec's ``storage.optuna``, else ``sqlite:///<cwd>/mlruns/optuna.db``.
+    """
     return flag or spec.storage.optuna or default_storage()
 
 

@@ -35,6 +35,15 @@ def test_one_owner_per_fingerprint_across_connections(url):
     assert [c.fingerprint for c in other.all()] == ["fp1"]
 
 
+def test_a_claim_beyond_the_budget_is_given_back_at_once(url):
+    claims = Claims(url, "s")
+    assert claims.claim_within("a", trial=0, owner=owner_id(), limit=1) == (True, None)
+    assert claims.claim_within("b", trial=1, owner=owner_id(), limit=1) == (False, None)  # 2nd of 1
+    assert [c.fingerprint for c in claims.all()] == ["a"]  # released: it may be measured again
+    won, existing = claims.claim_within("a", trial=2, owner="elsewhere:1:1", limit=5)
+    assert not won and existing.trial == 0  # a lost race names the holder, as claim does
+
+
 def test_position_counts_the_budget_in_claim_order(url):
     claims = Claims(url, "s")
     for i, fp in enumerate(("a", "b", "c")):

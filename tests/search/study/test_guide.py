@@ -109,6 +109,24 @@ def test_priors_alone_rule_nothing_out():
     assert guide.hopeless(fc, target=50 * BASELINE_TOK_S)
 
 
+def test_judge_is_the_forecast_as_stored_and_logged_and_the_skip_in_one_value():
+    engine = FakeEngine()
+    guide = ModelGuide(engine=FakeEngine(), metric="output_tok_s", optimism=0.98)
+    guide.model.update(_effective(engine, speculative_algorithm="none", num_steps=0),
+                       {"output_tok_s": BASELINE_TOK_S, "accept_length": 1.0}, record=False)
+    guide.live_learned = 1  # earned its veto
+    effective, target = _effective(engine, num_steps=1), 50 * BASELINE_TOK_S
+    judged = guide.judge(effective, target=target, may_skip=True)
+    fc = guide.forecast(effective, target=target)
+    assert judged.forecast == fc and judged.predicted == fc.to_json()
+    assert judged.start_metrics == fc.metrics()
+    assert judged.skip == (f"predicted output_tok_s {fc.value:.4g} "
+                           f"(optimistic {fc.optimistic:.4g}) < target {target:.4g}")
+    assert guide.judge(effective, target=target, may_skip=False).skip is None  # the sampler's turn
+    reachable = BASELINE_TOK_S / 10
+    assert guide.judge(effective, target=reachable, may_skip=True).skip is None
+
+
 def test_summarize_without_a_listed_space_names_the_measured_best(tmp_path: Path, store):
     spec = load_spec(make_spec(tmp_path, "unlisted", ratio=2.0, model=True))
     out = search(spec, FakeEngine(), store)
