@@ -21,12 +21,21 @@ from bisect_eagle.artifacts import layers
 SCRIPT = Path(__file__).resolve().parents[1] / "sglang_env" / "capture_rules.py"
 
 
-@pytest.fixture(scope="module", params=[61, 12])
-def captures(request) -> tuple[int, dict]:
+DEPTHS = (61, 12)
+
+
+@pytest.fixture(scope="module")
+def all_captures() -> dict:
+    """Every depth's captures from one SGLang process (its models are imported once)."""
     python = sglang_python()
-    out = subprocess.run([python, str(SCRIPT), str(request.param)], capture_output=True, text=True, timeout=600,
+    out = subprocess.run([python, str(SCRIPT), *map(str, DEPTHS)], capture_output=True, text=True, timeout=600,
                          check=True)
-    return request.param, json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(params=DEPTHS)
+def captures(request, all_captures) -> tuple[int, dict]:
+    return request.param, all_captures[str(request.param)]
 
 
 DRAFTS = ("NextN", "MTP", "Eagle", "Eagle3")  # draft / multi-token-prediction heads: never an EAGLE-3 target
