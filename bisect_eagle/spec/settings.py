@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bisect_eagle.artifacts.configs import validation_error
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 
 NUMERIC = ("num_steps", "topk", "num_draft_tokens", "max_new_tokens", "num_prompts", "warmup_prompts", "concurrency",
            "temperature")
@@ -131,7 +132,7 @@ class LiveSettings(BaseModel):
             raise ValueError("expected a number, found a boolean")
         return value
 
-    @field_validator("eagle_aux_hidden_state_layer_ids", mode="before")
+    @field_validator(IDS_KEY, mode="before")
     @classmethod
     def _id_list(cls, value: Any) -> Any:
         return check_id_list(value)
@@ -258,7 +259,7 @@ def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
     """
     if s.is_baseline:
         return s.model_copy(update={"num_steps": 0, "topk": 0, "num_draft_tokens": 0,
-                                    "eagle_aux_hidden_state_layer_ids": None, ADAPTIVE: False}), []
+                                    IDS_KEY: None, ADAPTIVE: False}), []
     if s.num_steps < 1:
         raise BadInput(f"num_steps must be >= 1 for speculative decoding, got {s.num_steps}")
     if s.topk < 1:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.schema import WIRING_SETTING
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.stats import median_mad
 from bisect_eagle.tracking.runs import flat_params
 from bisect_eagle.trials.context import TrialContext
@@ -166,7 +166,7 @@ def _record(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialR
         metrics[ratio_name(ctx.metric)] = metrics[ctx.metric] / ctx.baseline
     if ctx.baseline_tok_s:
         metrics[ratio_name("output_tok_s")] = metrics["output_tok_s"] / ctx.baseline_tok_s
-    ids = effective.get(WIRING_SETTING)
+    ids = effective.get(IDS_KEY)
     if ids is not None and tuple(ids) in ctx.wiring_accuracy:
         metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
     return TrialRecord(fingerprint=fp, stage=stage, status="pruned" if pruned else "ok", value=metrics[ctx.metric],
