@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, combine_rounds, failed
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import WIRING_SETTING, settings_from
 from bisect_eagle.spec.settings import LiveSettings

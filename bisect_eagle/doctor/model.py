@@ -10,8 +10,8 @@ from bisect_eagle.artifacts.dumps import DumpReader
 from bisect_eagle.artifacts.layers import IdReader, fc_width_refusal
 from bisect_eagle.artifacts.wiring import check_width, parse_rule
 from bisect_eagle.engines import engine_class
+from bisect_eagle.engines.sglang.rules import apply_speculative_rules
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.settings import apply_speculative_rules
 
 
 @dataclass

@@ -37,7 +37,8 @@ from bisect_eagle.artifacts.prompts import Prompt, load_prompts
 from bisect_eagle.artifacts.target import load_target, read_target_config
 from bisect_eagle.engines.base import Engine, PairedResult, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.local.decoder import Generation, Pin, SpeculativeDecoder, accept_rates
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.perf.benchmark import Benchmark

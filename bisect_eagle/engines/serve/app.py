@@ -170,7 +170,8 @@ def build_backend(a: argparse.Namespace, environ: Mapping[str, str] | None = Non
     from bisect_eagle.artifacts.draft import load_draft
     from bisect_eagle.artifacts.target import decoder_layers, load_target
     from bisect_eagle.engines.local import DTYPES, SpeculativeDecoder
-    from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
+    from bisect_eagle.engines.sglang.rules import apply_speculative_rules
+    from bisect_eagle.spec.settings import LiveSettings
 
     dtype = DTYPE_NAMES[a.dtype]
     model, tokenizer = load_target(a.model_path, device=a.device, dtype=DTYPES[dtype])

@@ -37,10 +37,11 @@ from bisect_eagle.engines.launch import (
     write_draft_copy,
 )
 from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.engines.sglang.rules import apply_speculative_rules
 from bisect_eagle.errors import BadInput
 from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.schema import SglangServer
-from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.spec.settings import LiveSettings
 
 TP_FLAGS = ("--tp-size", "--tensor-parallel-size")  # preferred first; both mean the same in SGLang
 MANAGED = {  # flags the engine sets itself -> the setting that controls them

@@ -55,7 +55,7 @@ from typing import Any, ClassVar, cast
 from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.draft import read_draft_config
 from bisect_eagle.engines.launch import explicit_server_args, inherited_env, negated_keys
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
 from bisect_eagle.engines.planner import BasePlanner, server_limits
 from bisect_eagle.engines.sglang import flags as flagmod
 from bisect_eagle.engines.sglang.launch import (
@@ -70,7 +70,13 @@ from bisect_eagle.engines.sglang.launch import (
     with_values,
 )
 from bisect_eagle.engines.sglang.oracle import Oracle, interpreter, parser_spec
-from bisect_eagle.engines.sglang.rules import adaptive_steps, resolved_adaptive, tree_bound, untested_version
+from bisect_eagle.engines.sglang.rules import (
+    adaptive_steps,
+    resolved_adaptive,
+    speculative_effective,
+    tree_bound,
+    untested_version,
+)
 from bisect_eagle.errors import BadInput
 from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.schema import SglangServer
