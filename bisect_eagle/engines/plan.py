@@ -26,11 +26,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.settings import PINNED, LiveSettings
 from bisect_eagle.tracking.redact import redact_argv, redact_env, redact_mapping
-
-SPECULATIVE_FIELDS = (IDS_KEY, "num_steps", "topk", "num_draft_tokens")
 
 
 @dataclass(frozen=True)
