@@ -221,7 +221,8 @@ def test_no_module_outside_the_engines_compares_an_engine_kind():
 
 
 IDS_KEY_HOME = "bisect_eagle/keys.py"
-STANDALONE_SCRIPTS = {  # run by another interpreter, where bisect_eagle cannot be imported: they spell the key
+# run by another interpreter, where bisect_eagle cannot be imported: they spell the key themselves
+STANDALONE_SCRIPTS = {
     "bisect_eagle/engines/vllm/oracle_script.py",  # inside vLLM's own environment
 }
 PATH_KEYS_HOME = "bisect_eagle/spec/schema.py"
@@ -231,7 +232,8 @@ def _strings(tree: ast.AST) -> list[ast.Constant]:
     """Every string constant of ``tree`` (f-strings' text included), docstrings left out."""
     docs = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+        scopes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        if isinstance(node, scopes) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 docs.add(id(first.value))
@@ -244,7 +246,8 @@ def _rel(path: Path) -> str:
 
 
 def test_the_ids_key_is_spelt_in_one_module():
-    """``IDS_KEY`` is written once, in :data:`IDS_KEY_HOME`; every key, message and pattern imports it."""
+    """``IDS_KEY`` is written once, in :data:`IDS_KEY_HOME`; every key, message and pattern imports
+    it."""
     bad, homes = [], []
     for _module, path in _modules():
         rel = _rel(path)
@@ -257,7 +260,8 @@ def test_the_ids_key_is_spelt_in_one_module():
 
 
 def test_the_deployment_path_keys_are_listed_in_one_module():
-    """A tuple, list or set naming three or more of ``PATH_KEYS`` is a second copy of it: only its home has one."""
+    """A tuple, list or set naming three or more of ``PATH_KEYS`` is a second copy of it: only its
+    home has one."""
     found = []
     for _module, path in _modules():
         for node in ast.walk(ast.parse(path.read_text())):

@@ -95,8 +95,9 @@ class ModelChecks:
             return False
         width, rest = divmod(fc[1], self.hidden)
         said_by = f"fc.weight: {fc[1]} inputs = {width} × target hidden size {self.hidden}"
-        refusal = (f"fc takes {fc[1]} inputs, not a multiple of the target hidden size {self.hidden}" if rest
-                   else fc_width_refusal(ids, width=width, where=str(self.draft.path), said_by=said_by))
+        refusal = (f"fc takes {fc[1]} inputs, not a multiple of the target hidden size "
+                   f"{self.hidden}" if rest else
+                   fc_width_refusal(ids, width=width, where=str(self.draft.path), said_by=said_by))
         if refusal is not None:
             self.add("fc-width", "error", where=where, message=refusal,
                      fix=f"give exactly {width} layer ids (the draft's fc was trained on that many)")

@@ -227,7 +227,8 @@ def _check_wirings(spec: Spec, facts: DataFacts) -> None:
     for i, w in enumerate(spec.standalone.wirings):
         where = f"{spec.source}: key 'standalone.wirings[{i}]' ({w.label})"
         refusal = None if w.layer_ids is None else layers.fc_width_refusal(
-            w.layer_ids, width=need, where=where, said_by=str(draft.config_file.path), named="layer_ids")
+            w.layer_ids, width=need, where=where, said_by=str(draft.config_file.path),
+            named="layer_ids")
         if refusal is not None:
             raise BadInput(refusal)
         if w.rule is not None and facts.first_sample is not None:

@@ -1,8 +1,8 @@
 """Settings of one live trial and trial identity.
 
 A trial is identified by the fingerprint of its *effective* settings, so two requests that an engine runs
-identically (e.g. ``topk = 1`` with any ``num_draft_tokens``: SGLang forces ``num_steps + 1``, a rule of
-:mod:`bisect_eagle.engines.sglang.rules`) are one trial and are never measured twice.
+identically (e.g. ``topk = 1`` with any ``num_draft_tokens``: SGLang forces ``num_steps + 1``,
+a rule of :mod:`bisect_eagle.engines.sglang.rules`) are one trial and are never measured twice.
 
 ``speculative_adaptive`` is SGLang's ``--speculative-adaptive`` (``num_steps`` picked at run time per
 batch-size bucket; ``docs/sglang-facts.md#speculative-adaptive``). It has one spelling in a validated

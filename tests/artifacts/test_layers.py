@@ -84,9 +84,11 @@ def test_describe():
 
 
 def test_the_fc_width_rule_is_one_count_and_one_line():
-    assert layers.fc_width_refusal([1, 5, 9], width=3, where="d/config.json", said_by="num_aux_hidden_states") is None
-    assert layers.fc_width_refusal([1, 5], width=3, where="d/config.json", said_by="num_aux_hidden_states") == (
+    config = {"where": "d/config.json", "said_by": "num_aux_hidden_states"}
+    assert layers.fc_width_refusal([1, 5, 9], width=3, **config) is None
+    assert layers.fc_width_refusal([1, 5], width=3, **config) == (
         "d/config.json: the draft's fc takes 3 aux layers (num_aux_hidden_states); "
         "eagle_aux_hidden_state_layer_ids [1, 5] has 2")
-    assert layers.fc_width_refusal((2, 6, 10, 12), width=3, where="w", said_by="s", named="layer_ids") == (
-        "w: the draft's fc takes 3 aux layers (s); layer_ids [2, 6, 10, 12] has 4")
+    named = layers.fc_width_refusal((2, 6, 10, 12), width=3, where="w", said_by="s",
+                                    named="layer_ids")
+    assert named == "w: the draft's fc takes 3 aux layers (s); layer_ids [2, 6, 10, 12] has 4"

@@ -172,21 +172,23 @@ def _check_header(name: str, h: TensorHeader, want: tuple[int, ...], cf: DraftCo
 
 
 def check_tensors(
-    cf: DraftConfigFile, *, config: DraftConfig, ids: list[int], tensors: dict[str, TensorHeader], where: Path
+    cf: DraftConfigFile, *, config: DraftConfig, ids: list[int], tensors: dict[str, TensorHeader],
+    where: Path,
 ) -> None:
-    """Every tensor of ``tensors`` against the shapes ``config`` implies; ``ids`` are the config's layer ids (as
-    many as ``config.num_aux``); ``where`` is the draft directory."""
+    """Every tensor of ``tensors`` against the shapes ``config`` implies; ``ids`` are the config's
+    layer ids (as many as ``config.num_aux``); ``where`` is the draft directory."""
     c = config
     fc = tensors.get("fc.weight")
     if fc is None:
         raise DraftLoadError(f"{where}: tensor 'fc.weight' is missing")
     if len(fc.shape) == 2:
         width, rest = divmod(fc.shape[1], c.target_hidden_size)
+        tensor = f"{fc.file}: tensor {fc.stored_name!r}"
         said_by = f"{fc.shape[1]} inputs = {width} × target_hidden_size {c.target_hidden_size}"
-        refusal = (f"{fc.file}: tensor {fc.stored_name!r} takes {fc.shape[1]} inputs, not a multiple of "
-                   f"target_hidden_size {c.target_hidden_size} ({cf.path})" if rest
-                   else layers.fc_width_refusal(ids, width=width, where=f"{fc.file}: tensor {fc.stored_name!r}",
-                                                said_by=said_by, named=f"{cf.path}'s layer ids"))
+        refusal = (f"{tensor} takes {fc.shape[1]} inputs, not a multiple of target_hidden_size "
+                   f"{c.target_hidden_size} ({cf.path})" if rest
+                   else layers.fc_width_refusal(ids, width=width, where=tensor, said_by=said_by,
+                                                named=f"{cf.path}'s layer ids"))
         if refusal is not None:
             raise DraftLoadError(refusal)
     expected = expected_shapes(c)

@@ -180,8 +180,8 @@ class SpeculativeDecoder:
         fc_in = self.draft.fc_in_features
         width, rest = divmod(fc_in, self.hidden_size)
         if rest:
-            raise BadInput(f"{draft.path}: fc takes {fc_in} inputs, not a multiple of the target hidden size "
-                           f"{self.hidden_size}")
+            raise BadInput(f"{draft.path}: fc takes {fc_in} inputs, not a multiple of the target "
+                           f"hidden size {self.hidden_size}")
         refusal = layers.fc_width_refusal(
             self.layer_ids or [], width=width, where=str(draft.path),
             said_by=f"fc.weight: {fc_in} inputs = {width} × target hidden size {self.hidden_size}")

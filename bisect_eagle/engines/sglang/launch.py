@@ -188,8 +188,8 @@ def prepare_draft_dir(draft: Path, *, config_patch: dict | None, out_dir: Path) 
     config = read_config_json(draft, "the draft")
     if config_patch is not None:
         width, said_by = parse_draft_config(config, cfg_path).sglang_fc_aux()
-        refusal = fc_width_refusal(config_patch["eagle_config"][IDS_KEY], width=width, where=str(cfg_path),
-                                   said_by=said_by)
+        refusal = fc_width_refusal(config_patch["eagle_config"][IDS_KEY], width=width,
+                                   where=str(cfg_path), said_by=said_by)
         if refusal is not None:
             raise BadInput(refusal)
         config = _merge(config, config_patch)

@@ -258,7 +258,8 @@ class Planner(BasePlanner):
                                 f"SGLang silently captures its default layers; set {IDS_KEY}")
             return draft.ids, warnings, None
         too_wide = None if draft.trained is None else layers.fc_width_refusal(
-            ids, width=draft.trained[0], said_by=draft.trained[1], where=f"{self.draft / 'config.json'}")
+            ids, width=draft.trained[0], said_by=draft.trained[1],
+            where=f"{self.draft / 'config.json'}")
         if too_wide is not None:
             return ids, warnings, too_wide
         n = layers.target_depth(cfg) if cfg else None

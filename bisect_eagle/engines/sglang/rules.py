@@ -1,19 +1,22 @@
-"""SGLang's speculative rules, in one place: how SGLang 0.5.23 turns a request's ``num_steps``, ``topk``,
-``num_draft_tokens`` and ``speculative_adaptive`` into the values it runs, and what it refuses. Every engine
-applies them: the sglang planner before (or where it cannot) ask SGLang itself, the local engine and the stand-in
-server (``bisect-eagle serve``) because they mimic SGLang, the doctor to say what a request becomes.
+"""SGLang's speculative rules, in one place: how SGLang 0.5.23 turns a request's ``num_steps``,
+``topk``, ``num_draft_tokens`` and ``speculative_adaptive`` into the values it runs, and what it
+refuses. Every engine applies them: the sglang planner before (or where it cannot) ask SGLang
+itself, the local engine and the stand-in server (``bisect-eagle serve``) because they mimic SGLang,
+the doctor to say what a request becomes.
 
-- :func:`apply_speculative_rules` / :func:`speculative_effective`: the baseline cleared, ``num_draft_tokens =
-  num_steps + 1`` forced when ``topk == 1``, adaptive turned off for ``topk > 1``
-  (``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family`` and ``_maybe_disable_adaptive``);
+- :func:`apply_speculative_rules` / :func:`speculative_effective`: the baseline cleared,
+  ``num_draft_tokens = num_steps + 1`` forced when ``topk == 1``, adaptive turned off for
+  ``topk > 1`` (``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family`` and
+  ``_maybe_disable_adaptive``);
 - :func:`tree_bound`: how many draft tokens a tree can select (``srt/speculative/eagle_utils.py``
   ``organize_draft_results``);
 - :func:`adaptive_steps` / :func:`resolved_adaptive`: the step counts of adaptive speculation
   (``_init_adaptive_speculative_params``) and what SGLang's resolution made of an adaptive request;
-- :data:`TESTED_SGLANG`: the SGLang releases those rules are tested with (another release is refused, not
-  guessed).
+- :data:`TESTED_SGLANG`: the SGLang releases those rules are tested with (another release is
+  refused, not guessed).
 
-``docs/sglang-facts.md#speculative-settings`` holds the facts, each with the file and lines it comes from.
+``docs/sglang-facts.md#speculative-settings`` holds the facts, each with the file and lines it
+comes from.
 """
 
 from __future__ import annotations

@@ -219,7 +219,8 @@ class Planner(BasePlanner):
                          f"{found if found is not None else '(2, N//2, N-3)'}; set {IDS_KEY}")
         refusal = None if found is None else idmod.refusal(found, num_layers=n, source=f"the draft's {source} ids")
         if found is not None and draft is not None and refusal is None:
-            refusal = fc_width_refusal(found, width=draft.fc_width, where=f"{self.draft}/config.json",
+            refusal = fc_width_refusal(found, width=draft.fc_width,
+                                       where=f"{self.draft}/config.json",
                                        said_by=f"{draft.fc_source}; {idmod.FC_WIDTH}",
                                        named=f"the ids vLLM would capture ({source})")
         return _Ids(found, None, source, notes, refusal)
