@@ -63,8 +63,9 @@ from bisect_eagle.bisect.ddmin import ProbeOutcome  # noqa: E402
 from bisect_eagle.bisect.judge import MAX_LAUNCHES  # noqa: E402
 from bisect_eagle.bisect.run import BisectOptions, run_bisect  # noqa: E402
 from bisect_eagle.bisect.sides import classify  # noqa: E402
+from bisect_eagle.keys import IDS_KEY  # noqa: E402
 from bisect_eagle.spec.load import load_spec  # noqa: E402
-from bisect_eagle.spec.schema import WIRING_SETTING, settings_from  # noqa: E402
+from bisect_eagle.spec.schema import settings_from  # noqa: E402
 from bisect_eagle.spec.settings import PINNED, profile_for_accept_length  # noqa: E402
 
 app = typer.Typer(add_completion=False)
@@ -107,7 +108,7 @@ class Case:
 def choices(world: landscape.World, good: dict[str, Any]) -> dict[str, list[Any]]:
     """Each setting a bad configuration may change, and the values it may take there (not the good one's)."""
     out: dict[str, list[Any]] = {
-        WIRING_SETTING: [list(w) for w in world.wirings if sorted(w) != sorted(good[WIRING_SETTING])],
+        IDS_KEY: [list(w) for w in world.wirings if sorted(w) != sorted(good[IDS_KEY])],
         "num_steps": [s for s in range(1, 7) if s != good.get("num_steps")],
         "topk": [k for k in (2, 4) if k != good.get("topk", 1)],
         "num_draft_tokens": [4, 8, 16],
@@ -159,7 +160,7 @@ def draw_case(world: landscape.World, rng: random.Random, *, overlap: bool = Fal
                         extra=((pair[0], pair[1], PLANTED), (pair[1], pair[2], PLANTED)))
         keys = [a, b, c, *(k for k in keys if k not in (a, b, c))][:rng.randint(4, 6)]
     if rng.random() < 0.5 and "speculative_algorithm" not in keys:  # the incident's masked pair, often
-        keys = [*keys[:-1], "speculative_algorithm"] if WIRING_SETTING in keys else keys
+        keys = [*keys[:-1], "speculative_algorithm"] if IDS_KEY in keys else keys
     bad = {**good, **{k: rng.choice(options[k]) for k in keys}}
     if overlap:
         bad.update(values)

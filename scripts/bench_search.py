@@ -67,9 +67,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from landscape import HELDOUT_SEEDS, REPORTED_SEEDS, SPACE, SYSTEM, World, WorldEngine, draw_world  # noqa: E402
 
 from bisect_eagle.bisect.run import BisectOptions, run_bisect  # noqa: E402
+from bisect_eagle.keys import IDS_KEY  # noqa: E402
 from bisect_eagle.search.study import Options, run_study  # noqa: E402
 from bisect_eagle.spec.load import load_spec  # noqa: E402
-from bisect_eagle.spec.schema import WIRING_SETTING, Spec  # noqa: E402
+from bisect_eagle.spec.schema import Spec  # noqa: E402
 from bisect_eagle.tracking.runs import Tracking  # noqa: E402
 from bisect_eagle.trials.accuracy import bootstrap_sd  # noqa: E402
 from bisect_eagle.trials.standalone import Candidate, Verdict  # noqa: E402
@@ -192,8 +193,8 @@ def bisect_cases(world: World) -> list[dict[str, Any]]:
     good = {**world.good_config(), **{k: v[0] for k, v in SYSTEM.items()}}
     floor = 0.9 * world.truth(good)
     wrong = min(range(len(world.wirings)), key=lambda i: world.accept0[i])
-    cases = [{WIRING_SETTING: list(world.wirings[wrong])}, {"num_steps": 6},
-             {"speculative_algorithm": "EAGLE", WIRING_SETTING: list(world.wirings[wrong])}]
+    cases = [{IDS_KEY: list(world.wirings[wrong])}, {"num_steps": 6},
+             {"speculative_algorithm": "EAGLE", IDS_KEY: list(world.wirings[wrong])}]
     values = [(k, v) for k, choices in SYSTEM.items() for v in choices[1:]]
     alone = [(k, v) for k, v in values if world.truth({**good, k: v}) >= 0.95 * world.truth(good)]
     pairs = [{a: x, b: y} for (a, x), (b, y) in itertools.combinations(alone, 2)

@@ -42,9 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, combine_rounds, failed
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.schema import WIRING_SETTING, settings_from
+from bisect_eagle.keys import IDS_KEY
+from bisect_eagle.spec.schema import settings_from
 from bisect_eagle.spec.settings import LiveSettings
 
 REPORTED_SEEDS = tuple(range(8))  # the members whose figures the README reports
@@ -145,7 +147,7 @@ class World:
             return speed, 1.0, None
         steps, topk = int(effective["num_steps"]), int(effective.get("topk") or 1)
         ndt = int(effective.get("num_draft_tokens") or steps + 1)
-        wiring = effective.get(WIRING_SETTING)
+        wiring = effective.get(IDS_KEY)
         if effective.get("speculative_algorithm") == "EAGLE":  # the target's final state: no fc, ids unused
             wiring = [-1]
         pinned = effective.get("pinned_acceptance")  # acceptance pinned: every forward runs, the profile accepts
@@ -172,7 +174,7 @@ class World:
                 e = plan.effective
                 al = self.acceptance(list(wiring), steps=steps, topk=topk, ndt=e["num_draft_tokens"])
                 value = al / self.cycle_cost(steps=steps, topk=topk, ndt=e["num_draft_tokens"])
-                shapes.append((value, {WIRING_SETTING: list(wiring), "num_steps": steps, "topk": topk,
+                shapes.append((value, {IDS_KEY: list(wiring), "num_steps": steps, "topk": topk,
                                        "num_draft_tokens": ndt}))
         scored = []
         for combo in itertools.product(*SYSTEM.values()):
@@ -191,7 +193,7 @@ class World:
     def good_config(self) -> dict[str, Any]:
         """A flat config at or above the baseline: the best chain of the true wiring with default system settings
         when it beats the baseline, else the space's best."""
-        chains = [{WIRING_SETTING: self.true_wiring, "num_steps": s, "topk": 1} for s in range(1, 7)]
+        chains = [{IDS_KEY: self.true_wiring, "num_steps": s, "topk": 1} for s in range(1, 7)]
         value, flat = max((self.truth(c), c) for c in chains)
         return flat if value >= self.base_tok_s else self.best()[0]
 
@@ -328,7 +330,7 @@ class WorldEngine(Engine):
                 refusal = (f"num_draft_tokens {effective['num_draft_tokens']} exceeds the tree's "
                            f"1 + topk × num_steps = {nodes} tokens")
             if effective.get("speculative_algorithm") == "EAGLE":
-                effective[WIRING_SETTING] = []
+                effective[IDS_KEY] = []
         return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def run(self, plan: TrialPlan) -> TrialResult:

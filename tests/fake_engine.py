@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 from bisect_eagle.engines.base import Engine, RequestRecord, TrialResult, failed
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import apply_speculative_rules, speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.search.study import Options, StudyOutcome, run_study
-from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.spec.settings import LiveSettings
 
 TRUE_IDS = [1, 5, 9]
 BASELINE_TOK_S = 100.0

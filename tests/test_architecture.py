@@ -3,7 +3,7 @@ sideways, and no command imports another.
 
 Layers, bottom to top (a package may import its own modules and any lower layer):
 
-0. ``errors``, ``poll``, ``stats``: the base;
+0. ``errors``, ``poll``, ``stats``, ``keys``: the base;
 1. ``artifacts`` (what a deployment is made of), ``perf`` (the throughput model), ``tracking`` (MLflow, stores,
    redaction);
 2. ``spec``: what the user asked for;
@@ -21,9 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bisect_eagle.keys import IDS_KEY
+from bisect_eagle.spec.schema import PATH_KEYS
+
 PACKAGE = Path(__file__).resolve().parents[1] / "bisect_eagle"
 LAYERS = [
-    {"errors", "poll", "stats"},
+    {"errors", "poll", "stats", "keys"},
     {"artifacts", "perf", "tracking"},
     {"spec"},
     {"engines"},
@@ -215,3 +218,55 @@ def test_no_module_outside_the_engines_compares_an_engine_kind():
             if kinds and any("kind" in o or "engine" in o or "reader" in o for o in others):
                 bad.append(f"{rel}:{node.lineno}: {ast.get_source_segment(text, node)}")
     assert not bad, "\n".join(bad)
+
+
+IDS_KEY_HOME = "bisect_eagle/keys.py"
+# run by another interpreter, where bisect_eagle cannot be imported: they spell the key themselves
+STANDALONE_SCRIPTS = {
+    "bisect_eagle/engines/vllm/oracle_script.py",  # inside vLLM's own environment
+}
+PATH_KEYS_HOME = "bisect_eagle/spec/schema.py"
+
+
+def _strings(tree: ast.AST) -> list[ast.Constant]:
+    """Every string constant of ``tree`` (f-strings' text included), docstrings left out."""
+    docs = set()
+    for node in ast.walk(tree):
+        scopes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        if isinstance(node, scopes) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    return [n for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(PACKAGE.parent))
+
+
+def test_the_ids_key_is_spelt_in_one_module():
+    """``IDS_KEY`` is written once, in :data:`IDS_KEY_HOME`; every key, message and pattern imports
+    it."""
+    bad, homes = [], []
+    for _module, path in _modules():
+        rel = _rel(path)
+        for node in _strings(ast.parse(path.read_text())):
+            if IDS_KEY in node.value:
+                (homes if rel == IDS_KEY_HOME else [] if rel in STANDALONE_SCRIPTS else bad).append(
+                    f"{rel}:{node.lineno}")
+    assert not bad, "import IDS_KEY from bisect_eagle.keys here:\n" + "\n".join(bad)
+    assert len(homes) == 1, homes
+
+
+def test_the_deployment_path_keys_are_listed_in_one_module():
+    """A tuple, list or set naming three or more of ``PATH_KEYS`` is a second copy of it: only its
+    home has one."""
+    found = []
+    for _module, path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+                if len(names & set(PATH_KEYS)) >= 3:
+                    found.append(f"{_rel(path)}:{node.lineno}")
+    assert len(found) == 1 and found[0].startswith(f"{PATH_KEYS_HOME}:"), found

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 
 
 class LayerIdError(BadInput):
@@ -463,3 +464,29 @@ def describe(index: int, num_layers: int) -> str:
     if index == num_layers:
         return f"layer {index - 1} output (final, pre-norm)"
     return f"layer {index - 1} output"
+
+
+def fc_width_refusal(ids: Sequence[int], *, width: int, where: str, said_by: str,
+                     named: str = IDS_KEY) -> str | None:
+    """Why ``ids`` cannot feed the draft's ``fc``, or None: ``fc`` concatenates one target hidden
+    state per id, so it takes exactly the ``width`` aux layers it was trained on. Every engine's
+    plan, the input checks, the doctor, the draft loader and the local decoder refuse with this one
+    rule and this one line.
+
+    Args:
+        ids: the layer ids the draft would be fed (only their count matters here).
+        width: how many aux layers ``fc`` takes.
+        where: the file (and key) the refusal starts with: the draft's ``config.json``, or the
+            spec key the ids come from.
+        said_by: what says ``width``: a config key, an engine's default, ``fc.weight``'s shape.
+        named: what the ids are, as the line names them (the ids key unless they come from
+            elsewhere).
+
+    Returns:
+        None when ``len(ids) == width``, else one line: ``"{where}: the draft's fc takes {width}
+        aux layers ({said_by}); {named} {ids} has {len(ids)}"``.
+    """
+    if len(ids) == width:
+        return None
+    return (f"{where}: the draft's fc takes {width} aux layers ({said_by}); "
+            f"{named} {list(ids)} has {len(ids)}")

@@ -14,14 +14,14 @@ from bisect_eagle.bisect.changes import flat_settings
 from bisect_eagle.doctor.model import read_draft
 from bisect_eagle.engines import engine_kind
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.load import load_spec
-from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
-from bisect_eagle.spec.schema import Spec
+from bisect_eagle.spec.schema import PATH_KEYS, Spec
 from bisect_eagle.spec.settings import parse_settings
 from bisect_eagle.tracking.runs import Tracking
 
 RUN_ID = re.compile(r"^[0-9a-fA-F]{6,32}$")  # a run id or a prefix of it (Tracking.of_run resolves it)
-DEPLOYMENT_KEYS = ("target", "draft", "prompts")
+DEPLOYMENT_KEYS = tuple(k for k in PATH_KEYS if k != "dump")  # a probe reads no dump
 
 
 @dataclass
@@ -88,7 +88,7 @@ def deployment(good: Endpoint, bad: Endpoint, *, spec_path: Path | None) -> Spec
 
 def resolved_wiring(settings: dict[str, Any], spec: Spec) -> list[int]:
     """The SGLang ids a configuration feeds the draft: its own, else the draft config's."""
-    ids = settings.get(WIRING)
+    ids = settings.get(IDS_KEY)
     if ids is not None:
         return list(ids)
     n = int(read_target_config(spec.paths()["target"])["num_hidden_layers"])

@@ -39,7 +39,7 @@ from bisect_eagle.bisect.measurement import Measurement, ProbeRecord, launch_det
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan, make_plan
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.schema import Spec, settings_from
 from bisect_eagle.spec.settings import PINNED
 from bisect_eagle.stats import best_rounds, median_mad, variance_split
@@ -57,7 +57,7 @@ def make_planner(spec: Spec, plan: Callable[[Any], TrialPlan] | None) -> FlatPla
         settings = settings_from(flat, "bisect probe")
         if plan is not None:
             return plan(settings)
-        return make_plan("standalone", settings, effective={WIRING: resolved_wiring(flat, spec)})
+        return make_plan("standalone", settings, effective={IDS_KEY: resolved_wiring(flat, spec)})
 
     return planner
 
@@ -395,12 +395,12 @@ class Prober:
         spec = self.ctx.spec
         if self._scorer is None:
             self._scorer = Scorer(spec)
-        ids = plan.effective[WIRING]
+        ids = plan.effective[IDS_KEY]
         one = spec.model_copy(update={"standalone": spec.standalone.model_copy(
             update={"wirings": [Wiring(layer_ids=ids)]})})
         self.measured += 1
         verdict = run_standalone_trial(self.ctx, self._scorer, candidate=candidates(one, self._scorer.num_layers)[0])
         m = Measurement(plan.fingerprint, "measured", plan, verdict.run_id, verdict.run_id, [verdict.accuracy],
-                        {STANDALONE_METRIC: verdict.accuracy}, {WIRING: ids})
+                        {STANDALONE_METRIC: verdict.accuracy}, {IDS_KEY: ids})
         self.seen[plan.fingerprint] = m
         return ProbeRecord("measured", verdict.run_id, m)

@@ -11,6 +11,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from bisect_eagle.cli.common import Activity, print_json, resolve_paths
+from bisect_eagle.keys import IDS_KEY
 
 
 def _id(value: int | None) -> str:
@@ -83,8 +84,8 @@ def fingerprint(
     else:  # too wide for this terminal: one block per tensor, every value whole
         _print_blocks(console, title=str(table.title), result=result)
     rec = result.recommended
-    console.print(f"recommended SGLang eagle_config.eagle_aux_hidden_state_layer_ids: "
-                  f"{rec['eagle_aux_hidden_state_layer_ids']}  (hidden_states {rec['hidden_states']})")
+    console.print(f"recommended SGLang eagle_config.{IDS_KEY}: "
+                  f"{rec[IDS_KEY]}  (hidden_states {rec['hidden_states']})")
     console.print(f"rule for the draft: {rec['rule'] if rec['rule'] is not None else 'none fits (see notes)'}")
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")

@@ -31,6 +31,7 @@ from bisect_eagle.cli.common import (
 from bisect_eagle.engines.base import PairedResult, TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 
 PIN_HELP = ("Pin acceptance: an accept length (e.g. 3.0: drafts accepted so that each verify step emits 3 tokens on "
             "average) or one unconditional rate per draft position ([1, 0.8, 0.5]); the trial then measures cost "
@@ -40,7 +41,7 @@ PIN_HELP = ("Pin acceptance: an accept length (e.g. 3.0: drafts accepted so that
 def _title(result: TrialResult) -> str:
     eff = result.effective
     title = (f"live trial ({result.engine}): {eff['speculative_algorithm']}, layer ids "
-             f"{eff['eagle_aux_hidden_state_layer_ids']}, num_steps {eff['num_steps']}, "
+             f"{eff[IDS_KEY]}, num_steps {eff['num_steps']}, "
              f"num_draft_tokens {eff['num_draft_tokens']}, topk {eff['topk']}")
     if result.acceptance == "pinned":
         title += f", acceptance pinned {eff['pinned_acceptance']}"
@@ -155,7 +156,7 @@ def live(
     prompts: Path = typer.Option(None, help='Prompts JSONL: {"id": ..., "prompt": ...} or "messages" per line.'),
     set_: list[str] = typer.Option(
         [], "--set", help="A live setting as key=value (YAML value), repeatable: --set num_steps=4 "
-        "--set eagle_aux_hidden_state_layer_ids=[5,9,11]."),
+        f"--set {IDS_KEY}=[5,9,11]."),
     baseline: bool = typer.Option(False, "--baseline", help="Run the target alone (no speculative decoding)."),
     spec: Path = typer.Option(None, "--spec", help="Experiment spec: its engine (local or sglang) and fixed settings."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the trial's plan (effective settings, "

@@ -25,6 +25,7 @@ from bisect_eagle.cli.common import (
     trial_ref,
 )
 from bisect_eagle.cli.logs import quiet_libraries
+from bisect_eagle.keys import IDS_KEY
 
 if TYPE_CHECKING:  # pandas and the report's modules are imported when used: the command speaks first
     import pandas as pd
@@ -33,8 +34,8 @@ if TYPE_CHECKING:  # pandas and the report's modules are imported when used: the
     from bisect_eagle.report.split import TrialSplit
     from bisect_eagle.report.study import Report
 
-SETTING_COLUMNS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
-SHORT = {"eagle_aux_hidden_state_layer_ids": "ids"}
+SETTING_COLUMNS = (IDS_KEY, "num_steps", "topk", "num_draft_tokens")
+SHORT = {IDS_KEY: "ids"}
 WIDTH = 80
 
 

@@ -29,6 +29,7 @@ from bisect_eagle.cli.common import (
     use_pythons,
 )
 from bisect_eagle.cli.logs import quiet_libraries
+from bisect_eagle.keys import IDS_KEY
 
 if TYPE_CHECKING:
     from bisect_eagle.search.study import StudyOutcome, StudyProgress
@@ -301,7 +302,7 @@ def _short(params: dict[str, Any], requested: dict[str, Any] | None = None) -> s
     def one(k: str, v: Any) -> str:
         asked = (requested or {}).get(k, v)
         beside = "" if asked == v else f" (asked {'default' if asked is None else asked})"
-        return f"{k.replace('eagle_aux_hidden_state_layer_ids', 'ids')}={v}{beside}"
+        return f"{k.replace(IDS_KEY, 'ids')}={v}{beside}"
 
     return " ".join(one(k, v) for k, v in params.items())
 

@@ -58,8 +58,9 @@ import typer
 
 from bisect_eagle.cli.common import URI_HELP
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.poll import wait_until
-from bisect_eagle.spec.schema import WIRING_SETTING, Spec
+from bisect_eagle.spec.schema import Spec
 from bisect_eagle.trials.record import HEADLINE, SHOWN_TAG, ratio_name
 
 MODE = {"workflowType": "machine_learning"}  # the UI's "Model training" mode (its mode switch sets this parameter)
@@ -87,7 +88,7 @@ def server_argv(tracking_uri: str, port: int) -> list[str]:
 
 def searched_params(spec: Spec) -> list[str]:
     """The params a study of ``spec`` searches: the wiring (when stage 1 has candidates) and ``space``."""
-    return ([WIRING_SETTING] if spec.standalone.wirings else []) + [n for n in spec.space if n != WIRING_SETTING]
+    return ([IDS_KEY] if spec.standalone.wirings else []) + [n for n in spec.space if n != IDS_KEY]
 
 
 def column(kind: str, name: str) -> str:

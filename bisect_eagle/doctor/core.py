@@ -32,7 +32,8 @@ from bisect_eagle.engines import engine_kind, make_engine
 from bisect_eagle.engines.base import Engine
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.schema import WIRING_SETTING, Spec
+from bisect_eagle.keys import IDS_KEY
+from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
 
 Severity = Literal["error", "warning", "info"]
@@ -137,7 +138,7 @@ class Doctor(IdChecks, ModelChecks):
         (a failure only at start-up) stays an error."""
         if not any(f.severity == "error" and f.code in CANDIDATE_REFUSALS for f in self.findings[first:]):
             return
-        refusal = self.plan(self.settings.model_copy(update={WIRING_SETTING: list(ids)})).refusal
+        refusal = self.plan(self.settings.model_copy(update={IDS_KEY: list(ids)})).refusal
         if refusal is None:
             return
         for i, f in enumerate(self.findings[first:], start=first):
@@ -203,10 +204,10 @@ class Doctor(IdChecks, ModelChecks):
         self.check_vocab()
         self.check_draft_tokens()
         self.check_fed_wiring()
-        space = self.spec.space.get(WIRING_SETTING)
+        space = self.spec.space.get(IDS_KEY)
         for i, choice in enumerate(space.choices or [] if space else []):
             if isinstance(choice, list):
-                w = f"{self.src}: space.{WIRING_SETTING}.choices[{i}]"
+                w = f"{self.src}: space.{IDS_KEY}.choices[{i}]"
                 first = len(self.findings)
                 if self.check_ids(choice, self.family, where=w):
                     self.check_fc_width(choice, w)

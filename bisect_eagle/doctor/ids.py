@@ -6,9 +6,8 @@ from __future__ import annotations
 import difflib
 
 from bisect_eagle.artifacts import layers
-from bisect_eagle.spec.schema import WIRING_SETTING
+from bisect_eagle.keys import IDS_KEY
 
-IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 PLUS_ONE_WORKS = ("qwen2", "qwen3")  # -1 works on these dense models in both known versions
 KNOWN_VERSIONS = ((0, 5, 5), (0, 5, 23))
 
@@ -20,7 +19,7 @@ class IdChecks:
         """(ids the engine feeds the draft, their convention, where they come from)."""
         override = self.settings.eagle_aux_hidden_state_layer_ids
         if override is not None:
-            return list(override), self.family, f"{self.src}: engine.settings.{WIRING_SETTING}"
+            return list(override), self.family, f"{self.src}: engine.settings.{IDS_KEY}"
         ids, conv = self.draft.declared(self.reader)
         conv = self.family if conv == "sglang" else conv
         key = IDS_KEY if conv == "vllm" else f"eagle_config.{IDS_KEY}"
@@ -222,7 +221,7 @@ class IdChecks:
                 message=f"the draft will be fed hidden_states{fed} (ids {ids}{rule}) but the dump it was trained on "
                 f"holds hidden_states{held} (the outputs of layers {dump_ids}): a wiring mismatch, acceptance "
                 "collapses",
-                fix=f"set {WIRING_SETTING} to {fix_ids}; check the dump with `bisect-eagle fingerprint`",
+                fix=f"set {IDS_KEY} to {fix_ids}; check the dump with `bisect-eagle fingerprint`",
             )
         elif fed != sorted(fed) or held != sorted(held):
             self.add(

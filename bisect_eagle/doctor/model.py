@@ -7,11 +7,11 @@ from pathlib import Path
 
 from bisect_eagle.artifacts.draft import DraftConfigFile, read_draft_config, read_headers
 from bisect_eagle.artifacts.dumps import DumpReader
-from bisect_eagle.artifacts.layers import IdReader
+from bisect_eagle.artifacts.layers import IdReader, fc_width_refusal
 from bisect_eagle.artifacts.wiring import check_width, parse_rule
 from bisect_eagle.engines import engine_class
+from bisect_eagle.engines.sglang.rules import apply_speculative_rules
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.settings import apply_speculative_rules
 
 
 @dataclass
@@ -93,16 +93,14 @@ class ModelChecks:
                 fix="use the draft trained for this target",
             )
             return False
-        need = len(ids) * self.hidden
-        if fc[1] != need:
-            self.add(
-                "fc-width",
-                "error",
-                where=where,
-                message=f"fc takes {fc[1]} inputs = {fc[1] // self.hidden} layers × {self.hidden}, but {len(ids)} ids "
-                f"{ids} × target hidden size {self.hidden} = {need}",
-                fix=f"give exactly {fc[1] // self.hidden} layer ids (the draft's fc was trained on that many)",
-            )
+        width, rest = divmod(fc[1], self.hidden)
+        said_by = f"fc.weight: {fc[1]} inputs = {width} × target hidden size {self.hidden}"
+        refusal = (f"fc takes {fc[1]} inputs, not a multiple of the target hidden size "
+                   f"{self.hidden}" if rest else
+                   fc_width_refusal(ids, width=width, where=str(self.draft.path), said_by=said_by))
+        if refusal is not None:
+            self.add("fc-width", "error", where=where, message=refusal,
+                     fix=f"give exactly {width} layer ids (the draft's fc was trained on that many)")
             return False
         return True
 

@@ -26,10 +26,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings, apply_speculative_rules
+from bisect_eagle.spec.settings import PINNED, LiveSettings
 from bisect_eagle.tracking.redact import redact_argv, redact_env, redact_mapping
-
-SPECULATIVE_FIELDS = ("eagle_aux_hidden_state_layer_ids", "num_steps", "topk", "num_draft_tokens")
 
 
 @dataclass(frozen=True)
@@ -164,35 +162,6 @@ def make_plan(
         argv=None if argv is None else tuple(redact_argv(argv)),
         env=None if env is None else redact_env(env), config_patch=config_patch, checked=checked,
         private=private or {})
-
-
-def speculative_effective(settings: LiveSettings) -> tuple[dict[str, Any], list[str], str | None]:
-    """SGLang's speculative rules applied: (effective fields in clear, warnings, refusal or None).
-
-    The baseline drops every speculative field to its neutral value; a request the rules refuse keeps its
-    requested values and carries the reason. ``speculative_adaptive`` appears only when on and
-    ``pinned_acceptance`` only when set, so the effective settings (and fingerprints) of configs without them are
-    what they were before the fields existed.
-
-    Args:
-        settings: the requested settings.
-
-    Returns:
-        The effective fields in clear, the warnings, and the refusal (None when accepted).
-    """
-    from bisect_eagle.errors import BadInput
-
-    try:
-        eff, warnings = apply_speculative_rules(settings)
-    except BadInput as e:
-        return _adaptive_only_when_on(settings.model_dump(mode="json")), [], str(e)
-    return _adaptive_only_when_on(eff.model_dump(mode="json")), warnings, None
-
-
-def _adaptive_only_when_on(effective: dict[str, Any]) -> dict[str, Any]:
-    if not effective.get(ADAPTIVE):
-        effective.pop(ADAPTIVE, None)
-    return natural_unmarked(effective)
 
 
 def natural_unmarked(effective: dict[str, Any]) -> dict[str, Any]:

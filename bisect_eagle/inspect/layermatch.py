@@ -29,6 +29,7 @@ from bisect_eagle.artifacts.draft import LoadedDraft
 from bisect_eagle.artifacts.dumps import DumpReader, Sample
 from bisect_eagle.artifacts.target import capture_hidden
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 
 ID_CONVENTIONS = ("sglang", "vllm", "specforge")
 FIRST_VALUES = 4
@@ -281,7 +282,7 @@ def recommend(dump: list[Match], *, num_layers: int, draft: LoadedDraft | None,
                      "dropped, so the draft would get fewer aux states than it was trained on")
     if indices != sorted(indices):
         notes.append("SGLang concatenates captured states in ascending layer order, not in the dump's order")
-    rec: dict = {"eagle_aux_hidden_state_layer_ids": sglang_ids, "hidden_states": indices,
+    rec: dict = {IDS_KEY: sglang_ids, "hidden_states": indices,
                  "rule": "[:-1]" if len(aux) == len(dump) - 1 else None}
     if draft is not None:
         draft_indices = draft.aux_indices(num_layers)
@@ -290,7 +291,7 @@ def recommend(dump: list[Match], *, num_layers: int, draft: LoadedDraft | None,
         notes.extend(missing)
         if draft_indices != indices:
             notes.append(f"the draft's config names hs{draft_indices} but the dump's aux states are hs{indices}: "
-                         f"set eagle_aux_hidden_state_layer_ids to {sglang_ids} if the draft was trained on this dump")
+                         f"set {IDS_KEY} to {sglang_ids} if the draft was trained on this dump")
     if server is not None:
         captured = [m.index for m in server]
         rec["server_hidden_states"] = captured

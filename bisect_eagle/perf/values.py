@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.perf import acceptance as acc
 from bisect_eagle.perf.cost import context_keys
 
@@ -69,7 +70,7 @@ class Config:
                              "speculative rules applied)")
         tokens = effective.get("max_new_tokens") if finite_horizon else None
         return cls(
-            wiring=acc.wiring_key(effective.get("eagle_aux_hidden_state_layer_ids"), algorithm),
+            wiring=acc.wiring_key(effective.get(IDS_KEY), algorithm),
             num_steps=steps, topk=topk, num_draft_tokens=int(ndt), batch=batch,
             context=context_keys(effective.get("env"), effective.get("server_args"), effective.get("server")),
             tokens=int(tokens) if tokens else None, adaptive=bool(effective.get("speculative_adaptive")),

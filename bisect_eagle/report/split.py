@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.perf.split import Split, explain, stage1_accept_length
 from bisect_eagle.report.study import best_row, study_value, trial_label, trials_frame
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
     from bisect_eagle.tracking.runs import Tracking
 
-WIRING = "eagle_aux_hidden_state_layer_ids"
 STAGE1 = "the dump (stage 1)"
 MODEL = "the model"
 
@@ -73,7 +73,7 @@ def need_of(parent: Run, frame: pd.DataFrame, *, metric: str) -> tuple[float | N
 def stage1_prediction(tracking: Tracking, frame: pd.DataFrame, best: pd.Series) -> float | None:
     """The accept length stage 1 predicts for ``best``'s wiring and steps; None without a standalone
     run of its ids (or when its algorithm reads no ids)."""
-    ids = _ids(best.get(WIRING))
+    ids = _ids(best.get(IDS_KEY))
     algorithm = str(best.get("speculative_algorithm") or "EAGLE3")
     if ids is None or algorithm != "EAGLE3" or "layer_ids" not in frame:
         return None

@@ -13,13 +13,14 @@ from pathlib import Path
 import pandas as pd
 
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.report.model import INTERVAL, ModelError, ModelView, adaptive_lines, model_view
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.record import TRIAL_TAG, run_metrics
 
 PLOTTED = ("accept_length", "output_tok_s")
 IDENTITY_COLUMNS = ("run_id", "run_name", "trial", "stage", "status", "outcome", "gate", "failure_class")
-SHORT = {"eagle_aux_hidden_state_layer_ids": "ids"}  # column names as a terminal or a plot shows them
+SHORT = {IDS_KEY: "ids"}  # column names as a terminal or a plot shows them
 
 
 def find_parent(tracking: Tracking, study: str | None = None):

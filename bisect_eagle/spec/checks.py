@@ -23,9 +23,8 @@ from bisect_eagle.artifacts.prompts import check_prompts
 from bisect_eagle.artifacts.target import TargetConfig, check_target_weights, read_target_config
 from bisect_eagle.artifacts.wiring import check_width, parse_rule
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.schema import WIRING_SETTING, Spec
-
-PATH_KEYS = ("target", "draft", "dump", "prompts")
+from bisect_eagle.keys import IDS_KEY
+from bisect_eagle.spec.schema import PATH_KEYS, Spec
 
 
 @dataclass(frozen=True)
@@ -144,11 +143,11 @@ def _id_lists(spec: Spec) -> Iterator[tuple[str, list[int]]]:
     """(key, ids) of every layer-id list the spec gives in SGLang's convention."""
     fixed = spec.fixed_settings().eagle_aux_hidden_state_layer_ids
     if fixed is not None:
-        yield f"engine.settings.{WIRING_SETTING}", fixed
-    param = spec.space.get(WIRING_SETTING)
+        yield f"engine.settings.{IDS_KEY}", fixed
+    param = spec.space.get(IDS_KEY)
     for i, choice in enumerate(param.choices or [] if param is not None else []):
         if isinstance(choice, list):
-            yield f"space.{WIRING_SETTING}.choices[{i}]", choice
+            yield f"space.{IDS_KEY}.choices[{i}]", choice
     for i, w in enumerate(spec.standalone.wirings):
         if w.layer_ids is not None:
             yield f"standalone.wirings[{i}].layer_ids", w.layer_ids
@@ -227,9 +226,11 @@ def _check_wirings(spec: Spec, facts: DataFacts) -> None:
     need, hidden = draft.config.num_aux, draft.config.target_hidden_size
     for i, w in enumerate(spec.standalone.wirings):
         where = f"{spec.source}: key 'standalone.wirings[{i}]' ({w.label})"
-        if w.layer_ids is not None and len(w.layer_ids) != need:
-            raise BadInput(f"{where}: {len(w.layer_ids)} layer ids, but the draft's fc takes {need} states "
-                           f"({draft.config_file.path})")
+        refusal = None if w.layer_ids is None else layers.fc_width_refusal(
+            w.layer_ids, width=need, where=where, said_by=str(draft.config_file.path),
+            named="layer_ids")
+        if refusal is not None:
+            raise BadInput(refusal)
         if w.rule is not None and facts.first_sample is not None:
             try:
                 check_width(parse_rule(w.rule), len(facts.first_sample.states), hidden=hidden, fc_in=need * hidden)

@@ -16,6 +16,7 @@ from bisect_eagle.artifacts.configs import validation_error
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.checks import check_spec_inputs
 from bisect_eagle.spec.schema import (
+    PATH_KEYS,
     Spec,
 )
 
@@ -26,7 +27,7 @@ def _fill_from_scenario(raw: dict, path: Path) -> None:
     except BadInput as e:
         raise BadInput(f"{path}: key 'scenario': {e}") from None
     meta = sc.meta
-    for key in ("target", "draft", "dump", "prompts"):
+    for key in PATH_KEYS:
         raw.setdefault(key, str(getattr(sc, key)))
     raw.setdefault("dump_layer_ids", meta["aux_layer_ids"]["sglang"])
     raw.setdefault("training_accuracy", meta["training_accuracy"]["full_vocab"])
@@ -104,7 +105,7 @@ def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
     except ValidationError as e:
         raise validation_error(e, where=path) from None
     base = path.resolve().parent
-    for key in ("target", "draft", "dump", "prompts"):
+    for key in PATH_KEYS:
         value = getattr(spec, key)
         if value is not None and not value.is_absolute():
             setattr(spec, key, (base / value).resolve())

@@ -21,11 +21,12 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings, check_id_list, parse_settings
 
-WIRING_SETTING = "eagle_aux_hidden_state_layer_ids"
 VLLM_API_SERVER = "vllm.entrypoints.openai.api_server"  # the CPU build's `vllm` console script cannot start
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "search" / "default_spec.yaml"
+PATH_KEYS = ("target", "draft", "dump", "prompts")  # the keys that name a path of the deployment
 SPECULATIVE_COUNTS = ("num_steps", "topk")  # >= 1 in every speculative trial (0 is the baseline's)
 ADAPTIVE_FLAG = f"server_args.{ADAPTIVE}"  # the field spelled as a flag, folded into it (settings.py)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._ -]*[A-Za-z0-9._-])?")
@@ -335,7 +336,7 @@ class Spec(_Strict):
             BadInput: one of the four is not given (one line naming the spec and the key).
         """
         out = {}
-        for key in ("target", "draft", "dump", "prompts"):
+        for key in PATH_KEYS:
             value = getattr(self, key)
             if value is None:
                 raise BadInput(f"{self.source}: key {key!r} is missing (give a path, or 'scenario: NAME')")
@@ -432,7 +433,7 @@ def _check_space(spec: Spec, path: Path) -> None:
         check_setting_name(name, str(path))
         if name in fixed:
             raise BadInput(f"{where}: {name!r} is searched and also fixed in engine.settings; keep one of them")
-        if name == WIRING_SETTING and spec.standalone.wirings:
+        if name == IDS_KEY and spec.standalone.wirings:
             raise BadInput(f"{where}: the wiring is searched through standalone.wirings (gated by standalone "
                            f"accuracy); remove {name!r} from space or empty standalone.wirings")
         if param.type == "categorical":

@@ -1,8 +1,8 @@
-"""Settings of one live trial, SGLang's own rules that turn requested into effective values, and trial identity.
+"""Settings of one live trial and trial identity.
 
 A trial is identified by the fingerprint of its *effective* settings, so two requests that an engine runs
-identically (e.g. ``topk = 1`` with any ``num_draft_tokens``: SGLang forces ``num_steps + 1``) are one
-trial and are never measured twice.
+identically (e.g. ``topk = 1`` with any ``num_draft_tokens``: SGLang forces ``num_steps + 1``,
+a rule of :mod:`bisect_eagle.engines.sglang.rules`) are one trial and are never measured twice.
 
 ``speculative_adaptive`` is SGLang's ``--speculative-adaptive`` (``num_steps`` picked at run time per
 batch-size bucket; ``docs/sglang-facts.md#speculative-adaptive``). It has one spelling in a validated
@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bisect_eagle.artifacts.configs import validation_error
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 
 NUMERIC = ("num_steps", "topk", "num_draft_tokens", "max_new_tokens", "num_prompts", "warmup_prompts", "concurrency",
            "temperature")
@@ -131,7 +132,7 @@ class LiveSettings(BaseModel):
             raise ValueError("expected a number, found a boolean")
         return value
 
-    @field_validator("eagle_aux_hidden_state_layer_ids", mode="before")
+    @field_validator(IDS_KEY, mode="before")
     @classmethod
     def _id_list(cls, value: Any) -> Any:
         return check_id_list(value)
@@ -235,59 +236,3 @@ def parse_settings(values: dict[str, Any], where: str) -> LiveSettings:
         return LiveSettings.model_validate(values)
     except ValidationError as e:
         raise validation_error(e, where=where) from None
-
-
-def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
-    """SGLang's EAGLE-family rules applied to a request: (effective settings, warnings about overrides).
-
-    ``speculative_adaptive`` with ``topk > 1`` is turned off, as SGLang does with only a warning
-    (``adaptive_unsupported_reason``; its reason quoted). Which ``num_steps`` adaptive accepts depends on the
-    server's adaptive config; the sglang planner checks that (``docs/sglang-facts.md#speculative-adaptive``).
-
-    Args:
-        s: the requested settings.
-
-    Returns:
-        ``(effective, warnings)``: a baseline with every speculative field cleared; otherwise the
-        settings with ``num_draft_tokens`` set (``num_steps + 1`` when ``topk == 1``) and adaptive
-        turned off for ``topk > 1``, and one warning per value SGLang overrides.
-
-    Raises:
-        BadInput: a speculative request with ``num_steps < 1`` or ``topk < 1``, or ``topk > 1``
-            without ``num_draft_tokens``.
-    """
-    if s.is_baseline:
-        return s.model_copy(update={"num_steps": 0, "topk": 0, "num_draft_tokens": 0,
-                                    "eagle_aux_hidden_state_layer_ids": None, ADAPTIVE: False}), []
-    if s.num_steps < 1:
-        raise BadInput(f"num_steps must be >= 1 for speculative decoding, got {s.num_steps}")
-    if s.topk < 1:
-        raise BadInput(f"topk must be >= 1, got {s.topk}")
-    warnings = []
-    if s.speculative_adaptive and s.topk != 1:
-        warnings.append(adaptive_off_warning(f"speculative_eagle_topk={s.topk} (only topk=1 is supported)"))
-        s = s.model_copy(update={ADAPTIVE: False})
-    ndt = s.num_draft_tokens
-    if s.topk == 1 and ndt != s.num_steps + 1:
-        if ndt is not None:
-            warnings.append(
-                f"topk == 1 forces num_draft_tokens = num_steps + 1 = {s.num_steps + 1} "
-                f"(requested {ndt}; SGLang overrides it with only a warning)"
-            )
-        ndt = s.num_steps + 1
-    elif ndt is None:
-        raise BadInput("num_draft_tokens is required when topk > 1")
-    return s.model_copy(update={"num_draft_tokens": ndt}), warnings
-
-
-def adaptive_off_warning(reason: str) -> str:
-    """The warning of a request for adaptive speculation that SGLang turns off, with SGLang's ``reason``.
-
-    Args:
-        reason: why SGLang turns it off, in SGLang's words.
-
-    Returns:
-        One line saying the static ``num_steps`` runs instead.
-    """
-    return f"{ADAPTIVE} is turned off by SGLang: {reason}; it runs the static num_steps, with only a warning"
-

@@ -30,7 +30,8 @@ from typing import Any, Literal
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.schema import WIRING_SETTING, Spec, settings_from
+from bisect_eagle.keys import IDS_KEY
+from bisect_eagle.spec.schema import PATH_KEYS, Spec, settings_from
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.stats import median_mad
 from bisect_eagle.tracking.redact import Scrubber
@@ -42,7 +43,6 @@ from bisect_eagle.trials.launches import LAUNCHES
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
 POSITION_METRIC = "accept_rate_pos_"  # the engines' per-position acceptance, logged as one curve below
 ACCEPT_CURVE = "accept_rate_per_position"  # step = draft position
-DEPLOYMENT = ("target", "draft", "dump", "prompts")
 TRIAL_JSON = "trial.json"
 TRIAL_TAG = "trial"  # a trial run's one name (trial_name): the CLI's tables, report and the UI call it so
 NUMBERED = "{stage} {number:03d}"  # a study's numbered trial's name (trial_name): ``live 003``
@@ -100,7 +100,7 @@ def deployment_paths(spec: Spec) -> dict[str, Path]:
         Key (``target``, ``draft``, ``dump``, ``prompts``) → path as the spec holds it; keys it does
         not name are left out.
     """
-    return {k: Path(v) for k in DEPLOYMENT if (v := getattr(spec, k, None)) is not None}
+    return {k: Path(v) for k in PATH_KEYS if (v := getattr(spec, k, None)) is not None}
 
 
 def deployment_tags(spec: Spec) -> dict[str, str]:
@@ -299,7 +299,7 @@ def run_name(name: str, stage: str, effective: dict[str, Any]) -> str:
         return name
     if effective.get("speculative_algorithm") == "none":
         return f"{name} no speculation"
-    ids = effective.get(WIRING_SETTING)
+    ids = effective.get(IDS_KEY)
     wiring = "server-default" if ids is None else ",".join(str(i) for i in ids)
     return f"{name} ids={wiring} steps={effective.get('num_steps')} topk={effective.get('topk')}"
 
@@ -523,7 +523,7 @@ def _measured(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[Tria
         metrics[ratio_name(metric)] = metrics[metric] / ctx.baseline
     if ctx.baseline_tok_s:
         metrics[ratio_name("output_tok_s")] = metrics["output_tok_s"] / ctx.baseline_tok_s
-    ids = effective.get(WIRING_SETTING)
+    ids = effective.get(IDS_KEY)
     if ids is not None and tuple(ids) in ctx.wiring_accuracy:
         metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
     return TrialRecord(fingerprint=fp, stage=stage, status="pruned" if pruned else "ok",

@@ -81,3 +81,14 @@ def test_describe():
     assert layers.describe(0, 12) == "embedding"
     assert layers.describe(6, 12) == "layer 5 output"
     assert layers.describe(12, 12) == "layer 11 output (final, pre-norm)"
+
+
+def test_the_fc_width_rule_is_one_count_and_one_line():
+    config = {"where": "d/config.json", "said_by": "num_aux_hidden_states"}
+    assert layers.fc_width_refusal([1, 5, 9], width=3, **config) is None
+    assert layers.fc_width_refusal([1, 5], width=3, **config) == (
+        "d/config.json: the draft's fc takes 3 aux layers (num_aux_hidden_states); "
+        "eagle_aux_hidden_state_layer_ids [1, 5] has 2")
+    named = layers.fc_width_refusal((2, 6, 10, 12), width=3, where="w", said_by="s",
+                                    named="layer_ids")
+    assert named == "w: the draft's fc takes 3 aux layers (s); layer_ids [2, 6, 10, 12] has 4"

@@ -15,7 +15,8 @@ from bisect_eagle.bisect.changes import (
     not_change_reasons,
     not_changes,
 )
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.spec.schema import settings_from
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import hidden, is_hidden

@@ -17,7 +17,8 @@ from fake_engine import FakeEngine
 from bisect_eagle.bisect.ddmin import BisectStatus
 from bisect_eagle.bisect.run import BisectOptions, run_bisect
 from bisect_eagle.engines.base import Engine, TrialResult
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import is_hidden

@@ -15,7 +15,8 @@ from bisect_eagle.bisect.measurement import Measurement
 from bisect_eagle.bisect.run import BisectOptions, run_bisect
 from bisect_eagle.bisect.sides import classify, good_profile
 from bisect_eagle.engines.base import Engine, TrialResult
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.spec.settings import LiveSettings, unconditional_rates
 from bisect_eagle.tracking.runs import Tracking
 

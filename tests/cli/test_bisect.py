@@ -21,7 +21,8 @@ from bisect_eagle.bisect.ddmin import ProbeOutcome
 from bisect_eagle.bisect.log import parse_log
 from bisect_eagle.bisect.run import BisectOptions, run_bisect
 from bisect_eagle.engines.base import Engine, TrialResult, failed
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking

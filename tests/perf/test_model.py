@@ -15,10 +15,10 @@ from bisect_eagle.engines import benchmark_of
 from bisect_eagle.engines.base import RequestRecord, TrialResult
 from bisect_eagle.engines.local import LocalEngine
 from bisect_eagle.engines.oracle import Description, Option
-from bisect_eagle.engines.plan import speculative_effective
 from bisect_eagle.engines.sglang import SglangEngine
 from bisect_eagle.engines.sglang.oracle import SglangVerdict
 from bisect_eagle.engines.sglang.planner import Planner
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.perf.benchmark import STEADY_STATE, Benchmark
 from bisect_eagle.perf.model import Config, ThroughputModel, metrics_from_result
 from bisect_eagle.spec.schema import SglangServer

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bisect_eagle.engines.base import Engine, TrialResult
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from bisect_eagle.engines.plan import make_plan, speculative_effective
+from bisect_eagle.engines.plan import make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.record import TrialRecord, log_result, run_name, shown_tags, trial_name

@@ -22,7 +22,6 @@ from torch import nn
 
 from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.draft.config import (
-    IDS_KEY,
     SPECFORGE_ARCH,
     SPECULATORS_ARCH,
     DraftConfig,
@@ -31,6 +30,7 @@ from bisect_eagle.artifacts.draft.config import (
 )
 from bisect_eagle.artifacts.draft.model import Eagle3Draft
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 
 OPTIONAL = ("embed_tokens.weight", "d2t", "t2d")  # the embedding may come from the target; maps when vocabs match
 INTEGER_TENSORS = ("d2t", "t2d")
@@ -172,17 +172,25 @@ def _check_header(name: str, h: TensorHeader, want: tuple[int, ...], cf: DraftCo
 
 
 def check_tensors(
-    cf: DraftConfigFile, *, config: DraftConfig, tensors: dict[str, TensorHeader], where: Path
+    cf: DraftConfigFile, *, config: DraftConfig, ids: list[int], tensors: dict[str, TensorHeader],
+    where: Path,
 ) -> None:
-    """Every tensor of ``tensors`` against the shapes ``config`` implies; ``where`` is the draft directory."""
+    """Every tensor of ``tensors`` against the shapes ``config`` implies; ``ids`` are the config's
+    layer ids (as many as ``config.num_aux``); ``where`` is the draft directory."""
     c = config
     fc = tensors.get("fc.weight")
     if fc is None:
         raise DraftLoadError(f"{where}: tensor 'fc.weight' is missing")
-    if len(fc.shape) == 2 and fc.shape[1] != c.num_aux * c.target_hidden_size:
-        raise DraftLoadError(
-            f"{fc.file}: tensor {fc.stored_name!r} takes {fc.shape[1]} inputs but {cf.path} has {c.num_aux} layer "
-            f"ids × target_hidden_size {c.target_hidden_size} = {c.num_aux * c.target_hidden_size}")
+    if len(fc.shape) == 2:
+        width, rest = divmod(fc.shape[1], c.target_hidden_size)
+        tensor = f"{fc.file}: tensor {fc.stored_name!r}"
+        said_by = f"{fc.shape[1]} inputs = {width} × target_hidden_size {c.target_hidden_size}"
+        refusal = (f"{tensor} takes {fc.shape[1]} inputs, not a multiple of target_hidden_size "
+                   f"{c.target_hidden_size} ({cf.path})" if rest
+                   else layers.fc_width_refusal(ids, width=width, where=tensor, said_by=said_by,
+                                                named=f"{cf.path}'s layer ids"))
+        if refusal is not None:
+            raise DraftLoadError(refusal)
     expected = expected_shapes(c)
     unexpected = sorted(tensors[n].stored_name for n in tensors if n not in expected)
     if unexpected:
@@ -219,7 +227,7 @@ def inspect_draft(path: str | Path) -> DraftCheck:
     ids, conv = _declared_ids(cf)
     c = cf.draft_config(len(ids))
     tensors = read_headers(path)
-    check_tensors(cf, config=c, tensors=tensors, where=path)
+    check_tensors(cf, config=c, ids=ids, tensors=tensors, where=path)
     return DraftCheck(cf, c, ids, conv, tensors)
 
 

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, StrictBo
 from bisect_eagle.artifacts.configs import read_config_json, validate_keys
 from bisect_eagle.artifacts.layers import IdReader
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 
-IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 SGLANG_DEFAULT_AUX = 3
 SPECFORGE_ARCH = "LlamaForCausalLMEagle3"
 SPECULATORS_ARCH = "Eagle3Speculator"

@@ -54,6 +54,7 @@ from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.draft import LoadedDraft
 from bisect_eagle.artifacts.target import capture_hidden, decoder_layers
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 
 ALGORITHMS = ("EAGLE3", "EAGLE")
 
@@ -168,12 +169,12 @@ class SpeculativeDecoder:
                 return None
             return layers.canonical_to_ids(draft.aux_indices(self.num_layers), "sglang", num_layers=self.num_layers)
         if len(set(layer_ids)) != len(layer_ids):
-            raise BadInput(f"eagle_aux_hidden_state_layer_ids {layer_ids} repeats an id; each layer is captured once")
+            raise BadInput(f"{IDS_KEY} {layer_ids} repeats an id; each layer is captured once")
         ids = sorted(layer_ids)
         try:
             layers.ids_to_canonical(ids, "sglang", num_layers=self.num_layers)
         except layers.LayerIdError as e:
-            raise BadInput(f"eagle_aux_hidden_state_layer_ids {layer_ids}: {e}") from None
+            raise BadInput(f"{IDS_KEY} {layer_ids}: {e}") from None
         return ids
 
     def _capture_indices(self) -> list[int]:
@@ -193,13 +194,16 @@ class SpeculativeDecoder:
                 raise BadInput(f"{draft.path}: speculative_algorithm EAGLE feeds the draft the target's final "
                                f"state ({self.hidden_size} wide) but the draft is {c.hidden_size} wide")
             return
-        want = self.hidden_size * len(self.indices)
-        if self.draft.fc_in_features != want:
-            raise BadInput(
-                f"{draft.path}: fc takes {self.draft.fc_in_features} inputs but {len(self.indices)} layer ids "
-                f"{self.layer_ids} × target hidden size {self.hidden_size} = {want}; the draft was trained on "
-                f"{c.num_aux} aux layers"
-            )
+        fc_in = self.draft.fc_in_features
+        width, rest = divmod(fc_in, self.hidden_size)
+        if rest:
+            raise BadInput(f"{draft.path}: fc takes {fc_in} inputs, not a multiple of the target "
+                           f"hidden size {self.hidden_size}")
+        refusal = layers.fc_width_refusal(
+            self.layer_ids or [], width=width, where=str(draft.path),
+            said_by=f"fc.weight: {fc_in} inputs = {width} × target hidden size {self.hidden_size}")
+        if refusal is not None:
+            raise BadInput(refusal)
 
     # -- model calls ------------------------------------------------------------------------------------
 

@@ -37,8 +37,10 @@ from bisect_eagle.artifacts.prompts import Prompt, load_prompts
 from bisect_eagle.artifacts.target import load_target, read_target_config
 from bisect_eagle.engines.base import Engine, PairedResult, RequestRecord, TrialResult, failed
 from bisect_eagle.engines.local.decoder import Generation, Pin, SpeculativeDecoder, accept_rates
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
+from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.perf.benchmark import Benchmark
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings, torch_dtype_name
@@ -122,8 +124,8 @@ class LocalEngine(Engine):
         """The draft's own aux layers as SGLang ids, ascending (what it was trained on)."""
         ids, convention = read_draft_config(self.draft_path).declared_ids(layers.LOCAL_READER)
         if ids is None:
-            raise BadInput(f"{self.draft_path}/config.json declares no aux layer ids; set "
-                           "eagle_aux_hidden_state_layer_ids")
+            raise BadInput(f"{self.draft_path}/config.json declares no aux layer ids; "
+                           f"set {IDS_KEY}")
         canonical = layers.ids_to_canonical(ids, convention, num_layers=self.num_layers)
         return sorted(layers.canonical_to_ids(canonical, "sglang", num_layers=self.num_layers))
 
@@ -144,7 +146,7 @@ class LocalEngine(Engine):
         refusal = _no_adaptive(settings) or refusal or _unsupported(settings)
         if refusal is None and not settings.is_baseline:
             ids, refusal = self._resolve_ids(settings)
-            effective["eagle_aux_hidden_state_layer_ids"] = ids
+            effective[IDS_KEY] = ids
         return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
 
     def _resolve_ids(self, s: LiveSettings) -> tuple[list[int], str | None]:
@@ -158,11 +160,10 @@ class LocalEngine(Engine):
         try:
             layers.ids_to_canonical(ids, "sglang", num_layers=self.num_layers)
         except layers.LayerIdError as e:
-            return ids, f"eagle_aux_hidden_state_layer_ids {requested}: {e}"
-        if len(ids) != len(self.draft_ids):
-            return ids, (f"eagle_aux_hidden_state_layer_ids {requested} has {len(ids)} ids, but the draft's fc was "
-                         f"trained on {len(self.draft_ids)} aux layers ({self.draft_path}/config.json)")
-        return ids, None
+            return ids, f"{IDS_KEY} {requested}: {e}"
+        return ids, layers.fc_width_refusal(requested, width=len(self.draft_ids),
+                                            where=f"{self.draft_path}/config.json",
+                                            said_by="the aux layer ids it declares")
 
     # -- run --------------------------------------------------------------------------------------------
 
@@ -190,7 +191,7 @@ class LocalEngine(Engine):
         model, draft = self._load(s.device, torch_dtype_name(s.dtype))
         baseline = s.is_baseline
         algorithm = "EAGLE3" if baseline else s.speculative_algorithm
-        ids = None if baseline or algorithm == "EAGLE" else effective["eagle_aux_hidden_state_layer_ids"]
+        ids = None if baseline or algorithm == "EAGLE" else effective[IDS_KEY]
         decoder = SpeculativeDecoder(model, None if baseline else draft, ids, effective["num_steps"], s.device,
                                      algorithm)
         effective["aux_hidden_state_indices"] = None if baseline else decoder.indices
@@ -392,5 +393,5 @@ def _local_notes(s: LiveSettings) -> list[str]:
             "state and fc is skipped, as SGLang does silently; expect accept length ~1.0 (use EAGLE3)"
         )
         if s.eagle_aux_hidden_state_layer_ids is not None:
-            notes.append("eagle_aux_hidden_state_layer_ids are not used by speculative_algorithm EAGLE")
+            notes.append(f"{IDS_KEY} are not used by speculative_algorithm EAGLE")
     return notes

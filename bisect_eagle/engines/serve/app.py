@@ -14,6 +14,7 @@ from bisect_eagle import __version__
 from bisect_eagle.engines.serve.api import DecoderBackend
 from bisect_eagle.engines.serve.front import ServeHTTPServer, serve_until_signal
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.settings import TORCH_DTYPE_NAMES
 
 log = logging.getLogger("bisect_eagle.serve")
@@ -63,7 +64,7 @@ def draft_layer_ids(draft_dir: Path, num_layers: int) -> tuple[list[int], str | 
     if cf.nested_ids:
         return list(cf.nested_ids), None
     default = layers.CONVENTIONS["sglang"].defaults(num_layers)
-    return default, (f"{cf.path}: no eagle_config.eagle_aux_hidden_state_layer_ids; capturing SGLang's default "
+    return default, (f"{cf.path}: no eagle_config.{IDS_KEY}; capturing SGLang's default "
                      f"layers {default} (SGLang does this without a warning)")
 
 
@@ -169,7 +170,8 @@ def build_backend(a: argparse.Namespace, environ: Mapping[str, str] | None = Non
     from bisect_eagle.artifacts.draft import load_draft
     from bisect_eagle.artifacts.target import decoder_layers, load_target
     from bisect_eagle.engines.local import DTYPES, SpeculativeDecoder
-    from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
+    from bisect_eagle.engines.sglang.rules import apply_speculative_rules
+    from bisect_eagle.spec.settings import LiveSettings
 
     dtype = DTYPE_NAMES[a.dtype]
     model, tokenizer = load_target(a.model_path, device=a.device, dtype=DTYPES[dtype])
@@ -179,7 +181,7 @@ def build_backend(a: argparse.Namespace, environ: Mapping[str, str] | None = Non
         "tp_size": 1, "dp_size": 1, "device": a.device, "dtype": a.dtype, "max_running_requests": 1,
         "speculative_algorithm": a.speculative_algorithm, "speculative_draft_model_path": None,
         "speculative_num_steps": None, "speculative_eagle_topk": None, "speculative_num_draft_tokens": None,
-        "eagle_aux_hidden_state_layer_ids": None, "aux_hidden_state_indices": None,
+        IDS_KEY: None, "aux_hidden_state_indices": None,
         "enable_return_aux_hidden_states": a.enable_return_aux_hidden_states,
     }
     draft, ids = None, a.return_aux_hidden_state_layer_ids
@@ -212,7 +214,7 @@ def build_backend(a: argparse.Namespace, environ: Mapping[str, str] | None = Non
     decoder = SpeculativeDecoder(model, draft, ids, a.speculative_num_steps or 0, a.device,
                                  info["speculative_algorithm"] or "EAGLE3", cycle_delay_s=delay)
     if decoder.layer_ids is not None:
-        info["eagle_aux_hidden_state_layer_ids"] = decoder.layer_ids
+        info[IDS_KEY] = decoder.layer_ids
         info["aux_hidden_state_indices"] = decoder.indices
         log.info("capturing aux hidden states of SGLang layer ids %s (hidden_states indices %s, %d-layer target)",
                  decoder.layer_ids, layers.ids_to_canonical(decoder.layer_ids, "sglang", num_layers=n), n)

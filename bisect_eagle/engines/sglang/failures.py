@@ -16,11 +16,12 @@ import re
 
 from bisect_eagle.engines.base import FailureClass
 from bisect_eagle.engines.served import FailureLog
+from bisect_eagle.keys import IDS_KEY
 
 _ARGPARSE = re.compile(r"^[\w.\- ]+: error: ", re.M)  # "sglang serve: error: ..."
 _OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|not enough memory", re.I)
 _CAPTURE = re.compile(r"captured \d+ of \d+ aux hidden states?", re.I)
-_CAPTURE_KEYS = re.compile(r"aux[_ ]hidden[_ ]state|eagle_aux_hidden_state_layer_ids|layers_to_capture|"
+_CAPTURE_KEYS = re.compile(rf"aux[_ ]hidden[_ ]state|{IDS_KEY}|layers_to_capture|"
                            r"size mismatch for fc\.weight|fc takes \d+ inputs", re.I)
 _ERROR_LINE = re.compile(r"Error|Exception|error:", re.M)
 

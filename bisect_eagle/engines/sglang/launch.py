@@ -25,6 +25,7 @@ from typing import Any
 
 from bisect_eagle.artifacts.configs import read_config_json
 from bisect_eagle.artifacts.draft import parse_draft_config
+from bisect_eagle.artifacts.layers import fc_width_refusal
 from bisect_eagle.engines import launch as shared
 from bisect_eagle.engines.launch import (
     Arg,
@@ -36,9 +37,11 @@ from bisect_eagle.engines.launch import (
     write_draft_copy,
 )
 from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.engines.sglang.rules import apply_speculative_rules
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.schema import SglangServer
-from bisect_eagle.spec.settings import LiveSettings, apply_speculative_rules
+from bisect_eagle.spec.settings import LiveSettings
 
 TP_FLAGS = ("--tp-size", "--tensor-parallel-size")  # preferred first; both mean the same in SGLang
 MANAGED = {  # flags the engine sets itself -> the setting that controls them
@@ -56,7 +59,6 @@ MANAGED = {  # flags the engine sets itself -> the setting that controls them
 }
 INHERITED_PREFIXES = ("NCCL_", "SGLANG_", "SGL_", "CUDA_", "TORCH_")  # inherited variables worth recording
 PORT_FLAG, DRAFT_FLAG = "--port", "--speculative-draft-model-path"  # what differs between a plan and its launch
-IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -206,22 +208,6 @@ def draft_config_patch(layer_ids: list[int]) -> dict:
     return {"eagle_config": {IDS_KEY: list(layer_ids)}}
 
 
-def fc_width_refusal(layer_ids: list[int], *, trained: tuple[int, str], config: Path) -> str | None:
-    """Why ``layer_ids`` cannot feed the draft's ``fc``, or None.
-
-    Args:
-        layer_ids: the ids SGLang will capture (the plan's effective ids).
-        trained: (aux layer count ``fc`` was trained on, the config key that says so), from
-            :meth:`~bisect_eagle.artifacts.draft.DraftConfigFile.sglang_fc_aux`.
-        config: the draft's ``config.json``, named in the reason.
-    """
-    count, source = trained
-    if len(layer_ids) == count:
-        return None
-    return (f"{config}: key {source} gives {count} aux layers, the width fc was trained on; {IDS_KEY} {layer_ids} "
-            f"has {len(layer_ids)}")
-
-
 def _merge(base: dict, patch: dict) -> dict:
     out = dict(base)
     for key, value in patch.items():
@@ -236,7 +222,7 @@ def prepare_draft_dir(draft: Path, *, config_patch: dict | None, out_dir: Path) 
         draft: the draft directory.
         config_patch: the plan's draft config change (:attr:`~bisect_eagle.engines.plan.TrialPlan.config_patch`,
             from :func:`draft_config_patch`); None keeps the draft's own config. Its id count must be the one
-            ``fc`` was trained on (:func:`fc_width_refusal`).
+            ``fc`` was trained on (:func:`~bisect_eagle.artifacts.layers.fc_width_refusal`).
         out_dir: where the copy goes; it must not exist. The directory is built beside it and renamed into
             place, so it is never half-written.
 
@@ -250,8 +236,9 @@ def prepare_draft_dir(draft: Path, *, config_patch: dict | None, out_dir: Path) 
     cfg_path = draft / "config.json"
     config = read_config_json(draft, "the draft")
     if config_patch is not None:
-        trained = parse_draft_config(config, cfg_path).sglang_fc_aux()
-        refusal = fc_width_refusal(config_patch["eagle_config"][IDS_KEY], trained=trained, config=cfg_path)
+        width, said_by = parse_draft_config(config, cfg_path).sglang_fc_aux()
+        refusal = fc_width_refusal(config_patch["eagle_config"][IDS_KEY], width=width,
+                                   where=str(cfg_path), said_by=said_by)
         if refusal is not None:
             raise BadInput(refusal)
         config = _merge(config, config_patch)

@@ -55,7 +55,7 @@ from typing import Any, ClassVar, cast
 from bisect_eagle.artifacts import layers
 from bisect_eagle.artifacts.draft import read_draft_config
 from bisect_eagle.engines.launch import explicit_server_args, inherited_env, negated_keys
-from bisect_eagle.engines.plan import TrialPlan, make_plan, speculative_effective
+from bisect_eagle.engines.plan import TrialPlan, make_plan
 from bisect_eagle.engines.planner import BasePlanner, server_limits
 from bisect_eagle.engines.sglang import flags as flagmod
 from bisect_eagle.engines.sglang.launch import (
@@ -65,14 +65,20 @@ from bisect_eagle.engines.sglang.launch import (
     Launch,
     argv_tokens,
     draft_config_patch,
-    fc_width_refusal,
     flag_name,
     trial_args,
     with_values,
 )
 from bisect_eagle.engines.sglang.oracle import Oracle, interpreter, parser_spec
-from bisect_eagle.engines.sglang.rules import adaptive_steps, resolved_adaptive, tree_bound, untested_version
+from bisect_eagle.engines.sglang.rules import (
+    adaptive_steps,
+    resolved_adaptive,
+    speculative_effective,
+    tree_bound,
+    untested_version,
+)
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.schema import SglangServer
 from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings, profile_for_accept_length
 from bisect_eagle.tracking.redact import redact_env
@@ -213,7 +219,7 @@ class Planner(BasePlanner):
         cfg = self.target_config
         ids, id_warnings, refusal = self._ids(settings, cfg)
         warnings += id_warnings
-        effective["eagle_aux_hidden_state_layer_ids"] = ids
+        effective[IDS_KEY] = ids
         try:
             patch = None if settings.is_baseline or settings.eagle_aux_hidden_state_layer_ids is None \
                 else draft_config_patch(list(ids or []))
@@ -271,11 +277,12 @@ class Planner(BasePlanner):
         ids = s.eagle_aux_hidden_state_layer_ids
         if ids is None:
             if draft.ids is None and not draft.note:
-                warnings.append(f"{self.draft}/config.json has no eagle_config.eagle_aux_hidden_state_layer_ids: "
-                                "SGLang silently captures its default layers; set eagle_aux_hidden_state_layer_ids")
+                warnings.append(f"{self.draft}/config.json has no eagle_config.{IDS_KEY}: "
+                                f"SGLang silently captures its default layers; set {IDS_KEY}")
             return draft.ids, warnings, None
-        too_wide = None if draft.trained is None else fc_width_refusal(ids, trained=draft.trained,
-                                                                       config=self.draft / "config.json")
+        too_wide = None if draft.trained is None else layers.fc_width_refusal(
+            ids, width=draft.trained[0], said_by=draft.trained[1],
+            where=f"{self.draft / 'config.json'}")
         if too_wide is not None:
             return ids, warnings, too_wide
         n = layers.target_depth(cfg) if cfg else None
@@ -285,7 +292,7 @@ class Planner(BasePlanner):
                 layers.ids_to_canonical(ids, conv, num_layers=n)
             except layers.LayerIdError as e:
                 if not (conv == "sglang-deepseek" and -1 in ids):  # SGLang takes -1 raw there: its rule decides
-                    return ids, warnings, f"eagle_aux_hidden_state_layer_ids {ids}: {e} ({conv} rule)"
+                    return ids, warnings, f"{IDS_KEY} {ids}: {e} ({conv} rule)"
             # SGLang's own capture rule, for SGLang launches (the stand-in server has its own capture)
             refusal = self._captured(list(ids), cfg, n) if parser_spec(list(self.server.launch_command)) == "sglang" \
                 else None
@@ -330,7 +337,7 @@ class Planner(BasePlanner):
         """A refusal when SGLang would never capture one of ``ids`` (a launch that can only fail)."""
         cap = self.capture(ids, cfg, n)
         if cap.error is not None:
-            return (f"eagle_aux_hidden_state_layer_ids {ids}: SGLang's capture hook raises {cap.error} at start-up "
+            return (f"{IDS_KEY} {ids}: SGLang's capture hook raises {cap.error} at start-up "
                     f"({cap.rule}; {cap.checked})")
         if not cap.missed:
             return None
@@ -339,7 +346,7 @@ class Planner(BasePlanner):
                "index": "start-up fails with IndexError"}.get(
             cap.failure, f"the draft gets {len(ids) - len(cap.missed)} aux states where fc takes {len(ids)}: a shape "
                          "error in fc")
-        return (f"eagle_aux_hidden_state_layer_ids {ids}: SGLang never captures the state of id(s) {cap.missed} on "
+        return (f"{IDS_KEY} {ids}: SGLang never captures the state of id(s) {cap.missed} on "
                 f"this {n}-layer target ({cap.rule}), so {how}; checked by {cap.checked}")
 
     def _negated_defaults(self, s: LiveSettings) -> list[Arg]:

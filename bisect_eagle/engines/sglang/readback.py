@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bisect_eagle.engines.sglang.client import Completion
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.tracking.redact import redact_mapping
 
 SERVER_INFO_FIELDS = {  # effective field -> /server_info key
@@ -25,12 +26,12 @@ SERVER_INFO_FIELDS = {  # effective field -> /server_info key
     "num_steps": "speculative_num_steps",
     "topk": "speculative_eagle_topk",
     "num_draft_tokens": "speculative_num_draft_tokens",
-    "eagle_aux_hidden_state_layer_ids": "eagle_aux_hidden_state_layer_ids",  # bisect-eagle serve only
+    IDS_KEY: IDS_KEY,  # bisect-eagle serve only
     "device": "device",
     "dtype": "dtype",
     "speculative_adaptive": "speculative_adaptive",  # only where the plan kept it on (SGLang may turn it off)
 }
-SPECULATIVE_FIELDS = ("num_steps", "topk", "num_draft_tokens", "eagle_aux_hidden_state_layer_ids")
+SPECULATIVE_FIELDS = ("num_steps", "topk", "num_draft_tokens", IDS_KEY)
 SERVER_KEYS = (  # what the server says about itself, recorded under effective["server"]
     "version", "max_running_requests", "tp_size", "dp_size", "ep_size", "attention_backend",
     "speculative_draft_attention_backend", "cuda_graph_max_bs", "cuda_graph_max_bs_decode",

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from bisect_eagle.engines.plan import TrialPlan
-from bisect_eagle.engines.vllm.ids import IDS_KEY
 from bisect_eagle.engines.vllm.planner import Planner
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.settings import LiveSettings
 
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bisect_eagle.artifacts import layers
+from bisect_eagle.keys import IDS_KEY
 
-IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 DEFAULT_AUX = 3  # llama_eagle3.py: fc width without num_aux_hidden_states or nested ids
 READS = "vllm/v1/worker/gpu_model_runner.py:5251 _get_eagle3_aux_layers_from_config"
 FC_WIDTH = "vllm/model_executor/models/llama_eagle3.py:209-216"

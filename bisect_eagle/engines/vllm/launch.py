@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bisect_eagle.artifacts.configs import read_config_json
+from bisect_eagle.artifacts.layers import fc_width_refusal
 from bisect_eagle.engines import launch as shared
 from bisect_eagle.engines.launch import (
     Arg,
@@ -35,8 +36,9 @@ from bisect_eagle.engines.launch import (
     write_draft_copy,
 )
 from bisect_eagle.engines.launch import argv_tokens as argv_tokens  # the engine's, planner's and tests' name
-from bisect_eagle.engines.vllm.ids import IDS_KEY, draft_ids
+from bisect_eagle.engines.vllm.ids import draft_ids
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.schema import VllmServer
 from bisect_eagle.spec.settings import LiveSettings
 
@@ -311,8 +313,9 @@ def prepare_draft_dir(draft: Path, vllm_ids: list[int] | None, *, out_dir: Path)
     config = read_config_json(draft, "the draft")
     if vllm_ids is not None:
         info = draft_ids(config)
-        if len(vllm_ids) != info.fc_width:
-            raise BadInput(f"{draft / 'config.json'}: key {info.fc_source} gives {info.fc_width} aux layers, the width "
-                           f"fc takes; {IDS_KEY} {vllm_ids} has {len(vllm_ids)}")
+        refusal = fc_width_refusal(vllm_ids, width=info.fc_width, where=str(draft / "config.json"),
+                                   said_by=info.fc_source)
+        if refusal is not None:
+            raise BadInput(refusal)
         config = {**config, **draft_config_patch(vllm_ids)}
     return write_draft_copy(draft, config, out_dir=out_dir)

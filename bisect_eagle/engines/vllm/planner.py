@@ -39,7 +39,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
-from bisect_eagle.artifacts.layers import LayerIdError
+from bisect_eagle.artifacts.layers import LayerIdError, fc_width_refusal
 from bisect_eagle.engines.launch import explicit_server_args, negated_keys
 from bisect_eagle.engines.plan import TrialPlan, make_plan, natural_unmarked
 from bisect_eagle.engines.planner import BasePlanner, read_json, server_limits
@@ -47,6 +47,7 @@ from bisect_eagle.engines.vllm import ids as idmod
 from bisect_eagle.engines.vllm.launch import Arg, Launch, args_at, argv_tokens, managed_dest, trial_args, vllm_env
 from bisect_eagle.engines.vllm.oracle import Description, Oracle, VllmVerdict, interpreter, resolve_executable
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.spec.schema import VllmServer
 from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings
 
@@ -180,7 +181,7 @@ class Planner(BasePlanner):
         effective.update(self._server_fields(settings, resolved, desc))
         if not settings.is_baseline:
             used = ids.vllm is not None and ids.source != "unused"
-            effective["eagle_aux_hidden_state_layer_ids"] = (
+            effective[IDS_KEY] = (
                 idmod.from_vllm(ids.vllm, model_type=model_type, num_layers=n) if used
                 else None if ids.source == "unused" else settings.eagle_aux_hidden_state_layer_ids)
             effective["vllm_aux_layer_ids"] = ids.vllm if used else None
@@ -188,7 +189,7 @@ class Planner(BasePlanner):
         argv = [*self.command, *argv_tokens(args)]
         plan = make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal, argv=argv,
                          env=env, checked=self.checked_by(judged_all, note),
-                         config_patch=None if ids.top_level is None else {idmod.IDS_KEY: list(ids.top_level)})
+                         config_patch=None if ids.top_level is None else {IDS_KEY: list(ids.top_level)})
         launch = Launch(plan.fingerprint, tuple(args), dict(env), None if ids.top_level is None else
                         list(ids.top_level))
         return replace(plan, private={"launch": launch, "vllm_log": list(verdict.log) if verdict is not None else []})
@@ -198,21 +199,21 @@ class Planner(BasePlanner):
         draft = idmod.draft_ids(self.draft_config) if self.draft_config is not None else None
         requested = s.eagle_aux_hidden_state_layer_ids
         if s.speculative_algorithm != "EAGLE3":
-            notes = [f"eagle_aux_hidden_state_layer_ids are not used by speculative_algorithm {s.speculative_algorithm}"
+            notes = [f"{IDS_KEY} are not used by speculative_algorithm {s.speculative_algorithm}"
                      ] if requested is not None else []
             return _Ids(None, None, "unused", notes)
         if requested is not None:
             try:
                 vllm_ids = idmod.to_vllm(requested, model_type=model_type, num_layers=n)
             except LayerIdError as e:
-                return _Ids(None, None, "request", refusal=f"eagle_aux_hidden_state_layer_ids {requested}: {e}")
+                return _Ids(None, None, "request", refusal=f"{IDS_KEY} {requested}: {e}")
             notes = [] if n is not None else [f"{self.target}/config.json is not readable here: the requested ids are "
                                               "converted with SGLang's default +1 rule, unchecked against the depth"]
-            if draft is not None and len(vllm_ids) != draft.fc_width:
-                return _Ids(vllm_ids, vllm_ids, "request", notes, refusal=(
-                    f"{self.draft}/config.json: key {draft.fc_source} gives {draft.fc_width} aux layers, the width the "
-                    f"draft's fc takes ({idmod.FC_WIDTH}); eagle_aux_hidden_state_layer_ids {requested} has "
-                    f"{len(requested)}"))
+            too_wide = None if draft is None else fc_width_refusal(
+                requested, width=draft.fc_width, where=f"{self.draft}/config.json",
+                said_by=f"{draft.fc_source}; {idmod.FC_WIDTH}")
+            if too_wide is not None:
+                return _Ids(vllm_ids, vllm_ids, "request", notes, refusal=too_wide)
             return _Ids(vllm_ids, vllm_ids, "request", notes,
                         refusal=idmod.refusal(vllm_ids, num_layers=n, source=f"from the request {requested}"))
         if draft is None:
@@ -222,18 +223,20 @@ class Planner(BasePlanner):
         notes = []
         if source == "eagle_config":
             notes.append(
-                f"{self.draft}/config.json has no top-level {idmod.IDS_KEY}: vLLM reads eagle_config's {found} "
+                f"{self.draft}/config.json has no top-level {IDS_KEY}: vLLM reads eagle_config's {found} "
                 f"verbatim as vLLM ids (hidden_states {found}), where SGLang reads the same ids as hidden_states "
                 f"{[i + 1 for i in found]}; for a draft trained in SGLang's convention set "
-                f"eagle_aux_hidden_state_layer_ids ({idmod.READS})")
+                f"{IDS_KEY} ({idmod.READS})")
         if found is None:
             found = idmod.default_ids(n) if n is not None else None
             notes.append(f"{self.draft}/config.json declares no aux layer ids: vLLM captures its default layers "
-                         f"{found if found is not None else '(2, N//2, N-3)'}; set eagle_aux_hidden_state_layer_ids")
+                         f"{found if found is not None else '(2, N//2, N-3)'}; set {IDS_KEY}")
         refusal = None if found is None else idmod.refusal(found, num_layers=n, source=f"the draft's {source} ids")
-        if found is not None and draft is not None and len(found) != draft.fc_width and refusal is None:
-            refusal = (f"{self.draft}/config.json: vLLM would capture {len(found)} aux layers {found} ({source}) "
-                       f"for an fc taking {draft.fc_width} ({draft.fc_source}, {idmod.FC_WIDTH})")
+        if found is not None and draft is not None and refusal is None:
+            refusal = fc_width_refusal(found, width=draft.fc_width,
+                                       where=f"{self.draft}/config.json",
+                                       said_by=f"{draft.fc_source}; {idmod.FC_WIDTH}",
+                                       named=f"the ids vLLM would capture ({source})")
         return _Ids(found, None, source, notes, refusal)
 
     def _judge(self, oracle: Oracle, s: LiveSettings, args: list[Arg], env: dict[str, str],

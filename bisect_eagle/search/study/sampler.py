@@ -19,8 +19,9 @@ import optuna
 
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.search.space import SearchSpace, encode
-from bisect_eagle.spec.schema import WIRING_SETTING, Param, Spec
+from bisect_eagle.spec.schema import Param, Spec
 from bisect_eagle.spec.settings import LiveSettings
 
 
@@ -51,7 +52,7 @@ def live_space(spec: Spec, gate: list[dict[str, Any]]) -> SearchSpace:
     params: dict[str, Param] = {}
     if spec.standalone.wirings:
         passed = [v["layer_ids"] for v in gate if v["passed"]]
-        params[WIRING_SETTING] = Param(type="categorical", choices=passed)
+        params[IDS_KEY] = Param(type="categorical", choices=passed)
     params.update(spec.space)
     return SearchSpace(params, spec.engine.settings, str(spec.source))
 

@@ -89,7 +89,9 @@ def test_fc_width_must_match_ids(tmp_path):
     cfg = json.loads(cfg_path.read_text())
     cfg["eagle_aux_hidden_state_layer_ids"] = [2, 6]
     cfg_path.write_text(json.dumps(cfg))
-    with pytest.raises(BadInput, match=r"tensor .fc.weight. takes 48 inputs but .*config.json has 2 layer ids"):
+    with pytest.raises(BadInput, match=r"tensor .fc.weight.: the draft's fc takes 3 aux layers "
+                       r"\(48 inputs = 3 × target_hidden_size 16\); "
+                       r".*config.json's layer ids \[2, 6\] has 2"):
         load_draft(tmp_path / "spec")
 
 

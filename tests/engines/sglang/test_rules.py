@@ -1,5 +1,6 @@
-"""The SGLang releases the planner's rules are tested with: one list, the pins that install it, and the refusal of
-any other installed release (the planner does not guess)."""
+"""SGLang's speculative rules as every engine applies them, and the SGLang releases the planner's
+rules are tested with: one list, the pins that install it, and the refusal of any other installed
+release (the planner does not guess)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,21 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import tomllib
 
 from bisect_eagle.artifacts import scenarios
 from bisect_eagle.engines.oracle import Description
 from bisect_eagle.engines.sglang.planner import Planner
-from bisect_eagle.engines.sglang.rules import TESTED_SGLANG, untested_version
+from bisect_eagle.engines.sglang.rules import (
+    TESTED_SGLANG,
+    apply_speculative_rules,
+    speculative_effective,
+    untested_version,
+)
+from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import SglangServer
-from bisect_eagle.spec.settings import parse_settings
+from bisect_eagle.spec.settings import LiveSettings, parse_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -57,3 +65,25 @@ def test_the_planner_refuses_every_plan_on_an_untested_sglang(tmp_path):
         assert plan.refusal is None or "is not a release" not in plan.refusal, plan.refusal
     stand_in = _planner(tmp_path, "0.5.5", ["bisect-eagle", "serve"])  # not SGLang: its version is not SGLang's
     assert stand_in.version_refusal() is None
+
+
+def test_topk_one_forces_the_draft_tokens_and_topk_above_one_turns_adaptive_off():
+    eff, warnings = apply_speculative_rules(LiveSettings(num_steps=3, topk=1, num_draft_tokens=8))
+    assert eff.num_draft_tokens == 4
+    assert "num_draft_tokens = num_steps + 1 = 4 (requested 8" in warnings[0]
+    eff, warnings = apply_speculative_rules(
+        LiveSettings(num_steps=3, topk=2, num_draft_tokens=6, speculative_adaptive=True))
+    assert not eff.speculative_adaptive
+    assert warnings[0].startswith("speculative_adaptive is turned off by SGLang")
+    with pytest.raises(BadInput, match="num_draft_tokens is required when topk > 1"):
+        apply_speculative_rules(LiveSettings(num_steps=3, topk=2))
+
+
+def test_a_refused_request_keeps_its_values_and_the_baseline_clears_the_speculative_fields():
+    effective, warnings, refusal = speculative_effective(LiveSettings(num_steps=3, topk=2))
+    assert refusal == "num_draft_tokens is required when topk > 1"
+    assert effective["topk"] == 2 and not warnings
+    effective, _, refusal = speculative_effective(LiveSettings(speculative_algorithm="none", num_steps=3))
+    assert refusal is None
+    assert (effective["num_steps"], effective["topk"], effective["num_draft_tokens"]) == (0, 0, 0)
+    assert "speculative_adaptive" not in effective and "pinned_acceptance" not in effective

@@ -94,7 +94,7 @@ def test_draft_copy_gets_the_ids_at_the_top_level(tiny, tmp_path):
     assert json.loads((kept / "config.json").read_text()) == json.loads(shipped)
     with pytest.raises(BadInput, match="already exists"):
         prepare_draft_dir(tiny.draft, None, out_dir=tmp_path / "own")
-    with pytest.raises(BadInput, match="3 aux layers, the width fc takes"):
+    with pytest.raises(BadInput, match=r"the draft's fc takes 3 aux layers .*\[2, 6\] has 2"):
         prepare_draft_dir(tiny.draft, [2, 6], out_dir=tmp_path / "two")
 
 

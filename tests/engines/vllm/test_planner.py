@@ -64,7 +64,7 @@ def test_draft_ids_outside_the_range_are_refused_before_launch(tiny, make_draft,
 
 def test_id_count_must_match_the_fc_width(offline, tmp_path):
     p = plan(offline, tmp_path, eagle_aux_hidden_state_layer_ids=[1, 5])
-    assert "gives 3 aux layers" in p.refusal
+    assert "the draft's fc takes 3 aux layers" in p.refusal
     p = plan(offline, tmp_path, eagle_aux_hidden_state_layer_ids=[1, 5, 12])
     assert "outside" in p.refusal  # sglang id 12 does not exist on a 12-layer target
 

@@ -10,11 +10,11 @@ import yaml
 
 from bisect_eagle.engines import make_engine
 from bisect_eagle.errors import BadInput
+from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.search.space import ENUMERATION_LIMIT, SearchSpace
 from bisect_eagle.search.study.dryrun import plan_study
 from bisect_eagle.search.study.sampler import SAMPLED
 from bisect_eagle.spec.load import load_spec
-from bisect_eagle.spec.schema import WIRING_SETTING as WIRING
 
 from helpers import cli
 
@@ -69,14 +69,14 @@ def test_the_layer_id_choices_of_the_space_are_planned(tmp_path):
     """The GLM-5 node spec's speculative part: every layer-id choice times every other config, each planned (the
     sglang engine without SGLang here: its own rules judge the ids)."""
     raw = yaml.safe_load((EXPERIMENTS / "glm5-8gpu.yaml").read_text())
-    keep = (WIRING, "num_steps", "topk", "num_draft_tokens")
+    keep = (IDS_KEY, "num_steps", "topk", "num_draft_tokens")
     raw["space"] = {k: v for k, v in raw["space"].items() if k in keep}
     raw["groups"] = [g for g in raw["groups"] if set(g) <= set(keep)]
     (tmp_path / "glm5.yaml").write_text(yaml.safe_dump(raw))
     spec = load_spec(tmp_path / "glm5.yaml", check_inputs=False)
     p = plan_study(spec, engine_factory=make_engine)
-    ids = len(spec.space[WIRING].choices)
-    others = SearchSpace({k: v for k, v in spec.space.items() if k != WIRING}, spec.engine.settings, "here")
+    ids = len(spec.space[IDS_KEY].choices)
+    others = SearchSpace({k: v for k, v in spec.space.items() if k != IDS_KEY}, spec.engine.settings, "here")
     assert ids == 3 and p.listed and p.configs == ids * sum(1 for _ in others.enumerate()) == 3 * 42
     assert p.launchable + sum(p.refused.values()) == p.configs
 
@@ -89,7 +89,7 @@ def test_the_glm5_dry_run_counts_the_layer_id_choices(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     p = json.loads(done.stdout)
     spec = load_spec(EXPERIMENTS / "glm5-8gpu.yaml", check_inputs=False)
-    others = SearchSpace({k: v for k, v in spec.space.items() if k != WIRING}, spec.engine.settings, "here")
+    others = SearchSpace({k: v for k, v in spec.space.items() if k != IDS_KEY}, spec.engine.settings, "here")
     assert p["listed"] and p["configs"] == 3 * sum(1 for _ in others.enumerate()) == 27216
     assert p["space"] == "27216 configs of the space" and p["launchable"] + sum(p["refused"].values()) == 27216
     assert list(tmp_path.iterdir()) == []
