@@ -115,7 +115,7 @@ class Scores:
         """``tensors``: each [T, H]; ``candidates``: [C, T, H].
 
         Args:
-            tensors: one tensor of each compared kind, each [T, H] (T tokens, H hidden size).
+            tensors: the dumped or captured tensors of one sample, each [T, H] (T tokens, H hidden).
             candidates: every candidate target state of the same tokens, [C, T, H].
         """
         cand_norm = candidates.norm(dim=-1).clamp_min(1e-12)
