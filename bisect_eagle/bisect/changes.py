@@ -47,13 +47,27 @@ class Change:
     masked_by: dict[Side, tuple[str, ...]] = field(default_factory=dict)
 
     def values(self, side: Side) -> Any:
-        """The good or bad value as the engine runs it (a dict of values for a group); secrets redacted."""
+        """The good or bad value as the engine runs it (a dict of values for a group); secrets redacted.
+
+        Args:
+            side: ``"good"`` or ``"bad"``.
+
+        Returns:
+            The one setting's value, or a dict of setting -> value for a group; a setting
+            with a shown form (``shown``) gives that form.
+        """
         i = 0 if side == "good" else 1
         raw = redact_mapping(self.good if side == "good" else self.bad)
         resolved = {k: self.shown[k][i] if k in self.shown else v for k, v in raw.items()}
         return next(iter(resolved.values())) if len(resolved) == 1 else resolved
 
     def to_json(self) -> dict[str, Any]:
+        """The change as a bisect's JSON report shows it (secret values redacted).
+
+        Returns:
+            ``name``, its ``settings``, the ``good`` and ``bad`` values (:meth:`values`) and
+            ``masked_by``: side -> the settings that hide the change in that side's configuration.
+        """
         return {"name": self.name, "settings": list(self.good), "good": self.values("good"),
                 "bad": self.values("bad"), "masked_by": {side: list(m) for side, m in self.masked_by.items()}}
 

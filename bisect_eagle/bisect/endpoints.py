@@ -68,7 +68,20 @@ def load_endpoint(text: str, *, flag: str, tracking_uri: str) -> Endpoint:
 
 
 def deployment(good: Endpoint, bad: Endpoint, *, spec_path: Path | None) -> Spec:
-    """The spec whose target, draft, prompts and engine every probe uses; both specs must agree on them."""
+    """The spec whose target, draft, prompts and engine every probe uses; both specs must agree on them.
+
+    Args:
+        good: the good endpoint (its spec is None when it is a run id).
+        bad: the bad endpoint (likewise).
+        spec_path: the ``--spec`` file, or None when not given; it is loaded and checked first.
+
+    Returns:
+        The first of ``--spec``'s, the good endpoint's and the bad endpoint's specs (all agree).
+
+    Raises:
+        BadInput: no spec at all (both endpoints are run ids and no ``--spec``), or two specs
+            differ on a deployment key or on ``engine.kind``.
+    """
     specs = [e.spec for e in (good, bad) if e.spec is not None]
     if spec_path is not None:
         specs.insert(0, load_spec(spec_path))

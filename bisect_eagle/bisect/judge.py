@@ -65,7 +65,12 @@ class NoisePool:
     prior_dof: int = 0
 
     def observe(self, key: str, values: list[float]) -> None:
-        """Record (or replace) one configuration's samples."""
+        """Record (or replace) one configuration's samples.
+
+        Args:
+            key: the configuration's key.
+            values: its samples, one per launch; not recorded when one is not a positive number.
+        """
         logs = log_values(values)
         if logs is not None:
             self.groups[key] = logs
@@ -87,6 +92,11 @@ class NoisePool:
         return math.sqrt(ss / dof)
 
     def to_json(self) -> dict[str, Any]:
+        """The pooled estimate as JSON (the form a bisect log's ``# noise`` header holds).
+
+        Returns:
+            ``{"sd_log": sd, "dof": dof}``.
+        """
         return {"sd_log": self.sd, "dof": self.dof}
 
 
@@ -137,7 +147,15 @@ class Judge:
         return None if logs is None else self.ratio * math.exp(statistics.fmean(logs))
 
     def budget(self, *, endpoint: bool) -> tuple[int, int]:
-        """(first samples, sample budget) of an endpoint or a probe."""
+        """(first samples, sample budget) of an endpoint or a probe.
+
+        Args:
+            endpoint: True for the good or bad endpoint, False for a probe.
+
+        Returns:
+            ``(repeats, max(repeats, endpoint_samples))`` for an endpoint,
+            ``(1, max(1, max_samples))`` for a probe.
+        """
         if endpoint:
             return self.repeats, max(self.repeats, self.endpoint_samples)
         return 1, max(1, self.max_samples)
@@ -150,7 +168,22 @@ class Judge:
     def verdict(self, values: list[float], *, endpoint: bool = False, is_reference: bool = False,
                 requests: list[list[float]] | None = None) -> Verdict:
         """The verdict on ``values`` (one configuration's launches) and why, with the numbers; ``requests``: its
-        per-request values per launch, for the shape test. Does not count a look (:meth:`decide` does)."""
+        per-request values per launch, for the shape test. Does not count a look (:meth:`decide` does).
+
+        Args:
+            values: the configuration's metric values, one per launch.
+            endpoint: accepted as :meth:`decide` passes it; the verdict does not depend on it.
+            is_reference: whether ``values`` are the reference's own: in ratio mode GOOD,
+                stating the limit.
+            requests: per launch, each request's value; None: no shape test.
+
+        Returns:
+            The verdict: UNRESOLVED without samples, with one not finite, or within the noise band;
+            else GOOD or BAD; with its text, value and ``p_below``.
+
+        Raises:
+            ValueError: the judge has no limit yet (the good configuration's samples are missing).
+        """
         if not values:
             return Verdict(ProbeOutcome.UNRESOLVED, f"no {self.metric} sample")
         if any(not math.isfinite(v) for v in values):
@@ -257,14 +290,26 @@ class Judge:
     def predict(self, values: list[float]) -> Verdict:
         """The verdict on samples derived from a configuration's launches (e.g. scaled to another accept length),
         not launches of their own: a look (it counts toward ``K``; UNRESOLVED once ``K`` is spent), never added to
-        the pooled noise."""
+        the pooled noise.
+
+        Args:
+            values: the derived samples, one per launch they come from.
+
+        Returns:
+            The verdict (:meth:`verdict`), or UNRESOLVED once the bisect's looks are spent.
+        """
         if self.looks >= self.comparisons:
             return Verdict(ProbeOutcome.UNRESOLVED, f"the bisect's {self.comparisons} looks are spent")
         self.looks += 1
         return self.verdict(values)
 
     def settings(self) -> dict[str, Any]:
-        """What a bisect log header and the parent run record (and ``--replay`` restores)."""
+        """What a bisect log header and the parent run record (and ``--replay`` restores).
+
+        Returns:
+            ``metric``, ``ratio``, ``threshold``, ``confidence``, ``repeats``, ``max_samples``,
+            ``endpoint_samples`` and ``comparisons``.
+        """
         return {"metric": self.metric, "ratio": self.ratio, "threshold": self.threshold,
                 "confidence": self.confidence, "repeats": self.repeats, "max_samples": self.max_samples,
                 "endpoint_samples": self.endpoint_samples, "comparisons": self.comparisons}

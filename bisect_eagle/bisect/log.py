@@ -47,6 +47,11 @@ class BisectLog:
     scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)
 
     def text(self) -> str:
+        """The log file's text: ``#`` header lines, then one mark a line.
+
+        Returns:
+            The text, newline-terminated, ``--set`` secrets redacted, passed through ``scrub``.
+        """
         lines = [LOG_MAGIC, f"# good: {self.good}", f"# bad: {self.bad}", f"# judge: {json.dumps(self.judge)}",
                  f"# set: {json.dumps(redact_mapping(self.overrides))}"]
         if self.reference is not None:
@@ -66,7 +71,11 @@ class BisectLog:
         return self.scrub("\n".join(lines) + "\n")
 
     def write(self, path: Path) -> None:
-        """Replace ``path`` atomically (a reader never sees half a log)."""
+        """Replace ``path`` atomically (a reader never sees half a log).
+
+        Args:
+            path: the log file; its folder is created if absent.
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(self.text())

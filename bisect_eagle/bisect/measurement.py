@@ -64,6 +64,13 @@ class ProbeRecord:
     failure: str = ""
 
     def to_json(self) -> dict[str, Any]:
+        """The probe as a bisect's JSON report shows it.
+
+        Returns:
+            ``source``, ``child_run_id`` and the measurement's fingerprint, run id, value,
+            median, samples, rounds, ``p_below``, ``shape_p`` and effective settings (None, or
+            an empty list, without a measurement).
+        """
         m = self.measurement
         samples = list(m.samples) if m else []
         v = m.verdict if m else None

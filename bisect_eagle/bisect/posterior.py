@@ -63,6 +63,14 @@ def set_probability(changes: Iterable[str], below: Mapping[frozenset[str], float
     s = frozenset(changes)
 
     def bad(config: frozenset[str]) -> float:
+        """The posterior chance that ``config`` breaks the good configuration.
+
+        Args:
+            config: the changes applied to the good configuration (empty: the good configuration).
+
+        Returns:
+            A probability; 0.0 for the empty set (the reference).
+        """
         if not config:
             return 0.0  # the good configuration: the reference
         return posterior_bad(prior_bad(config, priors), below.get(config))

@@ -54,6 +54,14 @@ def make_planner(spec: Spec, plan: Callable[[Any], TrialPlan] | None) -> FlatPla
     """Flat settings -> a plan: the engine's (``plan``), or for standalone probes the wiring alone."""
 
     def planner(flat: dict[str, Any]) -> TrialPlan:
+        """The plan of one configuration given as flat settings.
+
+        Args:
+            flat: setting name -> value of the configuration.
+
+        Returns:
+            ``plan``'s plan of its settings, or without ``plan`` a standalone plan of its wiring.
+        """
         settings = settings_from(flat, "bisect probe")
         if plan is not None:
             return plan(settings)
@@ -99,7 +107,15 @@ class Prober:
         return launches or self.judge.looks >= self.judge.comparisons
 
     def record(self, config: ChangeSet, time: int) -> ProbeRecord:
-        """The record of the ``time``-th answer (0-based) about ``config`` (a verification asks again)."""
+        """The record of the ``time``-th answer (0-based) about ``config`` (a verification asks again).
+
+        Args:
+            config: the probed configuration (changes applied to the good one).
+            time: which answer, 0-based; past the last record, the last one.
+
+        Returns:
+            The logged record, or a bare ``ProbeRecord("replay")`` when none was logged.
+        """
         records = self.records.get(config) or [ProbeRecord("replay")]
         return records[min(time, len(records) - 1)]
 
@@ -108,7 +124,16 @@ class Prober:
 
     def plan(self, config: ChangeSet, *, pinned: list[float] | None = None) -> TrialPlan:
         """The plan of ``config`` (names applied to the good configuration); ``pinned``: with acceptance pinned to
-        these unconditional rates (``pinned_acceptance``)."""
+        these unconditional rates (``pinned_acceptance``).
+
+        Args:
+            config: names of the changes to apply (applied in the bisect's change order).
+            pinned: per-position unconditional acceptance rates to pin, or None to leave
+                acceptance free.
+
+        Returns:
+            The planner's plan of the resulting settings.
+        """
         chosen = [self.changes[n] for n in self.order if n in config]
         flat = apply_changes(self.base, chosen)
         return self.planner(flat if pinned is None else {**flat, PINNED: list(pinned)})
@@ -244,7 +269,11 @@ class Prober:
 
     def rounds(self) -> int:
         """Benchmark rounds for the next launch: 1 where rounds do not share a launch, else from the noise split
-        measured on this bisect's launches (module docstring)."""
+        measured on this bisect's launches (module docstring).
+
+        Returns:
+            The number of rounds, at least 1 and at most ``search.confirm.max_rounds``.
+        """
         engine = self.ctx.engine
         confirm = self.ctx.spec.search.confirm
         if engine is None or not getattr(engine, "rounds_share_launch", False) or confirm.max_rounds == 1:

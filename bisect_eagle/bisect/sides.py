@@ -60,7 +60,18 @@ def good_profile(good: Measurement, num_steps: int) -> tuple[list[float] | None,
 
 
 def classify(pinned: ProbeOutcome, *, natural: float | None, good: float | None, ratio: float) -> Side:
-    """The side (module docstring) from the pinned probe's verdict and the natural and good accept lengths."""
+    """The side (module docstring) from the pinned probe's verdict and the natural and good accept lengths.
+
+    Args:
+        pinned: the pinned probe's verdict.
+        natural: the set's own accept length, or None when unknown.
+        good: the good configuration's accept length, or None (or 0) when unknown.
+        ratio: the criterion ratio a set's accept length is compared with.
+
+    Returns:
+        ``acceptance`` (pinned GOOD), ``unknown`` (pinned neither GOOD nor BAD), ``both`` (pinned
+        BAD and ``natural / good < ratio``) or ``cost`` (pinned BAD otherwise).
+    """
     if pinned is ProbeOutcome.GOOD:
         return "acceptance"
     if pinned is not ProbeOutcome.BAD:

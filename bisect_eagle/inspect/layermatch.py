@@ -43,6 +43,14 @@ class LayerCandidate:
     normed: bool = False
 
     def label(self, num_layers: int) -> str:
+        """How a report names this candidate.
+
+        Args:
+            num_layers: the target's number of layers (to describe ``index``).
+
+        Returns:
+            ``final (post-norm)``, or ``hs[index]`` followed by the layer's description.
+        """
         return "final (post-norm)" if self.normed else f"hs[{self.index}] {layers.describe(self.index, num_layers)}"
 
 
@@ -105,7 +113,12 @@ class Scores:
         self.tokens = 0
 
     def add(self, tensors: list[torch.Tensor], candidates: torch.Tensor) -> None:
-        """``tensors``: each [T, H]; ``candidates``: [C, T, H]."""
+        """``tensors``: each [T, H]; ``candidates``: [C, T, H].
+
+        Args:
+            tensors: the dumped or captured tensors of one sample, each [T, H] (T tokens, H hidden).
+            candidates: every candidate target state of the same tokens, [C, T, H].
+        """
         cand_norm = candidates.norm(dim=-1).clamp_min(1e-12)
         for j, t in enumerate(tensors):
             t = t.float()

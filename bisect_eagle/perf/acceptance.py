@@ -144,7 +144,14 @@ def survival(
 
 
 def accept_length(surv: np.ndarray) -> np.ndarray | float:
-    """``1 + Σ_j S_j`` over the last axis."""
+    """``1 + Σ_j S_j`` over the last axis.
+
+    Args:
+        surv: ``S_j = P(at least j+1 drafts accepted)`` on the last axis (any leading shape).
+
+    Returns:
+        A float for a 1-D ``surv``, else an array of its leading shape.
+    """
     out = 1.0 + np.asarray(surv, dtype=float).sum(axis=-1)
     return float(out) if np.ndim(out) == 0 else out
 
@@ -207,16 +214,39 @@ class _Wiring:
     accepted: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def add(self, reached: np.ndarray, accepted: np.ndarray) -> None:
+        """Add one trial's counts per position, padding the shorter side with zeros.
+
+        Args:
+            reached: how often each position was reached.
+            accepted: how often each position was accepted.
+        """
         n = max(len(self.reached), len(reached))
         grow = lambda x: np.pad(x, (0, n - len(x)))  # noqa: E731
         self.reached = grow(self.reached) + grow(np.asarray(reached, dtype=float))
         self.accepted = grow(self.accepted) + grow(np.asarray(accepted, dtype=float))
 
     def base(self, n: int, default: float) -> np.ndarray:
+        """The prior logits of positions ``0 .. n-1``.
+
+        Args:
+            n: number of positions (past the prior's last position, its last value repeats).
+            default: the accuracy to use when the wiring has no stage 1 prior.
+
+        Returns:
+            ``[n]`` logits of the prior per-position accuracy.
+        """
         prior = np.array([default]) if self.prior is None else self.prior
         return _logit(_positions(prior, n))
 
     def counts(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The counts of positions ``0 .. n-1``.
+
+        Args:
+            n: number of positions (counts are cut to it, or padded with zeros).
+
+        Returns:
+            ``(reached, accepted)``, each ``[n]``.
+        """
         pad = lambda x: np.pad(x, (0, max(0, n - len(x))))[:n]  # noqa: E731
         return pad(self.reached), pad(self.accepted)
 
@@ -241,6 +271,11 @@ class AcceptanceModel:
         self._shifts: dict[Hashable, float] | None = None
 
     def wirings(self) -> list[Hashable]:
+        """The wirings the model holds, in the order they were first added.
+
+        Returns:
+            The wiring keys.
+        """
         return list(self._w)
 
     def set_prior(self, wiring: Hashable, per_position: Sequence[float]) -> None:
@@ -252,7 +287,16 @@ class AcceptanceModel:
         self._shifts = None
 
     def observe(self, wiring: Hashable, reached: Sequence[float], *, accepted: Sequence[float]) -> None:
-        """Add one trial's live counts per position (see :func:`position_counts`)."""
+        """Add one trial's live counts per position (see :func:`position_counts`).
+
+        Args:
+            wiring: the wiring key (:func:`wiring_key`).
+            reached: how often each position was reached.
+            accepted: how often each position was accepted (same shape as ``reached``).
+
+        Raises:
+            ValueError: the shapes differ, or not ``reached >= accepted >= 0`` at every position.
+        """
         r, a = np.asarray(reached, dtype=float), np.asarray(accepted, dtype=float)
         if r.shape != a.shape or np.any(a > r + 1e-9) or np.any(r < 0) or np.any(a < 0):
             raise ValueError("observe needs reached >= accepted >= 0, position by position")
@@ -287,17 +331,42 @@ class AcceptanceModel:
         return k * m + accepted, k * (1 - m) + reached - accepted
 
     def mean(self, wiring: Hashable, num_positions: int) -> np.ndarray:
-        """Posterior mean of ``p_0 .. p_{n-1}``."""
+        """Posterior mean of ``p_0 .. p_{n-1}``.
+
+        Args:
+            wiring: the wiring key.
+            num_positions: ``n``, the number of positions.
+
+        Returns:
+            ``[n]`` posterior means.
+        """
         a, b = self.beta(wiring, num_positions)
         return a / (a + b)
 
     def sample(self, wiring: Hashable, num_positions: int, *, draws: int, rng: np.random.Generator) -> np.ndarray:
-        """Posterior draws ``[draws, n]`` of ``p_0 .. p_{n-1}`` (independent Betas)."""
+        """Posterior draws ``[draws, n]`` of ``p_0 .. p_{n-1}`` (independent Betas).
+
+        Args:
+            wiring: the wiring key.
+            num_positions: ``n``, the number of positions.
+            draws: number of draws.
+            rng: the random generator drawn from.
+
+        Returns:
+            ``[draws, n]`` draws.
+        """
         a, b = self.beta(wiring, num_positions)
         return rng.beta(a, b, size=(draws, num_positions))
 
     def counts(self, wiring: Hashable) -> tuple[np.ndarray, np.ndarray]:
-        """Live (reached, accepted) per position so far."""
+        """Live (reached, accepted) per position so far.
+
+        Args:
+            wiring: the wiring key.
+
+        Returns:
+            ``(reached, accepted)`` per position; empty arrays for a wiring never observed.
+        """
         w = self._w.get(wiring, _Wiring())
         return w.counts(len(w.reached))
 

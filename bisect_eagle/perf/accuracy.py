@@ -46,6 +46,11 @@ class ErrorReport:
     records: list[ErrorRecord]
 
     def to_json(self) -> dict[str, Any]:
+        """The report as JSON, without its per-measurement ``records``.
+
+        Returns:
+            Every other field by name.
+        """
         return {k: v for k, v in asdict(self).items() if k != "records"}
 
 

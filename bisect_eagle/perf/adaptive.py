@@ -77,6 +77,12 @@ class _Slot:
         self.count = 0
 
     def update(self, correct_per_req: np.ndarray) -> None:
+        """One batch: update the EMA and, on schedule after warm-up, the step count.
+
+        Args:
+            correct_per_req: accepted draft tokens of each request of the batch (the EMA moves only
+                while speculating, ``current > 0``).
+        """
         c = self.cfg
         if self.current > 0:
             self.ema = (1 - c.ema_alpha) * self.ema + c.ema_alpha * float(np.mean(correct_per_req))

@@ -167,7 +167,18 @@ class CostModel:
 
     def add(self, work: Mapping[str, float], seconds: float, *, context: Iterable[str] = (), weight: float = 1.0,
             source: str = "live") -> None:
-        """One timing: ``seconds`` for ``work`` under ``context`` (``source``: ``live`` | ``micro`` | ...)."""
+        """One timing: ``seconds`` for ``work`` under ``context`` (``source``: ``live`` | ``micro`` | ...).
+
+        Args:
+            work: cost term -> amount of work (an array is averaged).
+            seconds: the measured seconds, finite and > 0.
+            context: ``key=value`` strings of the conditions (:func:`context_keys`).
+            weight: the observation's weight in the fit.
+            source: where the timing comes from.
+
+        Raises:
+            ValueError: ``seconds`` is not finite and > 0, or ``work`` names an unknown term.
+        """
         if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"seconds must be finite and > 0, got {seconds}")
         unknown = set(work) - set(self.terms)
@@ -265,7 +276,15 @@ class CostModel:
         return x, c
 
     def predict(self, work: Mapping[str, object], *, context: Iterable[str] = ()) -> np.ndarray | float:
-        """Seconds for ``work`` under ``context`` at the fitted parameters (arrays in work stay arrays)."""
+        """Seconds for ``work`` under ``context`` at the fitted parameters (arrays in work stay arrays).
+
+        Args:
+            work: cost term -> amount of work (scalars or arrays).
+            context: ``key=value`` strings of the conditions (:func:`context_keys`).
+
+        Returns:
+            Seconds: a float for scalar work, else an array.
+        """
         x, c = self._vectors(work, context)
         out = self._gradient(x, c)[0]
         return float(out) if np.ndim(out) == 0 else out
@@ -310,6 +329,15 @@ class CostModel:
         """``[draws]`` seconds under parameter uncertainty: the prediction times a log-normal factor whose sd is
         :meth:`relative_sd` (positive and centred on the point prediction). Arrays in ``work`` must have
         ``draws`` entries (e.g. paired acceptance draws) or be scalars.
+
+        Args:
+            work: cost term -> amount of work (scalars, or arrays of ``draws`` entries).
+            context: ``key=value`` strings of the conditions (:func:`context_keys`).
+            draws: number of draws.
+            rng: the random generator drawn from.
+
+        Returns:
+            ``[draws]`` seconds.
         """
         pred, rel = self._with_sd(work, context)
         seconds = np.broadcast_to(np.asarray(pred, dtype=float), (draws,))
@@ -322,7 +350,11 @@ class CostModel:
         return float(self.fit()["sigma"])
 
     def params(self) -> dict[str, float]:
-        """Fitted step costs in seconds."""
+        """Fitted step costs in seconds.
+
+        Returns:
+            Cost term -> its fitted seconds per unit of work.
+        """
         fit = self.fit()
         return {t: float(v) for t, v in zip(self.names, fit["z"][: len(self.names)], strict=True)}
 
@@ -333,6 +365,10 @@ class CostModel:
         return {k: {g: float(math.exp(gamma[i, j])) for j, g in enumerate(GROUPS)} for i, k in enumerate(fit["keys"])}
 
     def summary(self) -> dict:
-        """Step costs, factors, residual sd and the observation count per source (JSON-friendly)."""
+        """Step costs, factors, residual sd and the observation count per source (JSON-friendly).
+
+        Returns:
+            ``params_s`` (:meth:`params`), ``factors``, ``sigma_rel`` and ``observations``.
+        """
         return {"params_s": self.params(), "factors": self.factors(), "sigma_rel": self.sigma,
                 "observations": self.sources()}

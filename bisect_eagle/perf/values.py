@@ -95,6 +95,11 @@ class Prediction:
         return self.tok_s / self.baseline_tok_s
 
     def to_json(self) -> dict[str, Any]:
+        """The prediction as JSON.
+
+        Returns:
+            Every field by name, and ``speedup``.
+        """
         return {**asdict(self), "speedup": self.speedup}
 
 

@@ -389,7 +389,12 @@ class Scrubber:
         self.values = environment_secrets(environ) | secret_values(*settings, argv=argv)
 
     def add(self, *settings: Mapping[str, Any] | None, argv: Iterable[str] = ()) -> None:
-        """Register the hidden values of more settings or an argv."""
+        """Register the hidden values of more settings or an argv.
+
+        Args:
+            settings: settings, as :func:`secret_values` takes them (None: nothing).
+            argv: a command's tokens.
+        """
         self.values |= secret_values(*settings, argv=argv)
 
     def __call__(self, text: str) -> str:

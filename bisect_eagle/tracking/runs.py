@@ -408,6 +408,14 @@ class Tracking:
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         def source(path: Path) -> str:
+            """The dataset source of ``path``: its absolute path, masked.
+
+            Args:
+                path: the file or folder.
+
+            Returns:
+                ``{"uri": ...}`` as JSON.
+            """
             return json.dumps({"uri": mask_text(str(Path(path).resolve()))})
 
         inputs = [DatasetInput(Dataset(name=key, digest=path_digest(Path(path)), source_type="local",

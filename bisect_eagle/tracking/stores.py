@@ -54,12 +54,27 @@ def _one_line(e: BaseException, secret: str | None) -> str:
 
 
 def is_database_url(url: str) -> bool:
-    """Whether ``url`` names a database server (PostgreSQL, MySQL, SQL Server), not a file or HTTP store."""
+    """Whether ``url`` names a database server (PostgreSQL, MySQL, SQL Server), not a file or HTTP store.
+
+    Args:
+        url: the store URL.
+
+    Returns:
+        True when its scheme (before any ``+driver``) is a database server's.
+    """
     return urlsplit(url).scheme.split("+")[0] in DATABASE_SCHEMES
 
 
 def connect_args(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, int]:
-    """DBAPI connect arguments that bound a connection attempt to ``timeout_s`` (PostgreSQL), else {}."""
+    """DBAPI connect arguments that bound a connection attempt to ``timeout_s`` (PostgreSQL), else {}.
+
+    Args:
+        url: the database URL.
+        timeout_s: the connect timeout in seconds (PostgreSQL takes whole seconds, at least 1).
+
+    Returns:
+        ``{"connect_timeout": seconds}`` for PostgreSQL, else an empty dict.
+    """
     if urlsplit(url).scheme.split("+")[0] == "postgresql":
         return {"connect_timeout": max(1, int(timeout_s))}
     return {}
@@ -69,6 +84,14 @@ def check_database(url: str, *, what: str, timeout_s: float = CONNECT_TIMEOUT_S)
     """Connect once to the database at ``url`` and run ``SELECT 1``; :class:`StoreUnreachable` if that fails.
 
     ``what`` names the store in the message (e.g. ``--storage``).
+
+    Args:
+        url: the database URL.
+        what: how the message names the store.
+        timeout_s: the connect timeout in seconds.
+
+    Raises:
+        StoreUnreachable: the URL or its driver is unusable, or the connection or query fails.
     """
     import sqlalchemy as sa
 
@@ -119,7 +142,17 @@ def check_url(url: str, *, what: str, schemes: tuple[str, ...], expected: str) -
 
 def check_stores(*, storage: str | None, tracking_uri: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """Check the Optuna storage and the MLflow tracking store: well-formed URLs of a store's scheme, and the
-    remote ones (database or HTTP) reachable, each once."""
+    remote ones (database or HTTP) reachable, each once.
+
+    Args:
+        storage: the ``--storage`` URL, or None (or empty) when not given.
+        tracking_uri: the MLflow tracking URI, or None (or empty) when not given.
+        timeout_s: the connect timeout of each remote check, in seconds.
+
+    Raises:
+        BadInput: a URL is malformed or its scheme is not a store's.
+        StoreUnreachable: a remote store cannot be reached.
+    """
     if storage:
         check_url(storage, what="--storage", schemes=("sqlite", *DATABASE_SCHEMES),
                   expected="sqlite:///FILE or a database URL (postgresql://user@host/db)")
@@ -196,7 +229,14 @@ def read_only_url(url: str) -> str:
 @contextlib.contextmanager
 def first_open_lock(url: str) -> Iterator[None]:
     """For a ``sqlite:///`` URL, hold an exclusive lock on the database's folder (created if absent) while the
-    block opens the store, so concurrent first opens do not race to create its tables; otherwise do nothing."""
+    block opens the store, so concurrent first opens do not race to create its tables; otherwise do nothing.
+
+    Args:
+        url: the store URL.
+
+    Yields:
+        None, while the lock is held.
+    """
     prefix = "sqlite:///"
     if not url.startswith(prefix):
         yield
@@ -277,6 +317,9 @@ def store_lock(uri: str, *, command: str | None = None) -> Iterator[None]:
 
     Raises:
         StoreBusy: another process holds the store; the message names it and says what to do.
+
+    Yields:
+        None, while the store is held.
     """
     path = lock_path(uri)
     if path is None:

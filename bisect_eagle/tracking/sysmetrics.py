@@ -44,7 +44,11 @@ logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
 
 def enabled() -> bool:
-    """Whether to monitor: only when ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` is set true (MLflow's switch)."""
+    """Whether to monitor: only when ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` is set true (MLflow's switch).
+
+    Returns:
+        True when the switch is set true.
+    """
     from mlflow.environment_variables import MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING as SWITCH
 
     return SWITCH.is_set() and bool(SWITCH.get())
@@ -59,7 +63,12 @@ class SystemMetrics:
 
     def start(self, run_id: str, *, tracking_uri: str) -> None:
         """Sample the system into ``run_id`` every :data:`SAMPLING_INTERVAL_S` until :meth:`stop`; a monitor that
-        cannot start is logged and skipped (the run goes on without system metrics)."""
+        cannot start is logged and skipped (the run goes on without system metrics).
+
+        Args:
+            run_id: the MLflow run.
+            tracking_uri: the tracking store the samples go to.
+        """
         if not enabled():
             return
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
@@ -75,7 +84,11 @@ class SystemMetrics:
 
     def stop(self, run_id: str) -> None:
         """End ``run_id``'s monitor (none: nothing to do): join its thread, then log one last sample with the
-        samples of the period it cuts short."""
+        samples of the period it cuts short.
+
+        Args:
+            run_id: the MLflow run.
+        """
         with self._lock:
             monitor = self._monitors.pop(run_id, None)
         if monitor is None:
@@ -91,6 +104,10 @@ class SystemMetrics:
             log.warning("run %s: last system-metrics sample not logged (%s)", run_id, e, exc_info=e)
 
     def running(self) -> list[str]:
-        """The run ids whose monitors run."""
+        """The run ids whose monitors run.
+
+        Returns:
+            The run ids.
+        """
         with self._lock:
             return list(self._monitors)

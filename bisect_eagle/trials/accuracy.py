@@ -97,6 +97,12 @@ def batches(
     rows = 0
 
     def flush() -> Batch:
+        """The pending samples as one padded batch, with the target's labels.
+
+        Returns:
+            The batch: ``aux`` rows, tokens, the target's full- and draft-vocabulary
+            argmax, and the valid mask.
+        """
         width = max(s.input_ids.shape[0] for s in pending) - 1
         b, cols, hidden = len(pending), width + steps - 1, pending[0].states[-1].shape[-1]
         aux = torch.zeros(b, width, len(rule.select(len(pending[0].states))) * hidden)
@@ -167,7 +173,19 @@ def bootstrap_sd(tokens: list[int], hits: list[int], *, draws: int = BOOTSTRAP_D
 def summarize(
     rule: Rule, *, selection: list, samples: int, counts: list[Counts], skipped: list[str]
 ) -> StandaloneResult:
-    """Turn per-step counts into a :class:`StandaloneResult`."""
+    """Turn per-step counts into a :class:`StandaloneResult`.
+
+    Args:
+        rule: the wiring rule measured.
+        selection: the target layers it selects.
+        samples: number of samples measured.
+        counts: per draft step, its hit counts.
+        skipped: dump files skipped.
+
+    Returns:
+        The result: the first step's accuracy and its bootstrap sds, per-position rates, and the
+        sum of running products of full-vocabulary rates as the simulated accept length.
+    """
     per_position = [
         {"draft_vocab": c.rate(c.draft_hits), "full_vocab": c.rate(c.full_hits), "tokens": c.tokens} for c in counts
     ]

@@ -56,7 +56,12 @@ class Meter:
     engine_cpu_s: float = 0.0  # this process's CPU inside engine runs (an in-process engine's own work)
 
     def add(self, seconds: float, *, cpu_s: float = 0.0) -> None:
-        """One engine run that took ``seconds`` of wall time and ``cpu_s`` of this process's CPU."""
+        """One engine run that took ``seconds`` of wall time and ``cpu_s`` of this process's CPU.
+
+        Args:
+            seconds: its wall time.
+            cpu_s: this process's CPU seconds during it.
+        """
         self.runs += 1
         self.engine_s += seconds
         self.engine_cpu_s += cpu_s

@@ -39,7 +39,12 @@ def _flat(value: Any, prefix: str):
 
 
 def bind(study: optuna.Study, spec: Spec) -> None:
-    """Record ``spec`` on a new ``study`` (its name, canonical form and hash)."""
+    """Record ``spec`` on a new ``study`` (its name, canonical form and hash).
+
+    Args:
+        study: the new Optuna study.
+        spec: the spec it runs.
+    """
     flat = canonical_spec(spec)
     study.set_user_attr("spec_name", spec.name)
     study.set_user_attr(HASH_ATTR, canonical_hash(flat))

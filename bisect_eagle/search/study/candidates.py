@@ -45,7 +45,14 @@ def baseline_samples(run: StudyState) -> list[Sample]:
 
 
 def candidates(run: StudyState) -> list[Claim]:
-    """Measured configs at or above the target that were not refused by a confirmation, best first."""
+    """Measured configs at or above the target that were not refused by a confirmation, best first.
+
+    Args:
+        run: the study's state.
+
+    Returns:
+        The claims, best value first; empty when the study has no target.
+    """
     target = run.ctx.target
     if target is None:
         return []
@@ -57,7 +64,14 @@ def candidates(run: StudyState) -> list[Claim]:
 
 def reached(run: StudyState) -> str | None:
     """"target reached (...)" once a candidate is confirmed (or without confirmation, at the first one); the
-    candidates not yet judged are confirmed here, best first, until one is."""
+    candidates not yet judged are confirmed here, best first, until one is.
+
+    Args:
+        run: the study's state.
+
+    Returns:
+        The "target reached (...)" sentence, or None while no candidate is confirmed.
+    """
     settings = run.spec.search.confirm
     for cand in candidates(run):
         if not settings.enabled:

@@ -81,7 +81,14 @@ class Claims:
         return self.table.c.study == self.study
 
     def get(self, fingerprint: str) -> Claim | None:
-        """The claim of ``fingerprint``, or None."""
+        """The claim of ``fingerprint``, or None.
+
+        Args:
+            fingerprint: the config's fingerprint.
+
+        Returns:
+            The claim, or None when the study has no claim of it.
+        """
         t = self.table
         with self.engine.connect() as c:
             r = c.execute(self.sa.select(t).where(self._mine(), t.c.fingerprint == fingerprint)).first()
@@ -133,7 +140,17 @@ class Claims:
         return won, other
 
     def position(self, fingerprint: str) -> int:
-        """1-based order of this fingerprint's claim among the study's claims (the live-trial budget)."""
+        """1-based order of this fingerprint's claim among the study's claims (the live-trial budget).
+
+        Args:
+            fingerprint: the config's fingerprint.
+
+        Returns:
+            Its 1-based position.
+
+        Raises:
+            KeyError: the study has no claim of ``fingerprint``.
+        """
         t = self.table
         mine = self.get(fingerprint)
         if mine is None:
@@ -143,7 +160,14 @@ class Claims:
                                  .where(self._mine(), t.c.id <= mine.id)).scalar_one())
 
     def finish(self, fingerprint: str, *, state: ClaimState, value: float | None, run_id: str | None) -> None:
-        """Record the measured result of a claim (it stays: the config is never measured again)."""
+        """Record the measured result of a claim (it stays: the config is never measured again).
+
+        Args:
+            fingerprint: the config's fingerprint.
+            state: the claim's final state.
+            value: the measured value, or None when there is none.
+            run_id: the trial's run, or None when there is none.
+        """
         t = self.table
         with self.engine.begin() as c:
             c.execute(t.update().where(self._mine(), t.c.fingerprint == fingerprint)
@@ -173,7 +197,11 @@ class Claims:
         return True
 
     def all(self) -> list[Claim]:
-        """Every claim of the study, in claim order."""
+        """Every claim of the study, in claim order.
+
+        Returns:
+            The claims, oldest first.
+        """
         t = self.table
         with self.engine.connect() as c:
             return [self._row(r) for r in c.execute(self.sa.select(t).where(self._mine()).order_by(t.c.id))]

@@ -137,7 +137,11 @@ class Confirmation:
 
     def summary(self) -> str:
         """``confirmed, bound 1.04 ≥ 1.00``, ``not confirmed, bound 0.97 < 1.00`` or ``at target within 2 %, bound
-        0.99..1.01``: what the outcome says."""
+        0.99..1.01``: what the outcome says.
+
+        Returns:
+            The sentence.
+        """
         if self.lower is None:
             return f"{self.status}: {self.detail}"
         if self.status == "at target":
@@ -152,6 +156,11 @@ class Confirmation:
                 f"{self.confidence:g} one-sided, {self.pairs} candidate launches, estimate {self.estimate:.3f}")
 
     def to_json(self) -> dict[str, Any]:
+        """The confirmation as JSON.
+
+        Returns:
+            Every field by name (``dataclasses.asdict``).
+        """
         return asdict(self)
 
 
@@ -209,6 +218,11 @@ class Sample:
                    round_s=None if wall is None else wall / rounds)
 
     def to_json(self) -> dict[str, Any]:
+        """The sample as JSON.
+
+        Returns:
+            Every field by name (``dataclasses.asdict``).
+        """
         return asdict(self)
 
 
@@ -268,6 +282,9 @@ def confirm(ctx: TrialContext, *, candidate: TrialPlan, baseline: TrialPlan | No
 
     An ``accept_length`` criterion has a fixed baseline of 1 (``baseline`` is not measured); a deterministic
     metric (the module docstring) is measured once.
+
+    Returns:
+        The confirmation: its status, bounds, launches and run ids.
     """
     one = dataclasses.replace(ctx, spec=ctx.spec.model_copy(update={
         "search": ctx.spec.search.model_copy(update={"repeats": 1, "prune_below": None})}))
@@ -309,6 +326,16 @@ class _Confirming:
     resumed: int = 0  # of them, those taken
 
     def verdict(self, status: ConfirmStatus, detail: str, bounds: tuple[float, float, float] | None) -> Confirmation:
+        """The confirmation with ``status`` and ``detail``, and what was measured.
+
+        Args:
+            status: the outcome.
+            detail: why, in words.
+            bounds: ``(estimate, lower, upper)`` ratio to the baseline, or None when not bounded.
+
+        Returns:
+            The confirmation.
+        """
         est, lo, hi = bounds or (None, None, None)
         base = [b.value for b in self.base]
         drift = (math.exp(statistics.fmean(math.log(b) for b in base)) / self.first_baseline
@@ -323,13 +350,21 @@ class _Confirming:
             new_baseline=[b.to_json() for b in self.new_baseline], resumed=self.resumed)
 
     def split(self) -> tuple[float | None, float | None]:
-        """(σ_R², σ_L²) of the metric's logs over this confirmation's launches (:func:`stats.variance_split`)."""
+        """(σ_R², σ_L²) of the metric's logs over this confirmation's launches (:func:`stats.variance_split`).
+
+        Returns:
+            ``(σ_R², σ_L²)``, each None where the launches cannot tell.
+        """
         launches = [(role, math.log(x.value), x.rounds, x.sd_log)
                     for role, xs in (("candidate", self.cand), ("baseline", self.base)) for x in xs]
         return variance_split(launches)
 
     def rounds(self) -> int:
-        """Benchmark rounds for the next launch: 1 where rounds do not share a launch, else from the split."""
+        """Benchmark rounds for the next launch: 1 where rounds do not share a launch, else from the split.
+
+        Returns:
+            The number of rounds, at least 1 and at most ``max_rounds``.
+        """
         if not _shares_launch(self.ctx) or self.settings.max_rounds == 1:
             return 1
         samples = [*self.cand, *self.base]
@@ -341,7 +376,15 @@ class _Confirming:
                            most=self.settings.max_rounds)
 
     def sample(self, plan: TrialPlan, role: str) -> Sample | None:
-        """One launch of ``plan`` as a child run; its sample, or None when it failed."""
+        """One launch of ``plan`` as a child run; its sample, or None when it failed.
+
+        Args:
+            plan: the plan to launch.
+            role: ``candidate`` or ``baseline`` (the run's ``confirm_role`` tag).
+
+        Returns:
+            The sample, or None when the launch failed or gave no positive value.
+        """
         rounds = self.rounds()
         record = run_live_trial(self.ctx, plan, stage="confirm", parent_run_id=self.ctx.parent_run_id, rounds=rounds,
                                 tags={"confirm_role": role, "confirm_of": self.candidate.fingerprint,

@@ -37,6 +37,11 @@ class StudyPlan:
     budget: dict[str, Any]  # max_live_trials, max_wall_s, max_launches
 
     def to_json(self) -> dict[str, Any]:
+        """The dry run as JSON (``--json``).
+
+        Returns:
+            Every field by name.
+        """
         return dict(self.__dict__)
 
 

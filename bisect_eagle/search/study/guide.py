@@ -104,7 +104,11 @@ class Forecast:
     prediction: Prediction  # with the bias corrected when the criterion is tok/s
 
     def metrics(self) -> dict[str, float]:
-        """The ``predicted_*`` metrics of a live run (tok/s with its interval, accept length, the chance)."""
+        """The ``predicted_*`` metrics of a live run (tok/s with its interval, accept length, the chance).
+
+        Returns:
+            Metric name -> value; a value that is not finite is left out.
+        """
         p = self.prediction
         out = {"predicted_output_tok_s": p.tok_s, "predicted_output_tok_s_low": p.low,
                "predicted_output_tok_s_high": p.high, "predicted_accept_length": p.accept_length,
@@ -114,7 +118,12 @@ class Forecast:
         return {k: float(v) for k, v in out.items() if math.isfinite(v)}
 
     def to_json(self) -> dict[str, Any]:
-        """The forecast as stored on its Optuna trial (user attribute ``predicted``) and in ``model.json``."""
+        """The forecast as stored on its Optuna trial (user attribute ``predicted``) and in ``model.json``.
+
+        Returns:
+            ``metric``, ``value``, ``low``, ``high``, ``optimistic``, ``chance``, ``gain`` and
+            ``predicted_output_tok_s``.
+        """
         return {"metric": self.metric, "value": self.value, "low": self.low, "high": self.high,
                 "optimistic": self.optimistic, "chance": self.chance, "gain": self.gain,
                 "predicted_output_tok_s": self.prediction.tok_s}

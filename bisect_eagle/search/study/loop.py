@@ -93,7 +93,16 @@ class StudyRun(StudyState):
     scorer_factory: Callable[[Spec], Scorer] = Scorer  # stage 1's scorer (Options.scorer_factory)
 
     def outcome(self, reason: str, space: SearchSpace | None) -> StudyOutcome:
-        """The study's outcome as this process ends it (:func:`~.outcome.study_outcome`)."""
+        """The study's outcome as this process ends it (:func:`~.outcome.study_outcome`).
+
+        Args:
+            reason: why the study stops.
+            space: the search space, or None when the study stops before one (no wiring
+                passed the gate).
+
+        Returns:
+            The outcome.
+        """
         return study_outcome(self, reason=reason, space=space)
 
     # -- stage 1 ---------------------------------------------------------------------------------------

@@ -77,6 +77,11 @@ class StudyOutcome:
         return speed_sentence(self.speed)
 
     def to_json(self) -> dict[str, Any]:
+        """The outcome as JSON.
+
+        Returns:
+            Every field by name (``dataclasses.asdict``).
+        """
         return asdict(self)
 
 

@@ -121,7 +121,14 @@ def _num(v: float | None) -> str:
 def description(out: StudyOutcome) -> str:
     """The parent run's markdown. Its first lines are what the UI shows before "Show more": the verdict sentence
     (said once), the best config's tok/s against the baseline's, the best run (linked) and the command that deploys
-    it; then the study's cost, the best config's metrics and settings."""
+    it; then the study's cost, the best config's metrics and settings.
+
+    Args:
+        out: the study's outcome.
+
+    Returns:
+        The markdown text.
+    """
     verdict = out.verdict
     lines = [f"**{verdict[:1].upper()}{verdict[1:]}.**", ""]
     if out.speed_text:

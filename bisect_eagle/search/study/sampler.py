@@ -114,7 +114,15 @@ class SpacePlan:
 
     def check(self, engine: str, source: object) -> None:
         """:class:`BadInput` when the engine refuses every config of a listed space (the study could launch
-        nothing); a sample refused whole says only that the sample is (see :meth:`whole`), and is no verdict."""
+        nothing); a sample refused whole says only that the sample is (see :meth:`whole`), and is no verdict.
+
+        Args:
+            engine: the engine's name, for the message.
+            source: what the message names first (the spec file).
+
+        Raises:
+            BadInput: configs were planned from a listed space and the engine refuses every one.
+        """
         if self.planned and self.listed and not self.launchable:
             reason, count = next(iter(self.refused.items()))
             raise BadInput(f"{source}: the {engine} engine refuses all {self.planned} configs of the space ({count} "

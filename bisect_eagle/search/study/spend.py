@@ -62,7 +62,17 @@ class Spend:
     def launches(self, tracking: Tracking, parent_run_id: str, *, state: Hashable) -> Launches:
         """The study's launches so far (all workers). ``state`` is what others change when they launch (the
         study's claims and confirmations): the runs are read again only when it or this process's engine-run
-        count changed since the last call."""
+        count changed since the last call.
+
+        Args:
+            tracking: the tracking store.
+            parent_run_id: the study's parent run.
+            state: what others change when they launch.
+
+        Returns:
+            The launches counted (:func:`count_launches`), cached while ``state`` and the
+            count stay the same.
+        """
         seen = (state, self.meter.runs)
         if self._count is None or seen != self._seen:
             self._count = count_launches(tracking, parent_run_id, unit=self.unit)

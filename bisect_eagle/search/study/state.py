@@ -65,11 +65,22 @@ class StudyState:
         return self.study.study_name
 
     def attr(self, key: str) -> Any:
-        """A study user attribute (shared by all workers): gate, baseline, target, baseline_run_id, ..."""
+        """A study user attribute (shared by all workers): gate, baseline, target, baseline_run_id, ...
+
+        Args:
+            key: the attribute's name.
+
+        Returns:
+            Its value, or None when the study has none.
+        """
         return self.study.user_attrs.get(key)
 
     def elapsed(self) -> float:
-        """Seconds since this process started its part of the study."""
+        """Seconds since this process started its part of the study.
+
+        Returns:
+            The seconds (monotonic clock).
+        """
         return time.monotonic() - self.started
 
     def emit(self, stage: ProgressStage, message: str) -> None:
@@ -81,6 +92,10 @@ class StudyState:
                                     max_wall_s=self.max_wall_s))
 
     def launches(self) -> Launches:
-        """The study's launches so far, all workers (:meth:`Spend.launches`)."""
+        """The study's launches so far, all workers (:meth:`Spend.launches`).
+
+        Returns:
+            The launches counted.
+        """
         state = (tuple((c.fingerprint, c.state) for c in self.claims.all()), tuple(self.attr("confirmations") or ()))
         return self.spend.launches(self.ctx.tracking, self.ctx.parent_run_id, state=state)

@@ -73,6 +73,11 @@ def engine_kwargs(url: str) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def connect() -> sqlite3.Connection:
+        """A connection to the SQLite file: WAL journal, a 60 s lock wait.
+
+        Returns:
+            The connection, usable from any thread.
+        """
         conn = sqlite3.connect(str(path), timeout=SQLITE_LOCK_WAIT_S, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer; one fsync per commit
         conn.execute("PRAGMA synchronous=NORMAL")
