@@ -57,7 +57,7 @@ MORE_THAN_ONCE = {
                             "guard entered, its result written"),
 }
 PATH_LIMIT = 12
-BELOW_LIMIT = 20  # measured: 20 files below the path (the engine, its computation, helpers, values)
+BELOW_LIMIT = 21  # measured: 21 files below the path (the engine, its computation, SGLang's rules, helpers)
 
 
 def readme_path() -> list[str]:
