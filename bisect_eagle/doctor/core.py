@@ -112,6 +112,15 @@ class Doctor(IdChecks, ModelChecks):
         self.settings: LiveSettings = spec.fixed_settings()
 
     def add(self, code: str, severity: Severity, *, where: str, message: str, fix: str) -> None:
+        """Record one finding.
+
+        Args:
+            code: the finding's stable code (``plan-refused``, ``fc-width`` ...).
+            severity: ``error``, ``warning`` or ``info``.
+            where: the file and key it is about.
+            message: what is wrong, with the numbers.
+            fix: what to change.
+        """
         self.findings.append(Finding(code, severity, where, message, fix))
 
     def check_fed_wiring(self) -> None:
@@ -157,7 +166,14 @@ class Doctor(IdChecks, ModelChecks):
         return getattr(desc, "version", None)
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
-        """The engine's plan of ``settings`` (one engine, and for sglang one oracle, per diagnosis)."""
+        """The engine's plan of ``settings`` (one engine, and for sglang one oracle, per diagnosis).
+
+        Args:
+            settings: the live settings to plan.
+
+        Returns:
+            The engine's plan (its refusal included).
+        """
         if self._engine is None:
             self._engine = make_engine(self.spec)
         return self._engine.plan(settings)
@@ -188,6 +204,11 @@ class Doctor(IdChecks, ModelChecks):
             )
 
     def run(self) -> list[Finding]:
+        """Every check of the spec, the engine closed after.
+
+        Returns:
+            The findings, in the order the checks found them.
+        """
         try:
             return self._run()
         finally:
