@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -40,7 +40,14 @@ class BatchResult:
 
 
 class HttpClient:
-    """Talks to one server at ``base_url``; requests give up after ``request_timeout_s``."""
+    """Talks to one server at ``base_url``; requests give up after ``request_timeout_s``.
+
+    A server's client sets :attr:`health_path` (the endpoint that answers 200 once the server can
+    generate) and :attr:`poll_s` (the most seconds between its probes).
+    """
+
+    health_path: ClassVar[str]
+    poll_s: ClassVar[float]
 
     def __init__(self, base_url: str, request_timeout_s: float, *, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
@@ -56,12 +63,22 @@ class HttpClient:
     def close(self) -> None:
         self._http.close()
 
-    def _wait_health(self, path: str, exited: Callable[[], bool], *, timeout_s: float, poll_s: float) -> str:
-        """Poll ``GET path`` until 200: "ready", or "exited" when the process died, or "timeout".
+    def wait_ready(self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float | None = None) -> str:
+        """Poll ``GET`` :attr:`health_path` until 200: ``ready``, or ``exited`` when the process died, or
+        ``timeout``.
 
         ``exited`` is checked before every probe, so a dead process is reported even once the time is up. Probes
         start quickly and come at most ``poll_s`` apart; none is sent past the deadline.
+
+        Args:
+            exited: whether the server's process has ended.
+            timeout_s: the most seconds to wait.
+            poll_s: the most seconds between probes; None: the client's :attr:`poll_s`.
+
+        Returns:
+            ``ready``, ``exited`` or ``timeout``.
         """
+        path, poll_s = self.health_path, self.poll_s if poll_s is None else poll_s
         deadline = time.monotonic() + timeout_s
 
         def state() -> str | None:

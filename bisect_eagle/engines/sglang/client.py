@@ -11,7 +11,7 @@ the only ratio that compares across SGLang versions), its per-step distribution 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,21 +60,8 @@ def parse_completion(rid: str, body: dict, *, latency_s: float) -> Completion:
 class SglangClient(HttpClient):
     """Talks to one server at ``base_url``; requests give up after ``request_timeout_s``."""
 
-    def wait_ready(self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.25) -> str:
-        """Poll /health_generate until 200: "ready", or "exited" when the process died, or "timeout".
-
-        ``exited`` is checked before every probe, so a dead process is reported even once the time is up. Probes
-        start quickly and come at most ``poll_s`` apart; none is sent past the deadline.
-
-        Args:
-            exited: whether the server's process has ended.
-            timeout_s: the most seconds to wait.
-            poll_s: the most seconds between probes.
-
-        Returns:
-            ``ready``, ``exited`` or ``timeout``.
-        """
-        return self._wait_health("/health_generate", exited, timeout_s=timeout_s, poll_s=poll_s)
+    health_path = "/health_generate"
+    poll_s = 0.25
 
     def server_info(self) -> dict:
         """GET /server_info (``/get_server_info`` on servers that predate it).

@@ -85,11 +85,12 @@ def trial_args(
     """The flags of one trial's server, before adaptation to the installed version.
 
     Args:
-        settings: the trial's settings.
+        settings: the trial's settings (its speculative fields and ``server_args``).
         server: the spec's ``engine.sglang`` settings.
-        target: the target model's path.
-        draft_dir: the trial's draft copy; None for the baseline.
-        port: the port the server listens on.
+        target: ``--model-path``, the target model's directory.
+        draft_dir: ``--speculative-draft-model-path``, the trial's draft copy; None for the
+            baseline, which runs no draft.
+        port: ``--port``.
 
     Returns:
         The flags: the shared head, the speculative flags (not for the baseline), ``device`` and
@@ -168,29 +169,9 @@ def launch_of(plan: TrialPlan) -> Launch:
     return shared.bound_launch(plan, Launch, engine="sglang")
 
 
-def inherited_env(environ: dict[str, str]) -> dict[str, str]:
-    """Inherited variables that change how a server runs (NCCL_*, SGLANG_*, CUDA_* ...), secrets left out.
-
-    Args:
-        environ: the inherited environment.
-
-    Returns:
-        Those variables, sorted by name.
-    """
-    return shared.inherited_env(environ, INHERITED_PREFIXES)
-
-
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]) -> str:
-    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones.
-
-    Args:
-        argv: the server's command line.
-        env: the variables the trial sets.
-        environ: the inherited environment.
-
-    Returns:
-        The script's text.
-    """
+    """launch_command.txt of an SGLang trial: :func:`bisect_eagle.engines.launch.launch_text` (its
+    arguments and its text) with SGLang's inherited prefixes, :data:`INHERITED_PREFIXES`."""
     return shared.launch_text(argv, env, environ=environ, prefixes=INHERITED_PREFIXES)
 
 

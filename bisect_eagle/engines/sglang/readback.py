@@ -73,14 +73,14 @@ def effective_from_server(planned: dict[str, Any], info: dict, *, baseline: bool
 
 
 def readback_differences(planned: dict[str, Any], effective: dict[str, Any]) -> list[str]:
-    """Warnings for settings the live server runs differently from the plan.
+    """Warnings for the settings SGLang's ``/server_info`` reports differently from the plan.
 
     Args:
-        planned: the plan's effective settings.
-        effective: what :func:`effective_from_server` made of them.
+        planned: the plan's effective settings (its ``server`` mapping: the planned server fields).
+        effective: :func:`effective_from_server` of the running server.
 
     Returns:
-        One warning per difference (None planned values not compared).
+        One warning per speculative or server field that differs; a planned None is not compared.
     """
     notes = []
     for key, want in planned.items():

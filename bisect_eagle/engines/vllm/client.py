@@ -13,7 +13,7 @@ Throughput is client-timed; the speculative metrics come from ``/metrics`` delta
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,20 +55,8 @@ def parse_completion(rid: str, body: Any, *, latency_s: float) -> Completion:
 class VllmClient(HttpClient):
     """Talks to one vLLM server at ``base_url``; requests give up after ``request_timeout_s``."""
 
-    def wait_ready(self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float = 0.5) -> str:
-        """Poll ``GET /health`` until 200: ``ready``, or ``exited`` when the process died, or ``timeout``.
-
-        ``exited`` is checked before every probe, so a dead process is reported even once the time is up.
-
-        Args:
-            exited: whether the server's process has ended.
-            timeout_s: the most seconds to wait.
-            poll_s: the most seconds between probes.
-
-        Returns:
-            ``ready``, ``exited`` or ``timeout``.
-        """
-        return self._wait_health("/health", exited, timeout_s=timeout_s, poll_s=poll_s)
+    health_path = "/health"
+    poll_s = 0.5
 
     def _get(self, path: str) -> httpx.Response:
         try:
@@ -193,14 +181,11 @@ class VllmClient(HttpClient):
             requests: (request id, token ids) pairs.
             model: the served model's name, sent with each request.
             sampling: the completion request's sampling fields, the same for every request.
-            concurrency: the most requests in flight (≥ 1).
+            concurrency: the most requests in flight (≥ 1; less raises ``ValueError``).
 
         Returns:
-            The completions and the batch's wall time in seconds.
-
-        Raises:
-            RequestError: the first request that failed.
-            ValueError: ``concurrency < 1``.
+            The completions and ``wall_s``; the first request that failed raises its
+            ``RequestError`` instead.
         """
         return self._concurrent(requests, lambda rid, ids: self.complete(rid, ids, model=model, sampling=sampling),
                                 concurrency=concurrency, thread_name_prefix="vllm-bench")

@@ -160,17 +160,14 @@ class Launch:
 
 
 def launch_of(plan: TrialPlan) -> Launch:
-    """The launch of a vllm ``plan`` (made by :class:`~bisect_eagle.engines.vllm.planner.Planner`).
+    """The launch a vllm ``plan`` carries, bound to the plan's fingerprint
+    (:func:`bisect_eagle.engines.launch.bound_launch`).
 
     Args:
-        plan: a vllm plan.
+        plan: a plan made by :class:`~bisect_eagle.engines.vllm.planner.Planner`.
 
     Returns:
-        The launch it carries.
-
-    Raises:
-        RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
-            planning, or not made by the vllm planner): a bug, never a trial outcome.
+        Its launch; a plan without one, or with another plan's, raises ``RuntimeError`` (a bug).
     """
     return shared.bound_launch(plan, Launch, engine="vllm")
 
@@ -244,29 +241,9 @@ def vllm_env(settings: LiveSettings, *, host: str) -> tuple[dict[str, str], list
     return env, notes
 
 
-def inherited_env(environ: dict[str, str]) -> dict[str, str]:
-    """Inherited variables that change how a server runs (VLLM_*, CUDA_*, NCCL_* ...), secrets left out.
-
-    Args:
-        environ: the inherited environment.
-
-    Returns:
-        Those variables, sorted by name.
-    """
-    return shared.inherited_env(environ, INHERITED_PREFIXES)
-
-
 def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]) -> str:
-    """launch_command.txt: the command as one shell-quoted line, the trial's variables and the inherited ones.
-
-    Args:
-        argv: the server's command line.
-        env: the variables the trial sets.
-        environ: the inherited environment.
-
-    Returns:
-        The script's text.
-    """
+    """launch_command.txt of a vLLM trial: :func:`bisect_eagle.engines.launch.launch_text` (its
+    arguments and its text) with vLLM's inherited prefixes, :data:`INHERITED_PREFIXES`."""
     return shared.launch_text(argv, env, environ=environ, prefixes=INHERITED_PREFIXES)
 
 

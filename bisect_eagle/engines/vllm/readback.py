@@ -59,11 +59,12 @@ def effective_from_server(planned: dict[str, Any], *, models: list[dict], versio
 
 
 def readback_differences(planned: dict[str, Any], effective: dict[str, Any]) -> list[str]:
-    """Warnings for settings the live server runs differently from the plan.
+    """Warnings where vLLM runs other than planned: the aux layers its log shows, the server
+    fields ``/v1/models`` reports.
 
     Args:
         planned: the plan's effective settings.
-        effective: what :func:`effective_from_server` made of them.
+        effective: :func:`effective_from_server` of the running server and its log.
 
     Returns:
         One warning per difference.
