@@ -280,3 +280,13 @@ def marked_processes(mark: str) -> list:
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
     return out
+
+
+def ctrl_c_heard() -> None:
+    """``preexec_fn`` of a process a test sends SIGINT: Ctrl-C's default action, as at a terminal.
+
+    A command a non-interactive shell starts in the background (``pytest ... &``, a CI script run
+    that way) inherits SIGINT ignored, and an exec keeps it ignored; Python then never raises
+    KeyboardInterrupt, so a Ctrl-C test would measure the shell, not the tool.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

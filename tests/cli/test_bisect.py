@@ -27,6 +27,8 @@ from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking
 
+from helpers import ctrl_c_heard
+
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = ROOT / "experiments" / "tiny.yaml"
 BAD = ROOT / "experiments" / "tiny-broken.yaml"
@@ -618,7 +620,8 @@ def test_a_bisect_and_its_replay_killed_by_a_signal_leave_no_run_running(tmp_pat
         errors = tmp_path / "err.txt"
         with errors.open("w") as err:
             proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=ENV,
-                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                                    preexec_fn=ctrl_c_heard)
         deadline = time.monotonic() + LIMIT_S
         try:  # the parent and a probe's run are open while its trial sleeps
             while not (Path(log).exists() and _running(uri) >= before + 2) and proc.poll() is None \

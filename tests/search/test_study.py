@@ -18,6 +18,8 @@ from bisect_eagle.search.study import Claims
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.tracking.runs import Tracking
 
+from helpers import ctrl_c_heard
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -122,7 +124,7 @@ def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store, sig):
     log = tmp_path / "runs.log"
     proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path), store["storage"],
                              store["tracking"], "2.0", str(log)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, preexec_fn=ctrl_c_heard)
     _wait_for_lines(log, 2, proc)  # the baseline done, a live trial in progress
     proc.send_signal(sig)
     code = proc.wait(timeout=60)
