@@ -1,9 +1,10 @@
 """The one way to wait for something: poll a predicate on a monotonic clock with capped backoff.
 
-``wait_until(ready, timeout_s=30)`` calls ``ready()`` at once, then after 0.05 s, 0.1 s, 0.2 s, ... (doubling, at
-most ``max_interval_s`` apart), never sleeping past the deadline, and once more at the deadline. It returns the
-first truthy value ``ready()`` gives, or None when the time is up. A predicate whose answer may legitimately be
-falsy (a result of 0, an object that was deleted) returns it wrapped, e.g. in a 1-tuple.
+``wait_until(ready, timeout_s=30)`` calls ``ready()`` at once, then after 0.05 s, 0.1 s, 0.2 s, ...
+(doubling, at most ``max_interval_s`` apart), never sleeping past the deadline, and once more at the
+deadline. It returns the first truthy value ``ready()`` gives, or None when the time is up. A
+predicate whose answer may legitimately be falsy (a result of 0, an object that was deleted) returns
+it wrapped, e.g. in a 1-tuple.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def wait_until(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T | None:
-    """The first truthy value of ``predicate()``, polled until ``timeout_s`` has passed; None on timeout.
+    """The first truthy value of ``predicate()``, polled until ``timeout_s`` has passed; None on
+    timeout.
 
     Exceptions from ``predicate`` propagate (a predicate may raise to give up early, e.g. when the
     process it waits for has exited).

@@ -1,8 +1,9 @@
-"""The statistics every verdict uses, in one place: Student-t quantiles, intervals on log ratios, the doubling
-sampling schedule, the median with its absolute deviation, and which metrics need no repeat.
+"""The statistics every verdict uses, in one place: Student-t quantiles, intervals on log ratios,
+the doubling sampling schedule, the median with its absolute deviation, and which metrics need no
+repeat.
 
-Throughput noise is relative to the value, so every interval is on logs: a geometric mean and a Student-t
-half-width ``t · s / √n``, exponentiated back to a ratio.
+Throughput noise is relative to the value, so every interval is on logs: a geometric mean and a
+Student-t half-width ``t · s / √n``, exponentiated back to a ratio.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def log_values(values: list[float]) -> list[float] | None:
 
 
 def paired_speedup(ratios: list[float], *, confidence: float = 0.95) -> tuple[float, float, float]:
-    """(geometric mean, lower, upper) of positive per-prompt ratios: a Student-t interval on their logs.
+    """(geometric mean, lower, upper) of positive per-prompt ratios: a Student-t interval on their
+    logs.
 
     Args:
         ratios: one or more positive ratios (one a prompt: candidate over baseline).
@@ -80,9 +82,11 @@ def paired_speedup(ratios: list[float], *, confidence: float = 0.95) -> tuple[fl
     return log_interval(logs, p=0.5 + confidence / 2)
 
 
-def ratio_bounds(candidate: list[float], baseline: list[float] | float, *, confidence: float,
-                 looks: int) -> tuple[float, float, float]:
-    """(estimate, lower, upper) of candidate / baseline over paired samples (the module docstring's rule).
+def ratio_bounds(
+    candidate: list[float], baseline: list[float] | float, *, confidence: float, looks: int
+) -> tuple[float, float, float]:
+    """(estimate, lower, upper) of candidate / baseline over paired samples (the module docstring's
+    rule).
 
     Args:
         candidate: the candidate's positive samples.
@@ -101,7 +105,9 @@ def ratio_bounds(candidate: list[float], baseline: list[float] | float, *, confi
     """
     if isinstance(baseline, list):
         if len(baseline) != len(candidate):
-            raise ValueError(f"{len(candidate)} candidate samples but {len(baseline)} baseline samples")
+            raise ValueError(
+                f"{len(candidate)} candidate samples but {len(baseline)} baseline samples"
+            )
         d = [math.log(a) - math.log(b) for a, b in zip(candidate, baseline, strict=True)]
     else:
         d = [math.log(a) - math.log(baseline) for a in candidate]
@@ -115,7 +121,8 @@ def log_interval(logs: list[float], *, p: float) -> tuple[float, float, float]:
 
     Args:
         logs: two or more log values (log ratios or log samples).
-        p: the quantile of Student's t that sets the half-width (``0.975`` for a two-sided 95 % interval).
+        p: the quantile of Student's t that sets the half-width (``0.975`` for a two-sided 95 %
+            interval).
 
     Returns:
         ``(exp(mean), exp(mean − half), exp(mean + half))``.
@@ -139,12 +146,13 @@ def median_mad(values: list[float]) -> tuple[float, float]:
     return med, statistics.median(abs(v - med) for v in values)
 
 
-UNIT_BASELINE_METRIC = "accept_length"  # 1 without speculation, by definition: one token per verify step
+# 1 without speculation, by definition: one token per verify step
+UNIT_BASELINE_METRIC = "accept_length"
 
 
 def deterministic(engine: object, metric: str) -> bool:
-    """Whether ``engine`` declares ``metric`` deterministic (``Engine.deterministic_metrics``): one measurement of a
-    configuration is its value, so repeats, pairs and noise estimates are skipped.
+    """Whether ``engine`` declares ``metric`` deterministic (``Engine.deterministic_metrics``): one
+    measurement of a configuration is its value, so repeats, pairs and noise estimates are skipped.
 
     Args:
         engine: an engine instance or class; one without ``deterministic_metrics`` declares none.
@@ -156,20 +164,25 @@ def deterministic(engine: object, metric: str) -> bool:
     return metric in tuple(getattr(engine, "deterministic_metrics", ()) or ())
 
 
-def variance_split(launches: list[tuple[str, float, int, float | None]]) -> tuple[float | None, float | None]:
-    """How the noise of a log metric splits between benchmark rounds on one launch and launches (restarts).
+def variance_split(
+    launches: list[tuple[str, float, int, float | None]],
+) -> tuple[float | None, float | None]:
+    """How the noise of a log metric splits between benchmark rounds on one launch and launches
+    (restarts).
 
-    One-way random effects, each config on its own: a launch's log value is ``μ_config + L + R̄``, its launch
-    effect ``L ~ N(0, σ_L²)`` and the mean of its ``k`` rounds' noise ``R̄ ~ N(0, σ_R²/k)``.
+    One-way random effects, each config on its own: a launch's log value is ``μ_config + L + R̄``,
+    its launch effect ``L ~ N(0, σ_L²)`` and the mean of its ``k`` rounds' noise ``R̄ ~ N(0,
+    σ_R²/k)``.
 
     Args:
-        launches: ``(config, log of the launch's geometric-mean value, rounds k, sd of its rounds' logs or None)``
-            for every launch measured (a config is any key: a plan's fingerprint).
+        launches: ``(config, log of the launch's geometric-mean value, rounds k, sd of its rounds'
+            logs or None)`` for every launch measured (a config is any key: a plan's fingerprint).
 
     Returns:
-        ``(σ_R², σ_L²)``: the within-launch variance pooled over launches of two or more rounds, and the
-        between-launch variance (the pooled variance of a config's launch values less ``σ_R² · mean(1/k)``, at
-        least 0); None where the launches cannot tell (no launch of two rounds; no config launched twice).
+        ``(σ_R², σ_L²)``: the within-launch variance pooled over launches of two or more rounds, and
+        the between-launch variance (the pooled variance of a config's launch values less ``σ_R² ·
+        mean(1/k)``, at least 0); None where the launches cannot tell (no launch of two rounds; no
+        config launched twice).
     """
     within = [(k - 1, sd * sd) for _, _, k, sd in launches if k >= 2 and sd is not None]
     sigma_r2 = sum(d * v for d, v in within) / sum(d for d, _ in within) if within else None
@@ -185,10 +198,12 @@ def variance_split(launches: list[tuple[str, float, int, float | None]]) -> tupl
     return sigma_r2, max(0.0, between - sigma_r2 * inv_k)
 
 
-def best_rounds(*, sigma_r2: float | None, sigma_l2: float | None, cost_ratio: float, first: int,
-                most: int) -> int:
-    """Benchmark rounds per launch that buy the most certainty per second: ``√(cost_ratio · σ_R² / σ_L²)``, the
-    optimum of two-stage sampling (a launch costs ``cost_ratio`` rounds), within ``1..most``.
+def best_rounds(
+    *, sigma_r2: float | None, sigma_l2: float | None, cost_ratio: float, first: int, most: int
+) -> int:
+    """Benchmark rounds per launch that buy the most certainty per second: ``√(cost_ratio · σ_R² /
+    σ_L²)``, the optimum of two-stage sampling (a launch costs ``cost_ratio`` rounds), within
+    ``1..most``.
 
     Args:
         sigma_r2, sigma_l2: :func:`variance_split`'s estimates (None: not measured yet).
@@ -210,9 +225,10 @@ def best_rounds(*, sigma_r2: float | None, sigma_l2: float | None, cost_ratio: f
 
 
 def drifted(logs: list[float], *, confidence: float = 0.95) -> bool | None:
-    """Whether repeated measurements of one config (log values, oldest first) show the machine moving: a trend
-    (the least-squares slope over the launch order differs from 0 at ``confidence``, two-sided) or a newest value
-    outside the earlier ones' prediction interval ``mean ± t · s · √(1 + 1/m)``.
+    """Whether repeated measurements of one config (log values, oldest first) show the machine
+    moving: a trend (the least-squares slope over the launch order differs from 0 at ``confidence``,
+    two-sided) or a newest value outside the earlier ones' prediction interval ``mean ± t · s · √(1
+    + 1/m)``.
 
     Args:
         logs: log values of one config's launches, oldest first.
@@ -234,27 +250,38 @@ def drifted(logs: list[float], *, confidence: float = 0.95) -> bool | None:
     if abs(slope) > t * math.sqrt(resid / (n - 2) / sxx) + 1e-12:
         return True
     earlier, newest = logs[:-1], logs[-1]
-    half = t_quantile(0.5 + confidence / 2, len(earlier) - 1) * statistics.stdev(earlier) * math.sqrt(
-        1 + 1 / len(earlier))
+    half = (
+        t_quantile(0.5 + confidence / 2, len(earlier) - 1)
+        * statistics.stdev(earlier)
+        * math.sqrt(1 + 1 / len(earlier))
+    )
     return abs(newest - statistics.fmean(earlier)) > half + 1e-12
 
 
-def pooled_bounds(candidate: list[float], baseline: list[float], *, others: list[list[float]], confidence: float,
-                  looks: int) -> tuple[float, float, float, int]:
-    """(estimate, lower, upper, degrees of freedom) of candidate / baseline from two samples of launches, the
-    noise measured on every repeated config of the study.
+def pooled_bounds(
+    candidate: list[float],
+    baseline: list[float],
+    *,
+    others: list[list[float]],
+    confidence: float,
+    looks: int,
+) -> tuple[float, float, float, int]:
+    """(estimate, lower, upper, degrees of freedom) of candidate / baseline from two samples of
+    launches, the noise measured on every repeated config of the study.
 
-    Noise is relative (a log scale) and the same for every config of one deployment, so its variance ``s²`` is
-    pooled over the candidate's launches, the baseline's and ``others`` (other configs' repeated launches): each
-    group adds its sum of squares about its own mean and ``len − 1`` degrees of freedom. The estimate is
-    ``exp(mean log candidate − mean log baseline)``, the bounds ``exp(estimate ∓ t · s · √(1/n + 1/m))`` with
-    ``t = t_{1 − (1 − confidence)/looks}(dof)``. Unlike :func:`ratio_bounds` nothing is paired, so a baseline's
-    launches serve every candidate, and the quantile's degrees of freedom grow with everything the study
-    re-measured, not with this candidate's pairs alone; it needs a machine that does not drift
-    (:func:`drifted`), where pairing is what cancels a drift.
+    Noise is relative (a log scale) and the same for every config of one deployment, so its variance
+    ``s²`` is pooled over the candidate's launches, the baseline's and ``others`` (other configs'
+    repeated launches): each group adds its sum of squares about its own mean and ``len − 1``
+    degrees of freedom. The estimate is ``exp(mean log candidate − mean log baseline)``, the bounds
+    ``exp(estimate ∓ t · s · √(1/n + 1/m))`` with ``t = t_{1 − (1 − confidence)/looks}(dof)``.
+    Unlike :func:`ratio_bounds` nothing is paired, so a baseline's launches serve every candidate,
+    and the quantile's degrees of freedom grow with everything the study re-measured, not with this
+    candidate's pairs alone; it needs a machine that does not drift (:func:`drifted`), where pairing
+    is what cancels a drift.
 
     Args:
-        candidate, baseline: one or more positive values each (a launch's value, the geometric mean of its rounds).
+        candidate, baseline: one or more positive values each (a launch's value, the geometric mean
+            of its rounds).
         others: positive values of other configs' launches; groups of one add nothing.
         confidence: one-sided, over ``looks`` looks (union bound).
         looks: how many times the bound is judged.
@@ -264,7 +291,8 @@ def pooled_bounds(candidate: list[float], baseline: list[float], *, others: list
         pooled degrees of freedom of the t quantile.
 
     Raises:
-        ValueError: no degrees of freedom (every group a single launch), or a value that is not positive.
+        ValueError: no degrees of freedom (every group a single launch), or a value that is not
+            positive.
     """
     groups = [log_values(g) for g in (candidate, baseline, *others) if g]
     if any(g is None for g in groups):
@@ -275,13 +303,17 @@ def pooled_bounds(candidate: list[float], baseline: list[float], *, others: list
     ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups)
     c, b = groups[0], groups[1]
     diff = statistics.fmean(c) - statistics.fmean(b)
-    half = t_quantile(1 - (1 - confidence) / looks, dof) * math.sqrt(ss / dof) * math.sqrt(1 / len(c) + 1 / len(b))
+    half = (
+        t_quantile(1 - (1 - confidence) / looks, dof)
+        * math.sqrt(ss / dof)
+        * math.sqrt(1 / len(c) + 1 / len(b))
+    )
     return math.exp(diff), math.exp(diff - half), math.exp(diff + half), dof
 
 
 def family_level(alpha: float, comparisons: int) -> float:
-    """The level of each of ``comparisons`` tests so that the chance that any of them errs is at most ``alpha``
-    (Bonferroni: the union bound, whatever the tests' dependence).
+    """The level of each of ``comparisons`` tests so that the chance that any of them errs is at
+    most ``alpha`` (Bonferroni: the union bound, whatever the tests' dependence).
 
     Args:
         alpha: the family-wise error rate (0.05: 5 %).
@@ -294,8 +326,8 @@ def family_level(alpha: float, comparisons: int) -> float:
 
 
 def t_cdf(x: float, dof: int) -> float:
-    """The distribution function of Student's t with ``dof`` degrees of freedom at ``x`` (the normal's without
-    degrees of freedom).
+    """The distribution function of Student's t with ``dof`` degrees of freedom at ``x`` (the
+    normal's without degrees of freedom).
 
     Args:
         x: the point.
@@ -317,7 +349,8 @@ def distribution_p(a: list[float], b: list[float]) -> float:
         a, b: one or more values each.
 
     Returns:
-        ``min(p_KS, p_MWU)``; 1.0 when either sample is empty or every value is one number (nothing differs).
+        ``min(p_KS, p_MWU)``; 1.0 when either sample is empty or every value is one number (nothing
+        differs).
     """
     from scipy.stats import ks_2samp, mannwhitneyu
 
@@ -327,9 +360,9 @@ def distribution_p(a: list[float], b: list[float]) -> float:
 
 
 def centred_logs(launches: list[list[float]]) -> list[float]:
-    """Per-request log values with each launch's mean removed: the spread and tail within launches, free of the
-    launch effect (a launch that runs 2 % fast moves all its requests together). Launches of one request, or with a
-    value that is not positive, add nothing.
+    """Per-request log values with each launch's mean removed: the spread and tail within launches,
+    free of the launch effect (a launch that runs 2 % fast moves all its requests together).
+    Launches of one request, or with a value that is not positive, add nothing.
 
     Args:
         launches: per-request values (tok/s) grouped by launch.
@@ -348,12 +381,14 @@ def centred_logs(launches: list[list[float]]) -> list[float]:
 
 
 def shape_p(candidate: list[list[float]], reference: list[list[float]]) -> float:
-    """Whether the spread or tail of per-request values differs between two configurations, the launch effects
-    removed (:func:`centred_logs`): :func:`distribution_p` on the centred logs (KS: any change of shape) and on
-    their absolute values (MWU there: a change of spread), the smaller p.
+    """Whether the spread or tail of per-request values differs between two configurations, the
+    launch effects removed (:func:`centred_logs`): :func:`distribution_p` on the centred logs (KS:
+    any change of shape) and on their absolute values (MWU there: a change of spread), the smaller
+    p.
 
-    Within one launch requests are taken as independent; between launches only the shape is compared, so a launch
-    that runs fast or slow as a whole does not count as a difference (the mean is judged on launch values).
+    Within one launch requests are taken as independent; between launches only the shape is
+    compared, so a launch that runs fast or slow as a whole does not count as a difference (the mean
+    is judged on launch values).
 
     Args:
         candidate, reference: per-request values (tok/s), grouped by launch.

@@ -1,8 +1,9 @@
 """Benchmark: standalone evaluation overhead over bare draft forwards, measured in one run.
 
-Times, on the same batches: (a) the whole ``standalone.evaluate`` (reading the dump, wiring, target labels,
-batching, scoring) and (b) only the draft's teacher-forced forwards and logits. Each is repeated; the
-table shows medians and MADs, and the last line is JSON with ``overhead_ratio`` = whole / bare (goal <= 1.25).
+Times, on the same batches: (a) the whole ``standalone.evaluate`` (reading the dump, wiring, target
+labels, batching, scoring) and (b) only the draft's teacher-forced forwards and logits. Each is
+repeated; the table shows medians and MADs, and the last line is JSON with ``overhead_ratio`` =
+whole / bare (goal <= 1.25).
 
     python scripts/bench_standalone.py [--scenario tiny] [--rule "[:-1]"] [--steps 3] [--repeats 5]
 """
@@ -31,8 +32,14 @@ def _median_mad(xs: list[float]) -> tuple[float, float]:
     return med, statistics.median(abs(x - med) for x in xs)
 
 
-def main(scenario: str = "tiny", rule: str = "[:-1]", steps: int = 3, repeats: int = 5, threads: int = 2,
-         max_rows: int = 4096) -> None:
+def main(
+    scenario: str = "tiny",
+    rule: str = "[:-1]",
+    steps: int = 3,
+    repeats: int = 5,
+    threads: int = 2,
+    max_rows: int = 4096,
+) -> None:
     torch.set_num_threads(threads)
     sc = scenarios.get(scenario)
     loaded = load_draft(sc.draft, target=sc.target)
@@ -41,11 +48,20 @@ def main(scenario: str = "tiny", rule: str = "[:-1]", steps: int = 3, repeats: i
     model = loaded.model
     draft_vocab = model.to_target_ids(torch.arange(loaded.config.draft_vocab_size))
     prepared = list(
-        batches(DumpReader(sc.dump), parsed, head=head, draft_vocab=draft_vocab, steps=steps, max_rows=max_rows)
+        batches(
+            DumpReader(sc.dump),
+            parsed,
+            head=head,
+            draft_vocab=draft_vocab,
+            steps=steps,
+            max_rows=max_rows,
+        )
     )
 
     def whole() -> None:
-        evaluate(loaded, DumpReader(sc.dump), head=head, rule=parsed, steps=steps, max_rows=max_rows)
+        evaluate(
+            loaded, DumpReader(sc.dump), head=head, rule=parsed, steps=steps, max_rows=max_rows
+        )
 
     @torch.inference_mode()
     def bare() -> None:

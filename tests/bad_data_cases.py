@@ -1,8 +1,10 @@
-"""The bad-data corpus: each case copies part of the shipped tiny scenario into a temporary directory, breaks
-one thing, and says which file and which key or tensor the one-line error must name.
+"""The bad-data corpus: each case copies part of the shipped tiny scenario into a temporary
+directory, breaks one thing, and says which file and which key or tensor the one-line error must
+name.
 
-A case is ``(id, build)``; ``build(tmp)`` returns :class:`Bad`: the ``bisect-eagle standalone`` arguments that
-replace the scenario's input, the culprit (a path or a flag) and the key or tensor (None for file-level faults).
+A case is ``(id, build)``; ``build(tmp)`` returns :class:`Bad`: the ``bisect-eagle standalone``
+arguments that replace the scenario's input, the culprit (a path or a flag) and the key or tensor
+(None for file-level faults).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class Bad:
     key: str | None
 
 
-# -- builders ----------------------------------------------------------------------------------------------
+# -- builders
+# ----------------------------------------------------------------------------------------------
 
 
 def dump_copy(tmp: Path, n: int = 3) -> Path:
@@ -56,8 +59,12 @@ def specforge_sample(tmp: Path, fn: Callable[[dict], object], key: str) -> Bad:
     """A one-sample SpecForge dump made from the tiny legacy sample 0, then ``fn`` applied."""
     obj = torch.load(TINY.dump / "data_0.pt", weights_only=True)
     hs = obj["hidden_states"]
-    out = {"input_ids": obj["input_ids"][None], "loss_mask": obj["loss_mask"][None],
-           "aux_hidden_state": torch.cat(hs[:-1], -1)[None], "hidden_state": hs[-1][None]}
+    out = {
+        "input_ids": obj["input_ids"][None],
+        "loss_mask": obj["loss_mask"][None],
+        "aux_hidden_state": torch.cat(hs[:-1], -1)[None],
+        "hidden_state": hs[-1][None],
+    }
     fn(out)
     path = tmp / "dump" / "rows_0-2000" / "data_0.ckpt"
     path.parent.mkdir(parents=True)
@@ -80,7 +87,9 @@ def bad_draft_config(tmp: Path, fn: Callable[[dict], object], key: str | None) -
     return Bad(["--draft", str(draft)], path, key)
 
 
-def bad_draft_tensors(tmp: Path, fn: Callable[[dict], object], key: str | None, culprit_dir: bool = False) -> Bad:
+def bad_draft_tensors(
+    tmp: Path, fn: Callable[[dict], object], key: str | None, culprit_dir: bool = False
+) -> Bad:
     draft = draft_copy(tmp)
     path = draft / "model.safetensors"
     state = load_file(str(path))
@@ -90,7 +99,8 @@ def bad_draft_tensors(tmp: Path, fn: Callable[[dict], object], key: str | None, 
 
 
 def target_copy(tmp: Path) -> Path:
-    """The tiny target with every file symlinked except config.json (edit a file: unlink it first)."""
+    """The tiny target with every file symlinked except config.json (edit a file: unlink it
+    first)."""
     out = tmp / "target"
     out.mkdir()
     for f in TINY.target.iterdir():
@@ -110,7 +120,9 @@ def bad_target_config(tmp: Path, fn: Callable[[dict], object], key: str) -> Bad:
     return Bad(["--target", str(target)], path, key)
 
 
-def bad_target_tensors(tmp: Path, fn: Callable[[dict], object], key: str, culprit_dir: bool = False) -> Bad:
+def bad_target_tensors(
+    tmp: Path, fn: Callable[[dict], object], key: str, culprit_dir: bool = False
+) -> Bad:
     target = target_copy(tmp)
     path = target / "model.safetensors"
     state = load_file(str(path))
@@ -205,7 +217,11 @@ def _missing_shard(tmp: Path) -> Bad:
     target = target_copy(tmp)
     (target / "model.safetensors").unlink()
     index = target / "model.safetensors.index.json"
-    index.write_text(json.dumps({"weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}))
+    index.write_text(
+        json.dumps(
+            {"weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}
+        )
+    )
     return Bad(["--target", str(target)], index, "weight_map")
 
 
@@ -227,6 +243,7 @@ def _no_head_dim(heads: int) -> Callable[[dict], object]:
     def edit(cfg: dict) -> None:
         cfg.pop("head_dim")
         cfg["num_attention_heads"] = heads
+
     return edit
 
 
@@ -237,6 +254,7 @@ def _kv(cfg: dict) -> None:
 def _hs(fn: Callable[[list], object]) -> Callable[[dict], object]:
     def edit(o: dict) -> None:
         o["hidden_states"] = fn(o["hidden_states"])
+
     return edit
 
 
@@ -248,40 +266,100 @@ QP, LM, FC = "midlayer.self_attn.q_proj.weight", "lm_head.weight", "fc.weight"
 
 CASES: list[tuple[str, Callable[[Path], Bad]]] = [
     # dumps: types, keys and shapes
-    ("dump-hidden-states-list-of-ints", lambda t: bad_sample(t, lambda o: _set(o, "hidden_states", [1, 2, 3]),
-                                                             "hidden_states")),
+    (
+        "dump-hidden-states-list-of-ints",
+        lambda t: bad_sample(t, lambda o: _set(o, "hidden_states", [1, 2, 3]), "hidden_states"),
+    ),
     ("dump-int-input-ids", lambda t: bad_sample(t, lambda o: _set(o, "input_ids", 7), "input_ids")),
-    ("dump-1d-hidden-states", lambda t: bad_sample(t, _hs(lambda h: _replace(h, 0, h[0][:, 0])), "hidden_states[0]")),
-    ("dump-token-outside-vocab", lambda t: bad_sample(t, lambda o: o["input_ids"].__setitem__(5, 300), "input_ids")),
-    ("dump-negative-token", lambda t: bad_sample(t, lambda o: o["input_ids"].__setitem__(3, -4), "input_ids", 1)),
-    ("dump-int-hidden-states", lambda t: bad_sample(t, _hs(lambda h: _replace(h, 1, h[1].long())), "hidden_states[1]")),
-    ("dump-float-input-ids", lambda t: bad_sample(t, lambda o: _set(o, "input_ids", o["input_ids"].float()),
-                                                  "input_ids")),
+    (
+        "dump-1d-hidden-states",
+        lambda t: bad_sample(t, _hs(lambda h: _replace(h, 0, h[0][:, 0])), "hidden_states[0]"),
+    ),
+    (
+        "dump-token-outside-vocab",
+        lambda t: bad_sample(t, lambda o: o["input_ids"].__setitem__(5, 300), "input_ids"),
+    ),
+    (
+        "dump-negative-token",
+        lambda t: bad_sample(t, lambda o: o["input_ids"].__setitem__(3, -4), "input_ids", 1),
+    ),
+    (
+        "dump-int-hidden-states",
+        lambda t: bad_sample(t, _hs(lambda h: _replace(h, 1, h[1].long())), "hidden_states[1]"),
+    ),
+    (
+        "dump-float-input-ids",
+        lambda t: bad_sample(
+            t, lambda o: _set(o, "input_ids", o["input_ids"].float()), "input_ids"
+        ),
+    ),
     ("dump-missing-input-ids", lambda t: bad_sample(t, _drop("input_ids"), "input_ids")),
     ("dump-missing-loss-mask", lambda t: bad_sample(t, _drop("loss_mask"), "loss_mask")),
-    ("dump-missing-hidden-states", lambda t: bad_sample(t, _drop("hidden_states"), "hidden_states")),
-    ("dump-hidden-states-one-tensor", lambda t: bad_sample(t, _hs(lambda h: h[0]), "hidden_states")),
-    ("dump-hidden-states-one-state", lambda t: bad_sample(t, _hs(lambda h: h[:1]), "hidden_states")),
-    ("dump-2d-input-ids", lambda t: bad_sample(t, lambda o: _set(o, "input_ids", o["input_ids"].view(2, -1)),
-                                               "input_ids")),
-    ("dump-one-token", lambda t: bad_sample(t, lambda o: o.update(input_ids=o["input_ids"][:1],
-                                                                  loss_mask=o["loss_mask"][:1],
-                                                                  hidden_states=[h[:1] for h in o["hidden_states"]]),
-                                            "input_ids")),
-    ("dump-loss-mask-length", lambda t: bad_sample(t, lambda o: _set(o, "loss_mask", o["loss_mask"][:-2]),
-                                                   "loss_mask")),
-    ("dump-loss-mask-values", lambda t: bad_sample(t, lambda o: _set(o, "loss_mask", o["loss_mask"] * 3),
-                                                   "loss_mask")),
-    ("dump-state-rows", lambda t: bad_sample(t, _hs(lambda h: _replace(h, 1, h[1][:-1])), "hidden_states[1]")),
-    ("dump-state-widths-differ", lambda t: bad_sample(t, _hs(lambda h: _replace(h, 2, h[2][:, :100])),
-                                                      "hidden_states[2]")),
-    ("dump-later-sample-fewer-states", lambda t: bad_sample(t, _hs(lambda h: h[1:]), "hidden_states", 2)),
+    (
+        "dump-missing-hidden-states",
+        lambda t: bad_sample(t, _drop("hidden_states"), "hidden_states"),
+    ),
+    (
+        "dump-hidden-states-one-tensor",
+        lambda t: bad_sample(t, _hs(lambda h: h[0]), "hidden_states"),
+    ),
+    (
+        "dump-hidden-states-one-state",
+        lambda t: bad_sample(t, _hs(lambda h: h[:1]), "hidden_states"),
+    ),
+    (
+        "dump-2d-input-ids",
+        lambda t: bad_sample(
+            t, lambda o: _set(o, "input_ids", o["input_ids"].view(2, -1)), "input_ids"
+        ),
+    ),
+    (
+        "dump-one-token",
+        lambda t: bad_sample(
+            t,
+            lambda o: o.update(
+                input_ids=o["input_ids"][:1],
+                loss_mask=o["loss_mask"][:1],
+                hidden_states=[h[:1] for h in o["hidden_states"]],
+            ),
+            "input_ids",
+        ),
+    ),
+    (
+        "dump-loss-mask-length",
+        lambda t: bad_sample(t, lambda o: _set(o, "loss_mask", o["loss_mask"][:-2]), "loss_mask"),
+    ),
+    (
+        "dump-loss-mask-values",
+        lambda t: bad_sample(t, lambda o: _set(o, "loss_mask", o["loss_mask"] * 3), "loss_mask"),
+    ),
+    (
+        "dump-state-rows",
+        lambda t: bad_sample(t, _hs(lambda h: _replace(h, 1, h[1][:-1])), "hidden_states[1]"),
+    ),
+    (
+        "dump-state-widths-differ",
+        lambda t: bad_sample(t, _hs(lambda h: _replace(h, 2, h[2][:, :100])), "hidden_states[2]"),
+    ),
+    (
+        "dump-later-sample-fewer-states",
+        lambda t: bad_sample(t, _hs(lambda h: h[1:]), "hidden_states", 2),
+    ),
     # dumps: NaN / inf
-    ("dump-nan-aux", lambda t: bad_sample(t, _hs(lambda h: _replace(h, 2, _nan(h[2]))), "hidden_states[2]")),
-    ("dump-inf-final", lambda t: bad_sample(t, _hs(lambda h: _replace(h, 3, _nan(h[3], float("inf")))),
-                                            "hidden_states[3]")),
-    ("dump-nan-later-sample", lambda t: bad_sample(t, _hs(lambda h: _replace(h, 0, _nan(h[0]))), "hidden_states[0]",
-                                                   2)),
+    (
+        "dump-nan-aux",
+        lambda t: bad_sample(t, _hs(lambda h: _replace(h, 2, _nan(h[2]))), "hidden_states[2]"),
+    ),
+    (
+        "dump-inf-final",
+        lambda t: bad_sample(
+            t, _hs(lambda h: _replace(h, 3, _nan(h[3], float("inf")))), "hidden_states[3]"
+        ),
+    ),
+    (
+        "dump-nan-later-sample",
+        lambda t: bad_sample(t, _hs(lambda h: _replace(h, 0, _nan(h[0]))), "hidden_states[0]", 2),
+    ),
     ("dump-all-nan", _all_nan),
     # dumps: files and directories
     ("dump-truncated-file", _truncated),
@@ -290,66 +368,169 @@ CASES: list[tuple[str, Callable[[Path], Bad]]] = [
     ("dump-missing-directory", lambda t: Bad(["--dump", str(t / "nope")], t / "nope", None)),
     ("dump-width-not-target", _wide_dump),
     ("dump-everything-masked", _masked_out),
-    ("specforge-aux-width", lambda t: specforge_sample(t, lambda o: _set(o, "aux_hidden_state",
-                                                                         o["aux_hidden_state"][..., :-5]),
-                                                       "aux_hidden_state")),
-    ("specforge-nan-aux", lambda t: specforge_sample(t, lambda o: _set(o, "aux_hidden_state",
-                                                                       _nan(o["aux_hidden_state"])),
-                                                     "aux_hidden_state")),
-    ("specforge-missing-final", lambda t: specforge_sample(t, _drop("hidden_state"), "hidden_state")),
+    (
+        "specforge-aux-width",
+        lambda t: specforge_sample(
+            t,
+            lambda o: _set(o, "aux_hidden_state", o["aux_hidden_state"][..., :-5]),
+            "aux_hidden_state",
+        ),
+    ),
+    (
+        "specforge-nan-aux",
+        lambda t: specforge_sample(
+            t,
+            lambda o: _set(o, "aux_hidden_state", _nan(o["aux_hidden_state"])),
+            "aux_hidden_state",
+        ),
+    ),
+    (
+        "specforge-missing-final",
+        lambda t: specforge_sample(t, _drop("hidden_state"), "hidden_state"),
+    ),
     # drafts: config.json
-    ("draft-hidden-size-big", lambda t: bad_draft_config(t, lambda c: _set(c, "hidden_size", "big"), "hidden_size")),
-    ("draft-heads-do-not-divide", lambda t: bad_draft_config(t, _no_head_dim(5), "num_attention_heads")),
+    (
+        "draft-hidden-size-big",
+        lambda t: bad_draft_config(t, lambda c: _set(c, "hidden_size", "big"), "hidden_size"),
+    ),
+    (
+        "draft-heads-do-not-divide",
+        lambda t: bad_draft_config(t, _no_head_dim(5), "num_attention_heads"),
+    ),
     ("draft-kv-heads", lambda t: bad_draft_config(t, _kv, "num_key_value_heads")),
-    ("draft-ids-as-string", lambda t: bad_draft_config(t, _eagle("eagle_aux_hidden_state_layer_ids", "1,5,9"),
-                                                       "eagle_config.eagle_aux_hidden_state_layer_ids")),
-    ("draft-ids-missing", lambda t: bad_draft_config(t, lambda c: c.pop("eagle_config"),
-                                                     "eagle_config.eagle_aux_hidden_state_layer_ids")),
-    ("draft-ids-empty", lambda t: bad_draft_config(t, _eagle("eagle_aux_hidden_state_layer_ids", []),
-                                                   "eagle_config.eagle_aux_hidden_state_layer_ids")),
-    ("draft-eagle-config-not-object", lambda t: bad_draft_config(t, lambda c: _set(c, "eagle_config", [1, 5, 9]),
-                                                                 "eagle_config")),
-    ("draft-eps-string", lambda t: bad_draft_config(t, lambda c: _set(c, "rms_norm_eps", "small"), "rms_norm_eps")),
-    ("draft-vocab-negative", lambda t: bad_draft_config(t, lambda c: _set(c, "vocab_size", -257), "vocab_size")),
-    ("draft-unknown-architecture", lambda t: bad_draft_config(t, lambda c: _set(c, "architectures", ["Llama"]),
-                                                              "architectures")),
-    ("draft-fc-norm-variant", lambda t: bad_draft_config(t, lambda c: _set(c, "fc_norm", True), "fc_norm")),
+    (
+        "draft-ids-as-string",
+        lambda t: bad_draft_config(
+            t,
+            _eagle("eagle_aux_hidden_state_layer_ids", "1,5,9"),
+            "eagle_config.eagle_aux_hidden_state_layer_ids",
+        ),
+    ),
+    (
+        "draft-ids-missing",
+        lambda t: bad_draft_config(
+            t, lambda c: c.pop("eagle_config"), "eagle_config.eagle_aux_hidden_state_layer_ids"
+        ),
+    ),
+    (
+        "draft-ids-empty",
+        lambda t: bad_draft_config(
+            t,
+            _eagle("eagle_aux_hidden_state_layer_ids", []),
+            "eagle_config.eagle_aux_hidden_state_layer_ids",
+        ),
+    ),
+    (
+        "draft-eagle-config-not-object",
+        lambda t: bad_draft_config(t, lambda c: _set(c, "eagle_config", [1, 5, 9]), "eagle_config"),
+    ),
+    (
+        "draft-eps-string",
+        lambda t: bad_draft_config(t, lambda c: _set(c, "rms_norm_eps", "small"), "rms_norm_eps"),
+    ),
+    (
+        "draft-vocab-negative",
+        lambda t: bad_draft_config(t, lambda c: _set(c, "vocab_size", -257), "vocab_size"),
+    ),
+    (
+        "draft-unknown-architecture",
+        lambda t: bad_draft_config(
+            t, lambda c: _set(c, "architectures", ["Llama"]), "architectures"
+        ),
+    ),
+    (
+        "draft-fc-norm-variant",
+        lambda t: bad_draft_config(t, lambda c: _set(c, "fc_norm", True), "fc_norm"),
+    ),
     ("draft-config-not-json", _draft_not_json),
     ("draft-config-missing", _draft_no_config),
-    ("draft-config-vs-mlp", lambda t: bad_draft_config(t, lambda c: _set(c, "intermediate_size", 256), None)),
-    ("draft-target-hidden-size", lambda t: bad_draft_config(t, lambda c: _set(c, "target_hidden_size", 100), None)),
+    (
+        "draft-config-vs-mlp",
+        lambda t: bad_draft_config(t, lambda c: _set(c, "intermediate_size", 256), None),
+    ),
+    (
+        "draft-target-hidden-size",
+        lambda t: bad_draft_config(t, lambda c: _set(c, "target_hidden_size", 100), None),
+    ),
     # drafts: tensors
-    ("draft-lm-head-shape", lambda t: bad_draft_tensors(t, lambda s: _set(s, LM, torch.zeros(90, 192)), LM)),
-    ("draft-q-proj-shape", lambda t: bad_draft_tensors(t, lambda s: _set(s, QP, torch.zeros(100, 384)), QP)),
-    ("draft-fc-width", lambda t: bad_draft_tensors(t, lambda s: _set(s, FC, s[FC][:, :384].contiguous()), FC)),
-    ("draft-missing-norm", lambda t: bad_draft_tensors(t, _drop("norm.weight"), "norm.weight", culprit_dir=True)),
+    (
+        "draft-lm-head-shape",
+        lambda t: bad_draft_tensors(t, lambda s: _set(s, LM, torch.zeros(90, 192)), LM),
+    ),
+    (
+        "draft-q-proj-shape",
+        lambda t: bad_draft_tensors(t, lambda s: _set(s, QP, torch.zeros(100, 384)), QP),
+    ),
+    (
+        "draft-fc-width",
+        lambda t: bad_draft_tensors(t, lambda s: _set(s, FC, s[FC][:, :384].contiguous()), FC),
+    ),
+    (
+        "draft-missing-norm",
+        lambda t: bad_draft_tensors(t, _drop("norm.weight"), "norm.weight", culprit_dir=True),
+    ),
     ("draft-missing-d2t", lambda t: bad_draft_tensors(t, _drop("d2t"), "d2t", culprit_dir=True)),
     ("draft-missing-fc", lambda t: bad_draft_tensors(t, _drop(FC), FC, culprit_dir=True)),
-    ("draft-float-d2t", lambda t: bad_draft_tensors(t, lambda s: _set(s, "d2t", s["d2t"].float()), "d2t")),
-    ("draft-d2t-outside-vocab", lambda t: bad_draft_tensors(t, lambda s: s["d2t"].__setitem__(95, 1000), "d2t")),
+    (
+        "draft-float-d2t",
+        lambda t: bad_draft_tensors(t, lambda s: _set(s, "d2t", s["d2t"].float()), "d2t"),
+    ),
+    (
+        "draft-d2t-outside-vocab",
+        lambda t: bad_draft_tensors(t, lambda s: s["d2t"].__setitem__(95, 1000), "d2t"),
+    ),
     ("draft-nan-weight", lambda t: bad_draft_tensors(t, lambda s: _set(s, FC, _nan(s[FC])), FC)),
-    ("draft-unexpected-tensor", lambda t: bad_draft_tensors(t, lambda s: _set(s, "midlayer.extra.weight",
-                                                                              torch.zeros(2)),
-                                                            "midlayer.extra.weight", culprit_dir=True)),
+    (
+        "draft-unexpected-tensor",
+        lambda t: bad_draft_tensors(
+            t,
+            lambda s: _set(s, "midlayer.extra.weight", torch.zeros(2)),
+            "midlayer.extra.weight",
+            culprit_dir=True,
+        ),
+    ),
     ("draft-pickle-only", _pickle_only_draft),
     ("draft-damaged-header", _damaged_draft_header),
     # targets
     ("target-pickle-only", _pickle_only_target),
-    ("target-missing-num-layers", lambda t: bad_target_config(t, _drop("num_hidden_layers"), "num_hidden_layers")),
-    ("target-hidden-size-big", lambda t: bad_target_config(t, lambda c: _set(c, "hidden_size", "big"), "hidden_size")),
-    ("target-vocab-vs-embedding", lambda t: bad_target_config(t, lambda c: _set(c, "vocab_size", 300),
-                                                              "model.embed_tokens.weight")),
+    (
+        "target-missing-num-layers",
+        lambda t: bad_target_config(t, _drop("num_hidden_layers"), "num_hidden_layers"),
+    ),
+    (
+        "target-hidden-size-big",
+        lambda t: bad_target_config(t, lambda c: _set(c, "hidden_size", "big"), "hidden_size"),
+    ),
+    (
+        "target-vocab-vs-embedding",
+        lambda t: bad_target_config(
+            t, lambda c: _set(c, "vocab_size", 300), "model.embed_tokens.weight"
+        ),
+    ),
     ("target-config-not-object", _target_config_list),
-    ("target-missing-lm-head", lambda t: bad_target_tensors(t, _drop("lm_head.weight"), "lm_head.weight",
-                                                            culprit_dir=True)),
-    ("target-nan-lm-head", lambda t: bad_target_tensors(t, lambda s: _set(s, "lm_head.weight",
-                                                                          _nan(s["lm_head.weight"])),
-                                                        "lm_head.weight")),
+    (
+        "target-missing-lm-head",
+        lambda t: bad_target_tensors(
+            t, _drop("lm_head.weight"), "lm_head.weight", culprit_dir=True
+        ),
+    ),
+    (
+        "target-nan-lm-head",
+        lambda t: bad_target_tensors(
+            t, lambda s: _set(s, "lm_head.weight", _nan(s["lm_head.weight"])), "lm_head.weight"
+        ),
+    ),
     ("target-missing-shard", _missing_shard),
-    ("target-missing-directory", lambda t: Bad(["--target", str(t / "nope")], t / "nope" / "config.json", None)),
+    (
+        "target-missing-directory",
+        lambda t: Bad(["--target", str(t / "nope")], t / "nope" / "config.json", None),
+    ),
     # devices and flags
     ("device-banana", lambda t: Bad(["--device", "banana"], "--device", "banana")),
-    ("device-cuda-unavailable", lambda t: Bad(["--device", NO_CUDA_DEVICE], "--device", NO_CUDA_DEVICE)),
+    (
+        "device-cuda-unavailable",
+        lambda t: Bad(["--device", NO_CUDA_DEVICE], "--device", NO_CUDA_DEVICE),
+    ),
     ("device-meta", lambda t: Bad(["--device", "meta"], "--device", "meta")),
     ("flag-steps-zero", lambda t: Bad(["--steps", "0"], "--steps", None)),
     ("flag-samples-negative", lambda t: Bad(["--samples", "-1"], "--samples", None)),

@@ -1,7 +1,8 @@
-"""Shared fixtures: the shipped tiny scenario. Tests run torch on one thread (and so do the servers they start).
+"""Shared fixtures: the shipped tiny scenario. Tests run torch on one thread (and so do the servers
+they start).
 
-The tiny models are overhead-bound, and two OpenMP threads per process on a 2-core machine that is also
-running a test server spin against each other (a trial can become 20-40x slower).
+The tiny models are overhead-bound, and two OpenMP threads per process on a 2-core machine that is
+also running a test server spin against each other (a trial can become 20-40x slower).
 """
 
 import os
@@ -25,15 +26,21 @@ SYSTEM = "BISECT_EAGLE_SYSTEM_TESTS"
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "system: a heavy end-to-end test (minutes: whole studies, several servers, "
-                                       f"PostgreSQL, Chromium); runs when {SYSTEM}=1, as CI's own step")
+    config.addinivalue_line(
+        "markers",
+        "system: a heavy end-to-end test (minutes: whole studies, several servers, PostgreSQL, "
+        f"Chromium); runs when {SYSTEM}=1, as CI's own step",
+    )
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """System tests run in CI's own step (``BISECT_EAGLE_SYSTEM_TESTS=1 pytest -m system``), not in every run."""
+    """System tests run in CI's own step (``BISECT_EAGLE_SYSTEM_TESTS=1 pytest -m system``), not in
+    every run."""
     if os.environ.get(SYSTEM) == "1":
         return
-    skip = pytest.mark.skip(reason=f"heavy system test: set {SYSTEM}=1 (CI runs them as their own step)")
+    skip = pytest.mark.skip(
+        reason=f"heavy system test: set {SYSTEM}=1 (CI runs them as their own step)"
+    )
     for item in items:
         if "system" in item.keywords:
             item.add_marker(skip)

@@ -1,4 +1,5 @@
-"""A deterministic engine for search tests: throughput follows the wiring and num_steps, no models involved."""
+"""A deterministic engine for search tests: throughput follows the wiring and num_steps, no models
+involved."""
 
 from __future__ import annotations
 
@@ -18,19 +19,28 @@ BASELINE_TOK_S = 100.0
 
 
 def expected(ids: list[int] | None, steps: int) -> tuple[float, float]:
-    """(accept length, tok/s): the true wiring accepts 0.6 tokens per step; others almost nothing."""
+    """(accept length, tok/s): the true wiring accepts 0.6 tokens per step; others almost
+    nothing."""
     al = 1 + 0.6 * steps if ids in (None, TRUE_IDS) else 1.05
     return al, BASELINE_TOK_S * al / (1 + 0.15 * steps)
 
 
 class FakeEngine(Engine):
-    """Live trials computed from the settings; ``crash_steps`` fail, ``log`` records each run's pid."""
+    """Live trials computed from the settings; ``crash_steps`` fail, ``log`` records each run's
+    pid."""
 
     name = "fake"
 
-    def __init__(self, crash_steps: tuple[int, ...] = (), sleep_s: float = 0.0, log: Path | None = None,
-                 live_after: Path | None = None, deterministic: tuple[str, ...] = ()):
-        self.deterministic_metrics = deterministic  # what it declares (its values are exact either way)
+    def __init__(
+        self,
+        crash_steps: tuple[int, ...] = (),
+        sleep_s: float = 0.0,
+        log: Path | None = None,
+        live_after: Path | None = None,
+        deterministic: tuple[str, ...] = (),
+    ):
+        # what it declares (its values are exact either way)
+        self.deterministic_metrics = deterministic
         self.crash_steps = crash_steps
         self.sleep_s = sleep_s
         self.log = log
@@ -45,7 +55,9 @@ class FakeEngine(Engine):
         if not settings.is_baseline:
             ids = settings.eagle_aux_hidden_state_layer_ids
             effective["eagle_aux_hidden_state_layer_ids"] = sorted(TRUE_IDS if ids is None else ids)
-        return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
+        return make_plan(
+            self.name, settings, effective=effective, warnings=warnings, refusal=refusal
+        )
 
     def run(self, plan: TrialPlan) -> TrialResult:
         if plan.refusal is not None:
@@ -53,14 +65,21 @@ class FakeEngine(Engine):
         settings = plan.settings
         self.runs.append(settings)
         deadline = time.monotonic() + 120
-        while (self.live_after is not None and not settings.is_baseline and not self.live_after.exists()
-               and time.monotonic() < deadline):
+        while (
+            self.live_after is not None
+            and not settings.is_baseline
+            and not self.live_after.exists()
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         eff, warnings = apply_speculative_rules(settings)
         requested, effective = settings.model_dump(), eff.model_dump()
         if self.log is not None:
             with open(self.log, "a") as f:
-                f.write(f"{os.getpid()} {effective['eagle_aux_hidden_state_layer_ids']} {eff.num_steps}\n")
+                f.write(
+                    f"{os.getpid()} {effective['eagle_aux_hidden_state_layer_ids']} "
+                    f"{eff.num_steps}\n"
+                )
         time.sleep(self.sleep_s)
         if not eff.is_baseline and eff.num_steps in self.crash_steps:
             return failed(
@@ -75,10 +94,20 @@ class FakeEngine(Engine):
             al, tok_s = 1.0, BASELINE_TOK_S
         else:
             al, tok_s = expected(
-                eff.eagle_aux_hidden_state_layer_ids and sorted(eff.eagle_aux_hidden_state_layer_ids), eff.num_steps
+                eff.eagle_aux_hidden_state_layer_ids
+                and sorted(eff.eagle_aux_hidden_state_layer_ids),
+                eff.num_steps,
             )
-        reqs = [RequestRecord(id=f"p{i}", prompt_tokens=10, completion_tokens=64, verify_steps=round(64 / al),
-                              latency_s=0.1) for i in range(2)]
+        reqs = [
+            RequestRecord(
+                id=f"p{i}",
+                prompt_tokens=10,
+                completion_tokens=64,
+                verify_steps=round(64 / al),
+                latency_s=0.1,
+            )
+            for i in range(2)
+        ]
         return TrialResult(
             engine=self.name,
             status="ok",
@@ -101,11 +130,13 @@ target: t
 draft: d
 dump: u
 prompts: p.jsonl
-engine: {{kind: sglang}}  # the paths are not read (the fake engine replaces it); sglang specs may name absent ones
+# the paths are not read (the fake engine replaces it); sglang specs may name absent ones
+engine: {{kind: sglang}}
 baseline: measure
 criterion: {{metric: {metric}, ratio: {ratio}}}
 space:
-  eagle_aux_hidden_state_layer_ids: {{type: categorical, choices: [[1, 5, 9], [5, 9, 11], [-1, 1, 5]]}}
+  eagle_aux_hidden_state_layer_ids:
+    {{type: categorical, choices: [[1, 5, 9], [5, 9, 11], [-1, 1, 5]]}}
   num_steps: {{type: int, low: 1, high: {high}}}
   num_draft_tokens: {{type: categorical, choices: [null, 4, 8]}}
 search: {{sampler: {sampler}, max_live_trials: {budget}, startup_trials: 4, seed: {seed},
@@ -113,12 +144,32 @@ search: {{sampler: {sampler}, max_live_trials: {budget}, startup_trials: 4, seed
 """
 
 
-def make_spec(tmp_path: Path, name: str, ratio: float = 2.0, high: int = 6, budget: int = 20,
-              sampler: str = "tpe", seed: int = 0, model: bool = False, metric: str = "output_tok_s") -> Path:
-    """A fake-engine spec; the throughput model is off unless ``model`` (these tests pin the sampler's loop)."""
+def make_spec(
+    tmp_path: Path,
+    name: str,
+    ratio: float = 2.0,
+    high: int = 6,
+    budget: int = 20,
+    sampler: str = "tpe",
+    seed: int = 0,
+    model: bool = False,
+    metric: str = "output_tok_s",
+) -> Path:
+    """A fake-engine spec; the throughput model is off unless ``model`` (these tests pin the
+    sampler's loop)."""
     path = tmp_path / f"{name}.yaml"
-    path.write_text(SPEC.format(name=name, ratio=ratio, high=high, budget=budget, sampler=sampler, seed=seed,
-                                model=str(model).lower(), metric=metric))
+    path.write_text(
+        SPEC.format(
+            name=name,
+            ratio=ratio,
+            high=high,
+            budget=budget,
+            sampler=sampler,
+            seed=seed,
+            model=str(model).lower(),
+            metric=metric,
+        )
+    )
     return path
 
 

@@ -1,5 +1,6 @@
-"""Test helpers: small random drafts and fake target directories written to disk; the command line run as a
-subprocess (a timeout fails saying the machine was too slow) and the processes a test started, found by a mark in
+"""Test helpers: small random drafts and fake target directories written to disk; the command line
+run as a subprocess (a timeout fails saying the machine was too slow) and the processes a test
+started, found by a mark in
 their environment."""
 
 from __future__ import annotations
@@ -17,10 +18,20 @@ from safetensors.torch import save_file
 from bisect_eagle.artifacts.draft import DraftConfig, Eagle3Draft, init_weights
 
 
-def small_config(num_aux: int = 3, hidden: int = 16, vocab: int = 32, draft_vocab: int = 24) -> DraftConfig:
-    return DraftConfig(hidden_size=hidden, intermediate_size=32, num_attention_heads=2, num_key_value_heads=2,
-                       head_dim=8, vocab_size=vocab, draft_vocab_size=draft_vocab, target_hidden_size=hidden,
-                       num_aux=num_aux)
+def small_config(
+    num_aux: int = 3, hidden: int = 16, vocab: int = 32, draft_vocab: int = 24
+) -> DraftConfig:
+    return DraftConfig(
+        hidden_size=hidden,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=vocab,
+        draft_vocab_size=draft_vocab,
+        target_hidden_size=hidden,
+        num_aux=num_aux,
+    )
 
 
 def random_draft(seed: int = 0, **kw) -> Eagle3Draft:
@@ -43,16 +54,30 @@ def random_draft(seed: int = 0, **kw) -> Eagle3Draft:
 def write_fake_target(
     path: Path, embed: torch.Tensor, num_layers: int = 4, lm_head: torch.Tensor | None = None
 ) -> Path:
-    """A target directory holding only what the head readers need (config + embed, norm, lm_head)."""
+    """A target directory holding only what the head readers need (config + embed, norm,
+    lm_head)."""
     import json
 
     path.mkdir(parents=True, exist_ok=True)
     v, h = embed.shape
-    save_file({"model.embed_tokens.weight": embed.contiguous(), "model.norm.weight": torch.ones(h),
-               "lm_head.weight": (lm_head if lm_head is not None else torch.randn(v, h)).contiguous()},
-              str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps({"num_hidden_layers": num_layers, "rms_norm_eps": 1e-6,
-                                                  "hidden_size": h, "vocab_size": v}))
+    save_file(
+        {
+            "model.embed_tokens.weight": embed.contiguous(),
+            "model.norm.weight": torch.ones(h),
+            "lm_head.weight": (lm_head if lm_head is not None else torch.randn(v, h)).contiguous(),
+        },
+        str(path / "model.safetensors"),
+    )
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": num_layers,
+                "rms_norm_eps": 1e-6,
+                "hidden_size": h,
+                "vocab_size": v,
+            }
+        )
+    )
     return path
 
 
@@ -68,12 +93,14 @@ def load_fake_engine():
 
 
 def file_tree(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``root`` with its size and mtime: what a refused command must leave as it found it."""
+    """Every file under ``root`` with its size and mtime: what a refused command must leave as it
+    found it."""
     return {str(p): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
 def run_cli(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """``bisect-eagle ARGS`` in this process through the console entry point: (exit code, stdout, stderr)."""
+    """``bisect-eagle ARGS`` in this process through the console entry point: (exit code, stdout,
+    stderr)."""
     import sys
 
     from bisect_eagle.cli import main
@@ -89,7 +116,8 @@ def run_cli(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
 
 
 def tiny_fake_study(root: Path):
-    """The embedded tiny spec's study in fresh stores under ``root/mlruns``: real stage 1 on 4 samples, the fake
+    """The embedded tiny spec's study in fresh stores under ``root/mlruns``: real stage 1 on 4
+    samples, the fake
     live engine. Returns (tracking URI, StudyOutcome, the fake engine class)."""
     import optuna
 
@@ -102,8 +130,11 @@ def tiny_fake_study(root: Path):
     spec.standalone.samples = 4
     uri = f"sqlite:///{root}/mlruns/mlflow.db"
     fake = load_fake_engine()
-    out = run_study(spec, options=Options(storage=f"sqlite:///{root}/mlruns/optuna.db", tracking_uri=uri),
-                    engine_factory=lambda s: fake())
+    out = run_study(
+        spec,
+        options=Options(storage=f"sqlite:///{root}/mlruns/optuna.db", tracking_uri=uri),
+        engine_factory=lambda s: fake(),
+    )
     return uri, out, fake
 
 
@@ -150,14 +181,22 @@ def tiny_fake_bisect(root: Path, uri: str, fake):
     from bisect_eagle.bisect.run import BisectOptions, run_bisect
 
     experiments = Path(__file__).resolve().parents[1] / "experiments"
-    return run_bisect(BisectOptions(good=str(experiments / "tiny.yaml"), bad=str(experiments / "tiny-broken.yaml"),
-                                    metric="accept_length", repeats=1, tracking_uri=uri,
-                                    log_path=root / "bisect.log"),
-                      engine_factory=lambda s: fake())
+    return run_bisect(
+        BisectOptions(
+            good=str(experiments / "tiny.yaml"),
+            bad=str(experiments / "tiny-broken.yaml"),
+            metric="accept_length",
+            repeats=1,
+            tracking_uri=uri,
+            log_path=root / "bisect.log",
+        ),
+        engine_factory=lambda s: fake(),
+    )
 
 
 def engine_python(found: str | None, *, engine: str, require: str, setup: str) -> str:
-    """An engine's own interpreter, or skip the calling test; where CI requires the engine (``require=1``), fail.
+    """An engine's own interpreter, or skip the calling test; where CI requires the engine
+    (``require=1``), fail.
 
     Args:
         found: the interpreter found (None: none here).
@@ -176,9 +215,12 @@ def engine_python(found: str | None, *, engine: str, require: str, setup: str) -
     return found
 
 
-def screen_in_a_pty(code: str, *, cwd: Path, timeout_s: float = 600) -> tuple[list[tuple[float, str]], int]:
-    """Run ``python -c code`` in a 120-column pseudo-terminal (stdin, stdout and stderr); every line or redraw it
-    writes (ANSI codes removed), with the monotonic time it was read, and its exit code (killed at ``timeout_s``).
+def screen_in_a_pty(
+    code: str, *, cwd: Path, timeout_s: float = 600
+) -> tuple[list[tuple[float, str]], int]:
+    """Run ``python -c code`` in a 120-column pseudo-terminal (stdin, stdout and stderr); every line
+    or redraw it writes (ANSI codes removed), with the monotonic time it was read, and its exit code
+    (killed at ``timeout_s``).
     """
     import os
     import pty
@@ -193,8 +235,15 @@ def screen_in_a_pty(code: str, *, cwd: Path, timeout_s: float = 600) -> tuple[li
     env.update(COLUMNS="120", LINES="40", TERM="xterm", OMP_NUM_THREADS="1")
     env.pop("NO_COLOR", None)
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env, stdin=follower, stdout=follower,
-                            stderr=follower, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        close_fds=True,
+    )
     os.close(follower)
     seen: list[tuple[float, str]] = []
     buffer, deadline = "", time.monotonic() + timeout_s
@@ -221,40 +270,60 @@ def screen_in_a_pty(code: str, *, cwd: Path, timeout_s: float = 600) -> tuple[li
     return seen, proc.returncode
 
 
-CLI_TIMEOUT_S = 1800.0  # a whole tiny study on a 2-core machine at load 20 takes minutes; this is far beyond it
-MARK_ENV = "BISECT_EAGLE_TEST_MARK"  # in the environment of a test's commands, inherited by all they start
+# a whole tiny study on a 2-core machine at load 20 takes minutes; this is far beyond it
+CLI_TIMEOUT_S = 1800.0
+# in the environment of a test's commands, inherited by all they start
+MARK_ENV = "BISECT_EAGLE_TEST_MARK"
 
 
-def cli(*args: str, cwd: Path, timeout_s: float = CLI_TIMEOUT_S, env: dict[str, str] | None = None,
-        mark: str | None = None) -> subprocess.CompletedProcess:
+def cli(
+    *args: str,
+    cwd: Path,
+    timeout_s: float = CLI_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+    mark: str | None = None,
+) -> subprocess.CompletedProcess:
     """``bisect-eagle ARGS`` as a subprocess in its own process group, output captured, without
     ``MLFLOW_TRACKING_URI`` (the default store under ``cwd``).
 
     Args:
         args: the command line after ``bisect-eagle``.
         cwd: where it runs.
-        timeout_s: past this the whole process group is killed and the test fails, saying the machine was too slow
-            (a timeout is the machine's load, not the command's answer).
+        timeout_s: past this the whole process group is killed and the test fails, saying the
+            machine was too slow (a timeout is the machine's load, not the command's answer).
         env: the environment (default: this process's).
-        mark: a token put in the environment as :data:`MARK_ENV`; :func:`marked_processes` finds what it started.
+        mark: a token put in the environment as :data:`MARK_ENV`; :func:`marked_processes` finds
+            what it started.
 
     Returns:
         The finished process (``returncode``, ``stdout``, ``stderr``).
     """
     import pytest
 
-    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "MLFLOW_TRACKING_URI"}
+    env = {
+        k: v for k, v in (os.environ if env is None else env).items() if k != "MLFLOW_TRACKING_URI"
+    }
     if mark is not None:
         env[MARK_ENV] = mark
     argv = [sys.executable, "-m", "bisect_eagle.cli", *args]
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         load = os.getloadavg()[0]
-        pytest.fail(f"`bisect-eagle {' '.join(args)}` did not finish within {timeout_s:g} s: the machine was too "
-                    f"slow (load {load:.1f}); this says nothing about the command", pytrace=False)
+        pytest.fail(
+            f"`bisect-eagle {' '.join(args)}` did not finish within {timeout_s:g} s: the machine "
+            f"was too slow (load {load:.1f}); this says nothing about the command",
+            pytrace=False,
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -268,7 +337,8 @@ def new_mark() -> str:
 
 
 def marked_processes(mark: str) -> list:
-    """The running processes (``psutil.Process``) whose environment carries ``mark``: what a test's commands
+    """The running processes (``psutil.Process``) whose environment carries ``mark``: what a test's
+    commands
     started, even after their parents exited, and nothing that another test or user runs."""
     import psutil
 

@@ -1,11 +1,11 @@
-"""The tree is the architecture: every import (function-level ones included) goes down a layer, never up or
-sideways, and no command imports another.
+"""The tree is the architecture: every import (function-level ones included) goes down a layer,
+never up or sideways, and no command imports another.
 
 Layers, bottom to top (a package may import its own modules and any lower layer):
 
 0. ``errors``, ``poll``, ``stats``, ``keys``: the base;
-1. ``artifacts`` (what a deployment is made of), ``perf`` (the throughput model), ``tracking`` (MLflow, stores,
-   redaction);
+1. ``artifacts`` (what a deployment is made of), ``perf`` (the throughput model), ``tracking``
+   (MLflow, stores, redaction);
 2. ``spec``: what the user asked for;
 3. ``engines``: plans and how they run;
 4. ``trials`` (one trial and its record), ``doctor``, ``inspect``: features over one plan;
@@ -40,11 +40,15 @@ CLI_SHARED = {"__init__", "__main__", "common", "logs", "study"}
 
 
 def _modules() -> list[tuple[str, Path]]:
-    return [(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts), p) for p in sorted(PACKAGE.rglob("*.py"))]
+    return [
+        (".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts), p)
+        for p in sorted(PACKAGE.rglob("*.py"))
+    ]
 
 
 def _imports(path: Path, module: str) -> list[tuple[int, str]]:
-    """Every ``bisect_eagle`` module ``path`` imports, with the line: top-level and function-level alike."""
+    """Every ``bisect_eagle`` module ``path`` imports, with the line: top-level and function-level
+    alike."""
     out = []
     package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
     for node in ast.walk(ast.parse(path.read_text())):
@@ -87,13 +91,17 @@ def test_imports_go_only_down_the_layers():
                 bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {target} is in no layer")
             elif RANK[other] >= RANK[me]:
                 how = "sideways" if RANK[other] == RANK[me] else "up"
-                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports {target} ({how}: {me} -> {other})")
+                bad.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line}: imports {target} ({how}: {me} -> "
+                    f"{other})"
+                )
     assert not bad, "\n".join(bad)
 
 
 def _module_graph() -> dict[str, set[str]]:
-    """Module -> the ``bisect_eagle`` modules it imports (function-level and ``TYPE_CHECKING`` ones included): a
-    ``from package import name`` counts as importing the submodule ``name`` when there is one, else the package."""
+    """Module -> the ``bisect_eagle`` modules it imports (function-level and ``TYPE_CHECKING`` ones
+    included): a ``from package import name`` counts as importing the submodule ``name`` when there
+    is one, else the package."""
     modules = dict(_modules())
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
@@ -112,7 +120,9 @@ def _module_graph() -> dict[str, set[str]]:
                     continue
                 for a in node.names:
                     sub = f"{base}.{a.name}"
-                    edges.add(sub if sub in modules else base if base in modules else f"{base}.__init__")
+                    edges.add(
+                        sub if sub in modules else base if base in modules else f"{base}.__init__"
+                    )
         graph[module] = {e for e in edges if e in modules and e != module}
     return graph
 
@@ -160,7 +170,8 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circle_between_modules():
-    """Within a package too, no module imports (even lazily, even for types) one that imports it back."""
+    """Within a package too, no module imports (even lazily, even for types) one that imports it
+    back."""
     circles = _circles(_module_graph())
     assert not circles, "\n".join(" <-> ".join(c) for c in circles)
 
@@ -179,23 +190,37 @@ def test_no_command_imports_another():
             continue
         for line, target in _imports(path, module):
             t = target.split(".")
-            if len(t) > 2 and t[1] == "cli" and t[2] not in CLI_SHARED and t[2] != parts[-1] \
-                    and parts[-1] not in ("__init__", "__main__"):
-                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports the command {target}")
+            if (
+                len(t) > 2
+                and t[1] == "cli"
+                and t[2] not in CLI_SHARED
+                and t[2] != parts[-1]
+                and parts[-1] not in ("__init__", "__main__")
+            ):
+                bad.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line}: imports the command {target}"
+                )
     assert not bad, "\n".join(bad)
 
 
 def test_the_delta_debugging_core_loads_no_third_party_package():
-    code = ("import sys, bisect_eagle.bisect.ddmin; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    code = (
+        "import sys, bisect_eagle.bisect.ddmin; print(sorted({m.split('.')[0] for m in "
+        "sys.modules} - set(sys.stdlib_module_names)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     loaded = {m.strip(" '") for m in out.stdout.strip()[1:-1].split(",") if m.strip()}
-    loaded = {m for m in loaded if m != "bisect_eagle" and not m.startswith("_") and m != "__main__"}
+    loaded = {
+        m for m in loaded if m != "bisect_eagle" and not m.startswith("_") and m != "__main__"
+    }
     assert not loaded, loaded
 
 
 ENGINE_KINDS = {"local", "sglang", "vllm"}
-KINDS_HOME = {"bisect_eagle/spec/schema.py"}  # the schema defines the kinds and says what each means
+# the schema defines the kinds and says what each means
+KINDS_HOME = {"bisect_eagle/spec/schema.py"}
 
 
 def test_no_module_outside_the_engines_compares_an_engine_kind():
@@ -237,8 +262,11 @@ def _strings(tree: ast.AST) -> list[ast.Constant]:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 docs.add(id(first.value))
-    return [n for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
 
 
 def _rel(path: Path) -> str:
@@ -254,7 +282,8 @@ def test_the_ids_key_is_spelt_in_one_module():
         for node in _strings(ast.parse(path.read_text())):
             if IDS_KEY in node.value:
                 (homes if rel == IDS_KEY_HOME else [] if rel in STANDALONE_SCRIPTS else bad).append(
-                    f"{rel}:{node.lineno}")
+                    f"{rel}:{node.lineno}"
+                )
     assert not bad, "import IDS_KEY from bisect_eagle.keys here:\n" + "\n".join(bad)
     assert len(homes) == 1, homes
 

@@ -1,4 +1,5 @@
-"""The poll helper: first truthy value, None on timeout, capped doubling pauses, never past the deadline."""
+"""The poll helper: first truthy value, None on timeout, capped doubling pauses, never past the
+deadline."""
 
 from __future__ import annotations
 
@@ -33,8 +34,14 @@ def test_returns_the_first_truthy_value_without_sleeping_when_ready():
 def test_pauses_double_up_to_the_cap_and_the_value_comes_back():
     clock = FakeClock()
     answers = iter([None, 0, False, "", None, None, {"done": 1}])
-    got = wait_until(lambda: next(answers), timeout_s=60, interval_s=0.1, max_interval_s=0.5, clock=clock,
-                     sleep=clock.sleep)
+    got = wait_until(
+        lambda: next(answers),
+        timeout_s=60,
+        interval_s=0.1,
+        max_interval_s=0.5,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert got == {"done": 1}
     assert clock.pauses == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
 
@@ -46,8 +53,14 @@ def test_timeout_gives_none_after_a_last_check_at_the_deadline():
     def never() -> None:
         calls.append(clock.now)
 
-    assert wait_until(never, timeout_s=1.0, interval_s=0.3, max_interval_s=10, clock=clock, sleep=clock.sleep) is None
-    assert sum(clock.pauses) == pytest.approx(1.0)  # the last pause is cut to end exactly at the deadline
+    assert (
+        wait_until(
+            never, timeout_s=1.0, interval_s=0.3, max_interval_s=10, clock=clock, sleep=clock.sleep
+        )
+        is None
+    )
+    # the last pause is cut to end exactly at the deadline
+    assert sum(clock.pauses) == pytest.approx(1.0)
     assert clock.pauses[-1] == pytest.approx(0.1)
     assert calls[-1] == pytest.approx(101.0)  # checked once more at the deadline
 

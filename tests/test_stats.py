@@ -1,4 +1,5 @@
-"""The statistics of the verdicts: the noise split between rounds and launches, rounds per launch, drift."""
+"""The statistics of the verdicts: the noise split between rounds and launches, rounds per launch,
+drift."""
 
 from __future__ import annotations
 
@@ -31,18 +32,24 @@ def test_the_split_recovers_the_variances_it_was_drawn_with(sigma_l, sigma_r):
 
 
 def test_the_split_says_what_it_cannot_tell():
-    assert variance_split([("a", 1.0, 1, None), ("a", 1.1, 1, None)]) == (None, None)  # no round spread
+    # no round spread
+    assert variance_split([("a", 1.0, 1, None), ("a", 1.1, 1, None)]) == (None, None)
     r2, l2 = variance_split([("a", 1.0, 3, 0.1), ("b", 1.1, 3, 0.2)])  # no config launched twice
     assert r2 == pytest.approx((0.01 * 2 + 0.04 * 2) / 4) and l2 is None
 
 
 def test_rounds_follow_the_split_and_the_cost_of_a_launch():
-    assert best_rounds(sigma_r2=None, sigma_l2=None, cost_ratio=100, first=3, most=8) == 3  # measure first
-    assert best_rounds(sigma_r2=1e-4, sigma_l2=0.0, cost_ratio=100, first=3, most=8) == 8  # launches agree
+    # measure first
+    assert best_rounds(sigma_r2=None, sigma_l2=None, cost_ratio=100, first=3, most=8) == 3
+    # launches agree
+    assert best_rounds(sigma_r2=1e-4, sigma_l2=0.0, cost_ratio=100, first=3, most=8) == 8
     assert best_rounds(sigma_r2=1e-4, sigma_l2=1e-4, cost_ratio=16, first=3, most=8) == 4  # √16
-    assert best_rounds(sigma_r2=1e-6, sigma_l2=1e-4, cost_ratio=100, first=3, most=8) == 1  # noise is launches
-    assert best_rounds(sigma_r2=1e-4, sigma_l2=None, cost_ratio=100, first=3, most=8) == 3  # launches unmeasured
-    assert best_rounds(sigma_r2=0.0, sigma_l2=1e-4, cost_ratio=100, first=3, most=8) == 1  # nothing to average
+    # noise is launches
+    assert best_rounds(sigma_r2=1e-6, sigma_l2=1e-4, cost_ratio=100, first=3, most=8) == 1
+    # launches unmeasured
+    assert best_rounds(sigma_r2=1e-4, sigma_l2=None, cost_ratio=100, first=3, most=8) == 3
+    # nothing to average
+    assert best_rounds(sigma_r2=0.0, sigma_l2=1e-4, cost_ratio=100, first=3, most=8) == 1
 
 
 def test_drift_is_the_newest_value_outside_the_earlier_ones_prediction_interval():
@@ -56,8 +63,9 @@ def test_drift_is_the_newest_value_outside_the_earlier_ones_prediction_interval(
 
 
 def test_the_pooled_bound_clears_a_true_ratio_no_more_often_than_its_confidence_allows():
-    """A candidate exactly at the criterion ratio: over many simulated confirmations (3 candidate and 3 baseline
-    launches, 3 looks' share of α), the lower bound clears the ratio at most about α/3 of the time."""
+    """A candidate exactly at the criterion ratio: over many simulated confirmations (3 candidate
+    and 3 baseline launches, 3 looks' share of α), the lower bound clears the ratio at most about
+    α/3 of the time."""
     rng = random.Random(7)
     looks, cleared, n = 3, 0, 3000
     for _ in range(n):
@@ -89,8 +97,12 @@ def test_pinpoints_p_sees_a_shift_and_a_change_of_spread():
     assert distribution_p(a, [rng.gauss(0.5, 1) for _ in range(200)]) < 1e-4  # a shift: MWU
     assert distribution_p(a, [rng.gauss(0, 3) for _ in range(200)]) < 1e-4  # a wider spread: KS
     assert distribution_p([1.0, 1.0], [1.0]) == 1.0
-    # per launch: a launch that runs 5 % fast as a whole is no change of shape; a stall in some requests is
+    # per launch: a launch that runs 5 % fast as a whole is no change of shape; a stall in some
+    # requests is
     calm = [[100 * math.exp(rng.gauss(0, 0.01)) for _ in range(30)] for _ in range(3)]
     fast = [[105 * math.exp(rng.gauss(0, 0.01)) for _ in range(30)] for _ in range(3)]
-    stall = [[(50 if i % 5 == 0 else 100) * math.exp(rng.gauss(0, 0.01)) for i in range(30)] for _ in range(3)]
+    stall = [
+        [(50 if i % 5 == 0 else 100) * math.exp(rng.gauss(0, 0.01)) for i in range(30)]
+        for _ in range(3)
+    ]
     assert shape_p(fast, calm) > 0.01 and shape_p(stall, calm) < 1e-4

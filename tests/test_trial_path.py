@@ -48,16 +48,24 @@ GENERATOR = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERA
 ENGINE = "engines/local/engine.py"  # the local engine's file: entered for its plan, then its run
 # path files the design enters more than once in one trial: how often and why (pinned, not a bound)
 MORE_THAN_ONCE = {
-    "search/study/claims.py": (2, "the claim is taken before the trial runs and its result "
-                                  "recorded after it"),
-    "trials/record.py": (2, "the trial's run is opened before the engine starts (a killed trial "
-                            "leaves a RUNNING run) and its result written after"),
-    "tracking/runs.py": (6, "once a store operation or helper: the cached lookup, the effective "
-                            "and the requested settings flattened to params, the run started, its "
-                            "guard entered, its result written"),
+    "search/study/claims.py": (
+        2,
+        "the claim is taken before the trial runs and its result recorded after it",
+    ),
+    "trials/record.py": (
+        2,
+        "the trial's run is opened before the engine starts (a killed trial leaves a RUNNING run) "
+        "and its result written after",
+    ),
+    "tracking/runs.py": (
+        6,
+        "once a store operation or helper: the cached lookup, the effective and the requested "
+        "settings flattened to params, the run started, its guard entered, its result written",
+    ),
 }
 PATH_LIMIT = 12
-BELOW_LIMIT = 21  # measured: 21 files below the path (the engine, its computation, SGLang's rules, helpers)
+# measured: 21 files below the path (the engine, its computation, SGLang's rules, helpers)
+BELOW_LIMIT = 21
 
 
 def readme_path() -> list[str]:
@@ -71,7 +79,7 @@ def readme_path() -> list[str]:
 
 def _file(frame: FrameType) -> str | None:
     name = frame.f_code.co_filename
-    return name[len(PACKAGE):] if name.startswith(PACKAGE) else None
+    return name[len(PACKAGE) :] if name.startswith(PACKAGE) else None
 
 
 def _caller_file(frame: FrameType) -> str | None:
@@ -150,12 +158,16 @@ def test_the_trial_follows_the_readme_path_and_nothing_calls_back_up(traced):
     files the trial enters are the README's path files, all of them, in its order."""
     path = readme_path()
     where = {f: i for i, f in enumerate(path)}
-    back = [(c, f, n) for c, f, n in traced.entries
-            if f in where and (c not in where or where[c] > where[f])]
+    back = [
+        (c, f, n)
+        for c, f, n in traced.entries
+        if f in where and (c not in where or where[c] > where[f])
+    ]
     assert not back, f"calls back up the path (caller file, file, function): {back}"
     first = list(dict.fromkeys(f for _, f, _ in traced.entries if f in where))
     assert traced.head + first == path, (
-        f"the trial's path ({traced.head} on the stack, then {first}) is not the README's: {path}")
+        f"the trial's path ({traced.head} on the stack, then {first}) is not the README's: {path}"
+    )
 
 
 def test_each_path_file_is_entered_once_but_those_the_design_enters_twice(traced):

@@ -1,3 +1,3 @@
-"""What a deployment is made of: layers and their ids, wiring rules, the target and draft on disk, dumps,
-prompts, devices, the shipped scenarios.
+"""What a deployment is made of: layers and their ids, wiring rules, the target and draft on disk,
+dumps, prompts, devices, the shipped scenarios.
 """

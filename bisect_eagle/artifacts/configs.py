@@ -1,8 +1,9 @@
-"""Reading a model directory's ``config.json``: one place for the error a user sees when it is missing or broken.
+"""Reading a model directory's ``config.json``: one place for the error a user sees when it is
+missing or broken.
 
-:func:`read_config_json` gives the raw object; :func:`validate_keys` checks it against a pydantic model and
-turns the first validation error into one :class:`BadInput` line naming the file and the key, e.g.
-``…/config.json: key 'hidden_size': expected a valid integer, found 'big'``.
+:func:`read_config_json` gives the raw object; :func:`validate_keys` checks it against a pydantic
+model and turns the first validation error into one :class:`BadInput` line naming the file and the
+key, e.g. ``…/config.json: key 'hidden_size': expected a valid integer, found 'big'``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,18 @@ from pydantic import BaseModel, ValidationError
 from bisect_eagle.errors import BadInput
 
 M = TypeVar("M", bound=BaseModel)
-_UNION_MEMBER = re.compile(r"^(constrained-)?(str|int|float|bool|none|list\[.*\]|dict\[.*\]|function-\w+.*)$")
-_PLAIN = {"a valid integer": "an integer", "a valid number": "a number", "a valid list": "a list",
-          "a valid dictionary": "an object", "a valid boolean": "true or false", "a valid string": "a string",
-          "greater than 0": "a number > 0"}
+_UNION_MEMBER = re.compile(
+    r"^(constrained-)?(str|int|float|bool|none|list\[.*\]|dict\[.*\]|function-\w+.*)$"
+)
+_PLAIN = {
+    "a valid integer": "an integer",
+    "a valid number": "a number",
+    "a valid list": "a list",
+    "a valid dictionary": "an object",
+    "a valid boolean": "true or false",
+    "a valid string": "a string",
+    "greater than 0": "a number > 0",
+}
 
 
 def read_config_json(directory: str | Path, what: str) -> dict:
@@ -49,8 +58,9 @@ def read_config_json(directory: str | Path, what: str) -> dict:
 
 
 def key_name(loc: tuple[str | int, ...], prefix: str = "") -> str:
-    """A pydantic error location as the dotted key a user finds in the file: ``eagle_config.ids[1]`` (the names
-    pydantic gives the members of a union, ``constrained-str`` or ``list[...]``, are not keys: left out)."""
+    """A pydantic error location as the dotted key a user finds in the file: ``eagle_config.ids[1]``
+    (the names pydantic gives the members of a union, ``constrained-str`` or ``list[...]``, are not
+    keys: left out)."""
     out = prefix
     for part in loc:
         if isinstance(part, str) and _UNION_MEMBER.match(part):
@@ -60,7 +70,8 @@ def key_name(loc: tuple[str | int, ...], prefix: str = "") -> str:
 
 
 def validation_error(e: ValidationError, *, where: str | Path, prefix: str = "") -> BadInput:
-    """The one way a pydantic error reaches a user: one :class:`BadInput` line naming ``where`` and the key.
+    """The one way a pydantic error reaches a user: one :class:`BadInput` line naming ``where`` and
+    the key.
 
     Args:
         e: the error of a ``model_validate`` call; its first error is reported.
@@ -68,15 +79,17 @@ def validation_error(e: ValidationError, *, where: str | Path, prefix: str = "")
         prefix: the key the validated data sits under in that file (``eagle_config``), if any.
 
     Returns:
-        The error to raise: a :class:`BadInput` that a validator raised, as it was; a rule over several keys
-        with its own message; else ``where: key 'k': expected E, found F`` (``F`` cut to 60 characters; a
-        rule's own message in place of ``expected E``).
+        The error to raise: a :class:`BadInput` that a validator raised, as it was; a rule over
+            several keys
+        with its own message; else ``where: key 'k': expected E, found F`` (``F`` cut to 60
+        characters; a rule's own message in place of ``expected E``).
     """
     err = e.errors()[0]
     inner = err.get("ctx", {}).get("error")
     if isinstance(inner, BadInput):
         return inner
-    if not err["loc"]:  # a rule over several keys: its message names them (the input may hold secrets)
+    # a rule over several keys: its message names them (the input may hold secrets)
+    if not err["loc"]:
         return BadInput(f"{where}: {inner or err['msg']}")
     key = key_name(tuple(err["loc"]), prefix)
     if err["type"] == "missing":
@@ -86,12 +99,15 @@ def validation_error(e: ValidationError, *, where: str | Path, prefix: str = "")
     if err["type"] == "value_error":  # a rule's own message says what it expects
         return BadInput(f"{where}: key {key!r}: {inner or err['msg']} (found {found})")
     expected = str(err["msg"]).removeprefix("Input should be ")
-    expected = "an object" if expected.startswith("a valid dictionary") else _PLAIN.get(expected, expected)
+    expected = (
+        "an object" if expected.startswith("a valid dictionary") else _PLAIN.get(expected, expected)
+    )
     return BadInput(f"{where}: key {key!r}: expected {expected}, found {found}")
 
 
 def validate_keys(model: type[M], data: dict, *, path: Path, prefix: str = "") -> M:
-    """``data`` as ``model``; the first error becomes one line naming ``path`` and the key (under ``prefix``)."""
+    """``data`` as ``model``; the first error becomes one line naming ``path`` and the key (under
+    ``prefix``)."""
     try:
         return model.model_validate(data)
     except ValidationError as e:

@@ -10,7 +10,8 @@ KINDS = ("cpu", "cuda", "mps")
 
 
 def check_device(device: str, where: str) -> None:
-    """Refuse a device this machine cannot run on; ``where`` names its source (``spec.yaml: engine.settings.device``).
+    """Refuse a device this machine cannot run on; ``where`` names its source (``spec.yaml:
+    engine.settings.device``).
 
     Args:
         device: the device name as the user wrote it. Accepted: ``cpu``; ``cuda`` or ``cuda:N`` when
@@ -21,20 +22,29 @@ def check_device(device: str, where: str) -> None:
         BadInput: anything else, one line naming ``where``.
     """
     if not isinstance(device, str):
-        raise BadInput(f"{where}: device {device!r} is not a device name (expected one of cpu, cuda, cuda:N, mps)")
+        raise BadInput(
+            f"{where}: device {device!r} is not a device name (expected one of cpu, cuda, cuda:N, "
+            "mps)"
+        )
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError):
-        raise BadInput(f"{where}: device {device!r} is not a torch device (expected one of cpu, cuda, cuda:N, mps)"
-                       ) from None
+        raise BadInput(
+            f"{where}: device {device!r} is not a torch device (expected one of cpu, cuda, cuda:N, "
+            "mps)"
+        ) from None
     if parsed.type not in KINDS:
-        raise BadInput(f"{where}: device {device!r} is not supported (expected one of cpu, cuda, cuda:N, mps)")
+        raise BadInput(
+            f"{where}: device {device!r} is not supported (expected one of cpu, cuda, cuda:N, mps)"
+        )
     if parsed.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
             raise BadInput(f"{where}: device {device!r} but CUDA is not available on this machine")
         if parsed.index is not None and parsed.index >= count:
-            raise BadInput(f"{where}: device {device!r} but this machine has {count} CUDA device(s) "
-                           f"(cuda:0..cuda:{count - 1})")
+            raise BadInput(
+                f"{where}: device {device!r} but this machine has {count} CUDA device(s) "
+                f"(cuda:0..cuda:{count - 1})"
+            )
     if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise BadInput(f"{where}: device {device!r} but MPS is not available on this machine")

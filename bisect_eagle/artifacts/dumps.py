@@ -1,19 +1,22 @@
 """Hidden-state dump readers (and writers, for the generator and tests), one sample at a time.
 
-Formats (upstream: speculators' legacy ``data_{i}.pt`` writer and SpecForge's ``prepare_hidden_states.py``):
+Formats (upstream: speculators' legacy ``data_{i}.pt`` writer and SpecForge's
+``prepare_hidden_states.py``):
 
-* ``speculators-legacy``: ``data_{i}.pt`` with ``input_ids`` [S], ``loss_mask`` [S] and ``hidden_states``,
-  a list of [S, H] tensors whose last one is the target's final *pre-norm* state. Row t of training pairs
-  aux_t and token t+1 with the target's prediction at t+1, masked by ``loss_mask[t+1]``.
-* ``specforge``: ``rows_*/data_{i}.ckpt`` (or ``.ckpt.gz``) with ``input_ids`` and ``loss_mask`` [1, S],
-  ``aux_hidden_state`` [1, S, k·H] and ``hidden_state`` [1, S, H] *after* the final norm. Same pairing,
-  masked by ``loss_mask[t]``.
+* ``speculators-legacy``: ``data_{i}.pt`` with ``input_ids`` [S], ``loss_mask`` [S] and
+  ``hidden_states``, a list of [S, H] tensors whose last one is the target's final *pre-norm* state.
+  Row t of training pairs aux_t and token t+1 with the target's prediction at t+1, masked by
+  ``loss_mask[t+1]``.
+* ``specforge``: ``rows_*/data_{i}.ckpt`` (or ``.ckpt.gz``) with ``input_ids`` and ``loss_mask`` [1,
+  S], ``aux_hidden_state`` [1, S, k·H] and ``hidden_state`` [1, S, H] *after* the final norm. Same
+  pairing, masked by ``loss_mask[t]``.
 
-Both read into :class:`Sample`, whose ``states`` list ends with the final state, so a wiring rule means
-the same thing on either. Loading is pickle-free (``torch.load(weights_only=True)``). Each sample is checked as
-it is read -- keys, tensor types and dtypes, shapes, lengths, finite states (no accuracy is ever computed on
-NaN or inf), token ids inside the target vocabulary -- and a bad one raises :class:`DumpError` naming the
-file and the key or tensor, or is skipped and recorded when asked.
+Both read into :class:`Sample`, whose ``states`` list ends with the final state, so a wiring rule
+means the same thing on either. Loading is pickle-free (``torch.load(weights_only=True)``). Each
+sample is checked as it is read -- keys, tensor types and dtypes, shapes, lengths, finite states (no
+accuracy is ever computed on NaN or inf), token ids inside the target vocabulary -- and a bad one
+raises :class:`DumpError` naming the file and the key or tensor, or is skipped and recorded when
+asked.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ class Sample:
     final_normed: bool  # True when the final state is after the target's final norm (SpecForge)
     mask_offset: int  # row t is masked by loss_mask[t + mask_offset]
     source: Path
-    state_names: list[str] = field(default_factory=list)  # the tensor each state came from, for messages
+    # the tensor each state came from, for messages
+    state_names: list[str] = field(default_factory=list)
 
     @property
     def width(self) -> int:
@@ -69,11 +73,12 @@ class Sample:
 
 @dataclass
 class DumpReader:
-    """Streams the checked samples of a dump directory; with ``skip_bad``, bad files are skipped and recorded.
+    """Streams the checked samples of a dump directory; with ``skip_bad``, bad files are skipped and
+    recorded.
 
-    Every sample is checked as it is read (:func:`read_sample`); token ids also against ``vocab_size`` when
-    given, and each sample's state count and width against the first good sample's. ``skipped`` holds one
-    line per file skipped by the latest pass.
+    Every sample is checked as it is read (:func:`read_sample`); token ids also against
+    ``vocab_size`` when given, and each sample's state count and width against the first good
+    sample's. ``skipped`` holds one line per file skipped by the latest pass.
     """
 
     path: Path
@@ -104,12 +109,15 @@ class DumpReader:
             yield sample
 
     def _checked(self, f: Path, layout: tuple[int, int] | None) -> Sample:
-        """One file read and checked, also against the (state count, width) of the first good sample."""
+        """One file read and checked, also against the (state count, width) of the first good
+        sample."""
         sample = read_sample(f, self.fmt)
         check_token_ids(sample, self.vocab_size)
         if layout is not None and (len(sample.states), sample.width) != layout:
-            raise DumpError(f"{f}: key {STATES_KEY[self.fmt]!r} gives {len(sample.states)} states {sample.width} "
-                            f"wide; the first sample's gives {layout[0]} states {layout[1]} wide")
+            raise DumpError(
+                f"{f}: key {STATES_KEY[self.fmt]!r} gives {len(sample.states)} states "
+                f"{sample.width} wide; the first sample's gives {layout[0]} states {layout[1]} wide"
+            )
         return sample
 
     def head(self, n: int) -> Iterator[Sample]:
@@ -143,7 +151,9 @@ def detect(path: Path) -> tuple[str, list[Path]]:
         return "specforge", specforge
     if legacy and specforge:
         raise DumpError(f"{path}: holds both data_*.pt and data_*.ckpt files; point at one dump")
-    raise DumpError(f"{path}: no data_*.pt (speculators legacy) or data_*.ckpt[.gz] (SpecForge) files")
+    raise DumpError(
+        f"{path}: no data_*.pt (speculators legacy) or data_*.ckpt[.gz] (SpecForge) files"
+    )
 
 
 def _load(f: Path) -> dict:
@@ -177,14 +187,19 @@ def _tensor(obj: dict, key: str, f: Path) -> torch.Tensor:
 
 
 def _ids(obj: dict, key: str, f: Path) -> torch.Tensor:
-    """A tensor [S] or [1, S] as [S]; ``input_ids`` must be integers, ``loss_mask`` 0/1 values of any dtype."""
+    """A tensor [S] or [1, S] as [S]; ``input_ids`` must be integers, ``loss_mask`` 0/1 values of
+    any dtype."""
     t = _tensor(obj, key, f)
     if key == "input_ids" and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
-        raise DumpError(f"{f}: tensor {key!r}: expected an integer tensor [seq], found {_describe(t)}")
+        raise DumpError(
+            f"{f}: tensor {key!r}: expected an integer tensor [seq], found {_describe(t)}"
+        )
     if t.dim() == 2 and t.shape[0] == 1:
         t = t[0]
     if t.dim() != 1:
-        raise DumpError(f"{f}: tensor {key!r}: expected shape [seq] (or [1, seq]), found {list(t.shape)}")
+        raise DumpError(
+            f"{f}: tensor {key!r}: expected shape [seq] (or [1, seq]), found {list(t.shape)}"
+        )
     if key == "loss_mask" and t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
         raise DumpError(f"{f}: tensor {key!r}: expected 0/1 values, found {_describe(t)}")
     return t
@@ -193,13 +208,20 @@ def _ids(obj: dict, key: str, f: Path) -> torch.Tensor:
 def _states(t: torch.Tensor, name: str, f: Path) -> torch.Tensor:
     """A floating, finite [S, H] (or [1, S, H]) state tensor as [S, H]."""
     if not t.is_floating_point():
-        raise DumpError(f"{f}: tensor {name!r}: expected a floating-point tensor, found {_describe(t)}")
+        raise DumpError(
+            f"{f}: tensor {name!r}: expected a floating-point tensor, found {_describe(t)}"
+        )
     if t.dim() == 3 and t.shape[0] == 1:
         t = t[0]
     if t.dim() != 2 or t.shape[-1] == 0:
-        raise DumpError(f"{f}: tensor {name!r}: expected shape [seq, H] (or [1, seq, H]), found {list(t.shape)}")
-    if not bool(torch.isfinite(t.sum(dtype=torch.float64))):  # NaN and inf propagate; no float64 overflow
-        raise DumpError(f"{f}: tensor {name!r} holds {int((~torch.isfinite(t)).sum())} NaN or inf values")
+        raise DumpError(
+            f"{f}: tensor {name!r}: expected shape [seq, H] (or [1, seq, H]), found {list(t.shape)}"
+        )
+    # NaN and inf propagate; no float64 overflow
+    if not bool(torch.isfinite(t.sum(dtype=torch.float64))):
+        raise DumpError(
+            f"{f}: tensor {name!r} holds {int((~torch.isfinite(t)).sum())} NaN or inf values"
+        )
     return t
 
 
@@ -209,12 +231,27 @@ def _read_legacy(f: Path) -> Sample:
     if "hidden_states" not in obj:
         raise DumpError(f"{f}: key 'hidden_states' is missing (found {sorted(map(str, obj))})")
     hs = obj["hidden_states"]
-    if not isinstance(hs, (list, tuple)) or len(hs) < 2 or not all(isinstance(h, torch.Tensor) for h in hs):
-        raise DumpError(f"{f}: key 'hidden_states': expected a list of >= 2 [seq, H] tensors, found {_describe(hs)}")
+    if (
+        not isinstance(hs, (list, tuple))
+        or len(hs) < 2
+        or not all(isinstance(h, torch.Tensor) for h in hs)
+    ):
+        raise DumpError(
+            f"{f}: key 'hidden_states': expected a list of >= 2 [seq, H] tensors, found "
+            f"{_describe(hs)}"
+        )
     states = [_states(h, f"hidden_states[{i}]", f) for i, h in enumerate(hs)]
     names = [f"hidden_states[{i}]" for i in range(len(states))]
     _check_lengths(f, ids, mask, states, names)
-    return Sample(ids.long(), mask.bool(), states, final_normed=False, mask_offset=1, source=f, state_names=names)
+    return Sample(
+        ids.long(),
+        mask.bool(),
+        states,
+        final_normed=False,
+        mask_offset=1,
+        source=f,
+        state_names=names,
+    )
 
 
 def _read_specforge(f: Path) -> Sample:
@@ -224,16 +261,27 @@ def _read_specforge(f: Path) -> Sample:
     final = _states(_tensor(obj, "hidden_state", f), "hidden_state", f)
     h = final.shape[-1]
     if aux.shape[-1] % h:
-        raise DumpError(f"{f}: tensor 'aux_hidden_state' is {aux.shape[-1]} wide, not a multiple of "
-                        f"hidden_state's {h}")
+        raise DumpError(
+            f"{f}: tensor 'aux_hidden_state' is {aux.shape[-1]} wide, not a multiple of "
+            f"hidden_state's {h}"
+        )
     states = [*aux.split(h, dim=-1), final]
     names = ["aux_hidden_state"] * (len(states) - 1) + ["hidden_state"]
     _check_lengths(f, ids, mask, states, names)
-    return Sample(ids.long(), mask.bool(), states, final_normed=True, mask_offset=0, source=f, state_names=names)
+    return Sample(
+        ids.long(),
+        mask.bool(),
+        states,
+        final_normed=True,
+        mask_offset=0,
+        source=f,
+        state_names=names,
+    )
 
 
 def read_sample(f: Path, fmt: str) -> Sample:
-    """One sample file of dump format ``fmt``, checked: keys, types, dtypes, shapes and finite states."""
+    """One sample file of dump format ``fmt``, checked: keys, types, dtypes, shapes and finite
+    states."""
     return _read_legacy(f) if fmt == "speculators-legacy" else _read_specforge(f)
 
 
@@ -249,7 +297,9 @@ def _check_lengths(
         if s.shape[0] != n:
             raise DumpError(f"{f}: tensor {name!r} has {s.shape[0]} rows, input_ids {n}")
         if s.shape[-1] != states[0].shape[-1]:
-            raise DumpError(f"{f}: tensor {name!r} is {s.shape[-1]} wide, {names[0]!r} {states[0].shape[-1]}")
+            raise DumpError(
+                f"{f}: tensor {name!r} is {s.shape[-1]} wide, {names[0]!r} {states[0].shape[-1]}"
+            )
 
 
 def check_token_ids(sample: Sample, vocab_size: int | None) -> None:
@@ -267,21 +317,25 @@ def check_token_ids(sample: Sample, vocab_size: int | None) -> None:
     if low < 0 or (vocab_size is not None and high >= vocab_size):
         bad = low if low < 0 else high
         limit = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
-        raise DumpError(f"{sample.source}: tensor 'input_ids' holds token id {bad}, outside the target "
-                        f"vocabulary {limit}")
+        raise DumpError(
+            f"{sample.source}: tensor 'input_ids' holds token id {bad}, outside the target "
+            f"vocabulary {limit}"
+        )
 
 
 def write_sample(
     directory: Path,
     index: int,
-    *, fmt: str,
+    *,
+    fmt: str,
     input_ids: torch.Tensor,
     loss_mask: torch.Tensor,
     aux: Sequence[torch.Tensor],
     final: torch.Tensor,
     dtype: torch.dtype = torch.bfloat16,
 ) -> Path:
-    """Write one sample; ``final`` must be pre-norm for speculators-legacy and post-norm for specforge."""
+    """Write one sample; ``final`` must be pre-norm for speculators-legacy and post-norm for
+    specforge."""
     if fmt == "speculators-legacy":
         path = directory / f"data_{index}.pt"
         obj = {

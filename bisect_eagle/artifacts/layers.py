@@ -3,12 +3,12 @@
 Canonical index = the Hugging Face ``hidden_states`` index: 0 is the embedding output, ``i`` is the
 output of decoder layer ``i - 1`` (the pre-norm residual stream). Index ``N`` (N = number of decoder
 layers) is the output of the last layer *before* the final norm -- what SGLang, vLLM and speculators
-capture as the "final" state. (transformers 5 returns the post-norm state as ``hidden_states[N]``; we
-never use that meaning.)
+capture as the "final" state. (transformers 5 returns the post-norm state as ``hidden_states[N]``;
+we never use that meaning.)
 
-Frameworks differ only by an offset, a valid range and their defaults, so each convention is one row of
-``CONVENTIONS``. SGLang's DeepSeek-family and GPT-OSS models decide the offset per *list* of ids; those
-rules live in :func:`ids_to_canonical` / :func:`canonical_to_ids`.
+Frameworks differ only by an offset, a valid range and their defaults, so each convention is one row
+of ``CONVENTIONS``. SGLang's DeepSeek-family and GPT-OSS models decide the offset per *list* of ids;
+those rules live in :func:`ids_to_canonical` / :func:`canonical_to_ids`.
 """
 
 from __future__ import annotations
@@ -47,38 +47,50 @@ CONVENTIONS: dict[str, Convention] = {
         Convention(
             "sglang",
             "output of layer L (SGLang llama/qwen and most models); -1 = embedding output",
-            1, -1, lambda n: n - 1,
+            1,
+            -1,
+            lambda n: n - 1,
             # SGLang's default captures hs[2], hs[N//2], hs[N-3] without its +1, i.e. these ids:
             lambda n: [i - 1 for i in _spread(n)],
         ),
         Convention(
             "specforge",
             "output of layer L (SpecForge); -1 = embedding output",
-            1, -1, lambda n: n - 1,
+            1,
+            -1,
+            lambda n: n - 1,
             lambda n: [1, n // 2 - 1, n - 4],
         ),
         Convention(
             "vllm",
             "input to layer L (vLLM, current speculators); 0 = embedding, N = final pre-norm state",
-            0, 0, lambda n: n,
+            0,
+            0,
+            lambda n: n,
             _spread,
         ),
         Convention(
             "speculators",
             "input to layer L (current speculators data); 0 = embedding, N = final pre-norm state",
-            0, 0, lambda n: n,
+            0,
+            0,
+            lambda n: n,
             lambda n: [*_spread(n), n],
         ),
         Convention(
             "eagle",
             "state entering layer L (SafeAILab EAGLE-3)",
-            0, 0, lambda n: n,
+            0,
+            0,
+            lambda n: n,
             _spread,
         ),
         Convention(
             "speculators-legacy",
             "output of layer L (legacy speculators .pt capture); N-1 = final pre-norm state",
-            1, 0, lambda n: n - 1,
+            1,
+            0,
+            lambda n: n - 1,
             lambda n: [2, n // 2, n - 3, n - 1],
         ),
     ]
@@ -130,40 +142,48 @@ LOCAL_READER = IdReader("local", "speculators", sglang_capture=False)  # bisect-
 
 @dataclass(frozen=True)
 class CaptureRule:
-    """How one SGLang model class turns ``eagle_aux_hidden_state_layer_ids`` into captured hidden states.
+    """How one SGLang model class turns ``eagle_aux_hidden_state_layer_ids`` into captured hidden
+    states.
 
-    ``rule`` maps ids to ``layers_to_capture`` entries (``sglang``: +1 each; ``sglang-deepseek``: +1 only when
-    the first id is 1; ``sglang-gptoss``: as given when the max id is N, else +1). Entry ``e`` captures
-    ``hidden_states[e]`` (the input of layer ``e``) for ``0 <= e < N``; ``e == N`` only where ``final`` (the final
-    norm captures it); anything else is never captured, and ``failure`` says what SGLang then does.
+    ``rule`` maps ids to ``layers_to_capture`` entries (``sglang``: +1 each; ``sglang-deepseek``: +1
+    only when the first id is 1; ``sglang-gptoss``: as given when the max id is N, else +1). Entry
+    ``e`` captures ``hidden_states[e]`` (the input of layer ``e``) for ``0 <= e < N``; ``e == N``
+    only where ``final`` (the final norm captures it); anything else is never captured, and
+    ``failure`` says what SGLang then does.
     """
 
     rule: str = "sglang"
     final: bool = False
     default_shift: int = 0  # added to SGLang's default [2, N//2, N-3] (minimax_m3_vl: +1)
-    failure: str = "width"  # width: fc shape error at load | counted: 'captured k of n' | index: IndexError at start
+    # width: fc shape error at load | counted: 'captured k of n' | index: IndexError at start
+    failure: str = "width"
     source: str = ""  # the SGLang 0.5.23 file the rule was read from
 
 
 _DEEPSEEK = CaptureRule("sglang-deepseek", failure="counted", source="srt/models/deepseek_v2.py")
 _INDEX = "index"
 
-# SGLang 0.5.23's capture rule by model class (``architectures[0]`` of the target's config.json: SGLang picks its
-# class by it). Every class not listed takes the default (+1, final never captured, width failure). This table is
-# the fallback when no SGLang is at hand ("not checked against SGLang"); tests/artifacts/test_layers_sglang.py keeps
-# it equal to SGLang 0.5.23's own hook for every class of sglang.srt.models that implements it.
+# SGLang 0.5.23's capture rule by model class (``architectures[0]`` of the target's config.json:
+# SGLang picks its class by it). Every class not listed takes the default (+1, final never captured,
+# width failure). This table is the fallback when no SGLang is at hand ("not checked against
+# SGLang"); tests/artifacts/test_layers_sglang.py keeps it equal to SGLang 0.5.23's own hook for
+# every class of sglang.srt.models that implements it.
 SGLANG_ARCHITECTURES: dict[str, CaptureRule] = {
     "DeepseekV2ForCausalLM": _DEEPSEEK,
     "DeepseekV3ForCausalLM": _DEEPSEEK,
     "DeepseekV32ForCausalLM": _DEEPSEEK,
     "GlmMoeDsaForCausalLM": _DEEPSEEK,  # GLM-5: GlmMoeDsaForCausalLM(DeepseekV2ForCausalLM)
-    "KimiK25ForConditionalGeneration": replace(_DEEPSEEK, source="srt/models/kimi_k25.py"),  # -> DeepseekV3
-    "MistralLarge3ForCausalLM": replace(_DEEPSEEK, source="srt/models/mistral_large_3.py"),  # (DeepseekV3...)
-    "Glm4MoeLiteForCausalLM": CaptureRule("sglang-deepseek", source="srt/models/glm4_moe_lite.py"),  # no count
+    # -> DeepseekV3
+    "KimiK25ForConditionalGeneration": replace(_DEEPSEEK, source="srt/models/kimi_k25.py"),
+    # (DeepseekV3...)
+    "MistralLarge3ForCausalLM": replace(_DEEPSEEK, source="srt/models/mistral_large_3.py"),
+    # no count
+    "Glm4MoeLiteForCausalLM": CaptureRule("sglang-deepseek", source="srt/models/glm4_moe_lite.py"),
     "GptOssForCausalLM": CaptureRule("sglang-gptoss", final=True, source="srt/models/gpt_oss.py"),
     "MiniMaxM3SparseForCausalLM": CaptureRule(final=True, source="srt/models/minimax_m3.py"),
-    "MiniMaxM3SparseForConditionalGeneration": CaptureRule(final=True, default_shift=1,
-                                                           source="srt/models/minimax_m3_vl.py"),
+    "MiniMaxM3SparseForConditionalGeneration": CaptureRule(
+        final=True, default_shift=1, source="srt/models/minimax_m3_vl.py"
+    ),
     "Qwen2MoeForCausalLM": CaptureRule(failure=_INDEX, source="srt/models/qwen2_moe.py"),
     "Qwen3MoeForCausalLM": CaptureRule(failure=_INDEX, source="srt/models/qwen3_moe.py"),
     "Qwen3NextForCausalLM": CaptureRule(failure=_INDEX, source="srt/models/qwen3_next.py"),
@@ -177,7 +197,8 @@ SGLANG_MODEL_TYPES: dict[str, str] = {
     "deepseek_v32": "DeepseekV32ForCausalLM",
     "kimi_k2": "DeepseekV3ForCausalLM",
     "kimi_k25": "KimiK25ForConditionalGeneration",
-    "mistral_large_3": "MistralLarge3ForCausalLM",  # model_type as its checkpoints spell it: not verified
+    # model_type as its checkpoints spell it: not verified
+    "mistral_large_3": "MistralLarge3ForCausalLM",
     "glm_moe_dsa": "GlmMoeDsaForCausalLM",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
@@ -188,15 +209,18 @@ SGLANG_MODEL_TYPES: dict[str, str] = {
     "qwen3_next": "Qwen3NextForCausalLM",
 }
 
-# How SGLang's ``set_eagle3_layers_to_capture`` reads ids, by the target's ``model_type`` (derived from the table
-# above). Anything else: +1 per id.
+# How SGLang's ``set_eagle3_layers_to_capture`` reads ids, by the target's ``model_type`` (derived
+# from the table above). Anything else: +1 per id.
 SGLANG_FAMILIES: dict[str, str] = {
-    t: SGLANG_ARCHITECTURES[a].rule for t, a in SGLANG_MODEL_TYPES.items() if SGLANG_ARCHITECTURES[a].rule != "sglang"
+    t: SGLANG_ARCHITECTURES[a].rule
+    for t, a in SGLANG_MODEL_TYPES.items()
+    if SGLANG_ARCHITECTURES[a].rule != "sglang"
 }
 
 
 def capture_rule(model_type: str | None = None, architecture: str | None = None) -> CaptureRule:
-    """SGLang's capture rule for a target (by its model class, else its ``model_type``); the default otherwise.
+    """SGLang's capture rule for a target (by its model class, else its ``model_type``); the default
+    otherwise.
 
     Args:
         model_type: the target config's ``model_type`` (None: unknown).
@@ -214,7 +238,8 @@ def capture_rule(model_type: str | None = None, architecture: str | None = None)
 
 
 def sglang_convention(model_type: str | None, architecture: str | None = None) -> str:
-    """The convention SGLang applies to ``eagle_aux_hidden_state_layer_ids`` on a target of ``model_type``.
+    """The convention SGLang applies to ``eagle_aux_hidden_state_layer_ids`` on a target of
+    ``model_type``.
 
     Args:
         model_type: the target config's ``model_type`` (None: unknown).
@@ -228,7 +253,8 @@ def sglang_convention(model_type: str | None, architecture: str | None = None) -
 
 
 def target_depth(cfg: dict) -> int | None:
-    """``num_hidden_layers`` of a target's config.json, or of its ``text_config`` (multimodal wrappers).
+    """``num_hidden_layers`` of a target's config.json, or of its ``text_config`` (multimodal
+    wrappers).
 
     Args:
         cfg: the target's config.json as a dict.
@@ -288,18 +314,26 @@ def _entries(ids: Sequence[int], rule: str, num_layers: int) -> list[int]:
 
 RULE_WORDS = {
     "sglang": "each id L captures hidden_states[L + 1]",
-    "sglang-deepseek": "ids are captured as given (hidden_states[L], layer inputs) unless the first id is 1, then +1",
+    "sglang-deepseek": (
+        "ids are captured as given (hidden_states[L], layer inputs) unless the first id is 1, "
+        "then +1"
+    ),
     "sglang-gptoss": "ids are captured as given when the max id is N, else +1",
 }
 
 
 def rule_text(rule: CaptureRule, num_layers: int) -> str:
-    final = f"hidden_states[{num_layers}] (the final state) is captured" if rule.final else \
-        f"only hidden_states[0..{num_layers - 1}] (layer inputs) are captured"
+    final = (
+        f"hidden_states[{num_layers}] (the final state) is captured"
+        if rule.final
+        else f"only hidden_states[0..{num_layers - 1}] (layer inputs) are captured"
+    )
     return f"{RULE_WORDS[rule.rule]}; {final}"
 
 
-def predicted_capture(ids: Sequence[int] | None, rule: CaptureRule, *, num_layers: int) -> SglangCapture:
+def predicted_capture(
+    ids: Sequence[int] | None, rule: CaptureRule, *, num_layers: int
+) -> SglangCapture:
     """What SGLang 0.5.23 captures for ``ids`` by this project's table (no SGLang asked).
 
     Args:
@@ -314,14 +348,27 @@ def predicted_capture(ids: Sequence[int] | None, rule: CaptureRule, *, num_layer
         asked.
     """
     n = num_layers
-    entries = [i + rule.default_shift for i in (2, n // 2, n - 3)] if ids is None else _entries(ids, rule.rule, n)
+    entries = (
+        [i + rule.default_shift for i in (2, n // 2, n - 3)]
+        if ids is None
+        else _entries(ids, rule.rule, n)
+    )
     error = None
     if rule.failure == _INDEX and any(e >= n for e in entries):
-        error = f"IndexError: list index out of range (self.layers[{max(entries)}] of {n} layers; {rule.source})"
+        error = (
+            f"IndexError: list index out of range (self.layers[{max(entries)}] of {n} layers; "
+            f"{rule.source})"
+        )
     captures = [e if 0 <= e < n else (n if e == n and rule.final else None) for e in entries]
-    return SglangCapture(None if ids is None else list(ids), None if error else entries, captures, error,
-                         rule_text(rule, n), "not checked against SGLang (the project's table of SGLang 0.5.23)",
-                         rule.failure)
+    return SglangCapture(
+        None if ids is None else list(ids),
+        None if error else entries,
+        captures,
+        error,
+        rule_text(rule, n),
+        "not checked against SGLang (the project's table of SGLang 0.5.23)",
+        rule.failure,
+    )
 
 
 def convention(name: str) -> Convention:
@@ -341,7 +388,9 @@ def convention(name: str) -> Convention:
         return CONVENTIONS[name]
     except KeyError:
         known = ", ".join([*CONVENTIONS, *LIST_RULES])
-        raise LayerIdError(f"unknown layer-id convention {name!r}; expected one of: {known}") from None
+        raise LayerIdError(
+            f"unknown layer-id convention {name!r}; expected one of: {known}"
+        ) from None
 
 
 def to_canonical(layer_id: int, conv: str, *, num_layers: int) -> int:
@@ -350,7 +399,8 @@ def to_canonical(layer_id: int, conv: str, *, num_layers: int) -> int:
     hi = c.max_id(num_layers)
     if not c.min_id <= layer_id <= hi:
         raise LayerIdError(
-            f"{conv} layer id {layer_id} is outside [{c.min_id}, {hi}] for a {num_layers}-layer target"
+            f"{conv} layer id {layer_id} is outside [{c.min_id}, {hi}] for a {num_layers}-layer "
+            "target"
         )
     return layer_id + c.offset
 
@@ -381,7 +431,8 @@ def from_canonical(index: int, conv: str, *, num_layers: int) -> int:
 
 def _list_offset(ids: Sequence[int], conv: str, num_layers: int) -> tuple[str, int]:
     """For SGLang's list-level rules: the per-id convention that applies to this list."""
-    if conv == "sglang-deepseek":  # output-of only if the first id is 1 (sglang PR #25454), else input-to
+    # output-of only if the first id is 1 (sglang PR #25454), else input-to
+    if conv == "sglang-deepseek":
         return ("sglang", 1) if ids and ids[0] == 1 else ("vllm", 0)
     if conv == "sglang-gptoss":  # unshifted if the max id is N, else +1
         return ("vllm", 0) if ids and max(ids) == num_layers else ("sglang", 1)
@@ -409,7 +460,8 @@ def ids_to_canonical(ids: Sequence[int], conv: str, *, num_layers: int) -> list[
 
 
 def canonical_to_ids(indices: Sequence[int], conv: str, *, num_layers: int) -> list[int]:
-    """Convert canonical indices to a list of ids of ``conv`` that converts back to the same indices.
+    """Convert canonical indices to a list of ids of ``conv`` that converts back to the same
+    indices.
 
     Args:
         indices: ``hidden_states`` indices, in ``[0, num_layers]``.
@@ -433,15 +485,17 @@ def canonical_to_ids(indices: Sequence[int], conv: str, *, num_layers: int) -> l
         as_input = [from_canonical(i, "vllm", num_layers=num_layers) for i in indices]
         if as_input and as_input[0] == 1:
             raise LayerIdError(
-                f"hidden_states indices {list(indices)} cannot be written for SGLang DeepSeek-family models: "
-                "a first id of 1 switches the whole list to output-of-layer meaning"
+                f"hidden_states indices {list(indices)} cannot be written for SGLang "
+                "DeepSeek-family models: a first id of 1 switches the whole list to "
+                "output-of-layer meaning"
             )
         return as_input
     return [from_canonical(i, conv, num_layers=num_layers) for i in indices]
 
 
 def default_canonical(conv: str, num_layers: int) -> list[int]:
-    """The canonical indices a framework captures by default for a target of ``num_layers`` layers."""
+    """The canonical indices a framework captures by default for a target of ``num_layers``
+    layers."""
     if conv in LIST_RULES:
         conv = "sglang"
     c = convention(conv)
@@ -466,8 +520,9 @@ def describe(index: int, num_layers: int) -> str:
     return f"layer {index - 1} output"
 
 
-def fc_width_refusal(ids: Sequence[int], *, width: int, where: str, said_by: str,
-                     named: str = IDS_KEY) -> str | None:
+def fc_width_refusal(
+    ids: Sequence[int], *, width: int, where: str, said_by: str, named: str = IDS_KEY
+) -> str | None:
     """Why ``ids`` cannot feed the draft's ``fc``, or None: ``fc`` concatenates one target hidden
     state per id, so it takes exactly the ``width`` aux layers it was trained on. Every engine's
     plan, the input checks, the doctor, the draft loader and the local decoder refuse with this one
@@ -488,5 +543,7 @@ def fc_width_refusal(ids: Sequence[int], *, width: int, where: str, said_by: str
     """
     if len(ids) == width:
         return None
-    return (f"{where}: the draft's fc takes {width} aux layers ({said_by}); "
-            f"{named} {list(ids)} has {len(ids)}")
+    return (
+        f"{where}: the draft's fc takes {width} aux layers ({said_by}); {named} {list(ids)} has "
+        f"{len(ids)}"
+    )

@@ -1,9 +1,10 @@
 """Benchmark prompts from a JSONL file, rendered with the target's chat template when it has one.
 
 One JSON object per line: ``{"id": "q1", "prompt": "text"}`` or ``{"id": "q1", "messages": [{"role":
-"user", "content": "text"}, ...]}``; ``id`` is optional (default: the line number); blank lines are skipped.
-A plain ``prompt`` becomes a one-message user chat when the tokenizer has a chat template. ``messages``
-need a chat template: without one there is no right way to join them, so the line is refused.
+"user", "content": "text"}, ...]}``; ``id`` is optional (default: the line number); blank lines are
+skipped. A plain ``prompt`` becomes a one-message user chat when the tokenizer has a chat template.
+``messages`` need a chat template: without one there is no right way to join them, so the line is
+refused.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from bisect_eagle.errors import BadInput
 
 @dataclass(frozen=True)
 class Prompt:
-    """A prompt as the engines send it: ``text`` is the rendered string, ``input_ids`` its tokens."""
+    """A prompt as the engines send it: ``text`` is the rendered string, ``input_ids`` its
+    tokens."""
 
     id: str
     text: str
@@ -27,12 +29,21 @@ class Prompt:
 
 def _messages(obj: dict, where: str) -> list[dict]:
     msgs = obj["messages"]
-    ok = isinstance(msgs, list) and msgs and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in msgs
+    ok = (
+        isinstance(msgs, list)
+        and msgs
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in msgs
+        )
     )
     if not ok:
-        raise BadInput(f"{where}: key 'messages' must be a non-empty list of {{'role': str, 'content': str}} "
-                       f"objects (found {msgs!r:.80})")
+        raise BadInput(
+            f"{where}: key 'messages' must be a non-empty list of {{'role': str, 'content': str}} "
+            f"objects (found {msgs!r:.80})"
+        )
     return msgs
 
 
@@ -53,8 +64,10 @@ def _render(obj: dict, tokenizer, has_template: bool, where: str) -> str:
     shape = _shape(obj, where)
     if isinstance(shape, list):
         if not has_template:
-            raise BadInput(f"{where}: key 'messages' needs a tokenizer with a chat_template; this one has none "
-                           "(use 'prompt' with plain text)")
+            raise BadInput(
+                f"{where}: key 'messages' needs a tokenizer with a chat_template; this one has "
+                "none (use 'prompt' with plain text)"
+            )
         msgs = shape
     elif not has_template:
         return shape
@@ -71,13 +84,16 @@ def _prompt_id(obj: dict, lineno: int, where: str) -> str:
 
 
 def _records(path: Path) -> Iterator[tuple[str, dict, str]]:
-    """(``file:line``, JSON object, prompt id) of each non-blank line, ids unique; errors name file:line and key."""
+    """(``file:line``, JSON object, prompt id) of each non-blank line, ids unique; errors name
+    file:line and key."""
     if not path.is_file():
         raise BadInput(f"{path}: prompts file not found")
     try:
         lines = path.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: prompts file not readable as UTF-8 text ({type(e).__name__})") from None
+        raise BadInput(
+            f"{path}: prompts file not readable as UTF-8 text ({type(e).__name__})"
+        ) from None
     seen: set[str] = set()
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -102,10 +118,11 @@ def _too_few(path: Path, found: int, n: int, what: str | None) -> BadInput:
 
 
 def check_prompts(path: Path, n: int, *, what: str = "warmup_prompts + num_prompts") -> int:
-    """Check a prompts file without a tokenizer (lines, keys, ids) and that it holds ``n`` prompts; their count.
+    """Check a prompts file without a tokenizer (lines, keys, ids) and that it holds ``n`` prompts;
+    their count.
 
-    Every line is checked, as :func:`load_prompts` would, except what needs the target's tokenizer (the chat
-    template, the token count).
+    Every line is checked, as :func:`load_prompts` would, except what needs the target's tokenizer
+    (the chat template, the token count).
 
     Args:
         path: the JSONL prompts file (one object a line with ``prompt`` or ``messages``, optional
@@ -131,7 +148,8 @@ def check_prompts(path: Path, n: int, *, what: str = "warmup_prompts + num_promp
 
 
 def load_prompts(path: Path, tokenizer, *, n: int | None = None) -> list[Prompt]:
-    """The first ``n`` prompts of a JSONL file (all when ``n`` is None), tokenized; errors name file:line and key.
+    """The first ``n`` prompts of a JSONL file (all when ``n`` is None), tokenized; errors name
+    file:line and key.
 
     Args:
         path: the JSONL prompts file.

@@ -1,8 +1,10 @@
-"""The target model: its head tensors read straight from safetensors, and hidden-state capture by index.
+"""The target model: its head tensors read straight from safetensors, and hidden-state capture by
+index.
 
-Capture uses forward hooks on the embedding and on each decoder layer, so canonical index ``i`` is the
-output of layer ``i - 1`` and index ``N`` is the last layer's output before the final norm (see
-:mod:`bisect_eagle.artifacts.layers`), whatever a transformers version returns as ``hidden_states[N]``.
+Capture uses forward hooks on the embedding and on each decoder layer, so canonical index ``i`` is
+the output of layer ``i - 1`` and index ``N`` is the last layer's output before the final norm (see
+:mod:`bisect_eagle.artifacts.layers`), whatever a transformers version returns as
+``hidden_states[N]``.
 """
 
 from __future__ import annotations
@@ -49,17 +51,23 @@ def _weight_files(target_dir: Path) -> dict[str, Path]:
             weight_map = json.loads(index.read_text())["weight_map"]
             files = {str(name): target_dir / str(fname) for name, fname in weight_map.items()}
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise TargetError(f"{index}: key 'weight_map' is missing or not a name -> file map ({e!r:.60})") from None
+            raise TargetError(
+                f"{index}: key 'weight_map' is missing or not a name -> file map ({e!r:.60})"
+            ) from None
         for f in sorted(set(files.values())):
             if not f.is_file():
-                raise TargetError(f"{index}: key 'weight_map' names {f.name}, which is not in {target_dir}")
+                raise TargetError(
+                    f"{index}: key 'weight_map' names {f.name}, which is not in {target_dir}"
+                )
         return files
     single = target_dir / "model.safetensors"
     if not single.is_file():
         pickles = sorted(p.name for p in target_dir.glob("*") if p.suffix in PICKLE_SUFFIXES)
         if pickles:
-            raise TargetError(f"{target_dir / pickles[0]}: pickle weights, which bisect-eagle never loads; convert "
-                              "the target to safetensors (save_pretrained(..., safe_serialization=True))")
+            raise TargetError(
+                f"{target_dir / pickles[0]}: pickle weights, which bisect-eagle never loads; "
+                "convert the target to safetensors (save_pretrained(..., safe_serialization=True))"
+            )
         raise TargetError(f"{target_dir}: no model.safetensors or model.safetensors.index.json")
     with _open(single) as f:
         return {name: single for name in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
@@ -70,22 +78,29 @@ def _open(file: Path):
     try:
         return safe_open(str(file), "pt")
     except Exception as e:  # safetensors raises several types for a damaged header
-        raise TargetError(f"{file}: cannot read the safetensors header ({str(e).splitlines()[0]})") from None
+        raise TargetError(
+            f"{file}: cannot read the safetensors header ({str(e).splitlines()[0]})"
+        ) from None
 
 
 def read_target_tensors(target_dir: str | Path, names: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Read only the named tensors (float32) from a target's safetensors; pickle-free; NaN/inf refused."""
+    """Read only the named tensors (float32) from a target's safetensors; pickle-free; NaN/inf
+    refused."""
     target_dir = Path(target_dir)
     files = _weight_files(target_dir)
     out = {}
     for name in names:
         if name not in files:
-            raise TargetError(f"{target_dir}: tensor {name!r} not found in the target's safetensors")
+            raise TargetError(
+                f"{target_dir}: tensor {name!r} not found in the target's safetensors"
+            )
         with _open(files[name]) as f:
             try:
                 t = f.get_tensor(name)
             except Exception as e:  # a header that promises more bytes than the file holds
-                raise TargetError(f"{files[name]}: tensor {name!r} cannot be read ({str(e).splitlines()[0]})") from None
+                raise TargetError(
+                    f"{files[name]}: tensor {name!r} cannot be read ({str(e).splitlines()[0]})"
+                ) from None
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise TargetError(f"{files[name]}: tensor {name!r} holds NaN or inf values")
         out[name] = t.float() if t.is_floating_point() else t
@@ -93,7 +108,8 @@ def read_target_tensors(target_dir: str | Path, names: Sequence[str]) -> dict[st
 
 
 def read_target_config(target_dir: str | Path) -> dict:
-    """The target's config.json (a Hugging Face model directory), with the keys of :class:`TargetConfig` checked.
+    """The target's config.json (a Hugging Face model directory), with the keys of
+    :class:`TargetConfig` checked.
 
     Args:
         target_dir: the target's Hugging Face model directory.
@@ -116,7 +132,8 @@ def read_target_info(target_dir: str | Path) -> TargetConfig:
 
 
 def check_target_weights(target_dir: str | Path) -> TargetConfig:
-    """Headers only: safetensors weights (no pickle), and the head tensors' shapes against config.json.
+    """Headers only: safetensors weights (no pickle), and the head tensors' shapes against
+    config.json.
 
     Args:
         target_dir: the target's Hugging Face model directory.
@@ -133,17 +150,24 @@ def check_target_weights(target_dir: str | Path) -> TargetConfig:
     target_dir = Path(target_dir)
     info = read_target_info(target_dir)
     files = _weight_files(target_dir)
-    want = {"model.embed_tokens.weight": [info.vocab_size, info.hidden_size], "model.norm.weight": [info.hidden_size]}
+    want = {
+        "model.embed_tokens.weight": [info.vocab_size, info.hidden_size],
+        "model.norm.weight": [info.hidden_size],
+    }
     if not info.tie_word_embeddings:
         want["lm_head.weight"] = [info.vocab_size, info.hidden_size]
     for name, shape in want.items():
         if name not in files:
-            raise TargetError(f"{target_dir}: tensor {name!r} not found in the target's safetensors")
+            raise TargetError(
+                f"{target_dir}: tensor {name!r} not found in the target's safetensors"
+            )
         with _open(files[name]) as f:
             found = list(f.get_slice(name).get_shape())
         if found != shape:
-            raise TargetError(f"{files[name]}: tensor {name!r} has shape {found}; {target_dir / 'config.json'} "
-                              f"gives {shape} (vocab_size, hidden_size)")
+            raise TargetError(
+                f"{files[name]}: tensor {name!r} has shape {found}; {target_dir / 'config.json'} "
+                f"gives {shape} (vocab_size, hidden_size)"
+            )
     return info
 
 
@@ -177,7 +201,9 @@ class TargetHead:
         return cls(
             embed=t["model.embed_tokens.weight"],
             norm_weight=t["model.norm.weight"],
-            lm_head=t["model.embed_tokens.weight"] if info.tie_word_embeddings else t["lm_head.weight"],
+            lm_head=t["model.embed_tokens.weight"]
+            if info.tie_word_embeddings
+            else t["lm_head.weight"],
             eps=info.rms_norm_eps,
             num_layers=info.num_hidden_layers,
         )
@@ -204,7 +230,8 @@ class TargetHead:
 
 
 def load_target(target_dir: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) of a Hugging Face causal LM directory, in eval mode, loaded without network.
+    """(model, tokenizer) of a Hugging Face causal LM directory, in eval mode, loaded without
+    network.
 
     Args:
         target_dir: the target's Hugging Face model directory (safetensors weights only).
@@ -224,8 +251,9 @@ def load_target(target_dir: str | Path, *, device: str = "cpu", dtype: torch.dty
     read_target_config(target_dir)
     _weight_files(Path(target_dir))  # safetensors only: a pytorch_model.bin is a pickle
     hf_logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=dtype, local_files_only=True,
-                                                 use_safetensors=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(target_dir), dtype=dtype, local_files_only=True, use_safetensors=True
+    )
     model.to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir), local_files_only=True)
     return model, tokenizer
@@ -246,7 +274,9 @@ def decoder_layers(model) -> Sequence[torch.nn.Module]:
     try:
         return model.model.layers
     except AttributeError:
-        raise TargetError(f"{type(model).__name__}: expected a Llama-style model with model.model.layers") from None
+        raise TargetError(
+            f"{type(model).__name__}: expected a Llama-style model with model.model.layers"
+        ) from None
 
 
 @contextmanager
@@ -277,7 +307,9 @@ def capture_hidden(model, indices: Sequence[int]) -> Iterator[dict[int, torch.Te
 
     for index in sorted(set(indices)):
         if not 0 <= index <= n:
-            raise TargetError(f"hidden_states index {index} is outside [0, {n}] for this {n}-layer target")
+            raise TargetError(
+                f"hidden_states index {index} is outside [0, {n}] for this {n}-layer target"
+            )
         module = model.model.embed_tokens if index == 0 else layer_list[index - 1]
         handles.append(module.register_forward_hook(keep(index)))
     try:

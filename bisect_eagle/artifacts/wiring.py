@@ -4,7 +4,8 @@ Grammar (over a dump's list of states, whose last entry is the final state):
 
 * a Python slice: ``[:-1]`` (speculators' ``standardize_data_v1``), ``[1:]``, ``[0:3]``, ``[::2]``;
 * an index list: ``[0,1,2]``, ``[0,-2]``;
-* ``emb`` inside a list: the embedding output of the sample's tokens, from the target's table: ``[emb,0,1]``.
+* ``emb`` inside a list: the embedding output of the sample's tokens, from the target's table:
+  ``[emb,0,1]``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,11 @@ class Rule:
         return out
 
     def apply(
-        self, states: list[torch.Tensor], input_ids: torch.Tensor, *, embed: torch.Tensor | None,
+        self,
+        states: list[torch.Tensor],
+        input_ids: torch.Tensor,
+        *,
+        embed: torch.Tensor | None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The selected states of one sample side by side: the fc input [S, k·H] (float32).
@@ -87,7 +92,9 @@ class Rule:
         for j, item in enumerate(chosen):
             if item == EMB:
                 if embed is None:
-                    raise WiringError(f"rule {self.text} uses emb but no target embedding table was given")
+                    raise WiringError(
+                        f"rule {self.text} uses emb but no target embedding table was given"
+                    )
                 part = embed[input_ids[:rows]]
             else:
                 part = states[int(item)][:rows]
@@ -119,8 +126,8 @@ def parse_rule(text: str) -> Rule:
         items = tuple(EMB if x == EMB else int(x) for x in m.group(1).split(","))
         return Rule(t, items=items)
     raise WiringError(
-        f"rule {text!r} does not parse; expected a slice like [:-1] or [1:], an index list like [0,1,2], "
-        "or a list with the embedding like [emb,0,1]"
+        f"rule {text!r} does not parse; expected a slice like [:-1] or [1:], an index list like "
+        "[0,1,2], or a list with the embedding like [emb,0,1]"
     )
 
 
@@ -142,11 +149,13 @@ def check_width(rule: Rule, n_states: int, *, hidden: int, fc_in: int) -> list[i
     """
     chosen = rule.select(n_states)
     if fc_in % hidden:
-        raise WiringError(f"fc expects {fc_in} inputs, not a multiple of the dump's hidden size {hidden}")
+        raise WiringError(
+            f"fc expects {fc_in} inputs, not a multiple of the dump's hidden size {hidden}"
+        )
     need = fc_in // hidden
     if len(chosen) != need:
         raise WiringError(
-            f"fc expects {need} × {hidden} = {fc_in} inputs; rule {rule.text} gives "
-            f"{len(chosen)} tensors = {len(chosen) * hidden}"
+            f"fc expects {need} × {hidden} = {fc_in} inputs; rule {rule.text} gives {len(chosen)} "
+            f"tensors = {len(chosen) * hidden}"
         )
     return chosen

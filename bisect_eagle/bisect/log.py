@@ -1,14 +1,15 @@
 """The bisect log: git bisect's log/replay for configurations, one mark per probed configuration.
 
-Format (``# bisect-eagle bisect log v1``): header lines ``# key: value`` (good, bad, judge, set, reference,
-noise, changes, inert; JSON except good and bad), the changes with their good and bad values as the engine runs
-them (a change masked at one end says by what), then one mark per probe: ``good|bad|skip <change,change,... or
--> [# note]`` (a mark may name an inert difference: a verification applies them as the bad configuration holds
-them). Marks may be edited before ``--replay``. Nothing secret is written: values come from the plans
-(redacted) and the caller scrubs free text.
+Format (``# bisect-eagle bisect log v1``): header lines ``# key: value`` (good, bad, judge, set,
+reference, noise, changes, inert; JSON except good and bad), the changes with their good and bad
+values as the engine runs them (a change masked at one end says by what), then one mark per probe:
+``good|bad|skip <change,change,... or -> [# note]`` (a mark may name an inert difference: a
+verification applies them as the bad configuration holds them). Marks may be edited before
+``--replay``. Nothing secret is written: values come from the plans (redacted) and the caller scrubs
+free text.
 
-The same good and bad values go to the bisect's parent run as params (:func:`change_params`), so its MLflow page
-and the runs table say what each change changed.
+The same good and bad values go to the bisect's parent run as params (:func:`change_params`), so its
+MLflow page and the runs table say what each change changed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ PARAM_CHARS = 6000  # MLflow's longest param value
 
 @dataclass
 class BisectLog:
-    """A replayable record of a bisect; marks (good | bad | skip) may be edited before ``--replay``."""
+    """A replayable record of a bisect; marks (good | bad | skip) may be edited before
+    ``--replay``."""
 
     good: str
     bad: str
@@ -41,7 +43,8 @@ class BisectLog:
     overrides: dict[str, Any]  # --set values (secret ones are written redacted)
     changes: list[Change]
     inert: list[str] = field(default_factory=list)  # requested differences that are not changes
-    reference: dict[str, Any] | None = None  # {"samples": [...]}: the good configuration (ratio mode)
+    # {"samples": [...]}: the good configuration (ratio mode)
+    reference: dict[str, Any] | None = None
     noise: dict[str, Any] | None = None  # {"sd_log": s, "dof": ν}: the pooled noise estimate
     marks: list[Mark] = field(default_factory=list)
     scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)
@@ -52,8 +55,13 @@ class BisectLog:
         Returns:
             The text, newline-terminated, ``--set`` secrets redacted, passed through ``scrub``.
         """
-        lines = [LOG_MAGIC, f"# good: {self.good}", f"# bad: {self.bad}", f"# judge: {json.dumps(self.judge)}",
-                 f"# set: {json.dumps(redact_mapping(self.overrides))}"]
+        lines = [
+            LOG_MAGIC,
+            f"# good: {self.good}",
+            f"# bad: {self.bad}",
+            f"# judge: {json.dumps(self.judge)}",
+            f"# set: {json.dumps(redact_mapping(self.overrides))}",
+        ]
         if self.reference is not None:
             lines.append(f"# reference: {json.dumps(self.reference)}")
         if self.noise is not None:
@@ -62,12 +70,19 @@ class BisectLog:
         if self.inert:
             lines.append(f"# inert: {json.dumps(self.inert)}")
         for c in self.changes:
-            masked = "".join(f"  (hidden in the {side} configuration by {', '.join(by) or 'a combination'})"
-                             for side, by in c.masked_by.items())
-            lines.append(f"#   {c.name}: {json.dumps(c.values('good'))} -> {json.dumps(c.values('bad'))}{masked}")
+            masked = "".join(
+                f"  (hidden in the {side} configuration by {', '.join(by) or 'a combination'})"
+                for side, by in c.masked_by.items()
+            )
+            lines.append(
+                f"#   {c.name}: {json.dumps(c.values('good'))} -> "
+                f"{json.dumps(c.values('bad'))}{masked}"
+            )
         for outcome, applied, note in self.marks:
             note = " ".join(note.split())  # one line per mark
-            lines.append(f"{outcome.value} {','.join(applied) or '-'}" + (f"  # {note}" if note else ""))
+            lines.append(
+                f"{outcome.value} {','.join(applied) or '-'}" + (f"  # {note}" if note else "")
+            )
         return self.scrub("\n".join(lines) + "\n")
 
     def write(self, path: Path) -> None:
@@ -83,8 +98,9 @@ class BisectLog:
 
 
 def change_params(changes: Sequence[Change], scrub: Callable[[str], str]) -> dict[str, str]:
-    """Each change's good and bad value as the log writes them (JSON; secrets redacted, then ``scrub`` applied), one
-    param per setting and end: ``change.<setting>.good`` and ``change.<setting>.bad`` (each setting of a group),
+    """Each change's good and bad value as the log writes them (JSON; secrets redacted, then
+    ``scrub`` applied), one param per setting and end: ``change.<setting>.good`` and
+    ``change.<setting>.bad`` (each setting of a group),
     cut to MLflow's :data:`PARAM_CHARS`."""
     out: dict[str, str] = {}
     for c in changes:
@@ -98,7 +114,8 @@ def change_params(changes: Sequence[Change], scrub: Callable[[str], str]) -> dic
 
 @dataclass
 class ParsedLog:
-    """What ``--replay`` reads: the header values and the marks (checked against the changes later)."""
+    """What ``--replay`` reads: the header values and the marks (checked against the changes
+    later)."""
 
     header: dict[str, Any]
     marks: list[Mark]
@@ -111,9 +128,13 @@ def parse_log(path: Path) -> ParsedLog:
     try:
         lines = path.read_text().splitlines()
     except UnicodeDecodeError as e:
-        raise BadInput(f"{path}: not a bisect log (not UTF-8 text: {e.reason} at byte {e.start})") from None
+        raise BadInput(
+            f"{path}: not a bisect log (not UTF-8 text: {e.reason} at byte {e.start})"
+        ) from None
     if not lines or lines[0].strip() != LOG_MAGIC:
-        raise BadInput(f"{path}:1: expected {LOG_MAGIC!r}, found {lines[0] if lines else 'an empty file'!r}")
+        raise BadInput(
+            f"{path}:1: expected {LOG_MAGIC!r}, found {lines[0] if lines else 'an empty file'!r}"
+        )
     header: dict[str, Any] = {}
     marks = []
     for number, line in enumerate(lines[1:], start=2):
@@ -132,7 +153,10 @@ def parse_log(path: Path) -> ParsedLog:
         body, _, note = text.partition("#")
         parts = body.split()
         if len(parts) != 2 or parts[0] not in [o.value for o in ProbeOutcome]:
-            raise BadInput(f"{where}: expected '<good|bad|skip> <changes,comma,separated or ->', found {text!r}")
+            raise BadInput(
+                f"{where}: expected '<good|bad|skip> <changes,comma,separated or ->', found "
+                f"{text!r}"
+            )
         applied = () if parts[1] == "-" else tuple(parts[1].split(","))
         marks.append((ProbeOutcome(parts[0]), applied, note.strip()))
     for key in ("good", "bad", "judge"):

@@ -1,5 +1,6 @@
-"""One plan fingerprint's measurement in a bisect: its launches' values, rounds, accept lengths, acceptance curves
-and per-request throughput (what every probe planning to it shares), and a probe's record of where its answer came
+"""One plan fingerprint's measurement in a bisect: its launches' values, rounds, accept lengths,
+acceptance curves and per-request throughput (what every probe planning to it shares), and a probe's
+record of where its answer came
 from."""
 
 from __future__ import annotations
@@ -30,11 +31,16 @@ class Measurement:
     metrics: dict[str, float] = field(default_factory=dict)
     effective: dict[str, Any] | None = None
     failure: str = ""  # why it cannot be judged
-    requests: list[list[float]] = field(default_factory=list)  # per launch: each request's tok/s (when known)
-    rounds: list[int] = field(default_factory=list)  # per launch measured here: its benchmark rounds
-    round_sd: list[float | None] = field(default_factory=list)  # per launch measured here: sd of its rounds' logs
-    accept_lengths: list[float] = field(default_factory=list)  # per launch measured here: its accept length
-    curves: list[list[float]] = field(default_factory=list)  # per launch measured here: accept_rate_per_position
+    # per launch: each request's tok/s (when known)
+    requests: list[list[float]] = field(default_factory=list)
+    # per launch measured here: its benchmark rounds
+    rounds: list[int] = field(default_factory=list)
+    # per launch measured here: sd of its rounds' logs
+    round_sd: list[float | None] = field(default_factory=list)
+    # per launch measured here: its accept length
+    accept_lengths: list[float] = field(default_factory=list)
+    # per launch measured here: accept_rate_per_position
+    curves: list[list[float]] = field(default_factory=list)
     verdict: Verdict | None = None  # the last verdict
     judged_at: tuple[int, int] = (-1, -1)  # (samples, reference samples) when it was given
 
@@ -46,7 +52,8 @@ class Measurement:
 
     @property
     def accept_length(self) -> float | None:
-        """The mean accept length of its launches (the trial's own when its launches were not seen here)."""
+        """The mean accept length of its launches (the trial's own when its launches were not seen
+        here)."""
         values = [v for v in self.accept_lengths if math.isfinite(v)]
         if values:
             return statistics.fmean(values)
@@ -74,12 +81,19 @@ class ProbeRecord:
         m = self.measurement
         samples = list(m.samples) if m else []
         v = m.verdict if m else None
-        return {"source": self.source, "fingerprint": m.fingerprint if m else None,
-                "run_id": m.run_id if m else None, "child_run_id": self.child_run_id,
-                "value": m.value if m else None, "median": statistics.median(samples) if samples else None,
-                "samples": samples, "rounds": list(m.rounds) if m else [],
-                "p_below": v.p_below if v else None, "shape_p": v.shape_p if v else None,
-                "effective": m.effective if m else None}
+        return {
+            "source": self.source,
+            "fingerprint": m.fingerprint if m else None,
+            "run_id": m.run_id if m else None,
+            "child_run_id": self.child_run_id,
+            "value": m.value if m else None,
+            "median": statistics.median(samples) if samples else None,
+            "samples": samples,
+            "rounds": list(m.rounds) if m else [],
+            "p_below": v.p_below if v else None,
+            "shape_p": v.shape_p if v else None,
+            "effective": m.effective if m else None,
+        }
 
 
 def launch_detail(m: Measurement, result: TrialResult, metric: str) -> None:
@@ -89,6 +103,10 @@ def launch_detail(m: Measurement, result: TrialResult, metric: str) -> None:
     m.curves.append(list(result.accept_rate_per_position))
     logs = log_values(result.round_values.get(metric, []))
     m.round_sd.append(statistics.stdev(logs) if logs is not None and len(logs) >= 2 else None)
-    rates = [r.completion_tokens / r.latency_s for r in result.requests if r.latency_s > 0 and r.completion_tokens]
+    rates = [
+        r.completion_tokens / r.latency_s
+        for r in result.requests
+        if r.latency_s > 0 and r.completion_tokens
+    ]
     if rates:
         m.requests.append(rates)

@@ -1,20 +1,24 @@
-"""How likely each candidate breaking set is, given the probes: a posterior, as flake-aware culprit finding gives.
+"""How likely each candidate breaking set is, given the probes: a posterior, as flake-aware culprit
+finding gives.
 
-A set ``S`` of changes is a *minimal breaking set* when ``S`` applied to the good configuration is truly below the
-limit and ``S`` without any one of its changes is not. Each configuration's chance of being truly below the limit is
-its prior updated by its samples:
+A set ``S`` of changes is a *minimal breaking set* when ``S`` applied to the good configuration is
+truly below the limit and ``S`` without any one of its changes is not. Each configuration's chance
+of being truly below the limit is its prior updated by its samples:
 
-- **The prior** (:func:`prior_bad`) comes from what was known before the first probe: each change has a prior
-  chance :data:`BASE_PRIOR` of breaking the good configuration, :data:`FLAGGED_PRIOR` when ``doctor`` flags the
-  setting in the bad configuration or the plans show it masked (hidden at one end by another setting: the
-  incident's shape); a configuration's prior is the chance that at least one of its changes breaks it
-  (``1 − Π (1 − p_c)``). The good configuration itself is the reference: never below it.
-- **The evidence** (:class:`~bisect_eagle.bisect.judge.Verdict` ``p_below``): with a flat prior on the log-ratio
-  ``d`` to the limit, the samples give ``q = P(d < 0 | samples)`` (Student's t posterior). A prior ``π`` spread over
-  each side of the limit as the flat one is updates to posterior odds ``π/(1 − π) · q/(1 − q)``. A deterministic
-  or replayed verdict is certain (``q`` 0 or 1); a configuration never judged keeps its prior.
-- **A set's probability** is ``P(S below) · Π_x (1 − P(S − {x} below))``: the configurations are measured apart,
-  so their errors are taken as independent (they share the reference's samples, which this ignores).
+- **The prior** (:func:`prior_bad`) comes from what was known before the first probe: each change
+  has a prior chance :data:`BASE_PRIOR` of breaking the good configuration, :data:`FLAGGED_PRIOR`
+  when ``doctor`` flags the setting in the bad configuration or the plans show it masked (hidden at
+  one end by another setting: the incident's shape); a configuration's prior is the chance that at
+  least one of its changes breaks it (``1 − Π (1 − p_c)``). The good configuration itself is the
+  reference: never below it.
+- **The evidence** (:class:`~bisect_eagle.bisect.judge.Verdict` ``p_below``): with a flat prior on
+  the log-ratio ``d`` to the limit, the samples give ``q = P(d < 0 | samples)`` (Student's t
+  posterior). A prior ``π`` spread over each side of the limit as the flat one is updates to
+  posterior odds ``π/(1 − π) · q/(1 − q)``. A deterministic or replayed verdict is certain (``q`` 0
+  or 1); a configuration never judged keeps its prior.
+- **A set's probability** is ``P(S below) · Π_x (1 − P(S − {x} below))``: the configurations are
+  measured apart, so their errors are taken as independent (they share the reference's samples,
+  which this ignores).
 
 Standard library only.
 """
@@ -25,11 +29,13 @@ from collections.abc import Iterable, Mapping
 
 BASE_PRIOR = 0.2  # a change's prior chance of breaking the good configuration
 FLAGGED_PRIOR = 0.6  # ... when doctor flags it or the plans show it masked
-CERTAIN = 1e-9  # evidence is clipped to [CERTAIN, 1 − CERTAIN]: a posterior is never exactly 0 or 1 from samples
+# evidence is clipped to [CERTAIN, 1 − CERTAIN]: a posterior is never exactly 0 or 1 from samples
+CERTAIN = 1e-9
 
 
 def prior_bad(config: Iterable[str], priors: Mapping[str, float]) -> float:
-    """The prior chance that ``config`` (changes applied to the good configuration) is below the limit.
+    """The prior chance that ``config`` (changes applied to the good configuration) is below the
+    limit.
 
     Args:
         config: the changes applied.
@@ -42,7 +48,8 @@ def prior_bad(config: Iterable[str], priors: Mapping[str, float]) -> float:
 
 
 def posterior_bad(prior: float, p_below: float | None) -> float:
-    """The chance that a configuration is below the limit: ``prior`` updated by the samples' ``p_below`` (the flat-
+    """The chance that a configuration is below the limit: ``prior`` updated by the samples'
+    ``p_below`` (the flat-
     prior posterior; None: not judged, the prior stands)."""
     if p_below is None or prior <= 0 or prior >= 1:
         return prior
@@ -51,8 +58,11 @@ def posterior_bad(prior: float, p_below: float | None) -> float:
     return odds / (1 + odds)
 
 
-def set_probability(changes: Iterable[str], below: Mapping[frozenset[str], float | None],
-                    priors: Mapping[str, float]) -> float:
+def set_probability(
+    changes: Iterable[str],
+    below: Mapping[frozenset[str], float | None],
+    priors: Mapping[str, float],
+) -> float:
     """The posterior chance that ``changes`` is a minimal breaking set (module docstring).
 
     Args:
@@ -82,7 +92,8 @@ def set_probability(changes: Iterable[str], below: Mapping[frozenset[str], float
 
 
 def change_priors(names: Iterable[str], flagged: Iterable[str]) -> dict[str, float]:
-    """Each change's prior: :data:`FLAGGED_PRIOR` for the flagged ones (doctor's findings, masks), else
+    """Each change's prior: :data:`FLAGGED_PRIOR` for the flagged ones (doctor's findings, masks),
+    else
     :data:`BASE_PRIOR`."""
     marked = set(flagged)
     return {n: FLAGGED_PRIOR if n in marked else BASE_PRIOR for n in names}

@@ -1,7 +1,9 @@
-"""The ``bisect-eagle`` command line: each command lives in its own module and registers itself here.
+"""The ``bisect-eagle`` command line: each command lives in its own module and registers itself
+here.
 
-Commands parse, call and print; the logic lives in the library modules. Bad input (:class:`BadInput`)
-prints one line naming the file, the key and what was expected, and exits with code 2.
+Commands parse, call and print; the logic lives in the library modules. Bad input
+(:class:`BadInput`) prints one line naming the file, the key and what was expected, and exits with
+code 2.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import textwrap
 
 import typer
 from typer._click import Context
-from typer._click.exceptions import UsageError  # typer vendors click: its parent of every command-line fault
+
+# typer vendors click: its parent of every command-line fault
+from typer._click.exceptions import UsageError
 from typer._click.formatting import HelpFormatter, measure_table
 from typer.core import TyperCommand, TyperGroup
 
@@ -21,11 +25,14 @@ from bisect_eagle.errors import BadInput
 
 
 def _whole_words(text: str, width: int) -> str:
-    """``text``'s paragraphs wrapped at ``width`` between words only (``--study-name`` stays one word), each marked
+    """``text``'s paragraphs wrapped at ``width`` between words only (``--study-name`` stays one
+    word), each marked
     for click's wrapper to keep as it is (a ``\\b`` line before it)."""
     paragraphs = [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
-    return "\n\n".join("\b\n" + textwrap.fill(p, max(width, 10), break_on_hyphens=False, break_long_words=False)
-                       for p in paragraphs)
+    return "\n\n".join(
+        "\b\n" + textwrap.fill(p, max(width, 10), break_on_hyphens=False, break_long_words=False)
+        for p in paragraphs
+    )
 
 
 class _Formatter(HelpFormatter):
@@ -43,8 +50,11 @@ class _Formatter(HelpFormatter):
         rows = list(rows)
         first = min(measure_table(rows)[0], col_max) + col_spacing if rows else 0
         width = max(self.width - first - 2 - self.current_indent, 10)
-        super().write_dl([(term, _whole_words(help, width) if help else help) for term, help in rows], col_max,
-                         col_spacing)
+        super().write_dl(
+            [(term, _whole_words(help, width) if help else help) for term, help in rows],
+            col_max,
+            col_spacing,
+        )
 
 
 class _Context(Context):
@@ -63,7 +73,8 @@ app = typer.Typer(
     cls=_Group,
     add_completion=False,
     no_args_is_help=False,
-    help="Search and bisect EAGLE-3 speculative-decoding deployments; every trial is logged to MLflow.",
+    help="Search and bisect EAGLE-3 speculative-decoding deployments; every trial is logged to "
+    "MLflow.",
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: no "<bool>" placeholders, nothing cut at 80 columns
 )
@@ -80,20 +91,37 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
-                                 callback=_print_version),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print the version and exit.",
+        is_eager=True,
+        callback=_print_version,
+    ),
 ) -> None:
-    """Search and bisect EAGLE-3 speculative-decoding deployments; every trial is logged to MLflow."""
+    """Search and bisect EAGLE-3 speculative-decoding deployments; every trial is logged to
+    MLflow."""
 
 
 COMMAND_MODULES = [
-    "run", "worker", "report", "reproduce", "export", "ui", "standalone", "live", "serve", "bisect", "fingerprint",
+    "run",
+    "worker",
+    "report",
+    "reproduce",
+    "export",
+    "ui",
+    "standalone",
+    "live",
+    "serve",
+    "bisect",
+    "fingerprint",
     "doctor",
 ]
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"bisect_eagle.cli.{_name}").register(app)
-for _info in app.registered_commands:  # the commands list shows each command's summary whole, wrapped at words
+# the commands list shows each command's summary whole, wrapped at words
+for _info in app.registered_commands:
     if not isinstance(_info.cls, type) or _info.cls is TyperCommand:
         _info.cls = _Command
     if _info.short_help is None and _info.callback is not None:
@@ -101,20 +129,22 @@ for _info in app.registered_commands:  # the commands list shows each command's 
 
 
 def _usage_line(e: UsageError) -> str:
-    """A command-line error as one line: the message (it names the flag) and where to read the usage."""
+    """A command-line error as one line: the message (it names the flag) and where to read the
+    usage."""
     path = e.ctx.command_path if e.ctx is not None else "bisect-eagle"
     message = " ".join(e.format_message().split())
     return f"error: {message} (see `{path} --help`)"
 
 
 def main() -> None:
-    """Console-script entry point: exit 2 with one ``error:`` line on any bad input (flags, files, values), a full
-    disk or a read-only store; 1 with one line on any other store failure.
+    """Console-script entry point: exit 2 with one ``error:`` line on any bad input (flags, files,
+    values), a full disk or a read-only store; 1 with one line on any other store failure.
 
-    Every line printed on the way out passes the secret policy (:class:`~bisect_eagle.tracking.redact.Scrubber`:
-    the environment's secret values and value-shaped secrets), an unexpected error's traceback included. Log records
-    are one line each (:class:`~bisect_eagle.cli.logs.OneLineLog`); those about a store's failure are said only
-    when the command does not end on that failure.
+    Every line printed on the way out passes the secret policy
+    (:class:`~bisect_eagle.tracking.redact.Scrubber`: the environment's secret values and
+    value-shaped secrets), an unexpected error's traceback included. Log records are one line each
+    (:class:`~bisect_eagle.cli.logs.OneLineLog`); those about a store's failure are said only when
+    the command does not end on that failure.
     """
     from bisect_eagle.cli.logs import end_logging, store_failure, store_failure_line
     from bisect_eagle.tracking.redact import Scrubber
@@ -136,10 +166,10 @@ def main() -> None:
     except BadInput as e:
         end(f"error: {' '.join(str(e).split())}", 2)
     except Exception as e:
-        if store_failure(e) is not None:  # a full disk, a read-only store, a store that went away: one line
+        # a full disk, a read-only store, a store that went away: one line
+        if store_failure(e) is not None:
             end(*store_failure_line(e), held=False)
         import traceback  # a bug: its traceback is for the report, never with a secret in it
 
         end(traceback.format_exc().rstrip(), 1)
     end(None, code if isinstance(code, int) else 0)
-

@@ -1,8 +1,9 @@
-"""Small helpers shared by the command modules: what a command is doing while it waits (:class:`Activity`), quiet
-libraries, SIGTERM as an exit, the default spec, scenario path defaults, the store a reading command needs, and
-JSON output.
+"""Small helpers shared by the command modules: what a command is doing while it waits
+(:class:`Activity`), quiet libraries, SIGTERM as an exit, the default spec, scenario path defaults,
+the store a reading command needs, and JSON output.
 
-Nothing heavy is imported here at module level (pandas, MLflow, torch): every command module imports this one, and a
+Nothing heavy is imported here at module level (pandas, MLflow, torch): every command module imports
+this one, and a
 command says what it is doing before its own heavy imports."""
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from bisect_eagle.errors import BadInput
 if TYPE_CHECKING:
     from bisect_eagle.spec.schema import Spec
 
-STARTED = time.monotonic()  # when this process imported the command line: the clock every command shows
+# when this process imported the command line: the clock every command shows
+STARTED = time.monotonic()
 
 
 def clock(seconds: float) -> str:
-    """A duration as ``H:MM:SS``, the one time format of every progress line (elapsed and left alike).
+    """A duration as ``H:MM:SS``, the one time format of every progress line (elapsed and left
+    alike).
 
     Args:
         seconds: the duration (negative counts as 0; fractions dropped).
@@ -44,15 +47,16 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
 class Activity:
-    """What a command is doing while it waits, on stderr with the command's elapsed clock, so that no wait is silent.
+    """What a command is doing while it waits, on stderr with the command's elapsed clock, so that
+    no wait is silent.
 
-    On a terminal: one live line, redrawn every quarter second (``⠋ reading the runs of study 'x'  0:00:04``),
-    cut to the terminal's width and cleared when the activity ends (the command's output follows it, unmixed).
-    Off a terminal: a plain line (``[0:00:04] reading the runs of study 'x'``) for each step that goes on for more
-    than :attr:`QUIET_S` (wrapped at the terminal's width, else 80 columns), then ``still ...`` every
-    :attr:`HEARTBEAT_S` while it lasts. Before
-    :meth:`inputs_checked` a step is written only after :attr:`UNCHECKED_QUIET_S`: bad input, refused within
-    seconds, leaves a pipe its one ``error:`` line.
+    On a terminal: one live line, redrawn every quarter second (``⠋ reading the runs of study 'x'
+    0:00:04``), cut to the terminal's width and cleared when the activity ends (the command's output
+    follows it, unmixed). Off a terminal: a plain line (``[0:00:04] reading the runs of study 'x'``)
+    for each step that goes on for more than :attr:`QUIET_S` (wrapped at the terminal's width, else
+    80 columns), then ``still ...`` every :attr:`HEARTBEAT_S` while it lasts. Before
+    :meth:`inputs_checked` a step is written only after :attr:`UNCHECKED_QUIET_S`: bad input,
+    refused within seconds, leaves a pipe its one ``error:`` line.
 
     Use it as a context manager; call it with each new step (``activity("opening the store ...")``).
     """
@@ -62,7 +66,9 @@ class Activity:
     HEARTBEAT_S = 30.0
     TICK_S = 0.25
 
-    def __init__(self, *, enabled: bool = True, stream: TextIO | None = None, since: float = STARTED) -> None:
+    def __init__(
+        self, *, enabled: bool = True, stream: TextIO | None = None, since: float = STARTED
+    ) -> None:
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = enabled and self.stream.isatty()
@@ -86,7 +92,8 @@ class Activity:
         self.close()
 
     def __call__(self, what: str, *, said: bool = False) -> None:
-        """The command's new step. ``said``: its line was printed already (off a terminal only heartbeats follow)."""
+        """The command's new step. ``said``: its line was printed already (off a terminal only
+        heartbeats follow)."""
         with self._lock:
             self.what, self.step_at = what, time.monotonic()
             self.said_at = self.step_at if said else None
@@ -94,7 +101,8 @@ class Activity:
                 self._draw()
 
     def inputs_checked(self) -> None:
-        """The command's inputs were checked: from now on, off a terminal, a step is written after :attr:`QUIET_S`."""
+        """The command's inputs were checked: from now on, off a terminal, a step is written after
+        :attr:`QUIET_S`."""
         self.checked = True
 
     def close(self) -> None:
@@ -126,7 +134,7 @@ class Activity:
         tail = f"  {clock(now - self.since)}"
         head = f"{SPINNER[int(now / self.TICK_S) % len(SPINNER)]} {self.what}"
         if len(head) + len(tail) > width:
-            head = head[:max(0, width - len(tail) - 1)] + "…"
+            head = head[: max(0, width - len(tail) - 1)] + "…"
         self.stream.write(f"\r{head}{tail}\x1b[K")
         self.stream.flush()
         self._drawn = True
@@ -144,21 +152,25 @@ class Activity:
         else:
             return
         width = max(40, shutil.get_terminal_size().columns)
-        self.stream.write(textwrap.fill(line, width, subsequent_indent=" " * 10, break_on_hyphens=False) + "\n")
+        self.stream.write(
+            textwrap.fill(line, width, subsequent_indent=" " * 10, break_on_hyphens=False) + "\n"
+        )
         self.stream.flush()
         self.said_at = now
 
 
 def sigterm_as_exit() -> None:
-    """SIGTERM unwinds like Ctrl-C (runs end KILLED, servers are torn down) instead of killing outright."""
+    """SIGTERM unwinds like Ctrl-C (runs end KILLED, servers are torn down) instead of killing
+    outright."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
 def load_spec_or_default(spec: Path | None, *, live: bool = True) -> Spec:
-    """The given spec, or the embedded default (the tiny scenario) when none is given, with all its inputs checked.
+    """The given spec, or the embedded default (the tiny scenario) when none is given, with all its
+    inputs checked.
 
-    ``live``: the command runs live trials here, so what the engine reads on this machine (the prompts, for an
-    sglang spec whose other paths live on the server's machine) must be here too.
+    ``live``: the command runs live trials here, so what the engine reads on this machine (the
+    prompts, for an sglang spec whose other paths live on the server's machine) must be here too.
 
     Args:
         spec: the spec's path; None for the embedded default.
@@ -200,7 +212,9 @@ def resolve_paths(scenario: str | None, **paths: Path | None) -> dict[str, Path]
     for key, value in paths.items():
         if value is None:
             if sc is None:
-                raise BadInput(f"--{key} is required (or give --scenario NAME for a shipped scenario)")
+                raise BadInput(
+                    f"--{key} is required (or give --scenario NAME for a shipped scenario)"
+                )
             value = getattr(sc, key)
         out[key] = Path(value)
     return out
@@ -230,8 +244,9 @@ URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///m
 
 
 def require_store(uri: str) -> None:
-    """A command that reads runs refuses, creating nothing, a SQLite store that does not exist yet (``report`` or
-    ``export`` before any ``run``): :class:`BadInput` saying to run ``bisect-eagle run`` first.
+    """A command that reads runs refuses, creating nothing, a SQLite store that does not exist yet
+    (``report`` or ``export`` before any ``run``): :class:`BadInput` saying to run ``bisect-eagle
+    run`` first.
 
     Args:
         uri: the tracking URI (only ``sqlite:///`` ones are checked).
@@ -242,21 +257,32 @@ def require_store(uri: str) -> None:
     prefix = "sqlite:///"
     if not uri.startswith(prefix):
         return
-    db = Path(uri[len(prefix):])
+    db = Path(uri[len(prefix) :])
     if db.exists():
         return
     where = db.parent
-    shown = f"./{where.relative_to(Path.cwd())}" if where.is_absolute() and where.is_relative_to(Path.cwd()) \
+    shown = (
+        f"./{where.relative_to(Path.cwd())}"
+        if where.is_absolute() and where.is_relative_to(Path.cwd())
         else str(where)
-    raise BadInput(f"no runs in {shown} yet ({db} does not exist): run `bisect-eagle run` first, or give "
-                   "--tracking-uri of a store that has them")
+    )
+    raise BadInput(
+        f"no runs in {shown} yet ({db} does not exist): run `bisect-eagle run` first, or give "
+        "--tracking-uri of a store that has them"
+    )
 
 
-def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: str | None,
-                   activity: Activity | None = None):
-    """(tracking, parent run) of a spec's study (default: its newest), each step said on ``activity``; bad input (the
-    spec, a store that does not exist yet or cannot be reached) is refused before anything is created. A store this
-    process cannot write is opened read-only (``tracking.read_only``).
+def open_study_run(
+    spec: Path | None,
+    *,
+    tracking_uri: str | None,
+    study_name: str | None,
+    activity: Activity | None = None,
+):
+    """(tracking, parent run) of a spec's study (default: its newest), each step said on
+    ``activity``; bad input (the spec, a store that does not exist yet or cannot be reached) is
+    refused before anything is created. A store this process cannot write is opened read-only
+    (``tracking.read_only``).
 
     Args:
         spec: the spec's path; None for the embedded default.
@@ -276,8 +302,9 @@ def open_study_run(spec: Path | None, *, tracking_uri: str | None, study_name: s
     return open_study(s, tracking_uri=tracking_uri, study_name=study_name, activity=activity)
 
 
-def open_study(s: Spec, *, tracking_uri: str | None, study_name: str | None,
-               activity: Activity | None = None):
+def open_study(
+    s: Spec, *, tracking_uri: str | None, study_name: str | None, activity: Activity | None = None
+):
     """(tracking, parent run) of the study of a loaded spec (default: its newest), as
     :func:`open_study_run` opens it.
 
@@ -305,7 +332,8 @@ def open_study(s: Spec, *, tracking_uri: str | None, study_name: str | None,
     from bisect_eagle.report.study import find_parent
     from bisect_eagle.tracking.runs import Tracking
 
-    tracking = Tracking.open(uri, s.name, reading=True)  # read-only where this process cannot write it
+    # read-only where this process cannot write it
+    tracking = Tracking.open(uri, s.name, reading=True)
     say(f"finding study {study_name or '(the newest)'} of spec {s.name!r}")
     parent = find_parent(tracking, study_name)
     if activity is not None:
@@ -324,7 +352,8 @@ def num(value: object) -> str:
     """
     if _absent(value):
         return "-"
-    from bisect_eagle.trials.record import short_number  # here: trials/ imports MLflow, which --help does not need
+    # here: trials/ imports MLflow, which --help does not need
+    from bisect_eagle.trials.record import short_number
 
     return short_number(float(value))  # type: ignore[arg-type]
 
@@ -343,8 +372,8 @@ RATIO_HEADER = "× baseline"  # the column of ratios to the baseline, beside the
 
 
 def times_baseline(ratio: float | None, baseline: float | None = None) -> str:
-    """A ratio to the baseline in the one notation every command prints: ``1.04× baseline``, with the baseline's
-    own value when given (``1.04× baseline 90.0``); '-' when absent.
+    """A ratio to the baseline in the one notation every command prints: ``1.04× baseline``, with
+    the baseline's own value when given (``1.04× baseline 90.0``); '-' when absent.
 
     Args:
         ratio: the ratio; None or NaN is absent.
@@ -359,8 +388,9 @@ def times_baseline(ratio: float | None, baseline: float | None = None) -> str:
 
 
 def trial_ref(name: str | None, run_id: str) -> str:
-    """A trial as every command refers to it: its name and the 8 characters of its run id a user copies (every
-    command takes them), ``live 003 (run 7ca37e03)``, or ``run 7ca37e03`` alone for a run without a name.
+    """A trial as every command refers to it: its name and the 8 characters of its run id a user
+    copies (every command takes them), ``live 003 (run 7ca37e03)``, or ``run 7ca37e03`` alone for a
+    run without a name.
 
     Args:
         name: the trial's run name; None or empty for none.
@@ -387,7 +417,8 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
-    """``key=value`` flags to a mapping; values are YAML scalars or lists (``[5,9,11]``, ``4``, ``bfloat16``).
+    """``key=value`` flags to a mapping; values are YAML scalars or lists (``[5,9,11]``, ``4``,
+    ``bfloat16``).
 
     Args:
         items: the ``--set`` values, in order (a later key wins).
@@ -409,13 +440,16 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         try:
             values[key.strip()] = yaml.safe_load(raw)
         except yaml.YAMLError as e:
-            raise BadInput(f"--set {item!r}: value is not a YAML scalar or list ({e.problem})") from None
+            raise BadInput(
+                f"--set {item!r}: value is not a YAML scalar or list ({e.problem})"
+            ) from None
     return values
 
 
 def check_setting_name(name: str, *, flag: str) -> None:
-    """A setting's name as ``--set`` takes it (a live setting, ``env.NAME`` or ``server_args.flag``); an unknown one
-    is :class:`BadInput` with the closest known name (``unknown setting num_step; did you mean num_steps?``).
+    """A setting's name as ``--set`` takes it (a live setting, ``env.NAME`` or
+    ``server_args.flag``); an unknown one is :class:`BadInput` with the closest known name
+    (``unknown setting num_step; did you mean num_steps?``).
 
     Args:
         name: the setting's name.
@@ -435,24 +469,32 @@ def check_setting_name(name: str, *, flag: str) -> None:
     if name in known:
         return
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]}?" if close else f"the settings are {', '.join(known)}, env.NAME, server_args.flag"
+    hint = (
+        f"did you mean {close[0]}?"
+        if close
+        else f"the settings are {', '.join(known)}, env.NAME, server_args.flag"
+    )
     raise BadInput(f"{flag}: unknown setting {name}; {hint}")
 
 
 VLLM_PYTHON_HELP = "Interpreter that has vLLM (its own environment); overrides engine.vllm.python."
-SGLANG_PYTHON_HELP = "Interpreter that has SGLang (its own environment); overrides engine.sglang.python."
+SGLANG_PYTHON_HELP = (
+    "Interpreter that has SGLang (its own environment); overrides engine.sglang.python."
+)
 
 
 def use_pythons(spec: Spec, *, sglang: str | None, vllm: str | None) -> None:
-    """``--sglang-python`` / ``--vllm-python``: the engines' interpreters for this invocation (plans are judged,
-    and servers started, by those).
+    """``--sglang-python`` / ``--vllm-python``: the engines' interpreters for this invocation (plans
+    are judged, and servers started, by those).
 
     Args:
         spec: the loaded spec, changed in place.
         sglang: ``--sglang-python``; None keeps ``engine.sglang.python``.
         vllm: ``--vllm-python``; None keeps ``engine.vllm.python``.
     """
-    def absolute(path: str) -> str:  # a path, not a name on PATH: from here, symlinks kept (a venv's python is one)
+
+    # a path, not a name on PATH: from here, symlinks kept (a venv's python is one)
+    def absolute(path: str) -> str:
         """``path`` made absolute when it names a file; a bare name is left for PATH.
 
         Args:

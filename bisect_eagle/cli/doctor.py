@@ -29,8 +29,9 @@ STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
 def wrap(text: str, width: int, *, indent: str) -> list[str]:
-    """``text`` as lines of at most ``width`` characters, continuations indented by ``indent``; words are kept
-    whole unless one alone is wider than a line (a long path), which is then split, never cut.
+    """``text`` as lines of at most ``width`` characters, continuations indented by ``indent``;
+    words are kept whole unless one alone is wider than a line (a long path), which is then split,
+    never cut.
 
     Args:
         text: the text to wrap.
@@ -40,32 +41,50 @@ def wrap(text: str, width: int, *, indent: str) -> list[str]:
     Returns:
         The lines; ``[""]`` for an empty text.
     """
-    return textwrap.wrap(text, max(width, len(indent) + 20), subsequent_indent=indent, break_on_hyphens=False,
-                         drop_whitespace=True) or [""]
+    return textwrap.wrap(
+        text,
+        max(width, len(indent) + 20),
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    ) or [""]
 
 
 def doctor(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML)."),
-    sglang_version: str = typer.Option(None, help="SGLang version the spec will run on (default: the installed "
-                                                  "one); some layer ids break on some versions."),
-    sglang_python: str = typer.Option(None, "--sglang-python", help="Interpreter that has SGLang (its own "
-                                      "environment); overrides engine.sglang.python."),
+    sglang_version: str = typer.Option(
+        None,
+        help="SGLang version the spec will run on (default: the installed one); some layer ids "
+        "break on some versions.",
+    ),
+    sglang_python: str = typer.Option(
+        None,
+        "--sglang-python",
+        help="Interpreter that has SGLang (its own environment); overrides engine.sglang.python.",
+    ),
     vllm_python: str = typer.Option(None, "--vllm-python", help=VLLM_PYTHON_HELP),
-    split: bool = typer.Option(False, "--split", help="Also say which side of the throughput, "
-                               "acceptance or cost, explains the gap of the best live trial of the "
-                               "spec's logged study."),
+    split: bool = typer.Option(
+        False,
+        "--split",
+        help="Also say which side of the throughput, acceptance or cost, explains the gap of the "
+        "best live trial of the spec's logged study.",
+    ),
     study_name: str = typer.Option(None, help="With --split: the study (default: the newest)."),
     tracking_uri: str = typer.Option(None, help="With --split: " + URI_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (ok, counts, findings)."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object (ok, counts, findings)."
+    ),
 ) -> None:
-    """Check a spec's draft, ids, wiring and speculative settings; exit 1 on any error, 2 on unreadable input."""
+    """Check a spec's draft, ids, wiring and speculative settings; exit 1 on any error, 2 on
+    unreadable input."""
     from bisect_eagle.doctor import by_severity, diagnose, split_finding, summary
     from bisect_eagle.spec.checks import check_spec_inputs
     from bisect_eagle.spec.load import load_spec
 
     if not split and (study_name or tracking_uri):
-        raise BadInput("--study-name and --tracking-uri name the study that --split reads: "
-                       "give --split too")
+        raise BadInput(
+            "--study-name and --tracking-uri name the study that --split reads: give --split too"
+        )
     s = load_spec(spec, check_inputs=False)  # what the diagnosis explains is not refused before it
     measured, added = None, []
     if split:  # the study is read first: a missing store is refused before the diagnosis
@@ -82,14 +101,17 @@ def doctor(
     findings = by_severity([*diagnose(s, sglang_version=sglang_version), *added])
     report = summary(findings)
     if report["ok"]:
-        check_spec_inputs(s)  # what no finding explains (a missing path, a bad dump) is still refused: exit 2
+        # what no finding explains (a missing path, a bad dump) is still refused: exit 2
+        check_spec_inputs(s)
     if as_json:
         extra = {"split": None if measured is None else measured.to_json()} if split else {}
         print_json({"spec": str(spec), **report, **extra})
     else:
         console = Console(highlight=False)
         for f in findings:
-            lines = wrap(f"{f.severity} [{f.code}] {f.where}: {f.message}", console.width, indent="    ")
+            lines = wrap(
+                f"{f.severity} [{f.code}] {f.where}: {f.message}", console.width, indent="    "
+            )
             first = Text(lines[0])
             first.stylize(STYLE[f.severity], 0, len(f.severity))
             console.print(first, soft_wrap=True)
@@ -98,8 +120,12 @@ def doctor(
             for line in wrap(f"    fix: {f.fix}", console.width, indent=" " * 9):
                 console.print(line, style="dim", markup=False, soft_wrap=True)
         c = report["counts"]
-        for line in wrap(f"{spec}: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, "
-                         f"{plural(c['info'], 'note')}", console.width, indent="  "):
+        for line in wrap(
+            f"{spec}: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, "
+            f"{plural(c['info'], 'note')}",
+            console.width,
+            indent="  ",
+        ):
             console.print(line, markup=False, soft_wrap=True)
     if not report["ok"]:
         raise typer.Exit(1)

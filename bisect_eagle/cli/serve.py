@@ -1,7 +1,9 @@
-"""``bisect-eagle serve``: a local SGLang stand-in; its flags are SGLang's and parsed by the server module itself.
+"""``bisect-eagle serve``: a local SGLang stand-in; its flags are SGLang's and parsed by the server
+module itself.
 
-All arguments, ``--help`` included, go to :func:`bisect_eagle.engines.serve.main`, so ``bisect-eagle serve
---help`` prints the same flag list the sglang engine's probe reads from ``python -m sglang.launch_server --help``.
+All arguments, ``--help`` included, go to :func:`bisect_eagle.engines.serve.main`, so ``bisect-eagle
+serve --help`` prints the same flag list the sglang engine's probe reads from ``python -m
+sglang.launch_server --help``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_
 
 
 def serve(ctx: typer.Context) -> None:
-    """Serve a target (+ EAGLE-3 draft) over SGLang's HTTP API on 127.0.0.1; flags: bisect-eagle serve --help."""
+    """Serve a target (+ EAGLE-3 draft) over SGLang's HTTP API on 127.0.0.1; flags: bisect-eagle
+    serve --help."""
     from bisect_eagle.engines.serve import main
 
     raise typer.Exit(main(list(ctx.args)))

@@ -12,5 +12,14 @@ from bisect_eagle.doctor.core import (
 from bisect_eagle.doctor.model import DraftInfo, read_draft
 from bisect_eagle.doctor.split import split_finding
 
-__all__ = ["Doctor", "DraftInfo", "Finding", "by_severity", "diagnose", "installed_sglang",
-           "read_draft", "split_finding", "summary"]
+__all__ = [
+    "Doctor",
+    "DraftInfo",
+    "Finding",
+    "by_severity",
+    "diagnose",
+    "installed_sglang",
+    "read_draft",
+    "split_finding",
+    "summary",
+]

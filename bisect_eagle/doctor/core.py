@@ -1,17 +1,19 @@
-"""``bisect-eagle doctor``: static checks of a spec before any GPU time is spent; each finding has a severity and a fix.
+"""``bisect-eagle doctor``: static checks of a spec before any GPU time is spent; each finding has a
+severity and a fix.
 
-Reads only configs, safetensors headers and one dump sample (pickle-free); runs no model. The engine's own plan
-(:mod:`bisect_eagle.engines.plan`) is checked first: for an sglang spec that is SGLang's parser and resolution
-when it can run here. Then what the upstream code implies (``docs/sglang-facts.md``): SGLang reads capture ids
-only from nested ``eagle_config`` (vLLM only from the top level) and silently falls back to its defaults;
-each model family reads the ids by its own rule (``layers.sglang_convention``), so the same ids reach
-different layers on llama and on GLM-5; ``-1`` and the final layer break on some families; ``topk == 1``
-overrides ``num_draft_tokens``; ``EAGLE`` with an EAGLE-3 draft runs at accept length 1.0; a draft vocabulary
+Reads only configs, safetensors headers and one dump sample (pickle-free); runs no model. The
+engine's own plan (:mod:`bisect_eagle.engines.plan`) is checked first: for an sglang spec that is
+SGLang's parser and resolution when it can run here. Then what the upstream code implies
+(``docs/sglang-facts.md``): SGLang reads capture ids only from nested ``eagle_config`` (vLLM only
+from the top level) and silently falls back to its defaults; each model family reads the ids by its
+own rule (``layers.sglang_convention``), so the same ids reach different layers on llama and on
+GLM-5; ``-1`` and the final layer break on some families; ``topk == 1`` overrides
+``num_draft_tokens``; ``EAGLE`` with an EAGLE-3 draft runs at accept length 1.0; a draft vocabulary
 needs ``d2t``; and the draft must be fed the layers of the dump it was trained on.
 
-The checks see through masks: under ``speculative_algorithm: EAGLE`` the layer ids are unused, so a wrong
-wiring changes nothing today, but the fix of the algorithm (``EAGLE3``) exposes it. Its findings are reported
-anyway, as *latent* (``latent: true``, the message says what hides them).
+The checks see through masks: under ``speculative_algorithm: EAGLE`` the layer ids are unused, so a
+wrong wiring changes nothing today, but the fix of the algorithm (``EAGLE3``) exposes it. Its
+findings are reported anyway, as *latent* (``latent: true``, the message says what hides them).
 
 Modules: :mod:`.core` (findings, the spec's facts, the run), :mod:`.ids` (where and which layers),
 :mod:`.model` (draft, dump, algorithm, vocabulary).
@@ -39,7 +41,8 @@ from bisect_eagle.spec.settings import LiveSettings
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
 KNOWN_VERSIONS = ((0, 5, 5), (0, 5, 23))
-CANDIDATE_REFUSALS = ("minus-one", "final-layer-id")  # ids the plan refuses per trial (a space choice: a warning)
+# ids the plan refuses per trial (a space choice: a warning)
+CANDIDATE_REFUSALS = ("minus-one", "final-layer-id")
 
 
 @dataclass
@@ -51,7 +54,8 @@ class Finding:
     where: str  # file and key
     message: str
     fix: str
-    latent: bool = False  # unused today (hidden by another setting); the fix of that setting exposes it
+    # unused today (hidden by another setting); the fix of that setting exposes it
+    latent: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The finding as plain data (``doctor --json``, a bisect's report).
@@ -90,23 +94,33 @@ class Doctor(IdChecks, ModelChecks):
         self.src = str(spec.source)
         self.findings: list[Finding] = []
         self._engine: Engine | None = None
-        self.reader = engine_kind(spec.engine.kind).id_reader  # whose loader reads the draft's ids, and how
-        self.version_text = sglang_version or (installed_sglang() if self.reader.sglang_capture else None)
+        # whose loader reads the draft's ids, and how
+        self.reader = engine_kind(spec.engine.kind).id_reader
+        self.version_text = sglang_version or (
+            installed_sglang() if self.reader.sglang_capture else None
+        )
         self.version = _version(self.version_text)
         paths = spec.paths()
         self.target_cfg = read_target_config(paths["target"])
         self.draft: DraftInfo = read_draft(Path(paths["draft"]))
         self.dump = Path(paths["dump"])
-        text = self.target_cfg.get("text_config") if isinstance(self.target_cfg.get("text_config"), dict) else {}
+        text = (
+            self.target_cfg.get("text_config")
+            if isinstance(self.target_cfg.get("text_config"), dict)
+            else {}
+        )
         try:  # a multimodal wrapper (Kimi-K2.5) keeps its depth and width in text_config
             self.num_layers = int(layers.target_depth(self.target_cfg))
             self.hidden = int(self.target_cfg.get("hidden_size", text.get("hidden_size")))
         except (KeyError, TypeError, ValueError):
-            raise BadInput(f"{paths['target']}/config.json: keys 'num_hidden_layers' and 'hidden_size' are "
-                           "required (at the top level or in text_config)") from None
+            raise BadInput(
+                f"{paths['target']}/config.json: keys 'num_hidden_layers' and 'hidden_size' are "
+                "required (at the top level or in text_config)"
+            ) from None
         self.model_type = str(self.target_cfg.get("model_type") or "")
         architecture = layers.target_architecture(self.target_cfg)
-        # SGLang's capture rule of the target's model class (the table kept equal to SGLang's own hook)
+        # SGLang's capture rule of the target's model class (the table kept equal to SGLang's own
+        # hook)
         self.capture = layers.capture_rule(self.model_type, architecture)
         self.family = self.capture.rule if self.reader.sglang_capture else "sglang"
         self.settings: LiveSettings = spec.fixed_settings()
@@ -124,45 +138,72 @@ class Doctor(IdChecks, ModelChecks):
         self.findings.append(Finding(code, severity, where, message, fix))
 
     def check_fed_wiring(self) -> None:
-        """The ids fed to the draft: range, width, the dump's layers; latent while EAGLE leaves them unused."""
+        """The ids fed to the draft: range, width, the dump's layers; latent while EAGLE leaves them
+        unused."""
         ids, conv, where = self.fed_ids()
         algorithm = self.settings.speculative_algorithm
-        if ids is None or self.settings.is_baseline or (algorithm != "EAGLE3" and not self.draft.is_eagle3):
+        if (
+            ids is None
+            or self.settings.is_baseline
+            or (algorithm != "EAGLE3" and not self.draft.is_eagle3)
+        ):
             return  # an EAGLE (not EAGLE-3) draft reads no aux ids at all: nothing to expose
         first = len(self.findings)
         if self.check_ids(ids, conv, where=where) and self.check_fc_width(ids, where):
             self.check_wiring(ids, conv, where=where)
         if algorithm == "EAGLE3":
             return
-        hidden = (f"latent while speculative_algorithm is {algorithm} (the ids are unused: the draft gets the final "
-                  "state)")
+        hidden = (
+            f"latent while speculative_algorithm is {algorithm} (the ids are unused: the draft "
+            "gets the final state)"
+        )
         for i, f in enumerate(self.findings[first:], start=first):
-            self.findings[i] = Finding(f.code, f.severity, f.where, f"{hidden}; switching to EAGLE3 exposes it: "
-                                       f"{f.message}", f.fix + " (before switching to EAGLE3)", latent=True)
+            self.findings[i] = Finding(
+                f.code,
+                f.severity,
+                f.where,
+                f"{hidden}; switching to EAGLE3 exposes it: {f.message}",
+                f.fix + " (before switching to EAGLE3)",
+                latent=True,
+            )
 
     def refused_candidate(self, first: int, ids: list[int]) -> None:
-        """A space candidate that only its own trials cannot run: where the engine's plan refuses those trials
-        before launch (SGLang never captures ``-1`` or the final state on that model class, quoting the rule), the
-        errors about the candidate become warnings (the rest of the space runs). What the plan does not refuse
+        """A space candidate that only its own trials cannot run: where the engine's plan refuses
+        those trials before launch (SGLang never captures ``-1`` or the final state on that model
+        class, quoting the rule), the errors about the candidate become warnings (the rest of the
+        space runs). What the plan does not refuse
         (a failure only at start-up) stays an error."""
-        if not any(f.severity == "error" and f.code in CANDIDATE_REFUSALS for f in self.findings[first:]):
+        if not any(
+            f.severity == "error" and f.code in CANDIDATE_REFUSALS for f in self.findings[first:]
+        ):
             return
         refusal = self.plan(self.settings.model_copy(update={IDS_KEY: list(ids)})).refusal
         if refusal is None:
             return
         for i, f in enumerate(self.findings[first:], start=first):
             if f.severity == "error" and f.code in CANDIDATE_REFUSALS:
-                self.findings[i] = Finding(f.code, "warning", f.where, f"{f.message}; the plan refuses this "
-                                           "candidate's trials before launch, the rest of the space runs", f.fix,
-                                           f.latent)
+                self.findings[i] = Finding(
+                    f.code,
+                    "warning",
+                    f.where,
+                    f"{f.message}; the plan refuses this candidate's trials before launch, the "
+                    "rest of the space runs",
+                    f.fix,
+                    f.latent,
+                )
 
     def engine_sglang_version(self) -> str | None:
-        """The version of the SGLang the spec's engine runs (``engine.sglang.python``, asked through its oracle),
-        where none is installed beside bisect-eagle and none was given; None when it cannot be asked."""
+        """The version of the SGLang the spec's engine runs (``engine.sglang.python``, asked through
+        its oracle), where none is installed beside bisect-eagle and none was given; None when it
+        cannot be asked."""
         if self._engine is None:
             self._engine = make_engine(self.spec)
         planner = getattr(self._engine, "planner", None)
-        desc = planner.description() if planner is not None and hasattr(planner, "description") else None
+        desc = (
+            planner.description()
+            if planner is not None and hasattr(planner, "description")
+            else None
+        )
         return getattr(desc, "version", None)
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
@@ -179,28 +220,36 @@ class Doctor(IdChecks, ModelChecks):
         return self._engine.plan(settings)
 
     def check_plan(self) -> None:
-        """The engine's own plan of the fixed settings: a refusal that no other check explained is an error.
+        """The engine's own plan of the fixed settings: a refusal that no other check explained is
+        an error.
 
-        For an sglang spec this is SGLang's parser and resolution when they run here (invalid values, DSA
-        constraints); its warnings are what the other checks report in detail. Where this host lacks the
-        node's accelerators, SGLang's resolution did not run: a note says so (not an error, not a refusal).
+        For an sglang spec this is SGLang's parser and resolution when they run here (invalid
+        values, DSA constraints); its warnings are what the other checks report in detail. Where
+        this host lacks the node's accelerators, SGLang's resolution did not run: a note says so
+        (not an error, not a refusal).
         """
         from bisect_eagle.engines.sglang.oracle_script import NOT_RESOLVED_HERE
 
         where = f"{self.src}: engine.settings"
         plan = self.plan(self.settings)
         if plan.refusal is None and NOT_RESOLVED_HERE in (plan.checked or ""):
-            self.add("plan-not-resolved-here", "info", where=where,
-                     message=f"the {plan.engine} plan is checked by {plan.checked}",
-                     fix="run doctor on the node (or a host with its GPUs) for SGLang's resolved values; the plan "
-                         "is usable as it is")
+            self.add(
+                "plan-not-resolved-here",
+                "info",
+                where=where,
+                message=f"the {plan.engine} plan is checked by {plan.checked}",
+                fix="run doctor on the node (or a host with its GPUs) for SGLang's resolved "
+                "values; the plan is usable as it is",
+            )
         if plan.refusal is not None and not any(f.severity == "error" for f in self.findings):
             self.add(
                 "plan-refused",
                 "error",
                 where=where,
                 message=f"the {plan.engine} engine refuses this trial: {plan.refusal}",
-                fix="fix the setting it names (checked by " + (plan.checked or "the engine's own rules") + ")",
+                fix="fix the setting it names (checked by "
+                + (plan.checked or "the engine's own rules")
+                + ")",
             )
 
     def run(self) -> list[Finding]:
@@ -287,4 +336,8 @@ def summary(findings: list[Finding]) -> dict[str, Any]:
         severity, and each finding's :meth:`Finding.to_json`.
     """
     counts = {s: sum(f.severity == s for f in findings) for s in SEVERITIES}
-    return {"ok": counts["error"] == 0, "counts": counts, "findings": [f.to_json() for f in findings]}
+    return {
+        "ok": counts["error"] == 0,
+        "counts": counts,
+        "findings": [f.to_json() for f in findings],
+    }

@@ -1,4 +1,5 @@
-"""Doctor checks of the draft, the dump, the algorithm and the vocabulary (``docs/sglang-facts.md``)."""
+"""Doctor checks of the draft, the dump, the algorithm and the vocabulary
+(``docs/sglang-facts.md``)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from bisect_eagle.errors import BadInput
 
 @dataclass
 class DraftInfo:
-    """What a draft directory declares: its config.json (the one draft-config reader) and tensor shapes."""
+    """What a draft directory declares: its config.json (the one draft-config reader) and tensor
+    shapes."""
 
     file: DraftConfigFile
-    shapes: dict[str, list[int]]  # canonical (``midlayer.*``) tensor name -> shape, from the headers
+    # canonical (``midlayer.*``) tensor name -> shape, from the headers
+    shapes: dict[str, list[int]]
 
     @property
     def path(self) -> Path:
@@ -70,18 +73,26 @@ def read_draft(path: Path) -> DraftInfo:
         BadInput: a missing or bad config.json, or no readable safetensors headers
             (``DraftLoadError``).
     """
-    return DraftInfo(read_draft_config(path), {n: list(h.shape) for n, h in read_headers(Path(path)).items()})
+    return DraftInfo(
+        read_draft_config(path), {n: list(h.shape) for n, h in read_headers(Path(path)).items()}
+    )
 
 
 class ModelChecks:
-    """Mixed into :class:`~bisect_eagle.doctor.core.Doctor` (uses its spec, draft, target facts and ``add``)."""
+    """Mixed into :class:`~bisect_eagle.doctor.core.Doctor` (uses its spec, draft, target facts and
+    ``add``)."""
 
     def check_fc_width(self, ids: list[int], where: str) -> bool:
         """fc input width vs len(ids) × target hidden size; True when it fits."""
         fc = self.draft.shapes.get("fc.weight")
         if fc is None:
-            self.add("fc-width", "error", where=str(self.draft.path), message="the draft has no fc.weight",
-                     fix="point draft at an EAGLE-3 checkpoint (fc.weight: k·H -> H)")
+            self.add(
+                "fc-width",
+                "error",
+                where=str(self.draft.path),
+                message="the draft has no fc.weight",
+                fix="point draft at an EAGLE-3 checkpoint (fc.weight: k·H -> H)",
+            )
             return False
         draft_h = self.draft.config.get("target_hidden_size")
         if draft_h is not None and int(draft_h) != self.hidden:
@@ -89,18 +100,26 @@ class ModelChecks:
                 "fc-width",
                 "error",
                 where=f"{self.draft.path / 'config.json'}: target_hidden_size",
-                message=f"the draft was built for a target hidden size of {draft_h}; this target's is {self.hidden}",
+                message=f"the draft was built for a target hidden size of {draft_h}; this target's "
+                f"is {self.hidden}",
                 fix="use the draft trained for this target",
             )
             return False
         width, rest = divmod(fc[1], self.hidden)
         said_by = f"fc.weight: {fc[1]} inputs = {width} × target hidden size {self.hidden}"
-        refusal = (f"fc takes {fc[1]} inputs, not a multiple of the target hidden size "
-                   f"{self.hidden}" if rest else
-                   fc_width_refusal(ids, width=width, where=str(self.draft.path), said_by=said_by))
+        refusal = (
+            f"fc takes {fc[1]} inputs, not a multiple of the target hidden size {self.hidden}"
+            if rest
+            else fc_width_refusal(ids, width=width, where=str(self.draft.path), said_by=said_by)
+        )
         if refusal is not None:
-            self.add("fc-width", "error", where=where, message=refusal,
-                     fix=f"give exactly {width} layer ids (the draft's fc was trained on that many)")
+            self.add(
+                "fc-width",
+                "error",
+                where=where,
+                message=refusal,
+                fix=f"give exactly {width} layer ids (the draft's fc was trained on that many)",
+            )
             return False
         return True
 
@@ -116,7 +135,8 @@ class ModelChecks:
                 "dump-width",
                 "error",
                 where=f"{self.src}: dump",
-                message=f"the dump's states are {width} wide, the target's hidden size is {self.hidden}",
+                message=f"the dump's states are {width} wide, the target's hidden size is "
+                f"{self.hidden}",
                 fix="use the dump made from this target",
             )
         fc = self.draft.shapes.get("fc.weight")
@@ -126,8 +146,8 @@ class ModelChecks:
                 "dump-wiring",
                 "error",
                 where=f"{self.src}: dump",
-                message=f"the dump holds {aux} aux states (+ the final state) but the draft's fc takes "
-                f"{fc[1] // width} × {width}: the draft was not trained on this dump",
+                message=f"the dump holds {aux} aux states (+ the final state) but the draft's fc "
+                f"takes {fc[1] // width} × {width}: the draft was not trained on this dump",
                 fix="point dump at the draft's training dump",
             )
         ids = self.spec.dump_layer_ids
@@ -136,15 +156,17 @@ class ModelChecks:
                 "dump-layers",
                 "error",
                 where=f"{self.src}: dump_layer_ids",
-                message=f"dump_layer_ids names {len(ids)} aux layers (+ the final state = {len(ids) + 1}), but "
-                f"{sample.source} holds {len(sample.states)} states",
+                message=f"dump_layer_ids names {len(ids)} aux layers (+ the final state = "
+                f"{len(ids) + 1}), but {sample.source} holds {len(sample.states)} states",
                 fix="run `bisect-eagle fingerprint` on the dump and copy its recommended ids",
             )
         for i, w in enumerate(self.spec.standalone.wirings):
             if w.rule is None:
                 continue
             try:
-                check_width(parse_rule(w.rule), len(sample.states), hidden=width, fc_in=fc[1] if fc else 0)
+                check_width(
+                    parse_rule(w.rule), len(sample.states), hidden=width, fc_in=fc[1] if fc else 0
+                )
             except BadInput as e:
                 self.add(
                     "fc-width",
@@ -154,7 +176,8 @@ class ModelChecks:
                     fix=f"give a rule that selects {(fc[1] if fc else 0) // max(width, 1)} states",
                 )
 
-    # -- speculative settings ---------------------------------------------------------------------------
+    # -- speculative settings
+    # ---------------------------------------------------------------------------
 
     def check_algorithm(self) -> None:
         algo = self.settings.speculative_algorithm
@@ -165,8 +188,8 @@ class ModelChecks:
                 "eagle-vs-eagle3",
                 "error",
                 where=where,
-                message=f"speculative_algorithm EAGLE with an EAGLE-3 draft ({archs}): SGLang accepts it, feeds the "
-                "draft 1×H, skips fc, and accept length is exactly 1.0",
+                message=f"speculative_algorithm EAGLE with an EAGLE-3 draft ({archs}): SGLang "
+                "accepts it, feeds the draft 1×H, skips fc, and accept length is exactly 1.0",
                 fix="set speculative_algorithm: EAGLE3",
             )
         elif algo == "EAGLE3" and not self.draft.is_eagle3:
@@ -174,8 +197,10 @@ class ModelChecks:
                 "eagle-vs-eagle3",
                 "error",
                 where=where,
-                message=f"speculative_algorithm EAGLE3 with a draft whose architectures are {archs} (not EAGLE-3)",
-                fix="use an EAGLE-3 draft (e.g. LlamaForCausalLMEagle3) or speculative_algorithm EAGLE",
+                message="speculative_algorithm EAGLE3 with a draft whose architectures are "
+                f"{archs} (not EAGLE-3)",
+                fix="use an EAGLE-3 draft (e.g. LlamaForCausalLMEagle3) or speculative_algorithm "
+                "EAGLE",
             )
         space = self.spec.space.get("speculative_algorithm")
         if space and "EAGLE" in (space.choices or []) and self.draft.is_eagle3:
@@ -183,12 +208,14 @@ class ModelChecks:
                 "eagle-vs-eagle3",
                 "warning",
                 where=f"{self.src}: space.speculative_algorithm",
-                message="the search may try EAGLE with an EAGLE-3 draft (accept length 1.0, a wasted trial)",
+                message="the search may try EAGLE with an EAGLE-3 draft (accept length 1.0, a "
+                "wasted trial)",
                 fix="drop EAGLE from the choices",
             )
 
     def check_draft_tokens(self) -> None:
-        """A requested ``num_draft_tokens`` that SGLang's speculative rules override (``topk == 1``)."""
+        """A requested ``num_draft_tokens`` that SGLang's speculative rules override (``topk ==
+        1``)."""
         s = self.settings
         if s.is_baseline or s.num_draft_tokens is None:
             return
@@ -231,8 +258,8 @@ class ModelChecks:
                 "vocab-map",
                 "error",
                 where=str(self.draft.path),
-                message=f"draft_vocab_size {draft_vocab} != vocab_size {vocab} but the weights have no d2t map: draft "
-                "token i would be read as target token i",
+                message=f"draft_vocab_size {draft_vocab} != vocab_size {vocab} but the weights "
+                "have no d2t map: draft token i would be read as target token i",
                 fix="export d2t (and t2d) with the draft (SpecForge: vocab_mapping.pt)",
             )
         elif d2t != [int(draft_vocab)]:
@@ -249,6 +276,7 @@ class ModelChecks:
                 "vocab-map",
                 severity,
                 where=str(self.draft.path),
-                message="the weights have d2t but no t2d (SGLang ignores t2d; the local engine needs it)",
+                message="the weights have d2t but no t2d (SGLang ignores t2d; the local engine "
+                "needs it)",
                 fix="export t2d with the draft",
             )

@@ -45,11 +45,14 @@ class EngineKind:
 
 
 # in-process PyTorch; then the two that run one server per trial
-ENGINE_KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (
-    EngineKind("local", "bisect_eagle.engines.local", "LocalEngine", LOCAL_READER),
-    EngineKind("sglang", "bisect_eagle.engines.sglang", "SglangEngine", SGLANG_READER),
-    EngineKind("vllm", "bisect_eagle.engines.vllm", "VllmEngine", VLLM_READER),
-)}
+ENGINE_KINDS: dict[str, EngineKind] = {
+    kind.name: kind
+    for kind in (
+        EngineKind("local", "bisect_eagle.engines.local", "LocalEngine", LOCAL_READER),
+        EngineKind("sglang", "bisect_eagle.engines.sglang", "SglangEngine", SGLANG_READER),
+        EngineKind("vllm", "bisect_eagle.engines.vllm", "VllmEngine", VLLM_READER),
+    )
+}
 
 
 def default_log_dir(spec: Spec) -> Path:
@@ -79,8 +82,10 @@ def engine_kind(kind: str) -> EngineKind:
     try:
         return ENGINE_KINDS[kind]
     except KeyError:
-        raise BadInput(f"engine.kind {kind!r}: expected {', '.join(list(ENGINE_KINDS)[:-1])} or "
-                       f"{list(ENGINE_KINDS)[-1]}") from None
+        raise BadInput(
+            f"engine.kind {kind!r}: expected {', '.join(list(ENGINE_KINDS)[:-1])} or "
+            f"{list(ENGINE_KINDS)[-1]}"
+        ) from None
 
 
 def engine_class(kind: str) -> type[Engine]:
@@ -120,8 +125,8 @@ def benchmark_of(engine: Engine | type[Engine] | str) -> Benchmark:
     """How ``engine`` measures a trial (:attr:`~.base.Engine.benchmark`), for its throughput model.
 
     Args:
-        engine: the engine or its class, or an engine's name (an unknown name, e.g. a test engine's, is a server
-            benchmarked in steady state: :attr:`Engine.benchmark`).
+        engine: the engine or its class, or an engine's name (an unknown name, e.g. a test engine's,
+            is a server benchmarked in steady state: :attr:`Engine.benchmark`).
 
     Returns:
         The engine's :class:`Benchmark`.

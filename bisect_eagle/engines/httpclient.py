@@ -1,10 +1,12 @@
-"""The HTTP client base shared by the engines that measure a server over HTTP (``sglang``, ``vllm``).
+"""The HTTP client base shared by the engines that measure a server over HTTP (``sglang``,
+``vllm``).
 
-Both talk to one server the same way: one ``httpx`` client (bearer key when set, the request timeout with a short
-connect timeout, no proxy from the environment), readiness by polling a health route while checking that the
-process lives, and a batch of requests with at most ``concurrency`` in flight whose first failure is raised.
-:class:`HttpClient` holds that; each engine's ``client`` module subclasses it with its own routes and answer
-parsing. Shared so both engines time, poll and fail their requests in one way.
+Both talk to one server the same way: one ``httpx`` client (bearer key when set, the request timeout
+with a short connect timeout, no proxy from the environment), readiness by polling a health route
+while checking that the process lives, and a batch of requests with at most ``concurrency`` in
+flight whose first failure is raised. :class:`HttpClient` holds that; each engine's ``client``
+module subclasses it with its own routes and answer parsing. Shared so both engines time, poll and
+fail their requests in one way.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from bisect_eagle.poll import wait_until
 
 
 class RequestError(Exception):
-    """A request that got no usable answer; ``timed_out`` when the client gave up waiting; ``status``: the HTTP
+    """A request that got no usable answer; ``timed_out`` when the client gave up waiting;
+    ``status``: the HTTP
     status of a refused request, where the client records it."""
 
     def __init__(self, message: str, timed_out: bool = False, status: int | None = None):
@@ -54,7 +57,8 @@ class HttpClient:
         self.request_timeout_s = request_timeout_s
         self._http = httpx.Client(
             base_url=self.base_url,
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,  # the server's --api-key
+            # the server's --api-key
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
             trust_env=False,  # never route 127.0.0.1 through a proxy from the environment
@@ -63,12 +67,15 @@ class HttpClient:
     def close(self) -> None:
         self._http.close()
 
-    def wait_ready(self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float | None = None) -> str:
-        """Poll ``GET`` :attr:`health_path` until 200: ``ready``, or ``exited`` when the process died, or
-        ``timeout``.
+    def wait_ready(
+        self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float | None = None
+    ) -> str:
+        """Poll ``GET`` :attr:`health_path` until 200: ``ready``, or ``exited`` when the process
+        died, or ``timeout``.
 
-        ``exited`` is checked before every probe, so a dead process is reported even once the time is up. Probes
-        start quickly and come at most ``poll_s`` apart; none is sent past the deadline.
+        ``exited`` is checked before every probe, so a dead process is reported even once the time
+        is up. Probes start quickly and come at most ``poll_s`` apart; none is sent past the
+        deadline.
 
         Args:
             exited: whether the server's process has ended.
@@ -98,14 +105,25 @@ class HttpClient:
                 return None
             return "ready" if r.status_code == 200 else None
 
-        # wait_until's own deadline falls a hair after ours, so ``state`` ends the wait; a None is a timeout too
-        return wait_until(state, timeout_s=timeout_s, max_interval_s=poll_s, what=f"{self.base_url}{path}") \
+        # wait_until's own deadline falls a hair after ours, so ``state`` ends the wait; a None is a
+        # timeout too
+        return (
+            wait_until(
+                state, timeout_s=timeout_s, max_interval_s=poll_s, what=f"{self.base_url}{path}"
+            )
             or "timeout"
+        )
 
     @staticmethod
-    def _concurrent(requests: Sequence[tuple[str, list[int]]], send: Callable[[str, list[int]], Any], *,
-                    concurrency: int, thread_name_prefix: str) -> BatchResult:
-        """``send(id, token ids)`` for each request with at most ``concurrency`` in flight; the first failure is
+    def _concurrent(
+        requests: Sequence[tuple[str, list[int]]],
+        send: Callable[[str, list[int]], Any],
+        *,
+        concurrency: int,
+        thread_name_prefix: str,
+    ) -> BatchResult:
+        """``send(id, token ids)`` for each request with at most ``concurrency`` in flight; the
+        first failure is
         raised. ``wall_s`` is the window from the first submission to the last answer."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -121,7 +139,9 @@ class HttpClient:
         futures = [pool.submit(one, rid, ids) for rid, ids in requests]
         wait(futures, return_when=FIRST_EXCEPTION)
         wall = time.perf_counter() - start
-        failure = next((f.exception() for f in futures if f.done() and f.exception() is not None), None)
+        failure = next(
+            (f.exception() for f in futures if f.done() and f.exception() is not None), None
+        )
         if failure is not None:
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)

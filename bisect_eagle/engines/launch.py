@@ -1,11 +1,13 @@
-"""Launch and flag helpers shared by the engines that start a server per trial (``sglang``, ``vllm``).
+"""Launch and flag helpers shared by the engines that start a server per trial (``sglang``,
+``vllm``).
 
 Both build a server's argv as :class:`Arg` s (a flag, its values, the setting it came from), turn
 ``settings.server_args`` entries and ``engine.<kind>.extra_args`` into flags the same way, write
-launch_command.txt the same way (a script to paste: shell-quoted, secrets hidden, the inherited variables that
-matter listed) and make the per-trial draft copy the same way (symlinks, a new config.json, renamed into place).
-What differs (the flags an engine manages, where the draft's ids go, which inherited variables matter) stays in
-each engine's ``launch`` module. Shared so the two engines cannot drift apart in how they quote, hide or copy.
+launch_command.txt the same way (a script to paste: shell-quoted, secrets hidden, the inherited
+variables that matter listed) and make the per-trial draft copy the same way (symlinks, a new
+config.json, renamed into place). What differs (the flags an engine manages, where the draft's ids
+go, which inherited variables matter) stays in each engine's ``launch`` module. Shared so the two
+engines cannot drift apart in how they quote, hide or copy.
 """
 
 from __future__ import annotations
@@ -38,9 +40,17 @@ class Arg:
     origin: str
 
 
-def server_args_head(settings: LiveSettings, *, server: ServerSpec, engine: str, model_flag: str,
-                     tp_flag: str, target: Path, draft_dir: Path | str | None,
-                     port: int) -> list[Arg]:
+def server_args_head(
+    settings: LiveSettings,
+    *,
+    server: ServerSpec,
+    engine: str,
+    model_flag: str,
+    tp_flag: str,
+    target: Path,
+    draft_dir: Path | str | None,
+    port: int,
+) -> list[Arg]:
     """The flags every trial's server starts with: its model, tensor-parallel size, host and port.
 
     Args:
@@ -61,14 +71,17 @@ def server_args_head(settings: LiveSettings, *, server: ServerSpec, engine: str,
     """
     if not settings.is_baseline and draft_dir is None:
         raise BadInput("a speculative trial needs a draft directory")
-    return [Arg(model_flag, (str(server.model_path or target),), f"engine.{engine}.model_path"),
-            Arg(tp_flag, (str(server.tp),), f"engine.{engine}.tp"),
-            Arg("--host", (server.host,), f"engine.{engine}.host"),
-            Arg("--port", (str(port),), "engine")]
+    return [
+        Arg(model_flag, (str(server.model_path or target),), f"engine.{engine}.model_path"),
+        Arg(tp_flag, (str(server.tp),), f"engine.{engine}.tp"),
+        Arg("--host", (server.host,), f"engine.{engine}.host"),
+        Arg("--port", (str(port),), "engine"),
+    ]
 
 
 def flag_name(key: str) -> str:
-    """``server_args`` key → flag: ``max_model_len`` → ``--max-model-len`` (a dotted key keeps its dots).
+    """``server_args`` key → flag: ``max_model_len`` → ``--max-model-len`` (a dotted key keeps its
+    dots).
 
     Args:
         key: a ``server_args`` key (leading dashes and spaces ignored).
@@ -80,8 +93,8 @@ def flag_name(key: str) -> str:
 
 
 def value_arg(flag: str, value: Any, origin: str) -> Arg | None:
-    """``flag`` with a setting's ``value``: None for false/null (the server's own default), no value for true,
-    JSON for a mapping, one value per item of a list of scalars.
+    """``flag`` with a setting's ``value``: None for false/null (the server's own default), no value
+    for true, JSON for a mapping, one value per item of a list of scalars.
 
     Args:
         flag: the flag.
@@ -102,13 +115,20 @@ def value_arg(flag: str, value: Any, origin: str) -> Arg | None:
         return Arg(flag, (json.dumps(value, sort_keys=True),), origin)
     if isinstance(value, list):
         if not value or any(isinstance(v, (dict, list)) for v in value):
-            raise BadInput(f"{origin}: expected a scalar or a non-empty list of scalars, found {value!r}")
+            raise BadInput(
+                f"{origin}: expected a scalar or a non-empty list of scalars, found {value!r}"
+            )
         return Arg(flag, tuple(str(v) for v in value), origin)
     return Arg(flag, (str(value),), origin)
 
 
-def grouped_args(tokens: Iterable[str], *, origin: str, is_flag: Callable[[str], bool],
-                 check: Callable[[str], None] = lambda token: None) -> list[Arg]:
+def grouped_args(
+    tokens: Iterable[str],
+    *,
+    origin: str,
+    is_flag: Callable[[str], bool],
+    check: Callable[[str], None] = lambda token: None,
+) -> list[Arg]:
     """``extra_args`` tokens grouped into flags with their values (``--a=1`` kept as one token).
 
     Args:
@@ -158,20 +178,26 @@ def inherited_env(environ: dict[str, str], prefixes: tuple[str, ...]) -> dict[st
     Returns:
         Those variables, sorted by name.
     """
-    return {k: v for k, v in sorted(environ.items())
-            if k.startswith(prefixes) and not is_credential_name(k)}
+    return {
+        k: v
+        for k, v in sorted(environ.items())
+        if k.startswith(prefixes) and not is_credential_name(k)
+    }
 
 
 def export_line(name: str, value: str) -> str:
-    """``export NAME=VALUE`` with both shell-quoted: pasted into a shell it sets exactly that variable, and no
+    """``export NAME=VALUE`` with both shell-quoted: pasted into a shell it sets exactly that
+    variable, and no
     value (spaces, ``$(...)``, quotes, newlines) or name is ever run as a command."""
     return f"export {shlex.quote(name)}={shlex.quote(value)}"
 
 
-def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str], prefixes: tuple[str, ...]) -> str:
-    """launch_command.txt, a shell script to paste: the trial's variables and the inherited ones that matter as
-    shell-quoted ``export`` lines (only those the secret policy writes in clear; the others
-    named in a comment), then the command as one shell-quoted line (values of flags not known
+def launch_text(
+    argv: list[str], env: dict[str, str], *, environ: dict[str, str], prefixes: tuple[str, ...]
+) -> str:
+    """launch_command.txt, a shell script to paste: the trial's variables and the inherited ones
+    that matter as shell-quoted ``export`` lines (only those the secret policy writes in clear; the
+    others named in a comment), then the command as one shell-quoted line (values of flags not known
     harmless hidden).
 
     Args:
@@ -201,7 +227,8 @@ def _export_lines(env: dict[str, str]) -> list[str]:
 
 
 def check_layer_ids(key: str, layer_ids: list[int]) -> None:
-    """:class:`BadInput` unless ``layer_ids`` is a non-empty list of distinct integers (``key`` names them).
+    """:class:`BadInput` unless ``layer_ids`` is a non-empty list of distinct integers (``key``
+    names them).
 
     Args:
         key: the setting the ids came from, for the message.
@@ -217,9 +244,9 @@ def check_layer_ids(key: str, layer_ids: list[int]) -> None:
 
 
 def write_draft_copy(draft: Path, config: dict, *, out_dir: Path) -> Path:
-    """A copy of the (resolved) ``draft`` directory at ``out_dir``: every file symlinked except config.json, which
-    is ``config``. Built beside ``out_dir`` and renamed into place, so it is never half-written; :class:`BadInput`
-    when ``out_dir`` exists.
+    """A copy of the (resolved) ``draft`` directory at ``out_dir``: every file symlinked except
+    config.json, which is ``config``. Built beside ``out_dir`` and renamed into place, so it is
+    never half-written; :class:`BadInput` when ``out_dir`` exists.
 
     Args:
         draft: the draft directory.
@@ -248,9 +275,9 @@ def write_draft_copy(draft: Path, config: dict, *, out_dir: Path) -> Path:
 
 
 def negated_keys(server_args: dict[str, Any], desc: Any) -> list[str]:
-    """The ``server_args`` keys set to false whose flag is a ``--x/--no-x`` flag that defaults on in ``desc`` (the
-    server's parser, :class:`~bisect_eagle.engines.oracle.Description`, or None): a plain omission would keep them
-    on.
+    """The ``server_args`` keys set to false whose flag is a ``--x/--no-x`` flag that defaults on in
+    ``desc`` (the server's parser, :class:`~bisect_eagle.engines.oracle.Description`, or None): a
+    plain omission would keep them on.
 
     Args:
         server_args: the trial's ``server_args``.
@@ -267,10 +294,12 @@ def negated_keys(server_args: dict[str, Any], desc: Any) -> list[str]:
     return out
 
 
-def explicit_server_args(server_args: dict[str, Any], desc: Any, *, resolved: bool,
-                         resolved_dests: Iterable[str]) -> dict[str, Any]:
-    """``server_args`` without the entries that set the parser's default (per ``desc``; None: nothing known) and,
-    when ``resolved``, without those whose resolved value is reported for every trial alike (``resolved_dests``).
+def explicit_server_args(
+    server_args: dict[str, Any], desc: Any, *, resolved: bool, resolved_dests: Iterable[str]
+) -> dict[str, Any]:
+    """``server_args`` without the entries that set the parser's default (per ``desc``; None:
+    nothing known) and, when ``resolved``, without those whose resolved value is reported for every
+    trial alike (``resolved_dests``).
 
     Args:
         server_args: the trial's ``server_args``.
@@ -295,8 +324,8 @@ def explicit_server_args(server_args: dict[str, Any], desc: Any, *, resolved: bo
 
 
 def bound_launch(plan: TrialPlan, kind: type[L], *, engine: str) -> L:
-    """The launch ``engine``'s planner kept in ``plan`` (``plan.private["launch"]``, a ``kind`` with the plan's
-    ``fingerprint``): a trial starts this, never a plan made again.
+    """The launch ``engine``'s planner kept in ``plan`` (``plan.private["launch"]``, a ``kind`` with
+    the plan's ``fingerprint``): a trial starts this, never a plan made again.
 
     Args:
         plan: the plan a trial runs.
@@ -307,13 +336,15 @@ def bound_launch(plan: TrialPlan, kind: type[L], *, engine: str) -> L:
         The plan's launch.
 
     Raises:
-        RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
-            planning, or not made by that planner): a bug, never a trial outcome.
+        RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan
+            changed after planning, or not made by that planner): a bug, never a trial outcome.
     """
     launch = plan.private.get("launch")
     bound = getattr(launch, "fingerprint", None)
     if not isinstance(launch, kind) or bound != plan.fingerprint:
         have = bound if isinstance(launch, kind) else "no launch"
-        raise RuntimeError(f"the {plan.engine} plan {plan.fingerprint} carries {have}: a launch is made only from "
-                           f"the {engine} planner's own plan (a bug)")
+        raise RuntimeError(
+            f"the {plan.engine} plan {plan.fingerprint} carries {have}: a launch is made only from "
+            f"the {engine} planner's own plan (a bug)"
+        )
     return launch

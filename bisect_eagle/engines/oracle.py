@@ -1,12 +1,14 @@
 """The long-lived oracle subprocess protocol shared by the sglang and vllm engines.
 
-Both engines ask the server's own code (its parser, its settings resolution) from the server's own interpreter:
-a script runs once there, in its own process group, answers one JSON line on start and then one JSON line per
-JSON request on stdin. :class:`OracleProcess` holds that protocol (start, read with a timeout, ask, describe,
-close) and the parser's shape (:class:`Option`, :class:`Description`); each engine's ``oracle`` module subclasses
-it with its script, timeouts, environment and its own ``judge``. Shared so that the two engines start, time out
-and kill their oracles in one way. An interpreter that exits before its first answer (a broken environment) is
-:class:`InterpreterDied`: one line with its exit code and the last line it wrote on stderr, told at once.
+Both engines ask the server's own code (its parser, its settings resolution) from the server's own
+interpreter: a script runs once there, in its own process group, answers one JSON line on start and
+then one JSON line per JSON request on stdin. :class:`OracleProcess` holds that protocol (start,
+read with a timeout, ask, describe, close) and the parser's shape (:class:`Option`,
+:class:`Description`); each engine's ``oracle`` module subclasses it with its script, timeouts,
+environment and its own ``judge``. Shared so that the two engines start, time out and kill their
+oracles in one way. An interpreter that exits before its first answer (a broken environment) is
+:class:`InterpreterDied`: one line with its exit code and the last line it wrote on stderr, told at
+once.
 """
 
 from __future__ import annotations
@@ -29,17 +31,20 @@ STDERR_LINES = 20  # the tail of an oracle's stderr kept for the line that says 
 
 
 class InterpreterDied(BadInput):
-    """An engine's interpreter that exits before it answers: the message names it, its exit code and what it
+    """An engine's interpreter that exits before it answers: the message names it, its exit code and
+    what it
     last wrote on stderr, then the fix."""
 
 
 def died_line(python: str, code: int | None, stderr: str | list[str], *, fix: str) -> str:
-    """``PYTHON exited before answering (exit code N): LAST STDERR LINE; FIX``: the one line of a dying interpreter.
+    """``PYTHON exited before answering (exit code N): LAST STDERR LINE; FIX``: the one line of a
+    dying interpreter.
 
     Args:
         python: the interpreter.
         code: its exit code.
-        stderr: what it wrote on stderr (text, or its lines); the last non-empty line is quoted, cut to 300 characters.
+        stderr: what it wrote on stderr (text, or its lines); the last non-empty line is quoted, cut
+            to 300 characters.
         fix: what to do about it.
     """
     lines = stderr.splitlines() if isinstance(stderr, str) else stderr
@@ -88,15 +93,16 @@ class Description:
 class OracleProcess:
     """A long-lived oracle process; thread-safe; :meth:`close` (or process exit) ends it.
 
-    Subclasses set :attr:`script`, the timeouts and :attr:`version_key`, and may override :meth:`_argv`,
-    :meth:`_env`, :meth:`_start_failure` and :meth:`_ready`.
+    Subclasses set :attr:`script`, the timeouts and :attr:`version_key`, and may override
+    :meth:`_argv`, :meth:`_env`, :meth:`_start_failure` and :meth:`_ready`.
     """
 
     script: ClassVar[Path]
     start_timeout_s: ClassVar[float]
     answer_timeout_s: ClassVar[float]
     version_key: ClassVar[str] = "version"  # the describe answer's key for the server's version
-    fix: ClassVar[str] = "point it at a working environment of the server"  # said when the interpreter dies
+    # said when the interpreter dies
+    fix: ClassVar[str] = "point it at a working environment of the server"
 
     def __init__(self, *, python: str):
         self.python = python
@@ -104,7 +110,8 @@ class OracleProcess:
         self._lock = threading.Lock()
         self._description: Description | None = None
         self._cache: dict = {}
-        self.failure: str | None = None  # why the oracle could not start (then plans say "not checked")
+        # why the oracle could not start (then plans say "not checked")
+        self.failure: str | None = None
         self.stderr: deque[str] = deque(maxlen=STDERR_LINES)  # the tail of the oracle's stderr
 
     def _argv(self) -> list[str]:
@@ -126,13 +133,21 @@ class OracleProcess:
         if self._proc is not None or self.failure is not None:
             return self._proc
         try:
-            proc = subprocess.Popen([self.python, str(self.script), *self._argv()], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self._env(),
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [self.python, str(self.script), *self._argv()],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=self._env(),
+                start_new_session=True,
+            )
         except OSError as e:
             self.failure = f"cannot run {self.python}: {e}"
             return None
-        drain = threading.Thread(target=self._drain, args=(proc,), name="oracle-stderr", daemon=True)
+        drain = threading.Thread(
+            target=self._drain, args=(proc,), name="oracle-stderr", daemon=True
+        )
         drain.start()
         first = self._read(proc, self.start_timeout_s)
         if first is None:  # no answer: an end of its output is its exit
@@ -152,7 +167,8 @@ class OracleProcess:
         return proc
 
     def _drain(self, proc: subprocess.Popen) -> None:
-        """Keep the tail of the oracle's stderr (read to its end, so that the oracle never blocks on a full pipe)."""
+        """Keep the tail of the oracle's stderr (read to its end, so that the oracle never blocks on
+        a full pipe)."""
         with contextlib.suppress(OSError, ValueError):
             for line in proc.stderr:
                 self.stderr.append(line.rstrip("\n"))
@@ -166,7 +182,8 @@ class OracleProcess:
         deadline = time.monotonic() + timeout_s
         while reader.is_alive() and time.monotonic() < deadline:
             reader.join(min(0.2, max(0.0, deadline - time.monotonic())))
-            if reader.is_alive() and proc.poll() is not None:  # exited: its last line, if any, is read at once
+            # exited: its last line, if any, is read at once
+            if reader.is_alive() and proc.poll() is not None:
                 reader.join(1.0)
                 break
         if not box or not box[0]:
@@ -210,10 +227,21 @@ class OracleProcess:
         if self._description is None and self.failure is None:
             answer = self._ask({"op": "describe"})
             if answer is not None and answer.get("ok"):
-                self._description = Description(answer["prog"], answer.get(self.version_key), [
-                    Option(tuple(o["flags"]), o["dest"], o["default"],
-                           None if o["choices"] is None else tuple(o["choices"]), o["takes_value"],
-                           o["boolean_optional"]) for o in answer["options"]])
+                self._description = Description(
+                    answer["prog"],
+                    answer.get(self.version_key),
+                    [
+                        Option(
+                            tuple(o["flags"]),
+                            o["dest"],
+                            o["default"],
+                            None if o["choices"] is None else tuple(o["choices"]),
+                            o["takes_value"],
+                            o["boolean_optional"],
+                        )
+                        for o in answer["options"]
+                    ],
+                )
         return self._description
 
     def close(self) -> None:

@@ -1,11 +1,12 @@
-"""The stdlib-only part the oracle scripts share (``sglang/oracle_script.py``, ``vllm/oracle_script.py``).
+"""The stdlib-only part the oracle scripts share (``sglang/oracle_script.py``,
+``vllm/oracle_script.py``).
 
-The scripts run in the servers' own interpreters, which have the standard library and the server but not this
-project, so this module imports nothing else and the scripts load it by file path
-(``importlib.util.spec_from_file_location``), never as ``bisect_eagle.engines.oracle_common``. It holds how an
-answer turns a server's values into JSON and how a parser's options are described
-(:class:`~bisect_eagle.engines.oracle.Option` reads them back). Shared so both oracles describe their parsers in
-one shape.
+The scripts run in the servers' own interpreters, which have the standard library and the server but
+not this project, so this module imports nothing else and the scripts load it by file path
+(``importlib.util.spec_from_file_location``), never as ``bisect_eagle.engines.oracle_common``. It
+holds how an answer turns a server's values into JSON and how a parser's options are described
+(:class:`~bisect_eagle.engines.oracle.Option` reads them back). Shared so both oracles describe
+their parsers in one shape.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import argparse
 
 
 def plain(value):
-    """``value`` as JSON can carry it: scalars kept, sequences and mappings walked, anything else as its ``str``.
+    """``value`` as JSON can carry it: scalars kept, sequences and mappings walked, anything else as
+    its ``str``.
 
     Args:
         value: any value.
@@ -32,8 +34,9 @@ def plain(value):
 
 
 def parser_options(parser: argparse.ArgumentParser, *, to_json=plain) -> list[dict]:
-    """Every optional action of ``parser`` but help: flags, dest, default, choices, whether it takes a value and
-    whether it is a ``--x/--no-x`` flag; values made JSON-safe by ``to_json`` (a script's own :func:`plain`).
+    """Every optional action of ``parser`` but help: flags, dest, default, choices, whether it takes
+    a value and whether it is a ``--x/--no-x`` flag; values made JSON-safe by ``to_json`` (a
+    script's own :func:`plain`).
 
     Args:
         parser: the server's parser.
@@ -47,12 +50,14 @@ def parser_options(parser: argparse.ArgumentParser, *, to_json=plain) -> list[di
     for action in parser._actions:
         if not action.option_strings or isinstance(action, argparse._HelpAction):
             continue
-        options.append({
-            "flags": list(action.option_strings),
-            "dest": action.dest,
-            "default": to_json(action.default),
-            "choices": None if action.choices is None else [to_json(c) for c in action.choices],
-            "takes_value": action.nargs != 0,
-            "boolean_optional": isinstance(action, argparse.BooleanOptionalAction),
-        })
+        options.append(
+            {
+                "flags": list(action.option_strings),
+                "dest": action.dest,
+                "default": to_json(action.default),
+                "choices": None if action.choices is None else [to_json(c) for c in action.choices],
+                "takes_value": action.nargs != 0,
+                "boolean_optional": isinstance(action, argparse.BooleanOptionalAction),
+            }
+        )
     return options

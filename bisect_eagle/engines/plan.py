@@ -1,22 +1,25 @@
-"""A trial's plan: what one engine will run for a request, decided by that engine before anything starts.
+"""A trial's plan: what one engine will run for a request, decided by that engine before anything
+starts.
 
-The plan is the single source of a trial's identity and of what is logged about it. Every consumer (the
-search's dedupe and claims, bisect's differences and probes, ``live --dry-run``, ``export``, ``reproduce``,
-``doctor`` and MLflow params and run names) reads the plan and nothing else:
+The plan is the single source of a trial's identity and of what is logged about it. Every consumer
+(the search's dedupe and claims, bisect's differences and probes, ``live --dry-run``, ``export``,
+``reproduce``, ``doctor`` and MLflow params and run names) reads the plan and nothing else:
 
-- ``effective``: the settings the engine will run, with every default made explicit (the draft's own layer
-  ids resolved, the engine's defaults filled in) and every field the engine ignores removed. Secret values
-  are shown hashed (``<redacted sha256:…>``, :mod:`bisect_eagle.tracking.redact`).
+- ``effective``: the settings the engine will run, with every default made explicit (the draft's own
+  layer ids resolved, the engine's defaults filled in) and every field the engine ignores removed.
+  Secret values are shown hashed (``<redacted sha256:…>``, :mod:`bisect_eagle.tracking.redact`).
 - ``fingerprint``: a hash of the engine name and ``effective`` in clear, so two configs
   differing only in a secret are two trials, and no value can be read from it.
-- ``warnings``: settings the engine runs differently from the request; ``refusal``: why the engine cannot
-  run it (a ``bad_arguments`` trial, never a launch).
-- ``argv``/``env``/``config_patch`` where the engine launches a server; ``checked``: what validated the plan.
+- ``warnings``: settings the engine runs differently from the request; ``refusal``: why the engine
+  cannot run it (a ``bad_arguments`` trial, never a launch).
+- ``argv``/``env``/``config_patch`` where the engine launches a server; ``checked``: what validated
+  the plan.
 
-A trial with acceptance pinned (``pinned_acceptance``, :mod:`bisect_eagle.spec.settings`) carries its profile in
-``effective``, so it never shares a fingerprint with the natural trial of the same settings; a natural trial's
-effective settings have no such key, so its fingerprint is what it was before pinning existed.
-:attr:`TrialPlan.acceptance` names the kind (``pinned`` or ``natural``), as the trial's MLflow run is tagged.
+A trial with acceptance pinned (``pinned_acceptance``, :mod:`bisect_eagle.spec.settings`) carries
+its profile in ``effective``, so it never shares a fingerprint with the natural trial of the same
+settings; a natural trial's effective settings have no such key, so its fingerprint is what it was
+before pinning existed. :attr:`TrialPlan.acceptance` names the kind (``pinned`` or ``natural``), as
+the trial's MLflow run is tagged.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class TrialPlan:
     """One trial as an engine will run it (see the module docstring for each field's contract)."""
 
     engine: str
-    settings: LiveSettings  # the request, as validated (secrets in clear: never log this object directly)
+    # the request, as validated (secrets in clear: never log this object directly)
+    settings: LiveSettings
     effective: dict[str, Any]  # redacted, engine-relevant, defaults explicit
     fingerprint: str
     warnings: tuple[str, ...] = ()
@@ -44,7 +48,8 @@ class TrialPlan:
     env: dict[str, str] | None = None  # variables set for the trial, redacted
     config_patch: dict[str, Any] | None = None  # the draft config.json change
     checked: str = ""  # what validated this plan ("" = the engine's own rules only)
-    private: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # engine-only, unlogged
+    # engine-only, unlogged
+    private: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_baseline(self) -> bool:
@@ -52,7 +57,8 @@ class TrialPlan:
 
     @property
     def acceptance(self) -> str:
-        """``pinned`` when the trial's acceptance is pinned (its accept length is set, not measured), else
+        """``pinned`` when the trial's acceptance is pinned (its accept length is set, not
+        measured), else
         ``natural``."""
         return acceptance_kind(self.effective)
 
@@ -62,7 +68,8 @@ class TrialPlan:
         return redact_mapping(self.settings.model_dump(mode="json", exclude_unset=True))
 
     def to_json(self) -> dict[str, Any]:
-        """The plan as printed by ``live --dry-run --json`` and stored with each trial: nothing secret.
+        """The plan as printed by ``live --dry-run --json`` and stored with each trial: nothing
+        secret.
 
         Returns:
             ``engine``, ``fingerprint``, ``requested``, ``effective``, ``warnings``, ``refusal``,
@@ -87,7 +94,8 @@ class TrialPlan:
 
 
 def acceptance_kind(effective: dict[str, Any]) -> str:
-    """``pinned`` or ``natural``: whether a plan's (or a logged trial's) effective settings pin acceptance.
+    """``pinned`` or ``natural``: whether a plan's (or a logged trial's) effective settings pin
+    acceptance.
 
     Args:
         effective: effective settings.
@@ -99,7 +107,8 @@ def acceptance_kind(effective: dict[str, Any]) -> str:
 
 
 def canonical_hash(body: dict[str, Any]) -> str:
-    """The one identity hash of every trial: 16 hex digits of SHA-256 over canonical JSON (sorted keys).
+    """The one identity hash of every trial: 16 hex digits of SHA-256 over canonical JSON (sorted
+    keys).
 
     Args:
         body: the JSON-able identity (values JSON cannot carry hash as their ``str``).
@@ -139,7 +148,8 @@ def make_plan(
     checked: str = "",
     private: dict[str, Any] | None = None,
 ) -> TrialPlan:
-    """A plan from an engine's effective settings in clear: fingerprinted, then redacted for logging.
+    """A plan from an engine's effective settings in clear: fingerprinted, then redacted for
+    logging.
 
     Args:
         engine: the engine's name.
@@ -157,16 +167,24 @@ def make_plan(
         The plan.
     """
     return TrialPlan(
-        engine=engine, settings=settings, effective=redact_mapping(effective),
-        fingerprint=fingerprint(engine, effective), warnings=tuple(dict.fromkeys(warnings)), refusal=refusal,
+        engine=engine,
+        settings=settings,
+        effective=redact_mapping(effective),
+        fingerprint=fingerprint(engine, effective),
+        warnings=tuple(dict.fromkeys(warnings)),
+        refusal=refusal,
         argv=None if argv is None else tuple(redact_argv(argv)),
-        env=None if env is None else redact_env(env), config_patch=config_patch, checked=checked,
-        private=private or {})
+        env=None if env is None else redact_env(env),
+        config_patch=config_patch,
+        checked=checked,
+        private=private or {},
+    )
 
 
 def natural_unmarked(effective: dict[str, Any]) -> dict[str, Any]:
-    """``effective`` without a ``pinned_acceptance`` key when acceptance is natural (None): a natural trial's
-    fingerprint stays what it was before the field existed. Changes and returns ``effective``.
+    """``effective`` without a ``pinned_acceptance`` key when acceptance is natural (None): a
+    natural trial's fingerprint stays what it was before the field existed. Changes and returns
+    ``effective``.
 
     Args:
         effective: effective settings, changed in place.

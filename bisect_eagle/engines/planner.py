@@ -166,8 +166,11 @@ class BasePlanner(abc.ABC):
             who = f"{self.label} {desc.version}" if desc.version else f"`{desc.prog}`"
             return f"{who} parser and {self.resolution}" if resolved else f"{who} parser ({note})"
         oracle = self.oracle()
-        why = (oracle.failure if oracle is not None else None) or self._note or (
-            self.without_check if not self.check else "no oracle for this server")
+        why = (
+            (oracle.failure if oracle is not None else None)
+            or self._note
+            or (self.without_check if not self.check else "no oracle for this server")
+        )
         return f"not checked against {self.label} ({self._unchecked(why)})"
 
     def _unchecked(self, why: str) -> str:
@@ -203,8 +206,9 @@ def read_json(path: Path) -> dict | None:
     return cfg if isinstance(cfg, dict) else None
 
 
-def server_limits(s: LiveSettings, resolved: dict[str, Any], *, keys: tuple[str, ...],
-                  limit: str) -> dict[str, Any]:
+def server_limits(
+    s: LiveSettings, resolved: dict[str, Any], *, keys: tuple[str, ...], limit: str
+) -> dict[str, Any]:
     """The server's resolved values a plan records, and the concurrency they allow.
 
     Args:

@@ -42,7 +42,8 @@ from bisect_eagle.spec.schema import ServerSpec, Spec
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import Scrubber, is_hidden
 
-# whether the interpreter has a module, found without importing it (a server's import takes seconds to minutes)
+# whether the interpreter has a module, found without importing it (a server's import takes seconds
+# to minutes)
 FIND_MODULE = "import importlib.util, sys; print(importlib.util.find_spec(sys.argv[1]) is not None)"
 
 
@@ -60,8 +61,8 @@ class Leftover:
 class ServedLaunch:
     """One trial's server launch, made by :meth:`ServedEngine._launch`.
 
-    ``text`` is launch_command.txt as a failed start records it; ``saved_text`` as the trial directory and a
-    started trial record it.
+    ``text`` is launch_command.txt as a failed start records it; ``saved_text`` as the trial
+    directory and a started trial record it.
     """
 
     argv: list[str]
@@ -108,8 +109,9 @@ class FailureLog(abc.ABC):
         """Args: log: the log of a server whose request failed. Returns: why, for a person."""
         return "a request failed during the benchmark"
 
-    def classify(self, phase: str, log: str, *,
-                 timed_out: bool = False) -> tuple[FailureClass, str]:
+    def classify(
+        self, phase: str, log: str, *, timed_out: bool = False
+    ) -> tuple[FailureClass, str]:
         """(failure class, the log line or reason behind it) for a trial that failed in ``phase``.
 
         Args:
@@ -135,8 +137,10 @@ class FailureLog(abc.ABC):
         if phase == "ready_timeout":
             return "readiness_timeout", f"the server did not answer {self.ready_probe} in time"
         if timed_out:
-            return ("hung_request",
-                    f"a request got no answer within engine.{self.engine}.request_timeout_s")
+            return (
+                "hung_request",
+                f"a request got no answer within engine.{self.engine}.request_timeout_s",
+            )
         return "crash_during_benchmark", self.crash(log)
 
 
@@ -162,49 +166,79 @@ class ServedEngine(Engine):
     rounds_share_launch: ClassVar[bool] = True
     planner: BasePlanner
 
-    def __init__(self, server: ServerSpec, *, target: Path, draft: Path, prompts: Path | None,
-                 log_dir: Path, check: bool = True):
+    def __init__(
+        self,
+        server: ServerSpec,
+        *,
+        target: Path,
+        draft: Path,
+        prompts: Path | None,
+        log_dir: Path,
+        check: bool = True,
+    ):
         self.server = server
         self.target, self.draft = Path(target), Path(draft)
         self.prompts_path = None if prompts is None else Path(prompts)
-        self.log_dir = Path(log_dir).resolve()  # the server may run elsewhere than here: absolute paths only
+        # the server may run elsewhere than here: absolute paths only
+        self.log_dir = Path(log_dir).resolve()
         self._prompts: list[Prompt] | None = None
         self._leftover: Leftover | None = None
         self._seq: int | None = None
         self._shown_port: int | None = None
-        self._gpu_before: dict[int, int] | None = None  # device memory before the last launch (gpus.device_baseline)
+        # device memory before the last launch (gpus.device_baseline)
+        self._gpu_before: dict[int, int] | None = None
         self.planner = self.planner_class(server, self.target, self.draft, check=check)
 
     def check_launchable(self) -> None:
-        """The launch command's executable is here, and an interpreter started with ``-m MODULE`` has that module
-        (found, not imported): a missing, dying (:class:`~bisect_eagle.engines.oracle.InterpreterDied`) or
-        server-less interpreter would otherwise create a study and a FAILED baseline, one launch later. A plan for
+        """The launch command's executable is here, and an interpreter started with ``-m MODULE``
+        has that module (found, not imported): a missing, dying
+        (:class:`~bisect_eagle.engines.oracle.InterpreterDied`) or server-less interpreter would
+        otherwise create a study and a FAILED baseline, one launch later. A plan for
         another machine (a dry run) is never checked."""
         command = list(self.planner.command)
         key = f"engine.{self.name}.{'python' if self.server.python else 'launch_command'}"
         exe = command[0]
         if not (Path(exe).is_file() and os.access(exe, os.X_OK)) and shutil.which(exe) is None:
-            raise BadInput(f"key {key!r}: {exe} is not an executable on this machine; point it at the "
-                           f"{self.name} environment (scripts/setup_{self.name}_env.sh makes one)")
+            raise BadInput(
+                f"key {key!r}: {exe} is not an executable on this machine; point it at the "
+                f"{self.name} environment (scripts/setup_{self.name}_env.sh makes one)"
+            )
         if len(command) < 3 or command[1] != "-m":
             return
         module = command[2].split(".")[0]
         try:
-            done = subprocess.run([exe, "-c", FIND_MODULE, module], capture_output=True, text=True, timeout=120,
-                                  start_new_session=True)
+            done = subprocess.run(
+                [exe, "-c", FIND_MODULE, module],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                start_new_session=True,
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             raise BadInput(f"key {key!r}: {exe} did not run ({e})") from None
-        if done.returncode != 0 or done.stdout.strip() not in ("True", "False"):  # it died before it could answer
-            raise InterpreterDied(f"key {key!r}: " + died_line(
-                exe, done.returncode, done.stderr, fix=f"point it at a working {self.name} environment "
-                f"(scripts/setup_{self.name}_env.sh makes one)"))
+        # it died before it could answer
+        if done.returncode != 0 or done.stdout.strip() not in ("True", "False"):
+            raise InterpreterDied(
+                f"key {key!r}: "
+                + died_line(
+                    exe,
+                    done.returncode,
+                    done.stderr,
+                    fix=f"point it at a working {self.name} environment "
+                    f"(scripts/setup_{self.name}_env.sh makes one)",
+                )
+            )
         if done.stdout.strip() != "True":
-            raise BadInput(f"key {key!r}: {exe} has no {module!r} module, so `{' '.join(command[:3])}` cannot "
-                           f"start; point it at an environment with {module} (scripts/setup_{self.name}_env.sh)")
+            raise BadInput(
+                f"key {key!r}: {exe} has no {module!r} module, so `{' '.join(command[:3])}` cannot "
+                f"start; point it at an environment with {module} "
+                f"(scripts/setup_{self.name}_env.sh)"
+            )
 
     @classmethod
     def from_spec(cls, spec: Any, log_dir: Path, *, check: bool = True) -> ServedEngine:
-        """The engine of a spec of this kind (``spec.engine.<name>``); nothing is probed or written until used.
+        """The engine of a spec of this kind (``spec.engine.<name>``); nothing is probed or written
+        until used.
 
         Args:
             spec: the validated spec.
@@ -212,17 +246,29 @@ class ServedEngine(Engine):
             check: judge plans by the server's own parser (its oracle) when it is at hand.
         """
         server, target = cls._served_args(spec)
-        return cls(server, target=target, draft=spec.draft, prompts=spec.prompts, log_dir=log_dir, check=check)
+        return cls(
+            server,
+            target=target,
+            draft=spec.draft,
+            prompts=spec.prompts,
+            log_dir=log_dir,
+            check=check,
+        )
 
     @classmethod
     def _served_args(cls, spec: Any) -> tuple[Any, Path]:
-        """``(engine.<name>, target)`` of a spec; :class:`BadInput` when the target or the draft is missing."""
+        """``(engine.<name>, target)`` of a spec; :class:`BadInput` when the target or the draft is
+        missing."""
         server = getattr(spec.engine, cls.name)
         if spec.target is None and server.model_path is None:
-            raise BadInput(f"{spec.source}: key 'target' is missing (or set engine.{cls.name}.model_path)")
+            raise BadInput(
+                f"{spec.source}: key 'target' is missing (or set engine.{cls.name}.model_path)"
+            )
         target = spec.target if spec.target is not None else Path(server.model_path or "")
         if spec.draft is None:
-            raise BadInput(f"{spec.source}: key 'draft' is missing (give a path, or 'scenario: NAME')")
+            raise BadInput(
+                f"{spec.source}: key 'draft' is missing (give a path, or 'scenario: NAME')"
+            )
         return server, target
 
     def plan(self, settings: LiveSettings) -> TrialPlan:
@@ -235,19 +281,29 @@ class ServedEngine(Engine):
         Returns:
             The plan, its launch kept in ``private`` for :meth:`run`.
         """
-        return self.planner.plan(settings, port=self._planned_port(),
-                                 draft_dir=self.log_dir / f"{self._next_seq():03d}-trial" / "draft")
+        return self.planner.plan(
+            settings,
+            port=self._planned_port(),
+            draft_dir=self.log_dir / f"{self._next_seq():03d}-trial" / "draft",
+        )
 
     # -- a logged trial's export -------------------------------------------------------------------
 
     @classmethod
-    def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
-               python: str | None = None) -> dict[str, Any]:
+    def export(
+        cls,
+        spec: Spec,
+        settings: LiveSettings,
+        *,
+        effective: Mapping[str, Any],
+        port: int,
+        python: str | None = None,
+    ) -> dict[str, Any]:
         """How to serve a logged trial on this engine's server (:meth:`Engine.export`: its arguments
         and the keys it returns): the trial planned again by this engine's planner
         (:meth:`_export_plan`: what was measured), the draft itself (or a copy beside it) in the
-        argv; secret values never printed (``$NAME`` in the environment, a hash (``<redacted sha256:…>``) in the
-        argv). Nothing is written.
+        argv; secret values never printed (``$NAME`` in the environment, a hash (``<redacted
+        sha256:…>``) in the argv). Nothing is written.
 
         Args:
             spec: the study's spec.
@@ -268,8 +324,9 @@ class ServedEngine(Engine):
         if python:
             server = server.model_copy(update={"python": python})
         if spec.draft is None and not settings.is_baseline:
-            raise BadInput(f"{spec.source}: key 'draft' is missing: a speculative trial cannot be "
-                           "exported")
+            raise BadInput(
+                f"{spec.source}: key 'draft' is missing: a speculative trial cannot be exported"
+            )
         target = spec.target if spec.target is not None else Path(server.model_path or "")
         draft = Path(spec.draft) if spec.draft is not None else Path(".")
         planner = cls.planner_class(server, Path(target), draft)
@@ -279,16 +336,25 @@ class ServedEngine(Engine):
             planner.close()
         argv, note = cls._node_argv(list(plan.argv or []), server=server, checked=plan.checked)
         env = {k: (f"${k}" if is_hidden(v) else v) for k, v in (plan.env or {}).items()}
-        return {"argv": argv, "command": shlex.join(argv), "env": env,
-                "draft_config": None if settings.is_baseline else str(draft / "config.json"),
-                "draft_config_patch": plan.config_patch, "checked": plan.checked,
-                "refusal": plan.refusal, "fingerprint": plan.fingerprint,
-                "warnings": list(plan.warnings), "interpreter_note": note, **extra}
+        return {
+            "argv": argv,
+            "command": shlex.join(argv),
+            "env": env,
+            "draft_config": None if settings.is_baseline else str(draft / "config.json"),
+            "draft_config_patch": plan.config_patch,
+            "checked": plan.checked,
+            "refusal": plan.refusal,
+            "fingerprint": plan.fingerprint,
+            "warnings": list(plan.warnings),
+            "interpreter_note": note,
+            **extra,
+        }
 
     @classmethod
     @abc.abstractmethod
-    def _export_plan(cls, planner: Any, settings: LiveSettings, *, effective: Mapping[str, Any],
-                     port: int) -> tuple[TrialPlan, dict[str, Any]]:
+    def _export_plan(
+        cls, planner: Any, settings: LiveSettings, *, effective: Mapping[str, Any], port: int
+    ) -> tuple[TrialPlan, dict[str, Any]]:
         """The exported plan of a logged trial, and what the export says besides :meth:`export`'s
         keys.
 
@@ -304,12 +370,19 @@ class ServedEngine(Engine):
         """
 
     @classmethod
-    def _node_argv(cls, argv: list[str], *, server: ServerSpec,
-                   checked: str) -> tuple[list[str], str | None]:
+    def _node_argv(
+        cls, argv: list[str], *, server: ServerSpec, checked: str
+    ) -> tuple[list[str], str | None]:
         """The exported argv as it runs on the node (:func:`node_argv`), and a note on its
         interpreter."""
-        return node_argv(argv, launch_command=list(server.launch_command), python=server.python,
-                         checked=checked, label=cls.planner_class.label, key=cls.name)
+        return node_argv(
+            argv,
+            launch_command=list(server.launch_command),
+            python=server.python,
+            checked=checked,
+            label=cls.planner_class.label,
+            key=cls.name,
+        )
 
     def _next_seq(self) -> int:
         if self._seq is None:
@@ -329,14 +402,19 @@ class ServedEngine(Engine):
         if self.prompts_path is None:
             raise BadInput(f"a live {self.name} trial needs the spec's key 'prompts'")
         if self._prompts is None:
-            tokenizer = AutoTokenizer.from_pretrained(self.server.model_path or str(self.target), local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(
+                self.server.model_path or str(self.target), local_files_only=True
+            )
             self._prompts = load_prompts(self.prompts_path, tokenizer)
         if need > len(self._prompts):
-            raise BadInput(f"{self.prompts_path}: warmup_prompts + num_prompts = {need}, but the file has only "
-                           f"{len(self._prompts)} prompts")
+            raise BadInput(
+                f"{self.prompts_path}: warmup_prompts + num_prompts = {need}, but the file has "
+                f"only {len(self._prompts)} prompts"
+            )
         return self._prompts[:need]
 
-    # -- teardown of a previous server ------------------------------------------------------------------
+    # -- teardown of a previous server
+    # ------------------------------------------------------------------
 
     def _still_blocked(self) -> str | None:
         """Why the previous server still blocks a launch, or None once it is gone."""
@@ -352,25 +430,40 @@ class ServedEngine(Engine):
         if not alive and gpu.status != "held" and port_free:
             self._leftover = None
             return None
-        return (f"the previous server is not gone ({left.reason}; now: processes {alive}, GPU memory {gpu.status} "
-                f"({gpu.reason}), port {left.port} {'free' if port_free else 'taken'}); refusing to start another")
+        return (
+            f"the previous server is not gone ({left.reason}; now: processes {alive}, GPU memory "
+            f"{gpu.status} ({gpu.reason}), port {left.port} {'free' if port_free else 'taken'}); "
+            "refusing to start another"
+        )
 
     def _teardown(self, server: procs.ServerProcess, port: int) -> tuple[dict[str, Any], list[str]]:
-        """Stop the server and wait for its port and GPUs; (report, warnings). Remembers a server that stays."""
+        """Stop the server and wait for its port and GPUs; (report, warnings). Remembers a server
+        that stays."""
         s = self.server
         stop = procs.stop_server(server, grace_s=s.stop_grace_s)
         port_s = procs.wait_port_free(s.host, port, timeout_s=s.gpu_release_timeout_s)
-        gpu = gpus.wait_gpu_release(pids=server.seen, timeout_s=s.gpu_release_timeout_s, baseline=self._gpu_before)
-        report = {"signal": stop.signal, "stop_s": round(stop.stop_s, 3), "exit_code": stop.exit_code,
-                  "port_free_s": None if port_s is None else round(port_s, 3), "gpu_release": gpu.status,
-                  "gpu_release_s": None if gpu.seconds is None else round(gpu.seconds, 3),
-                  "gpu_release_method": gpu.method, "gpu_release_detail": gpu.reason,
-                  "pids": sorted(server.seen), "survivors": stop.survivors,
-                  "orphans": [o.__dict__ for o in stop.orphans]}
+        gpu = gpus.wait_gpu_release(
+            pids=server.seen, timeout_s=s.gpu_release_timeout_s, baseline=self._gpu_before
+        )
+        report = {
+            "signal": stop.signal,
+            "stop_s": round(stop.stop_s, 3),
+            "exit_code": stop.exit_code,
+            "port_free_s": None if port_s is None else round(port_s, 3),
+            "gpu_release": gpu.status,
+            "gpu_release_s": None if gpu.seconds is None else round(gpu.seconds, 3),
+            "gpu_release_method": gpu.method,
+            "gpu_release_detail": gpu.reason,
+            "pids": sorted(server.seen),
+            "survivors": stop.survivors,
+            "orphans": [o.__dict__ for o in stop.orphans],
+        }
         warnings, reasons = list(stop.warnings), []
         if stop.signal == "SIGKILL":
-            warnings.append(f"the server did not exit within {s.stop_grace_s:g} s of SIGTERM "
-                            f"(engine.{self.name}.stop_grace_s) and was killed with SIGKILL")
+            warnings.append(
+                f"the server did not exit within {s.stop_grace_s:g} s of SIGTERM "
+                f"(engine.{self.name}.stop_grace_s) and was killed with SIGKILL"
+            )
         if stop.survivors:
             reasons.append(f"processes {stop.survivors} survived SIGKILL")
         if port_s is None:
@@ -383,7 +476,8 @@ class ServedEngine(Engine):
             warnings.append(f"teardown incomplete: {reason}; the next launch waits for it or fails")
         return report, warnings
 
-    # -- one trial --------------------------------------------------------------------------------------
+    # -- one trial
+    # --------------------------------------------------------------------------------------
 
     @abc.abstractmethod
     def _check_plan(self, plan: TrialPlan) -> None:
@@ -413,8 +507,18 @@ class ServedEngine(Engine):
         """
 
     @abc.abstractmethod
-    def _measure(self, settings: LiveSettings, *, prompts: list[Prompt], server: procs.ServerProcess, client: Any,
-                 requested: dict, planned: dict, warnings: list[str], scrub: Scrubber) -> TrialResult:
+    def _measure(
+        self,
+        settings: LiveSettings,
+        *,
+        prompts: list[Prompt],
+        server: procs.ServerProcess,
+        client: Any,
+        requested: dict,
+        planned: dict,
+        warnings: list[str],
+        scrub: Scrubber,
+    ) -> TrialResult:
         """Read-back, warm-up, the measured requests of the first round, on a server that answers as
         ready.
 
@@ -432,8 +536,15 @@ class ServedEngine(Engine):
         """
 
     @abc.abstractmethod
-    def _measure_again(self, settings: LiveSettings, *, server: procs.ServerProcess, client: Any, first: TrialResult,
-                       scrub: Scrubber) -> TrialResult | None:
+    def _measure_again(
+        self,
+        settings: LiveSettings,
+        *,
+        server: procs.ServerProcess,
+        client: Any,
+        first: TrialResult,
+        scrub: Scrubber,
+    ) -> TrialResult | None:
         """One more benchmark round on the running server of ``first``'s round.
 
         Args:
@@ -456,9 +567,19 @@ class ServedEngine(Engine):
         nothing)."""
         return []
 
-    def _failure(self, phase: str, *, server: procs.ServerProcess, requested: dict, effective: dict,
-                 warnings: list[str], scrub: Scrubber, timed_out: bool = False, reason: str = "",
-                 later: bool = False) -> TrialResult:
+    def _failure(
+        self,
+        phase: str,
+        *,
+        server: procs.ServerProcess,
+        requested: dict,
+        effective: dict,
+        warnings: list[str],
+        scrub: Scrubber,
+        timed_out: bool = False,
+        reason: str = "",
+        later: bool = False,
+    ) -> TrialResult:
         """A failed trial classified from the server's log at ``phase`` (:attr:`failures`), with its
         log tail.
 
@@ -481,16 +602,27 @@ class ServedEngine(Engine):
         log = procs.read_log(server.log_path)
         cls, why = self.failures.classify(phase, log, timed_out=timed_out)
         code = server.popen.poll()
-        parts = [why, f"({reason})" if reason else "", "in a later benchmark round" if later else "",
-                 *self._failure_notes(phase, log),
-                 f"exit code {code}" if code is not None else "running"]
+        parts = [
+            why,
+            f"({reason})" if reason else "",
+            "in a later benchmark round" if later else "",
+            *self._failure_notes(phase, log),
+            f"exit code {code}" if code is not None else "running",
+        ]
         tail = procs.log_tail(server.log_path)
         detail = " ".join(p for p in parts if p) + "\n--- server log tail ---\n" + tail
-        return failed(self.name, requested=requested, effective=effective, cls=cls,
-                      detail=scrub(detail), warnings=warnings)
+        return failed(
+            self.name,
+            requested=requested,
+            effective=effective,
+            cls=cls,
+            detail=scrub(detail),
+            warnings=warnings,
+        )
 
     def run(self, plan: TrialPlan) -> TrialResult:
-        """One live trial on a fresh server (one benchmark round): :meth:`run_rounds` with ``rounds=1``.
+        """One live trial on a fresh server (one benchmark round): :meth:`run_rounds` with
+        ``rounds=1``.
 
         Args:
             plan: a plan of this engine's :meth:`plan`.
@@ -501,8 +633,9 @@ class ServedEngine(Engine):
         return self.run_rounds(plan, rounds=1)
 
     def run_rounds(self, plan: TrialPlan, *, rounds: int) -> TrialResult:
-        """One launch of a fresh server measuring ``rounds`` benchmark rounds (its cache flushed between them);
-        failures come back as failed trials with a class (a round after the first that fails fails the trial).
+        """One launch of a fresh server measuring ``rounds`` benchmark rounds (its cache flushed
+        between them); failures come back as failed trials with a class (a round after the first
+        that fails fails the trial).
 
         Args:
             plan: a plan of this engine's :meth:`plan` (run as planned).
@@ -512,7 +645,8 @@ class ServedEngine(Engine):
             The rounds combined; a failed result with its class when the launch or a round fails.
 
         Raises:
-            BadInput: ``plan`` is refused (callers check ``plan.refusal`` first), or the draft cannot be copied.
+            BadInput: ``plan`` is refused (callers check ``plan.refusal`` first), or the draft
+                cannot be copied.
         """
         start = time.perf_counter()
         if plan.refusal is not None:
@@ -527,42 +661,85 @@ class ServedEngine(Engine):
         scrub = Scrubber({"env": settings.env, "server_args": settings.server_args})
         blocked = self._still_blocked()
         if blocked is not None:
-            return failed(self.name, requested=requested, effective=planned, cls="launch_error", detail=blocked,
-                          warnings=warnings, artifacts={"launch_command.txt": "(not launched)\n",
-                                                        "effective.json": dump(planned), "server.log": ""})
+            return failed(
+                self.name,
+                requested=requested,
+                effective=planned,
+                cls="launch_error",
+                detail=blocked,
+                warnings=warnings,
+                artifacts={
+                    "launch_command.txt": "(not launched)\n",
+                    "effective.json": dump(planned),
+                    "server.log": "",
+                },
+            )
         prompts = self._load_prompts(settings.warmup_prompts + settings.num_prompts)
         port = procs.free_port(self.server.host)
         launch = self._launch(plan, trial_dir=trial_dir, port=port)
         argv = launch.argv
-        (trial_dir / "launch_command.txt").write_text(scrub(launch.saved_text))  # secrets by value too
+        # secrets by value too
+        (trial_dir / "launch_command.txt").write_text(scrub(launch.saved_text))
         self._gpu_before = gpus.device_baseline({**os.environ, **launch.env})
         try:
-            server = procs.start_server(argv, launch.process_env, log_path=trial_dir / "server.log",
-                                        log_dir=self.log_dir, host=self.server.host, port=port,
-                                        grace_s=self.server.stop_grace_s,
-                                        meta={"trial": seq, "trial_dir": str(trial_dir),
-                                              "fingerprint": plan.fingerprint})
+            server = procs.start_server(
+                argv,
+                launch.process_env,
+                log_path=trial_dir / "server.log",
+                log_dir=self.log_dir,
+                host=self.server.host,
+                port=port,
+                grace_s=self.server.stop_grace_s,
+                meta={"trial": seq, "trial_dir": str(trial_dir), "fingerprint": plan.fingerprint},
+            )
         except OSError as e:
-            return failed(self.name, requested=requested, effective=planned, cls="launch_error",
-                          detail=f"cannot start {argv[0]}: {e}", warnings=warnings,
-                          artifacts={"launch_command.txt": scrub(launch.text), "effective.json": dump(planned),
-                                     "server.log": ""})
-        client = self.client_class(f"http://{self.server.host}:{port}", self.server.request_timeout_s,
-                                   api_key=settings.server_args.get("api_key"))
+            return failed(
+                self.name,
+                requested=requested,
+                effective=planned,
+                cls="launch_error",
+                detail=f"cannot start {argv[0]}: {e}",
+                warnings=warnings,
+                artifacts={
+                    "launch_command.txt": scrub(launch.text),
+                    "effective.json": dump(planned),
+                    "server.log": "",
+                },
+            )
+        client = self.client_class(
+            f"http://{self.server.host}:{port}",
+            self.server.request_timeout_s,
+            api_key=settings.server_args.get("api_key"),
+        )
         try:
             state = client.wait_ready(server.exited, timeout_s=self.server.ready_timeout_s)
             if state != "ready":
                 phase = "start" if state == "exited" else "ready_timeout"
-                result = self._failure(phase, server=server, requested=requested,
-                                       effective=planned, warnings=warnings, scrub=scrub)
+                result = self._failure(
+                    phase,
+                    server=server,
+                    requested=requested,
+                    effective=planned,
+                    warnings=warnings,
+                    scrub=scrub,
+                )
             else:
                 server.snapshot()
-                result = self._measure(settings, prompts=prompts, server=server, client=client,
-                                       requested=requested, planned=planned, warnings=warnings,
-                                       scrub=scrub)
+                result = self._measure(
+                    settings,
+                    prompts=prompts,
+                    server=server,
+                    client=client,
+                    requested=requested,
+                    planned=planned,
+                    warnings=warnings,
+                    scrub=scrub,
+                )
             done = [result]
             while result.ok and len(done) < rounds:
-                again = self._measure_again(settings, server=server, client=client, first=result, scrub=scrub)
+                again = self._measure_again(
+                    settings, server=server, client=client, first=result, scrub=scrub
+                )
                 if again is None:
                     break
                 if not again.ok:
@@ -576,10 +753,16 @@ class ServedEngine(Engine):
             client.close()
         result.warnings += teardown_warnings
         log_text = scrub(procs.read_log(server.log_path))
-        server.log_path.write_text(log_text)  # the local copy too: no secret the server printed stays on disk
-        result.artifacts.update({"launch_command.txt": scrub(launch.saved_text),
-                                 "effective.json": dump(result.effective), "server.log": log_text,
-                                 "teardown.json": dump(teardown)})
+        # the local copy too: no secret the server printed stays on disk
+        server.log_path.write_text(log_text)
+        result.artifacts.update(
+            {
+                "launch_command.txt": scrub(launch.saved_text),
+                "effective.json": dump(result.effective),
+                "server.log": log_text,
+                "teardown.json": dump(teardown),
+            }
+        )
         (trial_dir / "effective.json").write_text(result.artifacts["effective.json"])
         if result.ok:
             result.launch_s = max(0.0, time.perf_counter() - start - result.wall_s)
@@ -595,8 +778,15 @@ class ServedEngine(Engine):
         self.planner.close()
 
 
-def node_argv(argv: list[str], *, launch_command: list[str], python: str | None, checked: str,
-              label: str, key: str) -> tuple[list[str], str | None]:
+def node_argv(
+    argv: list[str],
+    *,
+    launch_command: list[str],
+    python: str | None,
+    checked: str,
+    label: str,
+    key: str,
+) -> tuple[list[str], str | None]:
     """An exported launch's argv as it runs on the node, and a note on its interpreter (None when it
     is known).
 
@@ -619,9 +809,11 @@ def node_argv(argv: list[str], *, launch_command: list[str], python: str | None,
     known = python or "/" in head or not head.startswith("python")
     if known or not argv or not checked.startswith("not checked"):
         return argv, None
-    return ["python3", *argv[1:]], (f"python3: the interpreter that has {label} on the node (its "
-                                    f"environment's bin/python); set engine.{key}.python in the spec "
-                                    f"or give --{key}-python to print its path here")
+    return ["python3", *argv[1:]], (
+        f"python3: the interpreter that has {label} on the node (its environment's bin/python); "
+        f"set engine.{key}.python in the spec or give --{key}-python to print its path here"
+    )
+
 
 def dump(obj: Any) -> str:
     """An artifact's JSON text: indented, keys sorted, anything else as its ``str``.
@@ -637,5 +829,9 @@ def dump(obj: Any) -> str:
 
 def next_trial_number(log_dir: Path) -> int:
     """1 + the highest ``NNN-`` trial directory number already in ``log_dir``."""
-    numbers = [int(p.name[:3]) for p in log_dir.glob("[0-9][0-9][0-9]-*") if p.is_dir()] if log_dir.is_dir() else []
+    numbers = (
+        [int(p.name[:3]) for p in log_dir.glob("[0-9][0-9][0-9]-*") if p.is_dir()]
+        if log_dir.is_dir()
+        else []
+    )
     return max(numbers, default=0) + 1

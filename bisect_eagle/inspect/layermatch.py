@@ -1,18 +1,18 @@
 """Which target layer did each dumped (or server-captured) hidden state come from?
 
-The target runs (transformers, hooks from :func:`~bisect_eagle.artifacts.target.capture_hidden`) on the dump's own
-``input_ids``; every canonical index ``0..N`` is a candidate, plus the final state after the target's final
-norm (SpecForge dumps store it normed, speculators' legacy dumps pre-norm; docs/sglang-facts.md#final-state-norm).
-Per token,
-the cosine similarity says whether the directions agree and the norm ratio (dumped / candidate) whether the
-scales do; a dumped tensor is matched to the candidate with the smallest mean relative error
-``||x - y|| / ||x||``, which is small only when both agree (cosine alone cannot tell the final state from
-its normed copy: RMSNorm keeps most of the direction). The runner-up's relative error over the best's is
-the separation; the first values let a person check by eye. A server that returns its captured aux states
-(``return_hidden_states``) is matched the same way, chunk by chunk.
+The target runs (transformers, hooks from :func:`~bisect_eagle.artifacts.target.capture_hidden`) on
+the dump's own ``input_ids``; every canonical index ``0..N`` is a candidate, plus the final state
+after the target's final norm (SpecForge dumps store it normed, speculators' legacy dumps pre-norm;
+docs/sglang-facts.md#final-state-norm). Per token,
+the cosine similarity says whether the directions agree and the norm ratio (dumped / candidate)
+whether the scales do; a dumped tensor is matched to the candidate with the smallest mean relative
+error ``||x - y|| / ||x||``, which is small only when both agree (cosine alone cannot tell the final
+state from its normed copy: RMSNorm keeps most of the direction). The runner-up's relative error
+over the best's is the separation; the first values let a person check by eye. A server that returns
+its captured aux states (``return_hidden_states``) is matched the same way, chunk by chunk.
 
-From the matches: the SGLang ids to write under ``eagle_config.eagle_aux_hidden_state_layer_ids`` and the
-wiring rule over the dump that feeds the draft the layers its config names.
+From the matches: the SGLang ids to write under ``eagle_config.eagle_aux_hidden_state_layer_ids``
+and the wiring rule over the dump that feeds the draft the layers its config names.
 """
 
 from __future__ import annotations
@@ -51,7 +51,11 @@ class LayerCandidate:
         Returns:
             ``final (post-norm)``, or ``hs[index]`` followed by the layer's description.
         """
-        return "final (post-norm)" if self.normed else f"hs[{self.index}] {layers.describe(self.index, num_layers)}"
+        return (
+            "final (post-norm)"
+            if self.normed
+            else f"hs[{self.index}] {layers.describe(self.index, num_layers)}"
+        )
 
 
 @dataclass
@@ -104,7 +108,8 @@ class Fingerprint:
 
 
 class Scores:
-    """Running per-token sums (cosine, norm ratio, relative error) of tensors against all candidates."""
+    """Running per-token sums (cosine, norm ratio, relative error) of tensors against all
+    candidates."""
 
     def __init__(self, tensors: int, candidates: int):
         self.cos = torch.zeros(tensors, candidates, dtype=torch.float64)
@@ -133,12 +138,16 @@ class Scores:
 
 
 def candidates_for(num_layers: int) -> list[LayerCandidate]:
-    return [*(LayerCandidate(i) for i in range(num_layers + 1)), LayerCandidate(num_layers, normed=True)]
+    return [
+        *(LayerCandidate(i) for i in range(num_layers + 1)),
+        LayerCandidate(num_layers, normed=True),
+    ]
 
 
 @torch.inference_mode()
 def target_states(model, input_ids: torch.Tensor) -> torch.Tensor:
-    """[N + 2, T, H]: canonical states 0..N of one sequence, then the final state after the final norm."""
+    """[N + 2, T, H]: canonical states 0..N of one sequence, then the final state after the final
+    norm."""
     n = len(model.model.layers)
     with capture_hidden(model, range(n + 1)) as got:
         model(input_ids=input_ids[None].to(model.device))
@@ -151,14 +160,23 @@ def _ids(c: LayerCandidate, num_layers: int) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for conv in ID_CONVENTIONS:
         try:
-            out[conv] = None if c.normed else layers.from_canonical(c.index, conv, num_layers=num_layers)
+            out[conv] = (
+                None if c.normed else layers.from_canonical(c.index, conv, num_layers=num_layers)
+            )
         except layers.LayerIdError:
             out[conv] = None
     return out
 
 
-def _matches(source: str, roles: list[str], scores: Scores, cands: list[LayerCandidate], num_layers: int,
-             first: list[torch.Tensor], states: torch.Tensor) -> list[Match]:
+def _matches(
+    source: str,
+    roles: list[str],
+    scores: Scores,
+    cands: list[LayerCandidate],
+    num_layers: int,
+    first: list[torch.Tensor],
+    states: torch.Tensor,
+) -> list[Match]:
     """Best and runner-up candidate of each tensor from the accumulated scores."""
     out = []
     cos, ratio, error = scores.means()
@@ -166,19 +184,31 @@ def _matches(source: str, roles: list[str], scores: Scores, cands: list[LayerCan
         order = error[j].argsort().tolist()
         b, r = order[0], order[1]
         best, second = cands[b], cands[r]
-        out.append(Match(
-            source=source, position=j, role=role, index=best.index, normed=best.normed,
-            label=best.label(num_layers), similarity=float(cos[j, b]), norm_ratio=float(ratio[j, b]),
-            error=float(error[j, b]), runner_up=second.label(num_layers),
-            runner_up_similarity=float(cos[j, r]), runner_up_error=float(error[j, r]), ids=_ids(best, num_layers),
-            first_values=[round(float(v), 4) for v in first[j][0, :FIRST_VALUES]],
-            target_first_values=[round(float(v), 4) for v in states[b, 0, :FIRST_VALUES]],
-        ))
+        out.append(
+            Match(
+                source=source,
+                position=j,
+                role=role,
+                index=best.index,
+                normed=best.normed,
+                label=best.label(num_layers),
+                similarity=float(cos[j, b]),
+                norm_ratio=float(ratio[j, b]),
+                error=float(error[j, b]),
+                runner_up=second.label(num_layers),
+                runner_up_similarity=float(cos[j, r]),
+                runner_up_error=float(error[j, r]),
+                ids=_ids(best, num_layers),
+                first_values=[round(float(v), 4) for v in first[j][0, :FIRST_VALUES]],
+                target_first_values=[round(float(v), 4) for v in states[b, 0, :FIRST_VALUES]],
+            )
+        )
     return out
 
 
 def match_dump(model, reader: DumpReader, *, samples: int) -> tuple[list[Match], int, int, Sample]:
-    """Matches of each of the dump's states over its first ``samples`` samples; also the first sample."""
+    """Matches of each of the dump's states over its first ``samples`` samples; also the first
+    sample."""
     num_layers = len(model.model.layers)
     cands = candidates_for(num_layers)
     scores: Scores | None = None
@@ -189,8 +219,10 @@ def match_dump(model, reader: DumpReader, *, samples: int) -> tuple[list[Match],
             scores = Scores(len(sample.states), len(cands))
             first_sample, first_states = sample, states
         elif len(sample.states) != scores.cos.shape[0]:
-            raise BadInput(f"{sample.source}: {len(sample.states)} hidden states, the first sample had "
-                           f"{scores.cos.shape[0]}")
+            raise BadInput(
+                f"{sample.source}: {len(sample.states)} hidden states, the first sample had "
+                f"{scores.cos.shape[0]}"
+            )
         _check_width(sample.states[0].shape[-1], states.shape[-1], str(sample.source))
         scores.add(sample.states, states)
         seen += 1
@@ -203,14 +235,20 @@ def match_dump(model, reader: DumpReader, *, samples: int) -> tuple[list[Match],
 
 def _check_width(got: int, hidden: int, where: str) -> None:
     if got != hidden:
-        raise BadInput(f"{where}: hidden states are {got} wide but the target's hidden size is {hidden}")
+        raise BadInput(
+            f"{where}: hidden states are {got} wide but the target's hidden size is {hidden}"
+        )
 
 
-def fetch_server_states(url: str, input_ids: list[int], *, client: httpx.Client | None = None,
-                        timeout_s: float = 120.0) -> torch.Tensor:
+def fetch_server_states(
+    url: str, input_ids: list[int], *, client: httpx.Client | None = None, timeout_s: float = 120.0
+) -> torch.Tensor:
     """[T, k·H] aux states a running server captured for ``input_ids`` (``POST /generate``)."""
-    body = {"input_ids": input_ids, "return_hidden_states": True,
-            "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+    body = {
+        "input_ids": input_ids,
+        "return_hidden_states": True,
+        "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+    }
     endpoint = url.rstrip("/") + "/generate"
     own = client is None
     client = client or httpx.Client(timeout=timeout_s)
@@ -222,18 +260,25 @@ def fetch_server_states(url: str, input_ids: list[int], *, client: httpx.Client 
         if own:
             client.close()
     if response.status_code != 200:
-        raise BadInput(f"--server {url}: POST /generate returned HTTP {response.status_code}: {response.text[:200]}")
+        raise BadInput(
+            f"--server {url}: POST /generate returned HTTP {response.status_code}: "
+            f"{response.text[:200]}"
+        )
     try:
         hidden = response.json()["meta_info"]["hidden_states"]
     except (ValueError, KeyError, TypeError):
-        raise BadInput(f"--server {url}: the response has no meta_info.hidden_states (start the server with "
-                       "return of aux hidden states enabled)") from None
+        raise BadInput(
+            f"--server {url}: the response has no meta_info.hidden_states (start the server with "
+            "return of aux hidden states enabled)"
+        ) from None
     t = torch.tensor(hidden, dtype=torch.float32)
     if t.dim() == 3 and t.shape[0] == 1:  # a batch of one
         t = t[0]
     if t.dim() != 2 or t.shape[0] != len(input_ids):
-        raise BadInput(f"--server {url}: meta_info.hidden_states has shape {list(t.shape)}; expected "
-                       f"[{len(input_ids)}, k × hidden] for the {len(input_ids)} prompt tokens")
+        raise BadInput(
+            f"--server {url}: meta_info.hidden_states has shape {list(t.shape)}; expected "
+            f"[{len(input_ids)}, k × hidden] for the {len(input_ids)} prompt tokens"
+        )
     return t
 
 
@@ -242,8 +287,10 @@ def match_server(model, sample: Sample, *, captured: torch.Tensor) -> list[Match
     num_layers = len(model.model.layers)
     hidden = int(model.config.hidden_size)
     if captured.shape[-1] % hidden:
-        raise BadInput(f"server hidden states are {captured.shape[-1]} wide, not a multiple of the target's "
-                       f"hidden size {hidden}")
+        raise BadInput(
+            f"server hidden states are {captured.shape[-1]} wide, not a multiple of the target's "
+            f"hidden size {hidden}"
+        )
     chunks = list(captured.split(hidden, dim=-1))
     states = target_states(model, sample.input_ids)
     cands = candidates_for(num_layers)
@@ -261,7 +308,8 @@ def _rule_text(positions: list[int | str], n_states: int) -> str:
 
 
 def draft_rule(dump: list[Match], draft_indices: list[int]) -> tuple[str | None, list[str]]:
-    """The rule over the dump's states that yields the draft's aux layers in order, or None and why not."""
+    """The rule over the dump's states that yields the draft's aux layers in order, or None and why
+    not."""
     positions: list[int | str] = []
     missing = []
     for index in draft_indices:
@@ -273,48 +321,80 @@ def draft_rule(dump: list[Match], draft_indices: list[int]) -> tuple[str | None,
         else:
             missing.append(index)
     if missing:
-        return None, [f"no rule fits: the draft reads hs{draft_indices}, and the dump does not hold "
-                      f"{', '.join(f'hs[{i}]' for i in missing)}"]
+        return None, [
+            f"no rule fits: the draft reads hs{draft_indices}, and the dump does not hold "
+            f"{', '.join(f'hs[{i}]' for i in missing)}"
+        ]
     return _rule_text(positions, len(dump)), []
 
 
-def recommend(dump: list[Match], *, num_layers: int, draft: LoadedDraft | None,
-              server: list[Match] | None = None) -> tuple[dict, list[str]]:
-    """SGLang ids and the draft's wiring rule implied by the matches, with notes on what would go wrong."""
+def recommend(
+    dump: list[Match],
+    *,
+    num_layers: int,
+    draft: LoadedDraft | None,
+    server: list[Match] | None = None,
+) -> tuple[dict, list[str]]:
+    """SGLang ids and the draft's wiring rule implied by the matches, with notes on what would go
+    wrong."""
     aux = [m for m in dump if m.role == "aux"]
     notes = []
     final = dump[-1]
     if final.index != num_layers:
-        notes.append(f"the dump's final state matches {final.label}, not the target's final state hs[{num_layers}]")
+        notes.append(
+            f"the dump's final state matches {final.label}, not the target's final state "
+            f"hs[{num_layers}]"
+        )
     if any(m.normed for m in aux):
-        notes.append("an aux state matches the post-norm final state; SGLang captures pre-norm states only")
+        notes.append(
+            "an aux state matches the post-norm final state; SGLang captures pre-norm states only"
+        )
     indices = [m.index for m in aux if not m.normed]
     sglang_ids = layers.canonical_to_ids(indices, "sglang", num_layers=num_layers)
     if num_layers in indices:
-        notes.append(f"SGLang id {num_layers - 1} (the final layer) is never captured by SGLang: it is silently "
-                     "dropped, so the draft would get fewer aux states than it was trained on")
+        notes.append(
+            f"SGLang id {num_layers - 1} (the final layer) is never captured by SGLang: it is "
+            "silently dropped, so the draft would get fewer aux states than it was trained on"
+        )
     if indices != sorted(indices):
-        notes.append("SGLang concatenates captured states in ascending layer order, not in the dump's order")
-    rec: dict = {IDS_KEY: sglang_ids, "hidden_states": indices,
-                 "rule": "[:-1]" if len(aux) == len(dump) - 1 else None}
+        notes.append(
+            "SGLang concatenates captured states in ascending layer order, not in the dump's order"
+        )
+    rec: dict = {
+        IDS_KEY: sglang_ids,
+        "hidden_states": indices,
+        "rule": "[:-1]" if len(aux) == len(dump) - 1 else None,
+    }
     if draft is not None:
         draft_indices = draft.aux_indices(num_layers)
         rec["draft_hidden_states"] = draft_indices
         rec["rule"], missing = draft_rule(dump, draft_indices)
         notes.extend(missing)
         if draft_indices != indices:
-            notes.append(f"the draft's config names hs{draft_indices} but the dump's aux states are hs{indices}: "
-                         f"set {IDS_KEY} to {sglang_ids} if the draft was trained on this dump")
+            notes.append(
+                f"the draft's config names hs{draft_indices} but the dump's aux states are "
+                f"hs{indices}: set {IDS_KEY} to {sglang_ids} if the draft was trained on this dump"
+            )
     if server is not None:
         captured = [m.index for m in server]
         rec["server_hidden_states"] = captured
         if captured != sorted(indices):
-            notes.append(f"the server captures hs{captured}, but the dump's aux states are hs{sorted(indices)}")
+            notes.append(
+                f"the server captures hs{captured}, but the dump's aux states are "
+                f"hs{sorted(indices)}"
+            )
     return rec, notes
 
 
-def match_layers(model, reader: DumpReader, *, samples: int = 4, draft: LoadedDraft | None = None,
-                server_url: str | None = None, client: httpx.Client | None = None) -> Fingerprint:
+def match_layers(
+    model,
+    reader: DumpReader,
+    *,
+    samples: int = 4,
+    draft: LoadedDraft | None = None,
+    server_url: str | None = None,
+    client: httpx.Client | None = None,
+) -> Fingerprint:
     """Match a dump (and optionally a server's captures) to the layers of ``model``.
 
     Args:

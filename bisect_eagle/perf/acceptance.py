@@ -1,40 +1,43 @@
-"""Accept length from per-position acceptance: chains, SGLang's draft trees, and a per-wiring posterior.
+"""Accept length from per-position acceptance: chains, SGLang's draft trees, and a per-wiring
+posterior.
 
-Notation. ``p_i`` (``i = 0 .. num_steps-1``) is the *conditional* acceptance of draft position ``i``:
-P(draft ``i`` accepted | drafts ``0 .. i-1`` accepted), which is what the engines report as
-``accept_rate_per_position`` and what stage 1's teacher-forced per-step accuracy estimates (step ``k`` reads
-the true tokens before it, i.e. it is scored as if the drafts before it were accepted). The *survival*
-``S_j = P(at least j+1 drafts accepted)`` is the vector every other module consumes; the accept length
-(tokens per verify cycle, the bonus token included, SGLang's definition) is ``1 + Σ_j S_j``.
+Notation. ``p_i`` (``i = 0 .. num_steps-1``) is the *conditional* acceptance of draft position
+``i``: P(draft ``i`` accepted | drafts ``0 .. i-1`` accepted), which is what the engines report as
+``accept_rate_per_position`` and what stage 1's teacher-forced per-step accuracy estimates (step
+``k`` reads the true tokens before it, i.e. it is scored as if the drafts before it were accepted).
+The *survival* ``S_j = P(at least j+1 drafts accepted)`` is the vector every other module consumes;
+the accept length (tokens per verify cycle, the bonus token included, SGLang's definition) is ``1 +
+Σ_j S_j``.
 
 Chain (``topk = 1``): ``S_j = Π_{i≤j} p_i``. This is an identity (chain rule), not an independence
-assumption, as long as ``p_i`` are the conditional rates of the configuration being predicted; transferring
-rates measured at one ``num_steps`` to another is the modelling assumption (cycle boundaries shift).
+assumption, as long as ``p_i`` are the conditional rates of the configuration being predicted;
+transferring rates measured at one ``num_steps`` to another is the modelling assumption (cycle
+boundaries shift).
 
-Tree (``topk > 1``), SGLang's ``organize_draft_results``: depth 1 holds the root's ``topk`` children; at
-each later depth the ``topk`` best nodes of the previous depth are expanded by ``topk`` children each
-(``topk²`` candidates per depth), so there are ``topk + (num_steps-1)·topk²`` candidates, of which the
-``num_draft_tokens - 1`` with the highest score (cumulative draft probability along the path) are verified.
-Assumptions of :func:`tree_survival`:
+Tree (``topk > 1``), SGLang's ``organize_draft_results``: depth 1 holds the root's ``topk``
+children; at each later depth the ``topk`` best nodes of the previous depth are expanded by ``topk``
+children each (``topk²`` candidates per depth), so there are ``topk + (num_steps-1)·topk²``
+candidates, of which the ``num_draft_tokens - 1`` with the highest score (cumulative draft
+probability along the path) are verified. Assumptions of :func:`tree_survival`:
 
-1. rank acceptance depends on depth only: the target's greedy token at depth ``j`` is the draft's rank-``r``
-   candidate with probability ``q_{j,0} = p_j`` and ``q_{j,r} = (1 - p_j)(1 - ρ)ρ^{r-1}`` for ``r ≥ 1``
-   (geometric decay of the top-1 misses over lower ranks, ``ρ = rank_decay``; recall@k =
-   ``p + (1-p)(1-ρ^{k-1})``);
-2. the draft is calibrated: a node's score equals the probability that its path is the target's path, so
-   SGLang's top-score selection keeps the nodes most likely to be accepted (and is closed under ancestors:
-   a child never outscores its parent);
-3. greedy verification: at most one node per depth lies on the target's path, so ``S_j`` is the summed
-   reach probability of the selected depth-``j+1`` nodes and the expected accepted drafts is the summed reach
-   probability of every selected node. ``topk = 1`` reduces exactly to the chain.
+1. rank acceptance depends on depth only: the target's greedy token at depth ``j`` is the draft's
+   rank-``r`` candidate with probability ``q_{j,0} = p_j`` and ``q_{j,r} = (1 - p_j)(1 - ρ)ρ^{r-1}``
+   for ``r ≥ 1`` (geometric decay of the top-1 misses over lower ranks, ``ρ = rank_decay``; recall@k
+   = ``p + (1-p)(1-ρ^{k-1})``);
+2. the draft is calibrated: a node's score equals the probability that its path is the target's
+   path, so SGLang's top-score selection keeps the nodes most likely to be accepted (and is closed
+   under ancestors: a child never outscores its parent);
+3. greedy verification: at most one node per depth lies on the target's path, so ``S_j`` is the
+   summed reach probability of the selected depth-``j+1`` nodes and the expected accepted drafts is
+   the summed reach probability of every selected node. ``topk = 1`` reduces exactly to the chain.
 
-Posterior (:class:`AcceptanceModel`): stage 1's per-position accuracy ``a_i`` of a wiring is the prior,
-shifted on the logit scale by a per-wiring calibration ``δ_w`` (MAP of a logistic shift fitted to the
-wiring's live counts, shrunk toward a global shift pooled over all wirings, itself shrunk toward 0), then each
-position is a Beta with ``κ`` prior pseudo-counts around ``σ(logit a_i + δ_w)`` updated with the live counts
-(reached, accepted) of that position: ``p_i ~ Beta(κ m_i + acc_i, κ(1 - m_i) + reached_i - acc_i)``.
-Positions beyond stage 1's depth reuse its last accuracy; a wiring without stage 1 data uses
-``default_accuracy``.
+Posterior (:class:`AcceptanceModel`): stage 1's per-position accuracy ``a_i`` of a wiring is the
+prior, shifted on the logit scale by a per-wiring calibration ``δ_w`` (MAP of a logistic shift
+fitted to the wiring's live counts, shrunk toward a global shift pooled over all wirings, itself
+shrunk toward 0), then each position is a Beta with ``κ`` prior pseudo-counts around ``σ(logit a_i +
+δ_w)`` updated with the live counts (reached, accepted) of that position: ``p_i ~ Beta(κ m_i +
+acc_i, κ(1 - m_i) + reached_i - acc_i)``. Positions beyond stage 1's depth reuse its last accuracy;
+a wiring without stage 1 data uses ``default_accuracy``.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ def _check_steps(num_steps: int) -> None:
 
 
 def _positions(p: np.ndarray | Sequence[float], num_steps: int) -> np.ndarray:
-    """``p`` [..., n] as floats [..., num_steps]; missing trailing positions repeat the last given one."""
+    """``p`` [..., n] as floats [..., num_steps]; missing trailing positions repeat the last given
+    one."""
     arr = np.asarray(p, dtype=float)
     if arr.ndim == 0 or arr.shape[-1] == 0:
         raise ValueError("per-position acceptance needs at least one position")
@@ -65,7 +69,8 @@ def _positions(p: np.ndarray | Sequence[float], num_steps: int) -> np.ndarray:
 
 
 def chain_survival(p: np.ndarray | Sequence[float], num_steps: int) -> np.ndarray:
-    """``S_j = Π_{i≤j} p_i`` for ``j < num_steps`` (shape ``[..., num_steps]``; leading axes are draws)."""
+    """``S_j = Π_{i≤j} p_i`` for ``j < num_steps`` (shape ``[..., num_steps]``; leading axes are
+    draws)."""
     _check_steps(num_steps)
     return np.cumprod(_positions(p, num_steps), axis=-1)
 
@@ -77,7 +82,8 @@ def chain_accept_length(p: np.ndarray | Sequence[float], num_steps: int) -> np.n
 
 
 def rank_probabilities(p: np.ndarray, topk: int, *, rank_decay: float) -> np.ndarray:
-    """``q[..., j, r]``: P(the target's token at depth ``j`` is the draft's rank-``r`` candidate) (assumption 1)."""
+    """``q[..., j, r]``: P(the target's token at depth ``j`` is the draft's rank-``r`` candidate)
+    (assumption 1)."""
     if not 0.0 <= rank_decay < 1.0:
         raise ValueError(f"rank_decay must be in [0, 1), got {rank_decay}")
     p = np.asarray(p, dtype=float)[..., None]
@@ -87,12 +93,18 @@ def rank_probabilities(p: np.ndarray, topk: int, *, rank_decay: float) -> np.nda
 
 
 def tree_survival(
-    p: np.ndarray | Sequence[float], *, num_steps: int, topk: int, num_draft_tokens: int, rank_decay: float = 0.6
+    p: np.ndarray | Sequence[float],
+    *,
+    num_steps: int,
+    topk: int,
+    num_draft_tokens: int,
+    rank_decay: float = 0.6,
 ) -> np.ndarray:
     """Per-depth survival ``[..., num_steps]`` of SGLang's selected draft tree (module docstring).
 
-    ``num_draft_tokens`` counts the root (the verified bonus position), so ``num_draft_tokens - 1`` candidates
-    are kept (clamped to the candidate count). ``topk = 1, num_draft_tokens = num_steps + 1`` is the chain.
+    ``num_draft_tokens`` counts the root (the verified bonus position), so ``num_draft_tokens - 1``
+    candidates are kept (clamped to the candidate count). ``topk = 1, num_draft_tokens = num_steps +
+    1`` is the chain.
     """
     _check_steps(num_steps)
     if topk < 1:
@@ -120,27 +132,36 @@ def tree_survival(
     if keep > 0:
         order = np.argsort(-all_scores, axis=1, kind="stable")[:, :keep]
         chosen = np.take_along_axis(all_scores, order, axis=1)
-        np.add.at(survival, (np.repeat(np.arange(draws), keep), all_depths[order].ravel()), chosen.ravel())
+        np.add.at(
+            survival, (np.repeat(np.arange(draws), keep), all_depths[order].ravel()), chosen.ravel()
+        )
     return np.clip(survival, 0.0, 1.0).reshape(*lead, num_steps)
 
 
 def survival(
-    p: np.ndarray | Sequence[float], *, num_steps: int, topk: int, num_draft_tokens: int, rank_decay: float = 0.6,
+    p: np.ndarray | Sequence[float],
+    *,
+    num_steps: int,
+    topk: int,
+    num_draft_tokens: int,
+    rank_decay: float = 0.6,
 ) -> np.ndarray:
     """Chain or tree survival ``[..., num_steps]`` of one speculative setting.
 
     Args:
         p: conditional per-position acceptance ``[..., n]`` (leading axes are draws).
-        num_steps, topk, num_draft_tokens: the setting as a plan's effective settings state it (the engine
-            applied SGLang's rules; nothing is filled in here).
+        num_steps, topk, num_draft_tokens: the setting as a plan's effective settings state it (the
+            engine applied SGLang's rules; nothing is filled in here).
         rank_decay: ``ρ`` of :func:`rank_probabilities` (trees only).
 
-    A ``topk = 1`` setting that verifies every draft is the chain (a fast path: :func:`tree_survival` gives the
-    same); any other is a tree.
+    A ``topk = 1`` setting that verifies every draft is the chain (a fast path:
+    :func:`tree_survival` gives the same); any other is a tree.
     """
     if topk == 1 and num_draft_tokens - 1 >= num_steps:  # keeps every one of the chain's drafts
         return chain_survival(p, num_steps)
-    return tree_survival(p, num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens, rank_decay=rank_decay)
+    return tree_survival(
+        p, num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens, rank_decay=rank_decay
+    )
 
 
 def accept_length(surv: np.ndarray) -> np.ndarray | float:
@@ -157,22 +178,28 @@ def accept_length(surv: np.ndarray) -> np.ndarray | float:
 
 
 def position_counts(
-    *, num_steps: int, rates: Sequence[float], hist: Mapping[int | str, int] | None = None,
+    *,
+    num_steps: int,
+    rates: Sequence[float],
+    hist: Mapping[int | str, int] | None = None,
     verify_steps: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(reached, accepted) per draft position of one chain trial, from what engines report.
 
-    ``reached_k``: verify cycles whose first ``k`` drafts were accepted, read off the accept-length histogram
-    (tokens per cycle → count) as ``Σ_{e ≥ k+1} hist[e]``; without one, ``verify_steps · Π_{i<k} rate_i``.
-    ``accepted_k = rate_k · reached_k`` with the engine's own conditional rate (exact where the engine
-    truncated its last drafts). A NaN rate (position never judged) counts as not reached.
+    ``reached_k``: verify cycles whose first ``k`` drafts were accepted, read off the accept-length
+    histogram (tokens per cycle → count) as ``Σ_{e ≥ k+1} hist[e]``; without one, ``verify_steps ·
+    Π_{i<k} rate_i``. ``accepted_k = rate_k · reached_k`` with the engine's own conditional rate
+    (exact where the engine truncated its last drafts). A NaN rate (position never judged) counts as
+    not reached.
     """
     rates_arr = np.full(num_steps, np.nan)
     given = np.asarray(list(rates)[:num_steps], dtype=float)
     rates_arr[: len(given)] = given
     if hist:
         emitted = {int(k): float(v) for k, v in hist.items()}
-        reached = np.array([sum(v for e, v in emitted.items() if e >= k + 1) for k in range(num_steps)])
+        reached = np.array(
+            [sum(v for e, v in emitted.items() if e >= k + 1) for k in range(num_steps)]
+        )
     else:
         total = float(verify_steps) if verify_steps else 0.0
         prefix = np.concatenate([[1.0], np.cumprod(np.nan_to_num(rates_arr, nan=0.0))[:-1]])
@@ -191,9 +218,16 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _map_shift(base: list[np.ndarray], reached: list[np.ndarray], accepted: list[np.ndarray], *, mean: float,
-               scale: float) -> float:
-    """MAP of δ in ``acc ~ Binomial(reached, σ(base + δ))`` with prior ``δ ~ N(mean, scale²)`` (Newton)."""
+def _map_shift(
+    base: list[np.ndarray],
+    reached: list[np.ndarray],
+    accepted: list[np.ndarray],
+    *,
+    mean: float,
+    scale: float,
+) -> float:
+    """MAP of δ in ``acc ~ Binomial(reached, σ(base + δ))`` with prior ``δ ~ N(mean, scale²)``
+    (Newton)."""
     b, n, a = (np.concatenate(x) if x else np.zeros(0) for x in (base, reached, accepted))
     delta = mean
     for _ in range(50):
@@ -254,13 +288,20 @@ class _Wiring:
 class AcceptanceModel:
     """Per-wiring posterior of conditional per-position acceptance (module docstring).
 
-    Wirings are any hashable key; :func:`wiring_key` builds the one :class:`~bisect_eagle.perf.model.ThroughputModel`
-    uses. ``prior_strength`` is ``κ`` (pseudo-counts per position), ``shift_scale`` the prior sd of a
-    wiring's logit shift around the global one, ``global_shift_scale`` the prior sd of the global shift.
+    Wirings are any hashable key; :func:`wiring_key` builds the one
+    :class:`~bisect_eagle.perf.model.ThroughputModel` uses. ``prior_strength`` is ``κ``
+    (pseudo-counts per position), ``shift_scale`` the prior sd of a wiring's logit shift around the
+    global one, ``global_shift_scale`` the prior sd of the global shift.
     """
 
-    def __init__(self, *, prior_strength: float = 8.0, shift_scale: float = 0.5, global_shift_scale: float = 1.0,
-                 default_accuracy: float = 0.6):
+    def __init__(
+        self,
+        *,
+        prior_strength: float = 8.0,
+        shift_scale: float = 0.5,
+        global_shift_scale: float = 1.0,
+        default_accuracy: float = 0.6,
+    ):
         if prior_strength <= 0:
             raise ValueError(f"prior_strength must be > 0, got {prior_strength}")
         self.prior_strength = prior_strength
@@ -279,14 +320,19 @@ class AcceptanceModel:
         return list(self._w)
 
     def set_prior(self, wiring: Hashable, per_position: Sequence[float]) -> None:
-        """Stage 1's teacher-forced per-position accuracy of ``wiring`` (full-vocabulary, one per step)."""
-        vals = np.asarray([v for v in per_position if v is not None and math.isfinite(v)], dtype=float)
+        """Stage 1's teacher-forced per-position accuracy of ``wiring`` (full-vocabulary, one per
+        step)."""
+        vals = np.asarray(
+            [v for v in per_position if v is not None and math.isfinite(v)], dtype=float
+        )
         if vals.size == 0:
             raise ValueError(f"wiring {wiring!r}: no finite per-position accuracy")
         self._w.setdefault(wiring, _Wiring()).prior = np.clip(vals, 0.0, 1.0)
         self._shifts = None
 
-    def observe(self, wiring: Hashable, reached: Sequence[float], *, accepted: Sequence[float]) -> None:
+    def observe(
+        self, wiring: Hashable, reached: Sequence[float], *, accepted: Sequence[float]
+    ) -> None:
         """Add one trial's live counts per position (see :func:`position_counts`).
 
         Args:
@@ -304,7 +350,8 @@ class AcceptanceModel:
         self._shifts = None
 
     def shift(self, wiring: Hashable) -> float:
-        """The wiring's logit calibration ``δ_w`` (global shift for a wiring without live counts)."""
+        """The wiring's logit calibration ``δ_w`` (global shift for a wiring without live
+        counts)."""
         if self._shifts is None:
             self._shifts = self._fit_shifts()
         return self._shifts.get(wiring, self._shifts["__global__"])
@@ -315,8 +362,13 @@ class AcceptanceModel:
             n = len(w.reached)
             if n and w.reached.sum() > 0:
                 data[key] = (w.base(n, self.default_accuracy), *w.counts(n))
-        glob = _map_shift([d[0] for d in data.values()], [d[1] for d in data.values()],
-                          [d[2] for d in data.values()], mean=0.0, scale=self.global_shift_scale)
+        glob = _map_shift(
+            [d[0] for d in data.values()],
+            [d[1] for d in data.values()],
+            [d[2] for d in data.values()],
+            mean=0.0,
+            scale=self.global_shift_scale,
+        )
         out: dict[Hashable, float] = {"__global__": glob}
         for key, (b, n, a) in data.items():
             out[key] = _map_shift([b], [n], [a], mean=glob, scale=self.shift_scale)
@@ -343,7 +395,9 @@ class AcceptanceModel:
         a, b = self.beta(wiring, num_positions)
         return a / (a + b)
 
-    def sample(self, wiring: Hashable, num_positions: int, *, draws: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(
+        self, wiring: Hashable, num_positions: int, *, draws: int, rng: np.random.Generator
+    ) -> np.ndarray:
         """Posterior draws ``[draws, n]`` of ``p_0 .. p_{n-1}`` (independent Betas).
 
         Args:
@@ -376,12 +430,14 @@ def wiring_key(layer_ids: Sequence[int] | None, algorithm: str = "EAGLE3") -> tu
     return (algorithm, None if layer_ids is None else tuple(sorted(int(i) for i in layer_ids)))
 
 
-def fit_rank_decay(observations: Sequence[tuple[np.ndarray, int, int, int, float]],
-                   grid: Sequence[float] = tuple(round(0.05 * i, 2) for i in range(1, 20))) -> float | None:
+def fit_rank_decay(
+    observations: Sequence[tuple[np.ndarray, int, int, int, float]],
+    grid: Sequence[float] = tuple(round(0.05 * i, 2) for i in range(1, 20)),
+) -> float | None:
     """``ρ`` minimising the squared relative error of tree accept lengths.
 
-    Each observation is ``(p, num_steps, topk, num_draft_tokens, measured accept length)`` with ``p`` the
-    chain posterior mean at that time. ``None`` without observations.
+    Each observation is ``(p, num_steps, topk, num_draft_tokens, measured accept length)`` with
+    ``p`` the chain posterior mean at that time. ``None`` without observations.
     """
     if not observations:
         return None
@@ -389,7 +445,9 @@ def fit_rank_decay(observations: Sequence[tuple[np.ndarray, int, int, int, float
     for rho in grid:
         err = 0.0
         for p, steps, topk, ndt, measured in observations:
-            pred = accept_length(tree_survival(p, num_steps=steps, topk=topk, num_draft_tokens=ndt, rank_decay=rho))
+            pred = accept_length(
+                tree_survival(p, num_steps=steps, topk=topk, num_draft_tokens=ndt, rank_decay=rho)
+            )
             err += ((pred - measured) / measured) ** 2
         if err < best_err:
             best, best_err = float(rho), err

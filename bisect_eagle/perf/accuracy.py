@@ -1,4 +1,5 @@
-"""How well the throughput model predicted: each prediction made before a measurement, beside the measurement,
+"""How well the throughput model predicted: each prediction made before a measurement, beside the
+measurement,
 and their relative errors and interval coverage (what ``bench_model.py`` and the report print)."""
 
 from __future__ import annotations
@@ -55,15 +56,23 @@ class ErrorReport:
 
 
 def error_report(records: Sequence[ErrorRecord]) -> ErrorReport:
-    """Median (mean, p90) relative error of ``records``' predictions and the share inside their interval."""
+    """Median (mean, p90) relative error of ``records``' predictions and the share inside their
+    interval."""
     recs = list(records)
     if not recs:
         return ErrorReport(0, math.nan, math.nan, math.nan, math.nan, math.nan, [])
     errs = sorted(r.rel_error for r in recs)
-    al_errs = [abs(r.predicted.accept_length - r.measured_accept_length) / r.measured_accept_length
-               for r in recs if math.isfinite(r.measured_accept_length) and r.measured_accept_length > 0]
+    al_errs = [
+        abs(r.predicted.accept_length - r.measured_accept_length) / r.measured_accept_length
+        for r in recs
+        if math.isfinite(r.measured_accept_length) and r.measured_accept_length > 0
+    ]
     return ErrorReport(
-        n=len(recs), median_rel_error=statistics.median(errs), mean_rel_error=statistics.fmean(errs),
+        n=len(recs),
+        median_rel_error=statistics.median(errs),
+        mean_rel_error=statistics.fmean(errs),
         p90_rel_error=float(np.quantile(errs, 0.9)),
         accept_length_median_rel_error=statistics.median(al_errs) if al_errs else math.nan,
-        coverage=sum(r.inside for r in recs) / len(recs), records=recs)
+        coverage=sum(r.inside for r in recs) / len(recs),
+        records=recs,
+    )

@@ -35,8 +35,11 @@ from bisect_eagle.perf import acceptance as acc
 
 Side = Literal["acceptance", "cost", "both", "none", "unknown"]
 ACCEPT_MARGIN = 0.10
-VERDICT = {"acceptance": "the acceptance side", "cost": "the cost side",
-           "both": "both sides (acceptance and cost)"}
+VERDICT = {
+    "acceptance": "the acceptance side",
+    "cost": "the cost side",
+    "both": "both sides (acceptance and cost)",
+}
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,10 @@ class Split:
             cycles = f"{_num(self.cycles_s)} verify cycles/s"
         else:
             head = f"accept length {a} where {self.source} predicts {p} (floor {_num(self.floor)})"
-            cycles = (f"{_num(self.cycles_s)} verify cycles/s, {_num(self.needed_cycles_s)} needed "
-                      f"for {self.need}'s {_num(self.needed_tok_s)} tok/s at {p}")
+            cycles = (
+                f"{_num(self.cycles_s)} verify cycles/s, {_num(self.needed_cycles_s)} needed for "
+                f"{self.need}'s {_num(self.needed_tok_s)} tok/s at {p}"
+            )
         measured = f"{_num(self.tok_s)} tok/s"
         if self.side in VERDICT:
             end = VERDICT[self.side]
@@ -103,8 +108,13 @@ class Split:
         return f"{head}; {cycles}: {end}"
 
 
-def stage1_accept_length(per_position: Sequence[float], *, num_steps: int, topk: int = 1,
-                         num_draft_tokens: int | None = None) -> float:
+def stage1_accept_length(
+    per_position: Sequence[float],
+    *,
+    num_steps: int,
+    topk: int = 1,
+    num_draft_tokens: int | None = None,
+) -> float:
     """The accept length (bonus token included, SGLang's) that stage 1's per-position accuracy
     predicts for a speculative setting: SpecForge's simulated accept length plus 1 at stage 1's own
     depth; deeper positions reuse the last accuracy, trees follow
@@ -137,8 +147,16 @@ def stage1_floor(predicted: float, *, margin: float = ACCEPT_MARGIN) -> float:
     return max(1.0, predicted * (1.0 - margin))
 
 
-def explain(*, accept_length: float, tok_s: float, needed_tok_s: float, need: str,
-            predicted: float | None = None, floor: float | None = None, source: str = "") -> Split:
+def explain(
+    *,
+    accept_length: float,
+    tok_s: float,
+    needed_tok_s: float,
+    need: str,
+    predicted: float | None = None,
+    floor: float | None = None,
+    source: str = "",
+) -> Split:
     """Which side explains a live measurement's gap to ``needed_tok_s`` (module docstring).
 
     Args:
@@ -169,8 +187,9 @@ def explain(*, accept_length: float, tok_s: float, needed_tok_s: float, need: st
     elif predicted is not None:
         slow = split.cycles_s * predicted < needed_tok_s
         short = split.short
-        side = ("both" if short and slow else "acceptance" if short else "cost" if slow
-                else "unknown")
+        side = (
+            "both" if short and slow else "acceptance" if short else "cost" if slow else "unknown"
+        )
     return Split(side, accept_length, tok_s, needed_tok_s, need, predicted, floor, source)
 
 

@@ -1,8 +1,9 @@
-"""The throughput model's value types: a configuration as the model sees it, a prediction, and an estimate's work.
+"""The throughput model's value types: a configuration as the model sees it, a prediction, and an
+estimate's work.
 
-They have a module of their own so that what reads or records predictions (:mod:`~bisect_eagle.perf.accuracy`,
-the search's guide) needs no model, and the model (:mod:`~bisect_eagle.perf.model`) is the only module that makes
-them.
+They have a module of their own so that what reads or records predictions
+(:mod:`~bisect_eagle.perf.accuracy`, the search's guide) needs no model, and the model
+(:mod:`~bisect_eagle.perf.model`) is the only module that makes them.
 """
 
 from __future__ import annotations
@@ -37,18 +38,25 @@ class Config:
         return self.num_steps > 0
 
     @classmethod
-    def from_effective(cls, effective: Mapping[str, Any], *, concurrency: int | None = None,
-                       finite_horizon: bool = False) -> Config:
+    def from_effective(
+        cls,
+        effective: Mapping[str, Any],
+        *,
+        concurrency: int | None = None,
+        finite_horizon: bool = False,
+    ) -> Config:
         """The model's view of a plan's effective settings.
 
         Args:
-            effective: a plan's effective settings (:attr:`~bisect_eagle.engines.plan.TrialPlan.effective`), read
-                at ``speculative_algorithm``, ``eagle_aux_hidden_state_layer_ids``, ``num_steps``, ``topk``,
-                ``num_draft_tokens``, ``concurrency``, ``env``, ``server_args``, ``server`` (the server settings
-                the engine resolved, wherever it put them: :func:`~bisect_eagle.perf.cost.context_keys`),
-                ``max_new_tokens`` and ``speculative_adaptive``. ``num_draft_tokens`` is taken as the plan states
-                it (the engine applied SGLang's rules, ``topk == 1`` included); missing keys take SGLang's defaults,
-                except ``num_draft_tokens`` of a speculative config, which is required.
+            effective: a plan's effective settings
+                (:attr:`~bisect_eagle.engines.plan.TrialPlan.effective`), read at
+                ``speculative_algorithm``, ``eagle_aux_hidden_state_layer_ids``, ``num_steps``,
+                ``topk``, ``num_draft_tokens``, ``concurrency``, ``env``, ``server_args``,
+                ``server`` (the server settings the engine resolved, wherever it put them:
+                :func:`~bisect_eagle.perf.cost.context_keys`), ``max_new_tokens`` and
+                ``speculative_adaptive``. ``num_draft_tokens`` is taken as the plan states it (the
+                engine applied SGLang's rules, ``topk == 1`` included); missing keys take SGLang's
+                defaults, except ``num_draft_tokens`` of a speculative config, which is required.
             concurrency: overrides the settings' own ``concurrency``.
             finite_horizon: read ``max_new_tokens`` as the tokens per request
                 (:attr:`~bisect_eagle.perf.benchmark.Benchmark.finite_horizon`).
@@ -66,14 +74,22 @@ class Config:
         if steps == 0:
             topk, ndt = 1, 1  # the target alone: one token per forward
         elif not ndt:
-            raise ValueError("num_draft_tokens is missing: a plan's effective settings state it (the engine's "
-                             "speculative rules applied)")
+            raise ValueError(
+                "num_draft_tokens is missing: a plan's effective settings state it (the engine's "
+                "speculative rules applied)"
+            )
         tokens = effective.get("max_new_tokens") if finite_horizon else None
         return cls(
             wiring=acc.wiring_key(effective.get(IDS_KEY), algorithm),
-            num_steps=steps, topk=topk, num_draft_tokens=int(ndt), batch=batch,
-            context=context_keys(effective.get("env"), effective.get("server_args"), effective.get("server")),
-            tokens=int(tokens) if tokens else None, adaptive=bool(effective.get("speculative_adaptive")),
+            num_steps=steps,
+            topk=topk,
+            num_draft_tokens=int(ndt),
+            batch=batch,
+            context=context_keys(
+                effective.get("env"), effective.get("server_args"), effective.get("server")
+            ),
+            tokens=int(tokens) if tokens else None,
+            adaptive=bool(effective.get("speculative_adaptive")),
         )
 
 
@@ -105,7 +121,8 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Expected work of a configuration: point values and joint draws (internal, also used by adaptive)."""
+    """Expected work of a configuration: point values and joint draws (internal, also used by
+    adaptive)."""
 
     tokens: float  # per request
     cycles: float

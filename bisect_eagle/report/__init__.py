@@ -1,3 +1,3 @@
-"""A study's report: tables and plots from its MLflow runs (`study`), the throughput model's predicted-versus-
-measured view (`model`).
+"""A study's report: tables and plots from its MLflow runs (`study`), the throughput model's
+predicted-versus- measured view (`model`).
 """

@@ -51,11 +51,21 @@ class TrialSplit:
             "sentence"}``.
         """
         s = self.split
-        return {"trial": self.trial, "run_id": self.run_id, "side": s.side,
-                "accept_length": s.accept_length, "predicted_accept_length": s.predicted,
-                "floor": s.floor, "source": s.source, "output_tok_s": s.tok_s,
-                "needed_tok_s": s.needed_tok_s, "need": s.need, "cycles_s": s.cycles_s,
-                "needed_cycles_s": s.needed_cycles_s, "sentence": s.sentence()}
+        return {
+            "trial": self.trial,
+            "run_id": self.run_id,
+            "side": s.side,
+            "accept_length": s.accept_length,
+            "predicted_accept_length": s.predicted,
+            "floor": s.floor,
+            "source": s.source,
+            "output_tok_s": s.tok_s,
+            "needed_tok_s": s.needed_tok_s,
+            "need": s.need,
+            "cycles_s": s.cycles_s,
+            "needed_cycles_s": s.needed_cycles_s,
+            "sentence": s.sentence(),
+        }
 
 
 def need_of(parent: Run, frame: pd.DataFrame, *, metric: str) -> tuple[float | None, str]:
@@ -90,13 +100,17 @@ def stage1_prediction(tracking: Tracking, frame: pd.DataFrame, best: pd.Series) 
         return None
     if not per_position or not all(math.isfinite(p) for p in per_position):
         return None
-    return stage1_accept_length(per_position, num_steps=_int(best["num_steps"]) or 1,
-                                topk=_int(best.get("topk")) or 1,
-                                num_draft_tokens=_int(best.get("num_draft_tokens")))
+    return stage1_accept_length(
+        per_position,
+        num_steps=_int(best["num_steps"]) or 1,
+        topk=_int(best.get("topk")) or 1,
+        num_draft_tokens=_int(best.get("num_draft_tokens")),
+    )
 
 
-def best_split(tracking: Tracking, parent: Run, frame: pd.DataFrame, best: pd.Series | None, *,
-               metric: str) -> TrialSplit | None:
+def best_split(
+    tracking: Tracking, parent: Run, frame: pd.DataFrame, best: pd.Series | None, *, metric: str
+) -> TrialSplit | None:
     """The split of the best live trial.
 
     Args:
@@ -122,9 +136,15 @@ def best_split(tracking: Tracking, parent: Run, frame: pd.DataFrame, best: pd.Se
         predicted, source = float(best["predicted_accept_length"]), MODEL
         low = best.get("predicted_accept_length_low")
         floor = None if _missing(low) else float(low)
-    split = explain(accept_length=float(best["accept_length"]), tok_s=float(best["output_tok_s"]),
-                    needed_tok_s=float(needed), need=need, predicted=predicted, floor=floor,
-                    source=source if predicted is not None else "")
+    split = explain(
+        accept_length=float(best["accept_length"]),
+        tok_s=float(best["output_tok_s"]),
+        needed_tok_s=float(needed),
+        need=need,
+        predicted=predicted,
+        floor=floor,
+        source=source if predicted is not None else "",
+    )
     return TrialSplit(trial_label(best), str(best["run_id"]), split)
 
 

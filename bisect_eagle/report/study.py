@@ -1,7 +1,8 @@
-"""After a study: its trials as a pandas table, the best config, and PNG plots (written to a folder and logged to
-the study's parent run under ``report/``): accept length and output tok/s per searched setting with the baseline
-and target lines (and SGLang's adaptive speculation as a reference), the throughput model's predictions against
-the measurements, and stage-1 accuracy per wiring against the gate. After a bisect: its probes against the
+"""After a study: its trials as a pandas table, the best config, and PNG plots (written to a folder
+and logged to the study's parent run under ``report/``): accept length and output tok/s per searched
+setting with the baseline and target lines (and SGLang's adaptive speculation as a reference), the
+throughput model's predictions against the measurements, and stage-1 accuracy per wiring against the
+gate. After a bisect: its probes against the
 limit."""
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.record import TRIAL_TAG, run_metrics
 
 PLOTTED = ("accept_length", "output_tok_s")
-IDENTITY_COLUMNS = ("run_id", "run_name", "trial", "stage", "status", "outcome", "gate", "failure_class")
+IDENTITY_COLUMNS = (
+    "run_id",
+    "run_name",
+    "trial",
+    "stage",
+    "status",
+    "outcome",
+    "gate",
+    "failure_class",
+)
 SHORT = {IDS_KEY: "ids"}  # column names as a terminal or a plot shows them
 
 
@@ -37,16 +47,24 @@ def find_parent(tracking: Tracking, study: str | None = None):
         BadInput: the experiment has no such parent run.
     """
     flt = "tags.role = 'study'" + (f" and tags.study = '{study}'" if study else "")
-    runs = tracking.client.search_runs([tracking.experiment_id], filter_string=flt,
-                                       order_by=["attributes.start_time DESC"], max_results=1)
+    runs = tracking.client.search_runs(
+        [tracking.experiment_id],
+        filter_string=flt,
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not runs:
         what = f"study {study!r}" if study else "any study"
-        raise BadInput(f"experiment {tracking.experiment_name()!r} in {tracking.uri} has no parent run of {what}")
+        raise BadInput(
+            f"experiment {tracking.experiment_name()!r} in {tracking.uri} has no parent run of "
+            f"{what}"
+        )
     return runs[0]
 
 
 def study_value(parent, kind: str, *, metric: str) -> float | None:
-    """The parent run's ``baseline`` or ``target`` of ``metric`` (``baseline_<metric>``, else ``baseline``).
+    """The parent run's ``baseline`` or ``target`` of ``metric`` (``baseline_<metric>``, else
+    ``baseline``).
 
     Args:
         parent: the study's parent run.
@@ -61,8 +79,9 @@ def study_value(parent, kind: str, *, metric: str) -> float | None:
 
 
 def trials_frame(tracking: Tracking, parent_run_id: str) -> pd.DataFrame:
-    """One row per child run: identity columns (``trial``: the trial's one name, ``live 003``), the settings
-    (effective, as logged) and the trial's own metrics (MLflow's ``system/*`` samples left out).
+    """One row per child run: identity columns (``trial``: the trial's one name, ``live 003``), the
+    settings (effective, as logged) and the trial's own metrics (MLflow's ``system/*`` samples left
+    out).
 
     Args:
         tracking: the study's store.
@@ -75,10 +94,16 @@ def trials_frame(tracking: Tracking, parent_run_id: str) -> pd.DataFrame:
     rows = []
     for run in tracking.child_runs(parent_run_id):
         tags = run.data.tags
-        row = {"run_id": run.info.run_id, "run_name": run.info.run_name, "trial": tags.get(TRIAL_TAG),
-               "stage": tags.get("stage"),
-               "status": run.info.status, "outcome": tags.get("outcome"), "gate": tags.get("gate"),
-               "failure_class": tags.get("failure_class")}
+        row = {
+            "run_id": run.info.run_id,
+            "run_name": run.info.run_name,
+            "trial": tags.get(TRIAL_TAG),
+            "stage": tags.get("stage"),
+            "status": run.info.status,
+            "outcome": tags.get("outcome"),
+            "gate": tags.get("gate"),
+            "failure_class": tags.get("failure_class"),
+        }
         row.update({k: v for k, v in run.data.params.items() if not k.startswith("requested.")})
         row.update(run_metrics(run))
         rows.append(row)
@@ -86,8 +111,8 @@ def trials_frame(tracking: Tracking, parent_run_id: str) -> pd.DataFrame:
 
 
 def varying_settings(live: pd.DataFrame) -> list[str]:
-    """Setting columns that take more than one value among live trials, less those that follow from an earlier
-    one (``num_draft_tokens`` is ``num_steps + 1`` at topk 1: the same panel twice).
+    """Setting columns that take more than one value among live trials, less those that follow from
+    an earlier one (``num_draft_tokens`` is ``num_steps + 1`` at topk 1: the same panel twice).
 
     Args:
         live: the live trials' rows of :func:`trials_frame`.
@@ -97,7 +122,11 @@ def varying_settings(live: pd.DataFrame) -> list[str]:
     """
     skip = set(IDENTITY_COLUMNS)
     metrics = {c for c in live.columns if pd.api.types.is_numeric_dtype(live[c])}
-    varying = [c for c in live.columns if c not in skip and c not in metrics and live[c].nunique(dropna=True) > 1]
+    varying = [
+        c
+        for c in live.columns
+        if c not in skip and c not in metrics and live[c].nunique(dropna=True) > 1
+    ]
     kept: list[str] = []
     for name in varying:
         if not any(_same_partition(live, name, other) for other in kept):
@@ -106,9 +135,12 @@ def varying_settings(live: pd.DataFrame) -> list[str]:
 
 
 def _same_partition(frame: pd.DataFrame, a: str, b: str) -> bool:
-    """Whether each value of ``a`` goes with one value of ``b`` and the reverse (one setting determines the other)."""
+    """Whether each value of ``a`` goes with one value of ``b`` and the reverse (one setting
+    determines the other)."""
     pair = frame[[a, b]].astype(str)
-    return bool((pair.groupby(a)[b].nunique() == 1).all() and (pair.groupby(b)[a].nunique() == 1).all())
+    return bool(
+        (pair.groupby(a)[b].nunique() == 1).all() and (pair.groupby(b)[a].nunique() == 1).all()
+    )
 
 
 def best_row(frame: pd.DataFrame, metric: str) -> pd.Series | None:
@@ -138,21 +170,35 @@ def pyplot():
     return plt
 
 
-def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], out: Path,
-                     lines: dict[str, float], band: tuple[str, float, float] | None = None) -> Path:
-    """One PNG: ``metric`` against each varying setting (a point per trial, a bar at the median), with
-    horizontal lines (e.g. ``{"baseline": 3.0, "target": 4.5}``; red for ``target``, purple for the
-    ``adaptive`` references, dotted when ``predicted``) and an optional shaded ``band`` (label, low, high)."""
+def plot_per_setting(
+    live: pd.DataFrame,
+    metric: str,
+    *,
+    settings: list[str],
+    out: Path,
+    lines: dict[str, float],
+    band: tuple[str, float, float] | None = None,
+) -> Path:
+    """One PNG: ``metric`` against each varying setting (a point per trial, a bar at the median),
+    with horizontal lines (e.g. ``{"baseline": 3.0, "target": 4.5}``; red for ``target``, purple for
+    the ``adaptive`` references, dotted when ``predicted``) and an optional shaded ``band`` (label,
+    low, high)."""
     plt = pyplot()
     n = max(1, len(settings))
     # constrained layout: rotated tick labels, legends and a suptitle
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False, layout="constrained")
     for ax, name in zip(axes[0], settings or [None], strict=True):
-        if name is None:  # every trial had the same settings: one point per trial, named as the trial is
+        # every trial had the same settings: one point per trial, named as the trial is
+        if name is None:
             values = live.dropna(subset=[metric])
             ax.scatter(range(len(values)), values[metric], color="#08519c", zorder=3, s=18)
-            ax.set_xticks(range(len(values)), [trial_label(r) for _, r in values.iterrows()], rotation=30,
-                          ha="right", fontsize=8)
+            ax.set_xticks(
+                range(len(values)),
+                [trial_label(r) for _, r in values.iterrows()],
+                rotation=30,
+                ha="right",
+                fontsize=8,
+            )
             ax.set_xlabel("live trial (no setting varied)", fontsize=9)
         else:
             values = live[[name, metric]].dropna()
@@ -161,12 +207,19 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
                 ys = values.loc[values[name] == v, metric]
                 ax.bar(i, ys.median(), color="#9ecae1", width=0.6)
                 ax.scatter([i] * len(ys), ys, color="#08519c", zorder=3, s=14)
-            ax.set_xticks(range(len(order)), [str(v) for v in order], rotation=30, ha="right", fontsize=8)
+            ax.set_xticks(
+                range(len(order)), [str(v) for v in order], rotation=30, ha="right", fontsize=8
+            )
             ax.set_xlabel(SHORT.get(name, name), fontsize=9)
         ax.set_ylabel(metric, fontsize=9)
         for label, y in lines.items():
-            ax.axhline(y, linestyle=":" if "predicted" in label else "--", linewidth=1.2, color=_line_color(label),
-                       label=f"{label} {y:.1f}" if abs(y) >= 100 else f"{label} {y:.3g}")
+            ax.axhline(
+                y,
+                linestyle=":" if "predicted" in label else "--",
+                linewidth=1.2,
+                color=_line_color(label),
+                label=f"{label} {y:.1f}" if abs(y) >= 100 else f"{label} {y:.3g}",
+            )
         if band is not None:
             ax.axhspan(band[1], band[2], color=_line_color(band[0]), alpha=0.12, label=band[0])
         if lines:
@@ -179,8 +232,8 @@ def plot_per_setting(live: pd.DataFrame, metric: str, *, settings: list[str], ou
 
 
 def trial_label(row: pd.Series) -> str:
-    """A trials-table row as a person reads it: the trial's name (``live 003``), else its run id's first 8
-    characters (a run logged before trials were named).
+    """A trials-table row as a person reads it: the trial's name (``live 003``), else its run id's
+    first 8 characters (a run logged before trials were named).
 
     Args:
         row: a row of :func:`trials_frame` (``trial`` and ``run_id`` are read).
@@ -193,12 +246,16 @@ def trial_label(row: pd.Series) -> str:
 
 
 def _line_color(label: str) -> str:
-    """Red for the target, purple for SGLang's adaptive speculation, grey for the rest (the baseline)."""
-    return "#d62728" if label.startswith("target") else "#756bb1" if "adaptive" in label else "#636363"
+    """Red for the target, purple for SGLang's adaptive speculation, grey for the rest (the
+    baseline)."""
+    return (
+        "#d62728" if label.startswith("target") else "#756bb1" if "adaptive" in label else "#636363"
+    )
 
 
 def plot_gate(stage1: pd.DataFrame, out: Path, *, margin: float | None = None) -> Path:
-    """One PNG: stage-1 accuracy per wiring (green: passed the gate, grey: rejected) and the gate's threshold
+    """One PNG: stage-1 accuracy per wiring (green: passed the gate, grey: rejected) and the gate's
+    threshold
     (``gate_threshold``, else ``gate_reference`` - ``margin``)."""
     plt = pyplot()
     rows = stage1.sort_values("standalone_accuracy")
@@ -215,7 +272,9 @@ def plot_gate(stage1: pd.DataFrame, out: Path, *, margin: float | None = None) -
     elif margin is not None and "gate_reference" in rows and rows["gate_reference"].notna().any():
         threshold = float(rows["gate_reference"].dropna().iloc[0]) - margin
     if threshold is not None:
-        ax.axvline(threshold, color="#d62728", linestyle="--", linewidth=1.2, label=f"gate {threshold:.3f}")
+        ax.axvline(
+            threshold, color="#d62728", linestyle="--", linewidth=1.2, label=f"gate {threshold:.3f}"
+        )
         ax.legend(fontsize=7, loc="lower right")
     ax.set_xlabel("standalone accuracy (green: goes live)", fontsize=9)
     ax.set_xlim(0, min(1.0, float(rows["standalone_accuracy"].max()) * 1.15 + 0.02))
@@ -228,7 +287,8 @@ def plot_gate(stage1: pd.DataFrame, out: Path, *, margin: float | None = None) -
 
 
 def plot_probes(probes: list[dict], *, judge: dict, out: Path) -> Path:
-    """One PNG of a bisect: each probe's samples and median against the judge's limit (red: BAD, green: GOOD).
+    """One PNG of a bisect: each probe's samples and median against the judge's limit (red: BAD,
+    green: GOOD).
 
     Args:
         probes: the bisect report's probes in order (``outcome``, ``applied``, and optionally
@@ -251,7 +311,13 @@ def plot_probes(probes: list[dict], *, judge: dict, out: Path) -> Path:
     labels = [f"{i + 1}: {_applied(p['applied'])}" for i, p in enumerate(probes)]
     ax.set_xticks(range(len(probes)), labels, rotation=35, ha="right", fontsize=7)
     if judge.get("limit") is not None:
-        ax.axhline(judge["limit"], color="#636363", linestyle="--", linewidth=1.2, label=f"limit {judge['limit']:.4g}")
+        ax.axhline(
+            judge["limit"],
+            color="#636363",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"limit {judge['limit']:.4g}",
+        )
         ax.legend(fontsize=7, loc="best")
     ax.set_ylabel(judge.get("metric", "value"), fontsize=9)
     fig.suptitle("bisect probes (green: good, red: bad, grey: unresolved)", fontsize=10)
@@ -261,31 +327,61 @@ def plot_probes(probes: list[dict], *, judge: dict, out: Path) -> Path:
     return out
 
 
-def plot_predicted(points: pd.DataFrame, *, error: ModelError, target: float | None, out: Path) -> Path:
-    """One PNG: each trial's measured tok/s (x) against its prediction (y) with the interval as an error bar
+def plot_predicted(
+    points: pd.DataFrame, *, error: ModelError, target: float | None, out: Path
+) -> Path:
+    """One PNG: each trial's measured tok/s (x) against its prediction (y) with the interval as an
+    error bar
     (green: the measurement inside it, red: outside), the line y = x and the target (both axes)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 5.0))
     for inside, color in ((True, "#31a354"), (False, "#d62728")):
         sel = points[points["inside"] == inside]
         if not sel.empty:
-            yerr = [(sel["predicted"] - sel["low"]).clip(lower=0), (sel["high"] - sel["predicted"]).clip(lower=0)]
-            ax.errorbar(sel["measured"], sel["predicted"], yerr=yerr, fmt="o", color=color, ms=4, capsize=3,
-                        label=f"{'inside' if inside else 'outside'} the {INTERVAL} interval ({len(sel)})")
-    values = [*points["measured"], *points["low"], *points["high"], *([target] if target is not None else [])]
+            yerr = [
+                (sel["predicted"] - sel["low"]).clip(lower=0),
+                (sel["high"] - sel["predicted"]).clip(lower=0),
+            ]
+            ax.errorbar(
+                sel["measured"],
+                sel["predicted"],
+                yerr=yerr,
+                fmt="o",
+                color=color,
+                ms=4,
+                capsize=3,
+                label=f"{'inside' if inside else 'outside'} the {INTERVAL} interval ({len(sel)})",
+            )
+    values = [
+        *points["measured"],
+        *points["low"],
+        *points["high"],
+        *([target] if target is not None else []),
+    ]
     lo, hi = min(values), max(values)
     pad = 0.05 * (hi - lo or hi or 1.0)
-    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="#636363", linewidth=1, label="predicted = measured")
+    ax.plot(
+        [lo - pad, hi + pad],
+        [lo - pad, hi + pad],
+        color="#636363",
+        linewidth=1,
+        label="predicted = measured",
+    )
     if target is not None:
-        ax.axvline(target, color="#d62728", linestyle="--", linewidth=1.2, label=f"target {target:.4g}")
+        ax.axvline(
+            target, color="#d62728", linestyle="--", linewidth=1.2, label=f"target {target:.4g}"
+        )
         ax.axhline(target, color="#d62728", linestyle="--", linewidth=1.2)
     ax.set_xlim(lo - pad, hi + pad)
     ax.set_ylim(lo - pad, hi + pad)
     ax.set_xlabel("measured output tok/s", fontsize=9)
     ax.set_ylabel(f"predicted output tok/s ({INTERVAL} interval)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"predicted vs measured: median error {100 * error.median_rel_error:.1f} %, "
-                 f"{error.inside}/{error.n} inside the {INTERVAL} interval", fontsize=10)
+    fig.suptitle(
+        f"predicted vs measured: median error {100 * error.median_rel_error:.1f} %, "
+        f"{error.inside}/{error.n} inside the {INTERVAL} interval",
+        fontsize=10,
+    )
     fig.tight_layout()
     path = out / "predicted_vs_measured_output_tok_s.png"
     fig.savefig(path, dpi=110)
@@ -308,7 +404,8 @@ def _sort_key(v: str) -> tuple:
 
 @dataclass
 class Report:
-    """What :func:`write_report` wrote, with the model's side of the study (:mod:`bisect_eagle.report.model`)."""
+    """What :func:`write_report` wrote, with the model's side of the study
+    (:mod:`bisect_eagle.report.model`)."""
 
     frame: pd.DataFrame
     best: pd.Series | None
@@ -318,7 +415,8 @@ class Report:
 
 
 def _lines(frame: pd.DataFrame, parent, metric: str, plotted: str) -> dict[str, float]:
-    """The baseline (the baseline trial's value, else the study's) and, for the criterion metric, the target."""
+    """The baseline (the baseline trial's value, else the study's) and, for the criterion metric,
+    the target."""
     lines: dict[str, float] = {}
     base = frame[frame["stage"] == "baseline"] if "stage" in frame else frame.iloc[:0]
     if plotted in base and base[plotted].notna().any():
@@ -348,26 +446,48 @@ def write_report(tracking: Tracking, parent, *, out: Path | None) -> Report:
     metric = parent.data.params.get("criterion.metric", "output_tok_s")
     frame = trials_frame(tracking, pid)
     if out is None:
-        return Report(frame, best_row(frame, metric), [], metric, model_view(tracking, parent, frame=frame))
+        return Report(
+            frame, best_row(frame, metric), [], metric, model_view(tracking, parent, frame=frame)
+        )
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "trials.csv"]
     frame.to_csv(files[0], index=False)
     best = best_row(frame, metric)
     files.append(out / "best.json")
-    files[-1].write_text(json.dumps(None if best is None else best.dropna().to_dict(), indent=2, default=str))
-    live = frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame
+    files[-1].write_text(
+        json.dumps(None if best is None else best.dropna().to_dict(), indent=2, default=str)
+    )
+    live = (
+        frame[(frame["stage"] == "live") & (frame["outcome"] == "ok")] if not frame.empty else frame
+    )
     model = model_view(tracking, parent, frame=frame)
     if not live.empty:
         settings = varying_settings(live)
         for m in PLOTTED:
             if m in live:
                 lines = _lines(frame, parent, metric, m)
-                references, band = adaptive_lines(model.adaptive) if m == "output_tok_s" else ({}, None)
-                files.append(plot_per_setting(live, m, settings=settings, out=out, lines={**lines, **references},
-                                              band=band))
+                references, band = (
+                    adaptive_lines(model.adaptive) if m == "output_tok_s" else ({}, None)
+                )
+                files.append(
+                    plot_per_setting(
+                        live,
+                        m,
+                        settings=settings,
+                        out=out,
+                        lines={**lines, **references},
+                        band=band,
+                    )
+                )
     if model.error is not None:
-        files.append(plot_predicted(model.points, error=model.error, out=out,
-                                    target=parent.data.metrics.get("target_output_tok_s")))
+        files.append(
+            plot_predicted(
+                model.points,
+                error=model.error,
+                out=out,
+                target=parent.data.metrics.get("target_output_tok_s"),
+            )
+        )
     stage1 = frame[frame["stage"] == "standalone"] if not frame.empty else frame
     if not stage1.empty and "standalone_accuracy" in stage1:
         margin = parent.data.params.get("gate.margin")

@@ -1,17 +1,18 @@
-"""Stage 1's gate: from every candidate's standalone verdict (:mod:`bisect_eagle.trials.standalone`), which
-wirings go live, recorded on the study's parent run.
+"""Stage 1's gate: from every candidate's standalone verdict
+(:mod:`bisect_eagle.trials.standalone`), which wirings go live, recorded on the study's parent run.
 
-A standalone accuracy is a proxy of live acceptance, and a noisy one: it is measured on a finite dump (its
-bootstrap standard error over the dump's samples, ``Verdict.accuracy_sd``), and teacher forcing reads each
-wiring a little differently from a live server (:data:`PROXY_REL_SD`, relative). So a wiring goes live when its
-accuracy is within noise of the reference (the best candidate, or the draft's training accuracy)::
+A standalone accuracy is a proxy of live acceptance, and a noisy one: it is measured on a finite
+dump (its bootstrap standard error over the dump's samples, ``Verdict.accuracy_sd``), and teacher
+forcing reads each wiring a little differently from a live server (:data:`PROXY_REL_SD`, relative).
+So a wiring goes live when its accuracy is within noise of the reference (the best candidate, or the
+draft's training accuracy)::
 
     accuracy ≥ reference − max(margin, GATE_Z · √(sd_ref² + sd² + (PROXY_REL_SD · reference)²))
 
-``margin`` (``standalone.margin``) is a floor. The wirings that go live are ranked by accuracy (a note
-``gate rank N``, 1 the best) and the throughput model starts from their per-position accuracy; a wiring below its
-threshold is never dropped silently: its run says ``gate: reject`` with its accuracy, its threshold and the
-distance between them.
+``margin`` (``standalone.margin``) is a floor. The wirings that go live are ranked by accuracy (a
+note ``gate rank N``, 1 the best) and the throughput model starts from their per-position accuracy;
+a wiring below its threshold is never dropped silently: its run says ``gate: reject`` with its
+accuracy, its threshold and the distance between them.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.standalone import Verdict
 
 GATE_Z = 2.33  # one-sided 1 %: a wiring as good as the best is dropped at most this often by noise
-# a teacher-forced accuracy's own error per wiring, relative: the incident's right wiring scored 77 % standalone
-# against 75 % in training (docs/incident.md), about 3 %; taken a little wider
+# a teacher-forced accuracy's own error per wiring, relative: the incident's right wiring scored 77
+# % standalone against 75 % in training (docs/incident.md), about 3 %; taken a little wider
 PROXY_REL_SD = 0.04
 
 
@@ -34,12 +35,15 @@ def _sd(value: float | None) -> float:
 
 
 def apply_gate(verdicts: list[Verdict], *, margin: float, reference: float | None) -> float:
-    """Mark the verdicts within noise of the reference as passed, rank them, and set each one's threshold.
+    """Mark the verdicts within noise of the reference as passed, rank them, and set each one's
+    threshold.
 
     Args:
-        verdicts: every scored wiring; ``passed``, ``threshold`` and the ``rank`` note are set in place.
+        verdicts: every scored wiring; ``passed``, ``threshold`` and the ``rank`` note are set in
+            place.
         margin: the least distance below the reference that still passes (``standalone.margin``).
-        reference: the draft's training accuracy; None: the best verdict's accuracy (with its own error).
+        reference: the draft's training accuracy; None: the best verdict's accuracy (with its own
+            error).
 
     Returns:
         The reference accuracy.
@@ -55,15 +59,20 @@ def apply_gate(verdicts: list[Verdict], *, margin: float, reference: float | Non
         noise = GATE_Z * math.sqrt(ref_sd**2 + _sd(v.accuracy_sd) ** 2 + (PROXY_REL_SD * ref) ** 2)
         v.threshold = ref - max(margin, noise)
         v.passed = v.accuracy >= v.threshold
-    for rank, v in enumerate(sorted((v for v in verdicts if v.passed), key=lambda v: -v.accuracy), start=1):
+    for rank, v in enumerate(
+        sorted((v for v in verdicts if v.passed), key=lambda v: -v.accuracy), start=1
+    ):
         v.notes = [n for n in v.notes if not n.startswith("gate rank")] + [f"gate rank {rank}"]
     return ref
 
 
-def record_gate(tracking: Tracking, verdicts: list[Verdict], *, reference: float, margin: float) -> None:
-    """Write the gate's decision onto each verdict's run: ``standalone.json`` and the ``verdict`` tag rewritten
-    with ``passed`` and ``threshold``, the tag ``gate`` (pass | reject), the metrics ``gate_reference``,
-    ``gate_threshold`` and ``gate_distance`` (accuracy − threshold: how far inside or outside it is).
+def record_gate(
+    tracking: Tracking, verdicts: list[Verdict], *, reference: float, margin: float
+) -> None:
+    """Write the gate's decision onto each verdict's run: ``standalone.json`` and the ``verdict``
+    tag rewritten with ``passed`` and ``threshold``, the tag ``gate`` (pass | reject), the metrics
+    ``gate_reference``, ``gate_threshold`` and ``gate_distance`` (accuracy − threshold: how far
+    inside or outside it is).
 
     Args:
         tracking: the study's store.
@@ -76,10 +85,17 @@ def record_gate(tracking: Tracking, verdicts: list[Verdict], *, reference: float
         if v.run_id is None:
             continue
         threshold = v.threshold if v.threshold is not None else reference - margin
-        body = {**v.to_json(), "gate": {"reference": reference, "margin": margin, "threshold": threshold}}
+        body = {
+            **v.to_json(),
+            "gate": {"reference": reference, "margin": margin, "threshold": threshold},
+        }
         tracking.log_texts(v.run_id, {"standalone.json": json.dumps(body, indent=2)})
         tracking.log(
             v.run_id,
-            metrics={"gate_reference": reference, "gate_threshold": threshold, "gate_distance": v.accuracy - threshold},
+            metrics={
+                "gate_reference": reference,
+                "gate_threshold": threshold,
+                "gate_distance": v.accuracy - threshold,
+            },
             tags={"gate": "pass" if v.passed else "reject", "verdict": json.dumps(v.to_json())},
         )

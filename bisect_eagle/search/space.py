@@ -1,8 +1,10 @@
-"""Stage 2's search space: spec parameters as Optuna suggestions, and sampled values as :class:`LiveSettings`.
+"""Stage 2's search space: spec parameters as Optuna suggestions, and sampled values as
+:class:`LiveSettings`.
 
-Optuna's categorical choices must be ``str``/``int``/``float``/``bool``/``None``, so list values (layer-id
-lists) travel as strings like ``"1,5,9"`` and are decoded back; ``when`` conditions make a parameter active
-only while other settings (searched, fixed, or at their defaults) hold one of the listed values.
+Optuna's categorical choices must be ``str``/``int``/``float``/``bool``/``None``, so list values
+(layer-id lists) travel as strings like ``"1,5,9"`` and are decoded back; ``when`` conditions make a
+parameter active only while other settings (searched, fixed, or at their defaults) hold one of the
+listed values.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def encode(value: Any) -> Any:
 
 
 def flatten(values: dict[str, Any]) -> dict[str, Any]:
-    """Nested ``env``/``server_args`` mappings as dotted names (``env.NCCL_ALGO``), other names unchanged."""
+    """Nested ``env``/``server_args`` mappings as dotted names (``env.NCCL_ALGO``), other names
+    unchanged."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         if name in ("env", "server_args") and isinstance(value, dict):
@@ -57,11 +60,16 @@ class SearchSpace:
         self.where = where
         self.order = self._order()
         self._decode = {
-            name: {encode(c): c for c in p.choices or []} for name, p in params.items() if p.type == "categorical"
+            name: {encode(c): c for c in p.choices or []}
+            for name, p in params.items()
+            if p.type == "categorical"
         }
         for name, table in self._decode.items():
             if len(table) != len(params[name].choices or []):
-                raise BadInput(f"{where}: space.{name}.choices: a choice is listed twice ({params[name].choices})")
+                raise BadInput(
+                    f"{where}: space.{name}.choices: a choice is listed twice "
+                    f"({params[name].choices})"
+                )
 
     def _order(self) -> list[str]:
         """Parameters sorted so that each comes after the searched settings its ``when`` reads."""
@@ -70,7 +78,9 @@ class SearchSpace:
         while pending:
             ready = [n for n, p in pending.items() if all(o not in pending for o in p.when)]
             if not ready:
-                raise BadInput(f"{self.where}: space: the 'when' conditions of {sorted(pending)} form a cycle")
+                raise BadInput(
+                    f"{self.where}: space: the 'when' conditions of {sorted(pending)} form a cycle"
+                )
             for n in ready:
                 order.append(n)
                 del pending[n]
@@ -85,7 +95,10 @@ class SearchSpace:
 
     def active(self, name: str, sampled: dict[str, Any]) -> bool:
         """Whether ``name``'s conditions hold for the values chosen so far."""
-        return all(self._current(other, sampled) in values for other, values in self.params[name].when.items())
+        return all(
+            self._current(other, sampled) in values
+            for other, values in self.params[name].when.items()
+        )
 
     def suggest(self, trial) -> dict[str, Any]:
         """Ask an Optuna trial for every active parameter; returns decoded values."""
@@ -98,7 +111,9 @@ class SearchSpace:
                 raw = trial.suggest_categorical(name, [encode(c) for c in p.choices or []])
                 sampled[name] = self._decode[name][raw]
             elif p.type == "int":
-                sampled[name] = trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+                sampled[name] = trial.suggest_int(
+                    name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log
+                )
             else:
                 sampled[name] = trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
         return sampled
@@ -158,12 +173,15 @@ class SearchSpace:
         for name in self.order:
             vals = self.values(name)
             if vals is None:
-                raise BadInput(f"{self.where}: space.{name}: the grid sampler needs a 'step' for float ranges")
+                raise BadInput(
+                    f"{self.where}: space.{name}: the grid sampler needs a 'step' for float ranges"
+                )
             out[name] = [encode(v) for v in vals]
         return out
 
     def enumerate(self) -> Iterator[dict[str, Any]] | None:
-        """Every combination of active parameters, or None when the space is continuous or too large."""
+        """Every combination of active parameters, or None when the space is continuous or too
+        large."""
         sizes = [self.values(n) for n in self.order]
         if any(v is None for v in sizes):
             return None

@@ -1,6 +1,7 @@
-"""Loading a spec file: YAML read safely, a shipped scenario filled in, every rule of the schema applied
-(:class:`~bisect_eagle.spec.schema.Spec` holds them all), relative paths resolved against the file's folder, and
-the inputs it names checked (:mod:`bisect_eagle.spec.checks`) before anything is written.
+"""Loading a spec file: YAML read safely, a shipped scenario filled in, every rule of the schema
+applied (:class:`~bisect_eagle.spec.schema.Spec` holds them all), relative paths resolved against
+the file's folder, and the inputs it names checked (:mod:`bisect_eagle.spec.checks`) before anything
+is written.
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ def _fill_from_scenario(raw: dict, path: Path) -> None:
 
 
 MAX_SPEC_BYTES = 1_000_000  # a spec is a page of YAML; this is a thousand pages
-MAX_ALIASES = 20  # YAML anchors reused more often than this are refused (an alias bomb expands exponentially)
+# YAML anchors reused more often than this are refused (an alias bomb expands exponentially)
+MAX_ALIASES = 20
 
 
 class _BudgetLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, counting alias uses: a document past :data:`MAX_ALIASES` is refused before it is
-    built (PyYAML has no such limit of its own, and a few lines of aliases can expand to gigabytes)."""
+    """PyYAML's safe loader, counting alias uses: a document past :data:`MAX_ALIASES` is refused
+    before it is built (PyYAML has no such limit of its own, and a few lines of aliases can expand
+    to gigabytes)."""
 
     aliases = 0
 
@@ -73,10 +76,11 @@ def read_yaml(path: Path) -> object:
 def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
     """Read and validate a spec file, and every input it names that exists here; writes nothing.
 
-    The whole spec (keys, types, bounds, repeated ids, rules, setting names) and then, unless ``check_inputs``
-    is False (``doctor`` explains those problems instead), its inputs
-    (:func:`bisect_eagle.spec.checks.check_spec_inputs`: paths, device, prompts, data, ids against the target's
-    depth) are checked before any command creates a store, a study, a run or a directory.
+    The whole spec (keys, types, bounds, repeated ids, rules, setting names) and then, unless
+    ``check_inputs`` is False (``doctor`` explains those problems instead), its inputs
+    (:func:`bisect_eagle.spec.checks.check_spec_inputs`: paths, device, prompts, data, ids against
+    the target's depth) are checked before any command creates a store, a study, a run or a
+    directory.
 
     Args:
         path: the spec file (YAML).
@@ -94,7 +98,9 @@ def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
     """
     path = Path(path)
     if not path.is_file():
-        raise BadInput(f"{path}: spec file not found" if not path.exists() else f"{path}: not a file")
+        raise BadInput(
+            f"{path}: spec file not found" if not path.exists() else f"{path}: not a file"
+        )
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise BadInput(f"{path}: expected a mapping at the top level, found {type(raw).__name__}")
@@ -109,9 +115,15 @@ def load_spec(path: str | Path, *, check_inputs: bool = True) -> Spec:
         value = getattr(spec, key)
         if value is not None and not value.is_absolute():
             setattr(spec, key, (base / value).resolve())
-    for server in (spec.engine.sglang, spec.engine.vllm):  # an interpreter given as a relative path, like a model
-        if server.python and "/" in server.python and not Path(server.python).expanduser().is_absolute():
-            server.python = os.path.normpath(base / server.python)  # not resolve(): a venv's python is a symlink
+    # an interpreter given as a relative path, like a model
+    for server in (spec.engine.sglang, spec.engine.vllm):
+        if (
+            server.python
+            and "/" in server.python
+            and not Path(server.python).expanduser().is_absolute()
+        ):
+            # not resolve(): a venv's python is a symlink
+            server.python = os.path.normpath(base / server.python)
     spec.source = path
     if check_inputs:
         check_spec_inputs(spec)

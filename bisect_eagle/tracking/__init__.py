@@ -1,3 +1,3 @@
-"""MLflow runs and their stores, host and owner information, system metrics, and the one redaction policy for
-every byte written or printed.
+"""MLflow runs and their stores, host and owner information, system metrics, and the one redaction
+policy for every byte written or printed.
 """

@@ -1,18 +1,20 @@
-"""Everything MLflow: the store, one experiment per spec, one parent run per study, one child run per trial.
+"""Everything MLflow: the store, one experiment per spec, one parent run per study, one child run
+per trial.
 
-Default store: SQLite in ``./mlruns/mlflow.db`` with artifacts under ``./mlruns/artifacts`` (MLflow >= 3.13
-refuses a plain ``./mlruns`` file store); ``--tracking-uri`` or ``MLFLOW_TRACKING_URI`` override it. Child
-runs carry the tag ``mlflow.parentRunId``; ``stage`` (standalone | baseline | live | confirm | reproduce),
-``fingerprint``, ``outcome`` (ok | failed | pruned | interrupted | error) and ``owner`` (host:pid:start)
-tag them for caching and resuming. Every run carries MLflow's own source tags (``mlflow.user``,
-``mlflow.source.git.commit``, ``mlflow.source.name``); a per-position quantity is one metric with ``step`` =
-position (:meth:`Tracking.log_curve`); files a run reads are its dataset inputs (:meth:`Tracking.log_datasets`).
-One client per process; every log call is one ``log_batch``. A run of a stage that measures an engine
-(:data:`MEASURED_STAGES`) carries system metrics until :meth:`Tracking.finish` when they are asked for
-(:mod:`bisect_eagle.tracking.sysmetrics`).
-:meth:`Tracking.run_guard` is the one place that ends a run KILLED or FAILED when the code inside it raises.
-A run id given by a user may be any unique prefix of it (:mod:`bisect_eagle.tracking.run_ids`); :meth:`Tracking.of_run`
-is the one place that resolves it.
+Default store: SQLite in ``./mlruns/mlflow.db`` with artifacts under ``./mlruns/artifacts`` (MLflow
+>= 3.13 refuses a plain ``./mlruns`` file store); ``--tracking-uri`` or ``MLFLOW_TRACKING_URI``
+override it. Child runs carry the tag ``mlflow.parentRunId``; ``stage`` (standalone | baseline |
+live | confirm | reproduce), ``fingerprint``, ``outcome`` (ok | failed | pruned | interrupted |
+error) and ``owner`` (host:pid:start) tag them for caching and resuming. Every run carries MLflow's
+own source tags (``mlflow.user``, ``mlflow.source.git.commit``, ``mlflow.source.name``); a
+per-position quantity is one metric with ``step`` = position (:meth:`Tracking.log_curve`); files a
+run reads are its dataset inputs (:meth:`Tracking.log_datasets`). One client per process; every log
+call is one ``log_batch``. A run of a stage that measures an engine (:data:`MEASURED_STAGES`)
+carries system metrics until :meth:`Tracking.finish` when they are asked for
+(:mod:`bisect_eagle.tracking.sysmetrics`). :meth:`Tracking.run_guard` is the one place that ends a
+run KILLED or FAILED when the code inside it raises. A run id given by a user may be any unique
+prefix of it (:mod:`bisect_eagle.tracking.run_ids`); :meth:`Tracking.of_run` is the one place that
+resolves it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,12 @@ from typing import Any
 from bisect_eagle.errors import BadInput
 from bisect_eagle.tracking.redact import Scrubber, mask_text, redact_url
 from bisect_eagle.tracking.run_ids import resolve_run_id
-from bisect_eagle.tracking.stores import StoreReadOnly, check_stores, read_only_url, store_unwritable
+from bisect_eagle.tracking.stores import (
+    StoreReadOnly,
+    check_stores,
+    read_only_url,
+    store_unwritable,
+)
 from bisect_eagle.tracking.sysmetrics import SystemMetrics
 
 log = logging.getLogger(__name__)
@@ -49,7 +56,8 @@ PARENT_TAG = "mlflow.parentRunId"
 NOTE = "mlflow.note.content"  # the markdown description of a run or an experiment in the UI
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 LIVE_STAGES = ("baseline", "live")
-MEASURED_STAGES = ("baseline", "live", "confirm", "reproduce")  # runs of an engine: they carry system metrics
+# runs of an engine: they carry system metrics
+MEASURED_STAGES = ("baseline", "live", "confirm", "reproduce")
 CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
 PACKAGES = ("bisect-eagle", "torch", "transformers", "optuna", "mlflow", "sglang")
 TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to spare)
@@ -62,7 +70,8 @@ def tag_values(tags: Mapping[str, object]) -> dict[str, str]:
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
-    """``sqlite:///<cwd>/mlruns/mlflow.db`` (absolute, so other processes and the UI find the same store).
+    """``sqlite:///<cwd>/mlruns/mlflow.db`` (absolute, so other processes and the UI find the same
+    store).
 
     Args:
         cwd: the directory the store lives under; None: the current directory.
@@ -74,7 +83,8 @@ def default_tracking_uri(cwd: Path | None = None) -> str:
 
 
 def resolve_tracking_uri(flag: str | None, spec_uri: str | None = None) -> str:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the spec's storage.tracking_uri, else the default.
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the spec's storage.tracking_uri, else the
+    default.
 
     Args:
         flag: the ``--tracking-uri`` value (None or empty: not given).
@@ -96,17 +106,19 @@ def sqlite_path(uri: str) -> Path | None:
         The path after ``sqlite:///`` (as written, not resolved); None for any other scheme.
     """
     prefix = "sqlite:///"
-    return Path(uri[len(prefix):]) if uri.startswith(prefix) else None
+    return Path(uri[len(prefix) :]) if uri.startswith(prefix) else None
 
 
 def artifact_root(uri: str) -> str | None:
-    """Where new experiments keep artifacts: beside a SQLite store (``artifacts/``), else MLflow's default."""
+    """Where new experiments keep artifacts: beside a SQLite store (``artifacts/``), else MLflow's
+    default."""
     db = sqlite_path(uri)
     return str(db.resolve().parent / "artifacts") if db else None
 
 
 def _use_wal(db: Path) -> None:
-    """WAL journaling for a SQLite store (persistent): one fsync per commit, readers never block the writer."""
+    """WAL journaling for a SQLite store (persistent): one fsync per commit, readers never block the
+    writer."""
     with contextlib.closing(sqlite3.connect(str(db), timeout=60)) as conn:
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode=WAL")
@@ -150,10 +162,20 @@ def owner_alive(owner: str) -> bool | None:
 def _git_sha() -> str:
     repo = Path(__file__).resolve().parents[2]
     try:
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5, check=False)
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     if out.returncode != 0:
@@ -173,13 +195,15 @@ def source_tags() -> dict[str, str]:
 
 
 def path_digest(path: Path) -> str:
-    """A short digest of a file or folder's names, sizes and modification times (cheap; not its bytes)."""
+    """A short digest of a file or folder's names, sizes and modification times (cheap; not its
+    bytes)."""
     h = hashlib.sha256()
     files = sorted(path.rglob("*")) if path.is_dir() else [path]
     for f in files:
         with contextlib.suppress(OSError):
             st = f.stat()
-            h.update(f"{f.relative_to(path) if path.is_dir() else f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+            name = f.relative_to(path) if path.is_dir() else f.name
+            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
 
 
@@ -190,8 +214,12 @@ def environment_info() -> dict[str, str]:
         ``python``, ``host``, ``platform``, ``git_sha``, ``version.<package>`` (``not installed``
         where absent; SGLang left out then), ``gpus`` (``none`` without CUDA) and ``cuda``.
     """
-    info = {"python": platform.python_version(), "host": socket.gethostname(), "platform": platform.platform(),
-            "git_sha": _git_sha()}
+    info = {
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "git_sha": _git_sha(),
+    }
     for pkg in PACKAGES:
         try:
             info[f"version.{pkg}"] = metadata.version(pkg)
@@ -239,12 +267,15 @@ class Tracking:
     experiment_id: str
     client: Any  # mlflow.MlflowClient
     run_tags: dict[str, str] = field(default_factory=source_tags)  # on every run this object starts
-    system_metrics: SystemMetrics = field(default_factory=SystemMetrics)  # of its runs in MEASURED_STAGES
-    read_only: bool = False  # opened read-only: a SQLite store this process cannot write (a reading command)
+    # of its runs in MEASURED_STAGES
+    system_metrics: SystemMetrics = field(default_factory=SystemMetrics)
+    # opened read-only: a SQLite store this process cannot write (a reading command)
+    read_only: bool = False
 
     @classmethod
-    def open(cls, uri: str, experiment: str, *, description: str | None = None,
-             reading: bool = False) -> Tracking:
+    def open(
+        cls, uri: str, experiment: str, *, description: str | None = None, reading: bool = False
+    ) -> Tracking:
         """Connect (creating a SQLite store and the experiment when absent).
 
         Args:
@@ -263,33 +294,41 @@ class Tracking:
         Raises:
             BadInput: MLflow cannot open or create the experiment (one line, the URI redacted).
         """
-        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # keeps --json output one object
+        # keeps --json output one object
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
         db = sqlite_path(uri)
         unwritable = store_unwritable(uri)
         if unwritable and not reading:
-            raise StoreReadOnly(f"the tracking store {db.parent} is read-only ({unwritable}): make it writable, or "
-                                "give --tracking-uri of a store you can write")
+            raise StoreReadOnly(
+                f"the tracking store {db.parent} is read-only ({unwritable}): make it writable, or "
+                "give --tracking-uri of a store you can write"
+            )
         if db is not None and not unwritable:
             db.parent.mkdir(parents=True, exist_ok=True)
         client = MlflowClient(tracking_uri=read_only_url(uri) if unwritable else uri)
         try:
             exp = client.get_experiment_by_name(experiment)
             if exp is None and reading:
-                raise BadInput(f"tracking URI {redact_url(uri)} has no experiment {experiment!r}: no study of this "
-                               "spec ran there (run `bisect-eagle run` first)")
+                raise BadInput(
+                    f"tracking URI {redact_url(uri)} has no experiment {experiment!r}: no study of "
+                    "this spec ran there (run `bisect-eagle run` first)"
+                )
             if exp is None:
-                exp_id = client.create_experiment(experiment, artifact_location=artifact_root(uri),
-                                                  tags=dict([EXPERIMENT_KIND]))
+                exp_id = client.create_experiment(
+                    experiment, artifact_location=artifact_root(uri), tags=dict([EXPERIMENT_KIND])
+                )
             else:
                 exp_id = exp.experiment_id
                 if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1] and not unwritable:
                     client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
         except MlflowException as e:
-            raise BadInput(f"tracking URI {redact_url(uri)}: cannot open experiment {experiment!r} "
-                           f"({str(e).splitlines()[0]})") from None
+            raise BadInput(
+                f"tracking URI {redact_url(uri)}: cannot open experiment {experiment!r} "
+                f"({str(e).splitlines()[0]})"
+            ) from None
         if db is not None and not unwritable:
             _use_wal(db)
         if description:
@@ -298,8 +337,8 @@ class Tracking:
 
     @classmethod
     def of_run(cls, uri: str, run_id: str) -> tuple[Tracking, Any]:
-        """The store and experiment holding ``run_id``, and the run (a store this process cannot write is opened
-        read-only: :attr:`read_only`).
+        """The store and experiment holding ``run_id``, and the run (a store this process cannot
+        write is opened read-only: :attr:`read_only`).
 
         Args:
             uri: the tracking URI; a SQLite store is never created by this call.
@@ -318,26 +357,39 @@ class Tracking:
         from mlflow.exceptions import MlflowException
 
         db = sqlite_path(uri)
-        if db is not None and not db.is_file():  # never create a store just to say the run is not in it
-            raise BadInput(f"run {run_id!r}: the tracking store {db} does not exist (give --tracking-uri or set "
-                           "MLFLOW_TRACKING_URI)")
-        check_stores(storage=None, tracking_uri=uri)  # unreachable: one line within seconds, not MLflow's retries
+        # never create a store just to say the run is not in it
+        if db is not None and not db.is_file():
+            raise BadInput(
+                f"run {run_id!r}: the tracking store {db} does not exist (give --tracking-uri or "
+                "set MLFLOW_TRACKING_URI)"
+            )
+        # unreachable: one line within seconds, not MLflow's retries
+        check_stores(storage=None, tracking_uri=uri)
         unwritable = store_unwritable(uri)
         client = MlflowClient(tracking_uri=read_only_url(uri) if unwritable else uri)
         full_id = resolve_run_id(client, run_id, uri=uri)
         try:
             run = client.get_run(full_id)
         except MlflowException:
-            raise BadInput(f"run {run_id!r} not found in the tracking store {redact_url(uri)} "
-                           "(give --tracking-uri or set MLFLOW_TRACKING_URI)") from None
+            raise BadInput(
+                f"run {run_id!r} not found in the tracking store {redact_url(uri)} (give "
+                "--tracking-uri or set MLFLOW_TRACKING_URI)"
+            ) from None
         return cls(uri, run.info.experiment_id, client, read_only=bool(unwritable)), run
 
-    def start_run(self, name: str, *, tags: dict[str, str], params: dict[str, str] | None = None,
-                  parent_run_id: str | None = None, metrics: dict[str, float] | None = None) -> str:
-        """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system metrics are
-        sampled into it until :meth:`finish` when its ``stage`` tag is one of
-        :data:`MEASURED_STAGES`. The run is tagged ``owner`` (:func:`owner_id`, unless ``tags`` names
-        another): a run its process left RUNNING when killed outright is ended by the next
+    def start_run(
+        self,
+        name: str,
+        *,
+        tags: dict[str, str],
+        params: dict[str, str] | None = None,
+        parent_run_id: str | None = None,
+        metrics: dict[str, float] | None = None,
+    ) -> str:
+        """Create a RUNNING run (a child when ``parent_run_id`` is given) with its params; system
+        metrics are sampled into it until :meth:`finish` when its ``stage`` tag is one of
+        :data:`MEASURED_STAGES`. The run is tagged ``owner`` (:func:`owner_id`, unless ``tags``
+        names another): a run its process left RUNNING when killed outright is ended by the next
         command's :meth:`end_orphans`.
 
         Args:
@@ -352,18 +404,29 @@ class Tracking:
         Returns:
             The new run's id.
         """
-        all_tags = {**self.run_tags, "owner": owner_id(), **tags,
-                    **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
-        run = self.client.create_run(self.experiment_id, run_name=mask_text(name),
-                                     tags=tag_values(all_tags))
+        all_tags = {
+            **self.run_tags,
+            "owner": owner_id(),
+            **tags,
+            **({PARENT_TAG: parent_run_id} if parent_run_id else {}),
+        }
+        run = self.client.create_run(
+            self.experiment_id, run_name=mask_text(name), tags=tag_values(all_tags)
+        )
         if params or metrics:
             self.log(run.info.run_id, params=params, metrics=metrics)
         if tags.get("stage") in MEASURED_STAGES:
             self.system_metrics.start(run.info.run_id, tracking_uri=self.uri)
         return run.info.run_id
 
-    def log(self, run_id: str, *, metrics: dict[str, float] | None = None, params: dict[str, str] | None = None,
-            tags: dict[str, str] | None = None) -> None:
+    def log(
+        self,
+        run_id: str,
+        *,
+        metrics: dict[str, float] | None = None,
+        params: dict[str, str] | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
         """One batch of metrics (non-finite values left out), params and tags.
 
         Args:
@@ -375,8 +438,11 @@ class Tracking:
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
-        ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()
-              if v is not None and math.isfinite(float(v))]
+        ms = [
+            Metric(k, float(v), now, 0)
+            for k, v in (metrics or {}).items()
+            if v is not None and math.isfinite(float(v))
+        ]
         ps = [Param(k, mask_text(str(v))) for k, v in (params or {}).items()]
         ts = [RunTag(k, v) for k, v in tag_values(tags or {}).items()]
         if ms or ps or ts:
@@ -393,12 +459,17 @@ class Tracking:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        ms = [Metric(name, float(v), now, k) for k, v in enumerate(values) if v is not None and math.isfinite(v)]
+        ms = [
+            Metric(name, float(v), now, k)
+            for k, v in enumerate(values)
+            if v is not None and math.isfinite(v)
+        ]
         if ms:
             self.client.log_batch(run_id, metrics=ms)
 
     def log_datasets(self, run_id: str, paths: Mapping[str, Path]) -> None:
-        """Files or folders as the run's MLflow dataset inputs (name and context = the key, source = the path).
+        """Files or folders as the run's MLflow dataset inputs (name and context = the key, source =
+        the path).
 
         Args:
             run_id: the run.
@@ -418,9 +489,18 @@ class Tracking:
             """
             return json.dumps({"uri": mask_text(str(Path(path).resolve()))})
 
-        inputs = [DatasetInput(Dataset(name=key, digest=path_digest(Path(path)), source_type="local",
-                                       source=source(path)),
-                               tags=[InputTag("mlflow.data.context", key)]) for key, path in paths.items()]
+        inputs = [
+            DatasetInput(
+                Dataset(
+                    name=key,
+                    digest=path_digest(Path(path)),
+                    source_type="local",
+                    source=source(path),
+                ),
+                tags=[InputTag("mlflow.data.context", key)],
+            )
+            for key, path in paths.items()
+        ]
         if inputs:
             self.client.log_inputs(run_id, datasets=inputs)
 
@@ -433,7 +513,9 @@ class Tracking:
         """
         self.client.update_run(run_id, name=mask_text(name))
 
-    def log_texts(self, run_id: str, files: dict[str, str], *, artifact_path: str | None = None) -> None:
+    def log_texts(
+        self, run_id: str, files: dict[str, str], *, artifact_path: str | None = None
+    ) -> None:
         """Text artifacts (name -> content, masked by the secret policy) in one upload.
 
         Args:
@@ -470,9 +552,17 @@ class Tracking:
         self.system_metrics.stop(run_id)
         self.client.set_terminated(run_id, status)
 
-    def end_run(self, run_id: str, status: str, *, texts: dict[str, str] | None = None,
-                metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
-                curves: Mapping[str, list[float]] | None = None, name_suffix: str = "") -> None:
+    def end_run(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        texts: dict[str, str] | None = None,
+        metrics: dict[str, float] | None = None,
+        tags: dict[str, str] | None = None,
+        curves: Mapping[str, list[float]] | None = None,
+        name_suffix: str = "",
+    ) -> None:
         """Write a run's result and end it, in this order: its text artifacts (:meth:`log_texts`),
         one batch of metrics and tags (:meth:`log`), each curve (:meth:`log_curve`), its new name,
         its status (:meth:`finish`).
@@ -503,13 +593,15 @@ class Tracking:
         failure_classes: Mapping[type[BaseException], str] | None = None,
         scrub: Callable[[str], str] | None = None,
     ) -> Iterator[None]:
-        """If the block raises, end ``run_id`` and re-raise: KILLED on Ctrl-C or SIGTERM, FAILED on an error.
+        """If the block raises, end ``run_id`` and re-raise: KILLED on Ctrl-C or SIGTERM, FAILED on
+        an error.
 
-        The run is tagged ``outcome`` (``interrupted`` or ``error``) and ``detail_tag`` (``Type: message``).
-        An exception of a type in ``failure_classes`` (e.g. ``{BadInput: "bad_arguments"}``) also gets the tag
-        ``failure_class`` and its bare message as the detail. The detail is scrubbed of secret values by
-        ``scrub`` (default: the secrets of this process's environment, :class:`bisect_eagle.tracking.redact.Scrubber`).
-        SIGTERM counts as an interrupt once the CLI turned it into ``SystemExit`` (``sigterm_as_exit``).
+        The run is tagged ``outcome`` (``interrupted`` or ``error``) and ``detail_tag`` (``Type:
+        message``). An exception of a type in ``failure_classes`` (e.g. ``{BadInput:
+        "bad_arguments"}``) also gets the tag ``failure_class`` and its bare message as the detail.
+        The detail is scrubbed of secret values by ``scrub`` (default: the secrets of this process's
+        environment, :class:`bisect_eagle.tracking.redact.Scrubber`). SIGTERM counts as an interrupt
+        once the CLI turned it into ``SystemExit`` (``sigterm_as_exit``).
 
         Args:
             run_id: the run ended when the block raises.
@@ -525,17 +617,33 @@ class Tracking:
             yield
         except BaseException as e:
             try:
-                self._end_on_exception(run_id, e, detail_tag, failure_classes or {}, scrub or Scrubber())
-            except Exception as store_error:  # the store failed too: the original exception matters more
-                log.warning("could not end run %s after %s: %s", run_id, type(e).__name__, store_error,
-                            exc_info=store_error)
+                self._end_on_exception(
+                    run_id, e, detail_tag, failure_classes or {}, scrub or Scrubber()
+                )
+            # the store failed too: the original exception matters more
+            except Exception as store_error:
+                log.warning(
+                    "could not end run %s after %s: %s",
+                    run_id,
+                    type(e).__name__,
+                    store_error,
+                    exc_info=store_error,
+                )
             raise
 
-    def _end_on_exception(self, run_id: str, e: BaseException, detail_tag: str,
-                          failure_classes: Mapping[type[BaseException], str], scrub: Callable[[str], str]) -> None:
+    def _end_on_exception(
+        self,
+        run_id: str,
+        e: BaseException,
+        detail_tag: str,
+        failure_classes: Mapping[type[BaseException], str],
+        scrub: Callable[[str], str],
+    ) -> None:
         interrupted = isinstance(e, (KeyboardInterrupt, SystemExit))
         tags = {"outcome": "interrupted" if interrupted else "error"}
-        failure_class = next((name for cls, name in failure_classes.items() if isinstance(e, cls)), None)
+        failure_class = next(
+            (name for cls, name in failure_classes.items() if isinstance(e, cls)), None
+        )
         if failure_class is not None:
             tags["failure_class"] = failure_class
             detail = str(e)
@@ -545,7 +653,9 @@ class Tracking:
         self.log(run_id, tags=tags)
         self.finish(run_id, "KILLED" if interrupted else "FAILED")
 
-    def ended_on_error(self, run_id: str, reason_tag: str) -> contextlib.AbstractContextManager[None]:
+    def ended_on_error(
+        self, run_id: str, reason_tag: str
+    ) -> contextlib.AbstractContextManager[None]:
         """Deprecated name of :meth:`run_guard` (``run_guard(run_id, detail_tag=reason_tag)``).
 
         Args:
@@ -558,7 +668,8 @@ class Tracking:
         return self.run_guard(run_id, detail_tag=reason_tag)
 
     def end_killed(self, run_id: str, *, detail: str, **tags: str) -> bool:
-        """End a RUNNING run KILLED, tagged ``outcome=interrupted`` and ``failure_detail``; False if not RUNNING.
+        """End a RUNNING run KILLED, tagged ``outcome=interrupted`` and ``failure_detail``; False if
+        not RUNNING.
 
         Args:
             run_id: the run.
@@ -575,9 +686,9 @@ class Tracking:
         return True
 
     def end_orphans(self, *, detail: str) -> list[str]:
-        """End KILLED every RUNNING run of this experiment whose ``owner`` (:func:`owner_id`) is a process of this
-        host that no longer runs (a controller killed by SIGKILL, which no handler sees); their ids. A run of
-        another host, or without an owner, is left to its own process.
+        """End KILLED every RUNNING run of this experiment whose ``owner`` (:func:`owner_id`) is a
+        process of this host that no longer runs (a controller killed by SIGKILL, which no handler
+        sees); their ids. A run of another host, or without an owner, is left to its own process.
 
         Args:
             detail: the ``failure_detail`` tag of each run ended.
@@ -586,8 +697,12 @@ class Tracking:
             The ids of the runs ended, oldest first.
         """
         running = self._search("attributes.status = 'RUNNING'", ["attributes.start_time ASC"])
-        return [r.info.run_id for r in running
-                if owner_alive(r.data.tags.get("owner", "")) is False and self.end_killed(r.info.run_id, detail=detail)]
+        return [
+            r.info.run_id
+            for r in running
+            if owner_alive(r.data.tags.get("owner", "")) is False
+            and self.end_killed(r.info.run_id, detail=detail)
+        ]
 
     def reopen(self, run_id: str) -> None:
         """Set an ended run RUNNING again (a resumed study's parent run).
@@ -626,15 +741,25 @@ class Tracking:
     def _search(self, flt: str, order_by: list[str]) -> list:
         out, token = [], None
         while True:
-            page = self.client.search_runs([self.experiment_id], filter_string=flt, max_results=1000,
-                                           order_by=order_by, page_token=token)
+            page = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=flt,
+                max_results=1000,
+                order_by=order_by,
+                page_token=token,
+            )
             out.extend(page)
             token = page.token
             if not token:
                 return out
 
-    def find_fingerprint(self, fingerprint: str, *, stages: tuple[str, ...] = LIVE_STAGES,
-                         parent_run_id: str | None = None):
+    def find_fingerprint(
+        self,
+        fingerprint: str,
+        *,
+        stages: tuple[str, ...] = LIVE_STAGES,
+        parent_run_id: str | None = None,
+    ):
         """The newest finished run of ``fingerprint`` whose outcome can be reused, else None.
 
         Args:
@@ -650,7 +775,10 @@ class Tracking:
         if parent_run_id:
             flt += f" and tags.`{PARENT_TAG}` = '{parent_run_id}'"
         for run in self._search(flt, ["attributes.start_time DESC"]):
-            if run.data.tags.get("stage") in stages and run.data.tags.get("outcome") in CACHEABLE_OUTCOMES:
+            if (
+                run.data.tags.get("stage") in stages
+                and run.data.tags.get("outcome") in CACHEABLE_OUTCOMES
+            ):
                 return run
         return None
 

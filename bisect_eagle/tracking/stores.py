@@ -1,9 +1,11 @@
-"""Fail fast on an unreachable store: one look at the Optuna database and the MLflow tracking store before use.
+"""Fail fast on an unreachable store: one look at the Optuna database and the MLflow tracking store
+before use.
 
-Without it, an unreachable ``postgresql://`` store or ``mlflow server`` ends in a traceback after minutes of
-retries (SQLAlchemy's and MLflow's own). :func:`check_stores` tries each once, bounded by
-:data:`CONNECT_TIMEOUT_S`, and raises :class:`StoreUnreachable` (a :class:`BadInput`: one line, exit 2) whose
-message names the store with its password hidden. SQLite files and ``file:`` stores are local: not checked.
+Without it, an unreachable ``postgresql://`` store or ``mlflow server`` ends in a traceback after
+minutes of retries (SQLAlchemy's and MLflow's own). :func:`check_stores` tries each once, bounded by
+:data:`CONNECT_TIMEOUT_S`, and raises :class:`StoreUnreachable` (a :class:`BadInput`: one line, exit
+2) whose message names the store with its password hidden. SQLite files and ``file:`` stores are
+local: not checked.
 
 :func:`first_open_lock` serialises the first open of a SQLite store by processes of one machine:
 a ``run`` and a ``worker`` started together in a fresh directory would otherwise both create its
@@ -18,8 +20,9 @@ A SQLite store this process cannot write (a read-only folder or file system, ano
 is refused by the commands that write (:func:`check_writable`, one line naming its folder) and
 opened read-only by those that only read (:func:`read_only_url`).
 
-``postgresql://`` URLs use SQLAlchemy's default PostgreSQL driver, which is psycopg 3 under SQLAlchemy 2.1
-(``pip install 'bisect-eagle[postgres]'``); ``postgresql+psycopg://`` names it explicitly and is equivalent.
+``postgresql://`` URLs use SQLAlchemy's default PostgreSQL driver, which is psycopg 3 under
+SQLAlchemy 2.1 (``pip install 'bisect-eagle[postgres]'``); ``postgresql+psycopg://`` names it
+explicitly and is equivalent.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ def _one_line(e: BaseException, secret: str | None) -> str:
 
 
 def is_database_url(url: str) -> bool:
-    """Whether ``url`` names a database server (PostgreSQL, MySQL, SQL Server), not a file or HTTP store.
+    """Whether ``url`` names a database server (PostgreSQL, MySQL, SQL Server), not a file or HTTP
+    store.
 
     Args:
         url: the store URL.
@@ -66,7 +70,8 @@ def is_database_url(url: str) -> bool:
 
 
 def connect_args(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, int]:
-    """DBAPI connect arguments that bound a connection attempt to ``timeout_s`` (PostgreSQL), else {}.
+    """DBAPI connect arguments that bound a connection attempt to ``timeout_s`` (PostgreSQL), else
+    {}.
 
     Args:
         url: the database URL.
@@ -81,7 +86,8 @@ def connect_args(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, in
 
 
 def check_database(url: str, *, what: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Connect once to the database at ``url`` and run ``SELECT 1``; :class:`StoreUnreachable` if that fails.
+    """Connect once to the database at ``url`` and run ``SELECT 1``; :class:`StoreUnreachable` if
+    that fails.
 
     ``what`` names the store in the message (e.g. ``--storage``).
 
@@ -97,15 +103,20 @@ def check_database(url: str, *, what: str, timeout_s: float = CONNECT_TIMEOUT_S)
 
     password = urlsplit(url).password
     try:
-        engine = sa.create_engine(url, connect_args=connect_args(url, timeout_s), poolclass=sa.pool.NullPool)
+        engine = sa.create_engine(
+            url, connect_args=connect_args(url, timeout_s), poolclass=sa.pool.NullPool
+        )
     except Exception as e:  # a bad URL or a missing driver
         raise StoreUnreachable(f"{what} {redact_url(url)}: {_one_line(e, password)}") from None
     try:
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
-    except Exception as e:  # refused, timed out, unknown host, authentication failed, no such database
-        raise StoreUnreachable(f"{what} {redact_url(url)}: cannot connect within {timeout_s:g} s "
-                               f"({_one_line(e, password)})") from None
+    # refused, timed out, unknown host, authentication failed, no such database
+    except Exception as e:
+        raise StoreUnreachable(
+            f"{what} {redact_url(url)}: cannot connect within {timeout_s:g} s "
+            f"({_one_line(e, password)})"
+        ) from None
     finally:
         engine.dispose()
 
@@ -118,11 +129,15 @@ def check_tracking_server(uri: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> 
     try:
         answer = httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s)
     except (httpx.HTTPError, OSError, socket.gaierror) as e:
-        raise StoreUnreachable(f"tracking URI {redact_url(uri)}: no MLflow server answers within {timeout_s:g} s "
-                               f"({_one_line(e, password)})") from None
+        raise StoreUnreachable(
+            f"tracking URI {redact_url(uri)}: no MLflow server answers within {timeout_s:g} s "
+            f"({_one_line(e, password)})"
+        ) from None
     if answer.status_code >= 500:
-        raise StoreUnreachable(f"tracking URI {redact_url(uri)}: the MLflow server answers /health with "
-                               f"HTTP {answer.status_code}")
+        raise StoreUnreachable(
+            f"tracking URI {redact_url(uri)}: the MLflow server answers /health with HTTP "
+            f"{answer.status_code}"
+        )
 
 
 TRACKING_SCHEMES = ("", "file", "sqlite", "http", "https", *DATABASE_SCHEMES)
@@ -130,19 +145,26 @@ TRACKING_WHERE = "tracking URI (--tracking-uri or $MLFLOW_TRACKING_URI)"
 
 
 def check_url(url: str, *, what: str, schemes: tuple[str, ...], expected: str) -> None:
-    """One :class:`BadInput` line (password hidden) for a malformed URL or one of a scheme no store has."""
+    """One :class:`BadInput` line (password hidden) for a malformed URL or one of a scheme no store
+    has."""
     try:
         scheme = urlsplit(url).scheme.split("+")[0]
         urlsplit(url).port  # noqa: B018 (raises on a malformed host or port)
     except ValueError as e:
-        raise BadInput(f"{what} {redact_url(url)}: not a valid URL ({e}); expected {expected}") from None
+        raise BadInput(
+            f"{what} {redact_url(url)}: not a valid URL ({e}); expected {expected}"
+        ) from None
     if scheme not in schemes:
-        raise BadInput(f"{what} {redact_url(url)}: scheme {scheme!r} is not a store; expected {expected}")
+        raise BadInput(
+            f"{what} {redact_url(url)}: scheme {scheme!r} is not a store; expected {expected}"
+        )
 
 
-def check_stores(*, storage: str | None, tracking_uri: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Check the Optuna storage and the MLflow tracking store: well-formed URLs of a store's scheme, and the
-    remote ones (database or HTTP) reachable, each once.
+def check_stores(
+    *, storage: str | None, tracking_uri: str | None, timeout_s: float = CONNECT_TIMEOUT_S
+) -> None:
+    """Check the Optuna storage and the MLflow tracking store: well-formed URLs of a store's scheme,
+    and the remote ones (database or HTTP) reachable, each once.
 
     Args:
         storage: the ``--storage`` URL, or None (or empty) when not given.
@@ -154,11 +176,20 @@ def check_stores(*, storage: str | None, tracking_uri: str | None, timeout_s: fl
         StoreUnreachable: a remote store cannot be reached.
     """
     if storage:
-        check_url(storage, what="--storage", schemes=("sqlite", *DATABASE_SCHEMES),
-                  expected="sqlite:///FILE or a database URL (postgresql://user@host/db)")
+        check_url(
+            storage,
+            what="--storage",
+            schemes=("sqlite", *DATABASE_SCHEMES),
+            expected="sqlite:///FILE or a database URL (postgresql://user@host/db)",
+        )
     if tracking_uri:
-        check_url(tracking_uri, what=TRACKING_WHERE, schemes=TRACKING_SCHEMES,
-                  expected="a folder, sqlite:///FILE, a database URL or http(s)://host:port of an MLflow server")
+        check_url(
+            tracking_uri,
+            what=TRACKING_WHERE,
+            schemes=TRACKING_SCHEMES,
+            expected="a folder, sqlite:///FILE, a database URL or http(s)://host:port of an MLflow "
+            "server",
+        )
     if storage and is_database_url(storage):
         check_database(storage, what="--storage", timeout_s=timeout_s)
     if not tracking_uri:
@@ -174,7 +205,8 @@ class StoreReadOnly(BadInput):
 
 
 def _unwritable(path: Path) -> str | None:
-    """Why this process may not write ``path`` or, where it does not exist, create it: None when it may."""
+    """Why this process may not write ``path`` or, where it does not exist, create it: None when it
+    may."""
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -185,17 +217,19 @@ def _unwritable(path: Path) -> str | None:
 
 
 def store_unwritable(url: str) -> str | None:
-    """Why a ``sqlite:///`` store cannot be written here (its file, or its folder, where SQLite keeps the
-    journal), e.g. ``/x/mlruns/mlflow.db: permission denied``; None when it can or the store is not a file."""
+    """Why a ``sqlite:///`` store cannot be written here (its file, or its folder, where SQLite
+    keeps the journal), e.g. ``/x/mlruns/mlflow.db: permission denied``; None when it can or the
+    store is not a file."""
     prefix = "sqlite:///"
     if not url.startswith(prefix):
         return None
-    db = Path(url[len(prefix):])
+    db = Path(url[len(prefix) :])
     return _unwritable(db) or _unwritable(db.parent)
 
 
 def check_writable(url: str | None, *, what: str, flag: str) -> None:
-    """:class:`StoreReadOnly` for a ``sqlite:///`` store this process cannot write, before anything is created.
+    """:class:`StoreReadOnly` for a ``sqlite:///`` store this process cannot write, before anything
+    is created.
 
     Args:
         url: the store's URL (None: nothing to check).
@@ -204,32 +238,38 @@ def check_writable(url: str | None, *, what: str, flag: str) -> None:
     """
     why = store_unwritable(url) if url else None
     if why:
-        folder = Path(url[len("sqlite:///"):]).parent
-        raise StoreReadOnly(f"{what} {folder} is read-only ({why}): make it writable, or give {flag} of a store "
-                            "you can write")
+        folder = Path(url[len("sqlite:///") :]).parent
+        raise StoreReadOnly(
+            f"{what} {folder} is read-only ({why}): make it writable, or give {flag} of a store "
+            "you can write"
+        )
 
 
 def read_only_url(url: str) -> str:
-    """A ``sqlite:///`` URL that SQLite opens read-only (``mode=ro``), for a store this process cannot write.
+    """A ``sqlite:///`` URL that SQLite opens read-only (``mode=ro``), for a store this process
+    cannot write.
 
-    SQLite cannot open a WAL database read-only without its shared-memory file, which a read-only folder cannot
-    hold: with no write-ahead log left beside it (``-wal`` absent or empty) the file is all there is and it is
-    opened ``immutable`` (no locks, no journal); with one, ``mode=ro`` reads it (where ``-shm`` exists). The driver
-    is named (``sqlite+pysqlite``, SQLAlchemy's default): MLflow then takes the ``file:`` URI for no folder to make.
+    SQLite cannot open a WAL database read-only without its shared-memory file, which a read-only
+    folder cannot hold: with no write-ahead log left beside it (``-wal`` absent or empty) the file
+    is all there is and it is opened ``immutable`` (no locks, no journal); with one, ``mode=ro``
+    reads it (where ``-shm`` exists). The driver is named (``sqlite+pysqlite``, SQLAlchemy's
+    default): MLflow then takes the ``file:`` URI for no folder to make.
     """
     from urllib.parse import quote
 
-    db = Path(url[len("sqlite:///"):])
+    db = Path(url[len("sqlite:///") :])
     wal = Path(f"{db}-wal")
     immutable = "" if wal.is_file() and wal.stat().st_size > 0 else "&immutable=1"
-    path = quote(quote(str(db)))  # SQLAlchemy unquotes the database part once, SQLite's URI once more
+    # SQLAlchemy unquotes the database part once, SQLite's URI once more
+    path = quote(quote(str(db)))
     return f"sqlite+pysqlite:///file:{path}?mode=ro{immutable}&uri=true"
 
 
 @contextlib.contextmanager
 def first_open_lock(url: str) -> Iterator[None]:
-    """For a ``sqlite:///`` URL, hold an exclusive lock on the database's folder (created if absent) while the
-    block opens the store, so concurrent first opens do not race to create its tables; otherwise do nothing.
+    """For a ``sqlite:///`` URL, hold an exclusive lock on the database's folder (created if absent)
+    while the block opens the store, so concurrent first opens do not race to create its tables;
+    otherwise do nothing.
 
     Args:
         url: the store URL.
@@ -241,7 +281,7 @@ def first_open_lock(url: str) -> Iterator[None]:
     if not url.startswith(prefix):
         yield
         return
-    folder = Path(url[len(prefix):]).parent
+    folder = Path(url[len(prefix) :]).parent
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY)
     try:
@@ -271,7 +311,7 @@ def lock_path(uri: str) -> Path | None:
     """
     parts = urlsplit(uri)
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///") :])
         return db.with_name(db.name + ".run-lock")
     if parts.scheme == "file":
         return Path(parts.path) / LOCK_NAME
@@ -332,13 +372,22 @@ def store_lock(uri: str, *, command: str | None = None) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             who, what = _holder(path)
-            join = "; to measure its study from here too, use `bisect-eagle worker`" \
-                if " run" in what else ""
-            raise StoreBusy(f"tracking store {path.parent}: {who} is writing runs to it; one run "
-                            "per store at a time: wait for it to end, or give another "
-                            f"--tracking-uri (or work in another folder){join}") from None
-        me = {"pid": os.getpid(), "host": socket.gethostname(),
-              "command": command or command_line(), "started": int(time.time())}
+            join = (
+                "; to measure its study from here too, use `bisect-eagle worker`"
+                if " run" in what
+                else ""
+            )
+            raise StoreBusy(
+                f"tracking store {path.parent}: {who} is writing runs to it; one run per store at "
+                "a time: wait for it to end, or give another --tracking-uri (or work in another "
+                f"folder){join}"
+            ) from None
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": command or command_line(),
+            "started": int(time.time()),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
         try:

@@ -1,21 +1,22 @@
-"""Standalone accuracy trial: the draft on the hidden states it was trained on, under a chosen wiring.
+"""Standalone accuracy trial: the draft on the hidden states it was trained on, under a chosen
+wiring.
 
 Alignment (speculators' ``shift_batch``; SpecForge pairs the same rows): row ``t`` feeds the draft
 ``fc(rule(states)_t)`` and token ``x_{t+1}``; its label is the target's greedy token at ``t + 1``
-(argmax of ``lm_head(norm(final_{t+1}))``); it counts where ``loss_mask[t + 1]`` (SpecForge: ``[t]``).
-Step ``k`` of the teacher-forced multi-step run reads token ``x_{t+1+k}`` and is scored against the
-target's greedy token at ``t + 1 + k``.
+(argmax of ``lm_head(norm(final_{t+1}))``); it counts where ``loss_mask[t + 1]`` (SpecForge:
+``[t]``). Step ``k`` of the teacher-forced multi-step run reads token ``x_{t+1+k}`` and is scored
+against the target's greedy token at ``t + 1 + k``.
 
 Two accuracies, because frameworks disagree (speculators' and SpecForge's training metrics):
-``draft_vocab`` compares with the target's argmax *within the draft vocabulary* (speculators, optimistic);
-``full_vocab`` maps the draft's pick to a target id and compares with the target's argmax over its whole
-vocabulary (SpecForge; target tokens outside the draft vocabulary always miss). The simulated accept
-length is SpecForge's ``a0 + a0·a1 + …`` over per-step full-vocabulary accuracies (drafted tokens only;
-add 1 for SGLang's AL).
+``draft_vocab`` compares with the target's argmax *within the draft vocabulary* (speculators,
+optimistic); ``full_vocab`` maps the draft's pick to a target id and compares with the target's
+argmax over its whole vocabulary (SpecForge; target tokens outside the draft vocabulary always
+miss). The simulated accept length is SpecForge's ``a0 + a0·a1 + …`` over per-step full-vocabulary
+accuracies (drafted tokens only; add 1 for SGLang's AL).
 
-Uncertainty: each accuracy's standard error (``accuracy_sd``) is a bootstrap over the dump's samples (its tokens
-are not independent: a sample's tokens share a prompt), from the first step's hits per sample
-(:func:`bootstrap_sd`). The gate (:mod:`bisect_eagle.search.gate`) sizes its margin with it.
+Uncertainty: each accuracy's standard error (``accuracy_sd``) is a bootstrap over the dump's samples
+(its tokens are not independent: a sample's tokens share a prompt), from the first step's hits per
+sample (:func:`bootstrap_sd`). The gate (:mod:`bisect_eagle.search.gate`) sizes its margin with it.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class Counts:
     tokens: int = 0
     draft_hits: int = 0
     full_hits: int = 0
-    by_sample: list[tuple[int, int, int]] = field(default_factory=list)  # (tokens, draft hits, full hits) per sample
+    # (tokens, draft hits, full hits) per sample
+    by_sample: list[tuple[int, int, int]] = field(default_factory=list)
 
     def rate(self, hits: int) -> float:
         return hits / self.tokens if self.tokens else float("nan")
@@ -65,7 +67,8 @@ class StandaloneResult:
     accuracy: dict[str, float]
     per_position: list[dict[str, float]]
     simulated_accept_length: float
-    accuracy_sd: dict[str, float] = field(default_factory=dict)  # bootstrap over samples (module docstring)
+    # bootstrap over samples (module docstring)
+    accuracy_sd: dict[str, float] = field(default_factory=dict)
     skipped_files: list[str] = field(default_factory=list)
     alignment: str = ALIGNMENT
 
@@ -90,9 +93,16 @@ class Batch:
 
 
 def batches(
-    samples: Iterable[Sample], rule: Rule, *, head: TargetHead, draft_vocab: torch.Tensor, steps: int, max_rows: int
+    samples: Iterable[Sample],
+    rule: Rule,
+    *,
+    head: TargetHead,
+    draft_vocab: torch.Tensor,
+    steps: int,
+    max_rows: int,
 ) -> Iterator[Batch]:
-    """Group samples into padded batches of at most ``max_rows`` rows (memory-bounded); see the module doc."""
+    """Group samples into padded batches of at most ``max_rows`` rows (memory-bounded); see the
+    module doc."""
     pending: list[Sample] = []
     rows = 0
 
@@ -140,17 +150,23 @@ def score_batch(loaded: LoadedDraft, batch: Batch, *, steps: int, counts: list[C
     for k, h in enumerate(outs):
         pred = model.logits(h).argmax(-1).cpu()  # draft ids [B, T]
         valid = batch.valid[:, k : k + t]
-        full_hit = (model.to_target_ids(pred.to(device)).cpu() == batch.full_labels[:, k : k + t]) & valid
+        full_hit = (
+            model.to_target_ids(pred.to(device)).cpu() == batch.full_labels[:, k : k + t]
+        ) & valid
         draft_hit = (pred == batch.draft_labels[:, k : k + t]) & valid
         counts[k].tokens += int(valid.sum())
         counts[k].full_hits += int(full_hit.sum())
         counts[k].draft_hits += int(draft_hit.sum())
-        counts[k].by_sample += zip(valid.sum(1).tolist(), draft_hit.sum(1).tolist(), full_hit.sum(1).tolist(),
-                                   strict=True)
+        counts[k].by_sample += zip(
+            valid.sum(1).tolist(), draft_hit.sum(1).tolist(), full_hit.sum(1).tolist(), strict=True
+        )
 
 
-def bootstrap_sd(tokens: list[int], hits: list[int], *, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> float:
-    """The standard error of ``sum(hits) / sum(tokens)`` over samples, by the bootstrap (samples resampled whole).
+def bootstrap_sd(
+    tokens: list[int], hits: list[int], *, draws: int = BOOTSTRAP_DRAWS, seed: int = 0
+) -> float:
+    """The standard error of ``sum(hits) / sum(tokens)`` over samples, by the bootstrap (samples
+    resampled whole).
 
     Args:
         tokens: scored tokens of each sample.
@@ -159,7 +175,8 @@ def bootstrap_sd(tokens: list[int], hits: list[int], *, draws: int = BOOTSTRAP_D
         seed: the resampling's seed (an accuracy's error is reproducible).
 
     Returns:
-        The resampled ratios' standard deviation; NaN with fewer than two samples that scored a token.
+        The resampled ratios' standard deviation; NaN with fewer than two samples that scored a
+        token.
     """
     n, h = np.asarray(tokens, dtype=float), np.asarray(hits, dtype=float)
     keep = n > 0
@@ -187,7 +204,8 @@ def summarize(
         sum of running products of full-vocabulary rates as the simulated accept length.
     """
     per_position = [
-        {"draft_vocab": c.rate(c.draft_hits), "full_vocab": c.rate(c.full_hits), "tokens": c.tokens} for c in counts
+        {"draft_vocab": c.rate(c.draft_hits), "full_vocab": c.rate(c.full_hits), "tokens": c.tokens}
+        for c in counts
     ]
     sim, running = 0.0, 1.0
     for p in per_position:
@@ -195,15 +213,20 @@ def summarize(
         sim += running
     first = counts[0].by_sample
     sample_tokens = [t for t, _, _ in first]
-    sd = {"draft_vocab": bootstrap_sd(sample_tokens, [d for _, d, _ in first]),
-          "full_vocab": bootstrap_sd(sample_tokens, [f for _, _, f in first])}
+    sd = {
+        "draft_vocab": bootstrap_sd(sample_tokens, [d for _, d, _ in first]),
+        "full_vocab": bootstrap_sd(sample_tokens, [f for _, _, f in first]),
+    }
     return StandaloneResult(
         rule=rule.text,
         selection=selection,
         samples=samples,
         tokens=counts[0].tokens,
         steps=len(counts),
-        accuracy={"draft_vocab": per_position[0]["draft_vocab"], "full_vocab": per_position[0]["full_vocab"]},
+        accuracy={
+            "draft_vocab": per_position[0]["draft_vocab"],
+            "full_vocab": per_position[0]["full_vocab"],
+        },
         per_position=per_position,
         simulated_accept_length=sim,
         accuracy_sd=sd,
@@ -232,8 +255,9 @@ def evaluate(
 ) -> StandaloneResult:
     """Standalone accuracy of ``loaded`` on ``reader``'s samples wired by ``rule``.
 
-    Every sample's token ids are checked against the target vocabulary and its width against the target's
-    hidden size before it is scored; no accuracy is reported when no token is scored (all masked).
+    Every sample's token ids are checked against the target vocabulary and its width against the
+    target's hidden size before it is scored; no accuracy is reported when no token is scored (all
+    masked).
 
     Args:
         loaded: the draft (:func:`~bisect_eagle.artifacts.draft.load_draft`).
@@ -263,9 +287,13 @@ def evaluate(
     first = _first(reader, stream)
     hidden = first.width
     if hidden != head.hidden_size:
-        raise DumpError(f"{first.source}: tensor {first.state_name(0)!r} is {hidden} wide; the target's hidden_size "
-                        f"is {head.hidden_size}")
-    selection = check_width(rule, len(first.states), hidden=hidden, fc_in=loaded.model.fc_in_features)
+        raise DumpError(
+            f"{first.source}: tensor {first.state_name(0)!r} is {hidden} wide; the target's "
+            f"hidden_size is {head.hidden_size}"
+        )
+    selection = check_width(
+        rule, len(first.states), hidden=hidden, fc_in=loaded.model.fc_in_features
+    )
     draft_vocab = loaded.model.to_target_ids(torch.arange(loaded.config.draft_vocab_size)).cpu()
     counts = [Counts() for _ in range(steps)]
     seen = 0
@@ -277,9 +305,15 @@ def evaluate(
             seen += 1
             yield s
 
-    for batch in batches(counted(), rule, head=head, draft_vocab=draft_vocab, steps=steps, max_rows=max_rows):
+    for batch in batches(
+        counted(), rule, head=head, draft_vocab=draft_vocab, steps=steps, max_rows=max_rows
+    ):
         score_batch(loaded, batch, steps=steps, counts=counts)
     if counts[0].tokens == 0:
-        raise DumpError(f"{reader.path}: no token is scored in the {seen} samples read (tensor 'loss_mask' is 0 "
-                        "everywhere)")
-    return summarize(rule, selection=selection, samples=seen, counts=counts, skipped=list(reader.skipped))
+        raise DumpError(
+            f"{reader.path}: no token is scored in the {seen} samples read (tensor 'loss_mask' is "
+            "0 everywhere)"
+        )
+    return summarize(
+        rule, selection=selection, samples=seen, counts=counts, skipped=list(reader.skipped)
+    )

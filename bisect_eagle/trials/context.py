@@ -1,7 +1,8 @@
-"""What every trial of one study (or bisect, or reproduction) shares: its spec, store, parent run, engine, baseline
-and target, and the meter of this process's engine runs. The study fills the baseline, target and stage-1
-accuracies as they become known; :func:`~bisect_eagle.trials.live.run_live_trial` reads them and notes the child run
-it is measuring (:attr:`TrialContext.run_id`), so a caller whose trial raised still knows its run without a
+"""What every trial of one study (or bisect, or reproduction) shares: its spec, store, parent run,
+engine, baseline and target, and the meter of this process's engine runs. The study fills the
+baseline, target and stage-1 accuracies as they become known;
+:func:`~bisect_eagle.trials.live.run_live_trial` reads them and notes the child run it is measuring
+(:attr:`TrialContext.run_id`), so a caller whose trial raised still knows its run without a
 callback.
 """
 
@@ -29,10 +30,13 @@ class TrialContext:
     baseline: float | None = None  # the criterion metric without speculation
     target: float | None = None  # criterion ratio × baseline
     baseline_tok_s: float | None = None  # output tok/s without speculation (the headline ratio)
-    wiring_accuracy: dict[tuple[int, ...], float] = field(default_factory=dict)  # stage-1 accuracy per wiring
+    # stage-1 accuracy per wiring
+    wiring_accuracy: dict[tuple[int, ...], float] = field(default_factory=dict)
     owner: str = field(default_factory=owner_id)
-    meter: Meter = field(default_factory=Meter)  # this process's engine runs and their seconds (shared by copies)
-    run_id: str | None = None  # the child run of the trial run_live_trial started last (None before any)
+    # this process's engine runs and their seconds (shared by copies)
+    meter: Meter = field(default_factory=Meter)
+    # the child run of the trial run_live_trial started last (None before any)
+    run_id: str | None = None
 
     @property
     def metric(self) -> str:

@@ -1,17 +1,18 @@
 """The schema of a trial's MLflow run, written and read in one place.
 
-A live trial's run carries: params = the plan's effective settings (with ``requested.*`` beside the ones the
-engine changed), tags (``stage``, ``trial``: its one name (:func:`trial_name`), ``trial_number`` in a study,
-``fingerprint``, ``outcome``, ``value``, ``effective`` when it fits a tag, failure class and detail, warnings,
-the display tags ``shown.<metric>``: the headline metrics and their ratios rounded for a person, :func:`shown_tags`),
-metrics (the criterion's median over repeats and its MAD, the ratios to the baseline, the per-position
-acceptance as one curve, ``launches``: the engine runs the trial made, :mod:`bisect_eagle.trials.launches`),
-and the artifact ``trial.json``, which holds each fact once: ``plan`` (the engine's plan: requested, effective,
-fingerprint, warnings, refusal, launch) and ``repeats`` (what each measurement returned, without the settings
-the plan already states). Readers (:func:`find_cached`, :func:`effective_of`, :func:`settings_of_run`,
-:func:`spec_of_study`, :func:`live_trial_name`, the model's inputs) use only this module; so does
-its writer: :func:`open_trial` opens a live trial's run before its engine runs, :func:`close_trial`
-writes its result.
+A live trial's run carries: params = the plan's effective settings (with ``requested.*`` beside the
+ones the engine changed), tags (``stage``, ``trial``: its one name (:func:`trial_name`),
+``trial_number`` in a study, ``fingerprint``, ``outcome``, ``value``, ``effective`` when it fits a
+tag, failure class and detail, warnings, the display tags ``shown.<metric>``: the headline metrics
+and their ratios rounded for a person, :func:`shown_tags`), metrics (the criterion's median over
+repeats and its MAD, the ratios to the baseline, the per-position acceptance as one curve,
+``launches``: the engine runs the trial made, :mod:`bisect_eagle.trials.launches`), and the artifact
+``trial.json``, which holds each fact once: ``plan`` (the engine's plan: requested, effective,
+fingerprint, warnings, refusal, launch) and ``repeats`` (what each measurement returned, without the
+settings the plan already states). Readers (:func:`find_cached`, :func:`effective_of`,
+:func:`settings_of_run`, :func:`spec_of_study`, :func:`live_trial_name`, the model's inputs) use
+only this module; so does its writer: :func:`open_trial` opens a live trial's run before its engine
+runs, :func:`close_trial` writes its result.
 """
 
 from __future__ import annotations
@@ -41,14 +42,18 @@ from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.launches import LAUNCHES
 
 STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
-POSITION_METRIC = "accept_rate_pos_"  # the engines' per-position acceptance, logged as one curve below
+# the engines' per-position acceptance, logged as one curve below
+POSITION_METRIC = "accept_rate_pos_"
 ACCEPT_CURVE = "accept_rate_per_position"  # step = draft position
 TRIAL_JSON = "trial.json"
-TRIAL_TAG = "trial"  # a trial run's one name (trial_name): the CLI's tables, report and the UI call it so
+# a trial run's one name (trial_name): the CLI's tables, report and the UI call it so
+TRIAL_TAG = "trial"
 NUMBERED = "{stage} {number:03d}"  # a study's numbered trial's name (trial_name): ``live 003``
 NUMBER_TAG = "trial_number"  # a study's live trial: its Optuna trial number
-HEADLINE = ("accept_length", "output_tok_s")  # a trial's headline metrics, each with its ratio to the baseline
-SHOWN_TAG = "shown."  # + a headline metric or its ratio: the value rounded for a person (the metric stays exact)
+# a trial's headline metrics, each with its ratio to the baseline
+HEADLINE = ("accept_length", "output_tok_s")
+# + a headline metric or its ratio: the value rounded for a person (the metric stays exact)
+SHOWN_TAG = "shown."
 
 
 def ratio_name(metric: str) -> str:
@@ -64,7 +69,8 @@ def ratio_name(metric: str) -> str:
 
 
 def short_number(value: float) -> str:
-    """A metric for a person, the one way every table writes it: 3 significant digits, one decimal from 100 up.
+    """A metric for a person, the one way every table writes it: 3 significant digits, one decimal
+    from 100 up.
 
     Args:
         value: the metric's value.
@@ -76,10 +82,11 @@ def short_number(value: float) -> str:
 
 
 def shown_tags(metrics: Mapping[str, float]) -> dict[str, str]:
-    """The display tags of a trial's headline metrics and their ratios to the baseline, those it has and finite, as
-    the CLI's tables write them: ``shown.output_tok_s`` = ``75.2`` (3 significant digits, one decimal from 100 up),
-    ``shown.output_tok_s_ratio_to_baseline`` = ``1.04×`` (two decimals). MLflow's runs table shows a metric as
-    logged (``4.800000190734863``) and has no number format; these tags are for the eye, the metrics stay exact."""
+    """The display tags of a trial's headline metrics and their ratios to the baseline, those it has
+    and finite, as the CLI's tables write them: ``shown.output_tok_s`` = ``75.2`` (3 significant
+    digits, one decimal from 100 up), ``shown.output_tok_s_ratio_to_baseline`` = ``1.04×`` (two
+    decimals). MLflow's runs table shows a metric as logged (``4.800000190734863``) and has no
+    number format; these tags are for the eye, the metrics stay exact."""
     tags: dict[str, str] = {}
     for name in HEADLINE:
         value, ratio = metrics.get(name), metrics.get(ratio_name(name))
@@ -153,14 +160,17 @@ def read_trial(tracking: Tracking, run_id: str) -> dict[str, Any]:
     """A trial run's ``trial.json``: ``{"plan": ..., "repeats": [...]}``.
 
     Raises:
-        BadInput: the run has none: it was killed (or failed) before the trial was recorded; the message says so.
+        BadInput: the run has none: it was killed (or failed) before the trial was recorded; the
+            message says so.
     """
     try:
         return json.loads(tracking.read_text(run_id, TRIAL_JSON))
     except Exception as e:  # MLflow raises its own errors for a missing artifact, by store
         status = tracking.get_run(run_id).info.status
-        raise BadInput(f"run {run_id}: no readable {TRIAL_JSON} (the run ended {status} before its trial was "
-                       f"recorded: killed with its controller?); nothing to read back ({type(e).__name__})") from None
+        raise BadInput(
+            f"run {run_id}: no readable {TRIAL_JSON} (the run ended {status} before its trial was "
+            f"recorded: killed with its controller?); nothing to read back ({type(e).__name__})"
+        ) from None
 
 
 def trial_failure(run) -> str | None:
@@ -178,8 +188,11 @@ def trial_failure(run) -> str | None:
         return None
     cls = tags.get("failure_class")
     detail = " ".join((tags.get("failure_detail") or "").split())[:200]
-    return (f"the trial ended {run.info.status}" + (f" ({tags['outcome']})" if tags.get("outcome") else "")
-            + (f", failure class {cls}: {detail}" if cls else ""))
+    return (
+        f"the trial ended {run.info.status}"
+        + (f" ({tags['outcome']})" if tags.get("outcome") else "")
+        + (f", failure class {cls}: {detail}" if cls else "")
+    )
 
 
 def effective_of(tracking: Tracking, run) -> dict[str, Any]:
@@ -206,7 +219,8 @@ def requested_of(tracking: Tracking, run_id: str) -> dict[str, Any]:
 
 
 def run_metrics(run) -> dict[str, float]:
-    """A trial run's own metrics: without the ``system/*`` samples MLflow's system-metrics monitor adds.
+    """A trial run's own metrics: without the ``system/*`` samples MLflow's system-metrics monitor
+    adds.
 
     Args:
         run: the trial's MLflow run.
@@ -217,8 +231,11 @@ def run_metrics(run) -> dict[str, float]:
     return {k: v for k, v in run.data.metrics.items() if not k.startswith(SYSTEM_PREFIX)}
 
 
-def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | None = None) -> TrialRecord | None:
-    """A finished live or baseline trial with this fingerprint (newest first), as a record; None if absent.
+def find_cached(
+    tracking: Tracking, fingerprint: str, *, parent_run_id: str | None = None
+) -> TrialRecord | None:
+    """A finished live or baseline trial with this fingerprint (newest first), as a record; None if
+    absent.
 
     Args:
         tracking: the store to search.
@@ -238,25 +255,38 @@ def find_cached(tracking: Tracking, fingerprint: str, *, parent_run_id: str | No
     tags = run.data.tags
     value = tags.get("value")
     return TrialRecord(
-        fingerprint=fingerprint, stage=tags.get("stage", ""), status=tags["outcome"],
-        value=float(value) if value not in (None, "None") else None, metrics=run_metrics(run),
-        effective=effective_of(tracking, run), run_id=run.info.run_id, name=tags.get(TRIAL_TAG, ""), cached=True,
-        failure_class=tags.get("failure_class"), failure_detail=tags.get("failure_detail"),
+        fingerprint=fingerprint,
+        stage=tags.get("stage", ""),
+        status=tags["outcome"],
+        value=float(value) if value not in (None, "None") else None,
+        metrics=run_metrics(run),
+        effective=effective_of(tracking, run),
+        run_id=run.info.run_id,
+        name=tags.get(TRIAL_TAG, ""),
+        cached=True,
+        failure_class=tags.get("failure_class"),
+        failure_detail=tags.get("failure_detail"),
     )
 
 
-def trial_name(stage: str, *, number: int | None = None, label: str | None = None,
-               tags: Mapping[str, str] | None = None, of: str | None = None) -> str:
-    """The one name of a trial: its ``trial`` tag, the head of its run name (:func:`run_name`), the ``name`` user
-    attribute of its Optuna trial, and what ``run``'s tables and ``report`` call it.
+def trial_name(
+    stage: str,
+    *,
+    number: int | None = None,
+    label: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    of: str | None = None,
+) -> str:
+    """The one name of a trial: its ``trial`` tag, the head of its run name (:func:`run_name`), the
+    ``name`` user attribute of its Optuna trial, and what ``run``'s tables and ``report`` call it.
 
-    - a study's live trial: ``live 003``, ``number`` being its Optuna trial number (optuna-dashboard's
-      ``number=3``);
+    - a study's live trial: ``live 003``, ``number`` being its Optuna trial number
+      (optuna-dashboard's ``number=3``);
     - a study's baseline (stage ``baseline``): ``baseline``, once per study;
-    - a confirmation measurement (stage ``confirm``): ``confirm 1 candidate live 003`` or ``confirm 1 baseline``,
-      from ``tags`` as the confirmation step sets them (``confirm_pair``: the pair's 0-based index, shown from 1;
-      ``confirm_role``; each left out when absent) and ``of``, the name of the trial a candidate re-measures (left
-      out when None);
+    - a confirmation measurement (stage ``confirm``): ``confirm 1 candidate live 003`` or ``confirm
+      1 baseline``, from ``tags`` as the confirmation step sets them (``confirm_pair``: the pair's
+      0-based index, shown from 1; ``confirm_role``; each left out when absent) and ``of``, the name
+      of the trial a candidate re-measures (left out when None);
     - ``label`` as given (a bisect's ``probe 04 +num_steps``);
     - else the stage (``live``: one trial of ``bisect-eagle live``; ``reproduce``).
 
@@ -275,16 +305,22 @@ def trial_name(stage: str, *, number: int | None = None, label: str | None = Non
     if stage == "confirm":
         tags = tags or {}
         pair, role = tags.get("confirm_pair"), tags.get("confirm_role")
-        return " ".join(["confirm", *([str(int(pair) + 1)] if pair is not None else []), *([role] if role else []),
-                         *([of] if role == "candidate" and of else [])])
+        return " ".join(
+            [
+                "confirm",
+                *([str(int(pair) + 1)] if pair is not None else []),
+                *([role] if role else []),
+                *([of] if role == "candidate" and of else []),
+            ]
+        )
     return NUMBERED.format(stage=stage, number=number) if number is not None else stage
 
 
 def run_name(name: str, stage: str, effective: dict[str, Any]) -> str:
-    """A trial's MLflow run name: its :func:`trial_name`, then what it ran where the name does not say it
-    (``live 003 ids=1,5,9 steps=3 topk=1``, ``probe 04 +num_steps no speculation``); a baseline's and a
-    confirmation measurement's name alone (``baseline``, ``confirm 2 baseline``: the candidate's settings are its
-    trial's).
+    """A trial's MLflow run name: its :func:`trial_name`, then what it ran where the name does not
+    say it (``live 003 ids=1,5,9 steps=3 topk=1``, ``probe 04 +num_steps no speculation``); a
+    baseline's and a confirmation measurement's name alone (``baseline``, ``confirm 2 baseline``:
+    the candidate's settings are its trial's).
 
     Args:
         name: the trial's :func:`trial_name`.
@@ -305,7 +341,8 @@ def run_name(name: str, stage: str, effective: dict[str, Any]) -> str:
 
 
 def live_trial_name(tracking: Tracking, fingerprint: str, *, parent_run_id: str) -> str | None:
-    """The name (``trial`` tag) of the study's finished live trial of ``fingerprint``; None when it has none."""
+    """The name (``trial`` tag) of the study's finished live trial of ``fingerprint``; None when it
+    has none."""
     run = tracking.find_fingerprint(fingerprint, stages=("live",), parent_run_id=parent_run_id)
     return None if run is None else run.data.tags.get(TRIAL_TAG)
 
@@ -318,36 +355,82 @@ def scrubber_for(plan: TrialPlan) -> Scrubber:
 def _requests_csv(results: list[TrialResult]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["repeat", "id", "prompt_tokens", "completion_tokens", "verify_steps", "accept_length", "latency_s"])
+    w.writerow(
+        [
+            "repeat",
+            "id",
+            "prompt_tokens",
+            "completion_tokens",
+            "verify_steps",
+            "accept_length",
+            "latency_s",
+        ]
+    )
     for i, r in enumerate(results):
         for q in r.requests:
-            w.writerow([i, q.id, q.prompt_tokens, q.completion_tokens, q.verify_steps, q.accept_length, q.latency_s])
+            w.writerow(
+                [
+                    i,
+                    q.id,
+                    q.prompt_tokens,
+                    q.completion_tokens,
+                    q.verify_steps,
+                    q.accept_length,
+                    q.latency_s,
+                ]
+            )
     return buf.getvalue()
 
 
 def trial_description(record: TrialRecord, plan: TrialPlan, *, metric: str, launches: int) -> str:
-    """A trial run's markdown description, what its MLflow page shows first: what ran and what it measured
-    (the criterion metric first, each headline metric with its ratio to the baseline), or why it failed."""
+    """A trial run's markdown description, what its MLflow page shows first: what ran and what it
+    measured (the criterion metric first, each headline metric with its ratio to the baseline), or
+    why it failed."""
     head = f"**{record.stage.capitalize()} trial `{record.name or record.stage}`**: {record.status}"
     if record.status == "failed":
-        lines = [head, "", f"Failed ({record.failure_class}): {record.failure_detail or 'no detail'}"]
+        lines = [
+            head,
+            "",
+            f"Failed ({record.failure_class}): {record.failure_detail or 'no detail'}",
+        ]
     else:
         shown = []
         for name in dict.fromkeys([metric, *HEADLINE]):
             value, ratio = record.metrics.get(name), record.metrics.get(ratio_name(name))
             if value is not None and math.isfinite(value):
-                times = f" ({ratio:.2f}× the baseline)" if ratio is not None and math.isfinite(ratio) else ""
+                times = (
+                    f" ({ratio:.2f}× the baseline)"
+                    if ratio is not None and math.isfinite(ratio)
+                    else ""
+                )
                 shown.append(f"{name} {short_number(value)}{times}")
-        lines = [head, "", f"{'; '.join(shown) or 'no metric'}, over {launches} launch{'' if launches == 1 else 'es'}"
-                 f" (criterion: {metric})."]
-    pinned = " Acceptance was pinned: its tok/s measures the cost side alone." if plan.acceptance == "pinned" else ""
-    lines += ["", f"Engine {plan.engine}; the effective settings are its parameters (`requested.*`: where the request "
-                  f"differed), the plan and each launch in `{TRIAL_JSON}`.{pinned}"]
+        lines = [
+            head,
+            "",
+            f"{'; '.join(shown) or 'no metric'}, over {launches} "
+            f"launch{'' if launches == 1 else 'es'} (criterion: {metric}).",
+        ]
+    pinned = (
+        " Acceptance was pinned: its tok/s measures the cost side alone."
+        if plan.acceptance == "pinned"
+        else ""
+    )
+    lines += [
+        "",
+        f"Engine {plan.engine}; the effective settings are its parameters (`requested.*`: where "
+        f"the request differed), the plan and each launch in `{TRIAL_JSON}`.{pinned}",
+    ]
     return "\n".join(lines)
 
 
-def log_result(tracking: Tracking, plan: TrialPlan, record: TrialRecord, results: list[TrialResult], *,
-               metric: str) -> None:
+def log_result(
+    tracking: Tracking,
+    plan: TrialPlan,
+    record: TrialRecord,
+    results: list[TrialResult],
+    *,
+    metric: str,
+) -> None:
     """Write a measured (or refused) trial's result into its run, and end the run.
 
     Args:
@@ -357,34 +440,50 @@ def log_result(tracking: Tracking, plan: TrialPlan, record: TrialRecord, results
         results: what each launch returned (empty for a refused plan).
         metric: the criterion metric, named first in the run's description.
 
-    The run gets its metrics (exact), outcome tags, the display tags of the headline metrics (:func:`shown_tags`),
-    its artifacts and its final status, in one call of the store
+    The run gets its metrics (exact), outcome tags, the display tags of the headline metrics
+    (:func:`shown_tags`), its artifacts and its final status, in one call of the store
     (:meth:`~bisect_eagle.tracking.runs.Tracking.end_run`).
     """
     scrub = scrubber_for(plan)
     files = {
-        TRIAL_JSON: json.dumps({"plan": plan.to_json(), "repeats": [_repeat(r) for r in results]}, indent=2,
-                               default=str),
+        TRIAL_JSON: json.dumps(
+            {"plan": plan.to_json(), "repeats": [_repeat(r) for r in results]},
+            indent=2,
+            default=str,
+        ),
     }
     if any(r.requests for r in results):
         files["requests.csv"] = _requests_csv(results)
-    for name, text in (results[-1].artifacts.items() if results else ()):
+    for name, text in results[-1].artifacts.items() if results else ():
         files[name] = text
-    tags = {"outcome": record.status, "value": str(record.value), "acceptance": plan.acceptance,
-            NOTE: scrub(trial_description(record, plan, metric=metric, launches=len(results))),
-            **shown_tags(record.metrics)}
+    tags = {
+        "outcome": record.status,
+        "value": str(record.value),
+        "acceptance": plan.acceptance,
+        NOTE: scrub(trial_description(record, plan, metric=metric, launches=len(results))),
+        **shown_tags(record.metrics),
+    }
     if record.failure_class:
         tags["failure_class"] = record.failure_class
         tags["failure_detail"] = scrub(record.failure_detail or "")
     if record.warnings:
         tags["warnings"] = scrub(" | ".join(record.warnings))
     curve = {k: v for k, v in record.metrics.items() if k.startswith(POSITION_METRIC)}
-    metrics = {**{k: v for k, v in record.metrics.items() if k not in curve}, LAUNCHES: float(len(results))}
-    positions = sorted(curve, key=lambda k: int(k[len(POSITION_METRIC):]))
+    metrics = {
+        **{k: v for k, v in record.metrics.items() if k not in curve},
+        LAUNCHES: float(len(results)),
+    }
+    positions = sorted(curve, key=lambda k: int(k[len(POSITION_METRIC) :]))
     failed = f" [failed: {record.failure_class}]" if record.failure_class else ""
-    tracking.end_run(record.run_id, STATUS[record.status],
-                     texts={k: scrub(v) for k, v in files.items()}, metrics=metrics, tags=tags,
-                     curves={ACCEPT_CURVE: [curve[k] for k in positions]}, name_suffix=failed)
+    tracking.end_run(
+        record.run_id,
+        STATUS[record.status],
+        texts={k: scrub(v) for k, v in files.items()},
+        metrics=metrics,
+        tags=tags,
+        curves={ACCEPT_CURVE: [curve[k] for k in positions]},
+        name_suffix=failed,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -401,10 +500,18 @@ class OpenedTrial:
     guard: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
 
-def open_trial(ctx: TrialContext, plan: TrialPlan, *, stage: str, parent_run_id: str,
-               number: int | None = None, tags: Mapping[str, str] | None = None,
-               label: str | None = None, reuse: bool = False,
-               start_metrics: Mapping[str, float] | None = None) -> OpenedTrial:
+def open_trial(
+    ctx: TrialContext,
+    plan: TrialPlan,
+    *,
+    stage: str,
+    parent_run_id: str,
+    number: int | None = None,
+    tags: Mapping[str, str] | None = None,
+    label: str | None = None,
+    reuse: bool = False,
+    start_metrics: Mapping[str, float] | None = None,
+) -> OpenedTrial:
     """A live trial's run before its engine runs, in one call: the cached lookup, else the run
     started as a child of ``parent_run_id``, with its name, tags and params, and guarded.
 
@@ -434,28 +541,52 @@ def open_trial(ctx: TrialContext, plan: TrialPlan, *, stage: str, parent_run_id:
     requested = flat_params(plan.requested)
     params.update({f"requested.{k}": v for k, v in requested.items() if params.get(k) != v})
     tags = dict(tags or {})
-    of = (live_trial_name(tracking, tags["confirm_of"], parent_run_id=parent_run_id)
-          if stage == "confirm" and tags.get("confirm_role") == "candidate" else None)
+    of = (
+        live_trial_name(tracking, tags["confirm_of"], parent_run_id=parent_run_id)
+        if stage == "confirm" and tags.get("confirm_role") == "candidate"
+        else None
+    )
     name = trial_name(stage, number=number, label=label, tags=tags, of=of)
     if number is not None:
         tags[NUMBER_TAG] = str(number)
     run_id = tracking.start_run(
         run_name(name, stage, effective),
-        tags={"stage": stage, TRIAL_TAG: name, "fingerprint": fp, "study": ctx.study,
-              "owner": ctx.owner, **deployment_tags(ctx.spec), "engine": plan.engine,
-              "checked": plan.checked or "the engine's own rules", **_effective_tag(effective),
-              **tags},
-        params=params, parent_run_id=parent_run_id,
-        metrics=dict(start_metrics) if start_metrics else None)
+        tags={
+            "stage": stage,
+            TRIAL_TAG: name,
+            "fingerprint": fp,
+            "study": ctx.study,
+            "owner": ctx.owner,
+            **deployment_tags(ctx.spec),
+            "engine": plan.engine,
+            "checked": plan.checked or "the engine's own rules",
+            **_effective_tag(effective),
+            **tags,
+        },
+        params=params,
+        parent_run_id=parent_run_id,
+        metrics=dict(start_metrics) if start_metrics else None,
+    )
     guard = contextlib.ExitStack()
     if plan.refusal is None:
-        guard.enter_context(tracking.run_guard(run_id, failure_classes={BadInput: "bad_arguments"},
-                                               scrub=scrubber_for(plan)))
+        guard.enter_context(
+            tracking.run_guard(
+                run_id, failure_classes={BadInput: "bad_arguments"}, scrub=scrubber_for(plan)
+            )
+        )
     return OpenedTrial(run_id=run_id, name=name, guard=guard)
 
 
-def close_trial(ctx: TrialContext, plan: TrialPlan, opened: OpenedTrial, *, stage: str,
-                results: list[TrialResult], pruned: bool, engine_s: float) -> TrialRecord:
+def close_trial(
+    ctx: TrialContext,
+    plan: TrialPlan,
+    opened: OpenedTrial,
+    *,
+    stage: str,
+    results: list[TrialResult],
+    pruned: bool,
+    engine_s: float,
+) -> TrialRecord:
     """A live trial's record from what its engine returned, written into its run
     (:func:`log_result`), which ends.
 
@@ -475,10 +606,19 @@ def close_trial(ctx: TrialContext, plan: TrialPlan, opened: OpenedTrial, *, stag
         known, ``pruned`` or ``ok``.
     """
     if plan.refusal is not None:
-        record = TrialRecord(fingerprint=plan.fingerprint, stage=stage, status="failed", value=None,
-                             metrics={}, effective=plan.effective, run_id=opened.run_id,
-                             name=opened.name, failure_class="bad_arguments",
-                             failure_detail=plan.refusal, warnings=list(plan.warnings))
+        record = TrialRecord(
+            fingerprint=plan.fingerprint,
+            stage=stage,
+            status="failed",
+            value=None,
+            metrics={},
+            effective=plan.effective,
+            run_id=opened.run_id,
+            name=opened.name,
+            failure_class="bad_arguments",
+            failure_detail=plan.refusal,
+            warnings=list(plan.warnings),
+        )
     else:
         record = _measured(ctx, plan, stage, results, pruned, opened.run_id)
         record.name, record.engine_s = opened.name, engine_s
@@ -509,15 +649,30 @@ def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float]
     return metrics, rep
 
 
-def _measured(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[TrialResult],
-              pruned: bool, run_id: str) -> TrialRecord:
+def _measured(
+    ctx: TrialContext,
+    plan: TrialPlan,
+    stage: str,
+    results: list[TrialResult],
+    pruned: bool,
+    run_id: str,
+) -> TrialRecord:
     fp, effective, metric = plan.fingerprint, plan.effective, ctx.spec.criterion.metric
     last = results[-1]
     warnings = list(dict.fromkeys([*plan.warnings, *(w for r in results for w in r.warnings)]))
     if not last.ok:
-        return TrialRecord(fingerprint=fp, stage=stage, status="failed", value=None, metrics={},
-                           effective=effective, run_id=run_id, failure_class=last.failure_class,
-                           failure_detail=last.failure_detail, warnings=warnings)
+        return TrialRecord(
+            fingerprint=fp,
+            stage=stage,
+            status="failed",
+            value=None,
+            metrics={},
+            effective=effective,
+            run_id=run_id,
+            failure_class=last.failure_class,
+            failure_detail=last.failure_detail,
+            warnings=warnings,
+        )
     metrics, _ = aggregate(results, metric)
     if ctx.baseline:
         metrics[ratio_name(metric)] = metrics[metric] / ctx.baseline
@@ -526,21 +681,31 @@ def _measured(ctx: TrialContext, plan: TrialPlan, stage: str, results: list[Tria
     ids = effective.get(IDS_KEY)
     if ids is not None and tuple(ids) in ctx.wiring_accuracy:
         metrics["standalone_accuracy"] = ctx.wiring_accuracy[tuple(ids)]
-    return TrialRecord(fingerprint=fp, stage=stage, status="pruned" if pruned else "ok",
-                       value=metrics[metric], metrics=metrics, effective=effective, run_id=run_id,
-                       warnings=warnings)
+    return TrialRecord(
+        fingerprint=fp,
+        stage=stage,
+        status="pruned" if pruned else "ok",
+        value=metrics[metric],
+        metrics=metrics,
+        effective=effective,
+        run_id=run_id,
+        warnings=warnings,
+    )
 
 
 def _repeat(r: TrialResult) -> dict[str, Any]:
-    """One measurement as ``trial.json`` keeps it: what it returned, not the settings the plan states."""
+    """One measurement as ``trial.json`` keeps it: what it returned, not the settings the plan
+    states."""
     d = r.to_json()
-    for key in ("requests", "artifacts", "requested", "effective", "engine"):  # requests: requests.csv
+    # requests: requests.csv
+    for key in ("requests", "artifacts", "requested", "effective", "engine"):
         d.pop(key, None)
     return d
 
 
 def spec_of_study(tracking: Tracking, parent_run_id: str) -> Spec:
-    """The spec a study ran with (``spec.resolved.json`` of its parent run: absolute paths, no secrets).
+    """The spec a study ran with (``spec.resolved.json`` of its parent run: absolute paths, no
+    secrets).
 
     Args:
         tracking: the study's store.
@@ -573,6 +738,9 @@ def settings_of_run(tracking: Tracking, run) -> tuple[LiveSettings, str]:
     run_id = run.info.run_id
     if run.data.tags.get("stage") not in ("live", "baseline", "reproduce"):
         raise BadInput(
-            f"run {run_id}: expected a live, baseline or reproduce trial, found stage {run.data.tags.get('stage')!r}"
+            f"run {run_id}: expected a live, baseline or reproduce trial, found stage "
+            f"{run.data.tags.get('stage')!r}"
         )
-    return settings_from(requested_of(tracking, run_id), f"run {run_id}: trial.json"), run.data.tags[PARENT_TAG]
+    return settings_from(
+        requested_of(tracking, run_id), f"run {run_id}: trial.json"
+    ), run.data.tags[PARENT_TAG]

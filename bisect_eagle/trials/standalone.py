@@ -1,12 +1,13 @@
-"""One standalone trial: a candidate wiring scored by the draft's accuracy on the hidden states it was trained on.
+"""One standalone trial: a candidate wiring scored by the draft's accuracy on the hidden states it
+was trained on.
 
-A rule is evaluated over the dump's own tensors. Layer ids (SGLang convention) that the dump holds become a
-rule over it; ids it does not hold are recomputed by the target for the dump's own ``input_ids`` (hooks at
-the canonical indices, see :mod:`bisect_eagle.artifacts.target`) and scored by the same batching as
-:func:`bisect_eagle.trials.accuracy.evaluate`. Every candidate maps to the SGLang layer ids stage 2 searches:
-the dump's states are ``dump_layer_ids`` plus the final state (id ``N - 1``), and ``emb`` is id ``-1``.
-Each scored candidate is one MLflow child run (:func:`run_standalone_trial`); the gate over all of them is
-:mod:`bisect_eagle.search.gate`.
+A rule is evaluated over the dump's own tensors. Layer ids (SGLang convention) that the dump holds
+become a rule over it; ids it does not hold are recomputed by the target for the dump's own
+``input_ids`` (hooks at the canonical indices, see :mod:`bisect_eagle.artifacts.target`) and scored
+by the same batching as :func:`bisect_eagle.trials.accuracy.evaluate`. Every candidate maps to the
+SGLang layer ids stage 2 searches: the dump's states are ``dump_layer_ids`` plus the final state (id
+``N - 1``), and ``emb`` is id ``-1``. Each scored candidate is one MLflow child run
+(:func:`run_standalone_trial`); the gate over all of them is :mod:`bisect_eagle.search.gate`.
 """
 
 from __future__ import annotations
@@ -32,14 +33,25 @@ from bisect_eagle.trials.record import deployment_tags
 
 
 def standalone_fingerprint(spec: Spec, layer_ids: list[int], *, rule: str, source: str) -> str:
-    """Identity of a standalone trial: the wiring, the states it is scored on and how it is scored."""
+    """Identity of a standalone trial: the wiring, the states it is scored on and how it is
+    scored."""
     st = spec.standalone
-    return canonical_hash({"stage": "standalone", "layer_ids": layer_ids, "rule": rule, "source": source,
-                           "samples": st.samples, "steps": st.steps, "metric": st.metric})
+    return canonical_hash(
+        {
+            "stage": "standalone",
+            "layer_ids": layer_ids,
+            "rule": rule,
+            "source": source,
+            "samples": st.samples,
+            "steps": st.steps,
+            "metric": st.metric,
+        }
+    )
 
 
 def run_standalone_trial(ctx: TrialContext, scorer, *, candidate) -> Any:
-    """A candidate wiring's stage-1 verdict: reused from this study's store, or scored and logged as a child run.
+    """A candidate wiring's stage-1 verdict: reused from this study's store, or scored and logged as
+    a child run.
 
     Args:
         ctx: the study's trial context (its spec, store and parent run).
@@ -54,8 +66,12 @@ def run_standalone_trial(ctx: TrialContext, scorer, *, candidate) -> Any:
     Raises:
         BadInput: the scorer refuses the candidate (one line naming the spec and the wiring).
     """
-    fp = standalone_fingerprint(ctx.spec, candidate.layer_ids, rule=candidate.rule, source=candidate.source)
-    found = ctx.tracking.find_fingerprint(fp, stages=("standalone",), parent_run_id=ctx.parent_run_id)
+    fp = standalone_fingerprint(
+        ctx.spec, candidate.layer_ids, rule=candidate.rule, source=candidate.source
+    )
+    found = ctx.tracking.find_fingerprint(
+        fp, stages=("standalone",), parent_run_id=ctx.parent_run_id
+    )
     if found is not None:
         verdict = Verdict(**json.loads(found.data.tags["verdict"]))
         verdict.run_id = found.info.run_id
@@ -89,12 +105,15 @@ def run_standalone_trial(ctx: TrialContext, scorer, *, candidate) -> Any:
         "simulated_accept_length": verdict.simulated_accept_length,
         "tokens": float(verdict.tokens),
     }
-    scores = verdict.scores()  # the gate's decision is written by record_gate once every wiring is scored
+    # the gate's decision is written by record_gate once every wiring is scored
+    scores = verdict.scores()
     ctx.tracking.log_texts(run_id, {"standalone.json": json.dumps(scores, indent=2)})
     ctx.tracking.log(run_id, metrics=metrics, tags={"outcome": "ok", "verdict": json.dumps(scores)})
     for vocab in ("full_vocab", "draft_vocab"):
         ctx.tracking.log_curve(
-            run_id, f"standalone_acc_{vocab}_per_position", values=[pos[vocab] for pos in verdict.per_position]
+            run_id,
+            f"standalone_acc_{vocab}_per_position",
+            values=[pos[vocab] for pos in verdict.per_position],
         )
     ctx.tracking.finish(run_id, "FINISHED")
     return verdict
@@ -102,11 +121,13 @@ def run_standalone_trial(ctx: TrialContext, scorer, *, candidate) -> Any:
 
 @dataclass
 class Candidate:
-    """One wiring to score: the rule over the states it is scored on, and the live layer ids it means."""
+    """One wiring to score: the rule over the states it is scored on, and the live layer ids it
+    means."""
 
     label: str
     layer_ids: list[int]  # SGLang convention
-    rule: str  # over the dump's states (source "dump") or over the recomputed states (source "target")
+    # over the dump's states (source "dump") or over the recomputed states (source "target")
+    rule: str
     source: str  # "dump" | "target"
 
 
@@ -147,7 +168,9 @@ class Verdict:
 def dump_ids(spec: Spec, num_layers: int) -> list[int]:
     """SGLang ids of the dump's states: its aux layers, then the final pre-norm state (id N - 1)."""
     if spec.dump_layer_ids is None:
-        raise BadInput(f"{spec.source}: key 'dump_layer_ids' is missing; it says which layers the dump holds")
+        raise BadInput(
+            f"{spec.source}: key 'dump_layer_ids' is missing; it says which layers the dump holds"
+        )
     layers.ids_to_canonical(spec.dump_layer_ids, "sglang", num_layers=num_layers)
     return [*spec.dump_layer_ids, num_layers - 1]
 
@@ -172,8 +195,11 @@ def candidates(spec: Spec, num_layers: int) -> list[Candidate]:
     for i, w in enumerate(spec.standalone.wirings):
         where = f"{spec.source}: standalone.wirings[{i}] ({w.label})"
         try:
-            c = _from_rule(w.label, w.rule, spec, num_layers) if w.rule else _from_ids(w.label, w.layer_ids, spec,
-                                                                                     num_layers)
+            c = (
+                _from_rule(w.label, w.rule, spec, num_layers)
+                if w.rule
+                else _from_ids(w.label, w.layer_ids, spec, num_layers)
+            )
         except BadInput as e:
             raise BadInput(f"{where}: {e}") from None
         key = tuple(sorted(c.layer_ids))
@@ -201,11 +227,14 @@ def _from_ids(label: str, layer_ids: list[int], spec: Spec, num_layers: int) -> 
     if all(c == 0 or c in held for c in canon):
         items = ",".join(EMB if c == 0 else str(held.index(c)) for c in canon)
         return Candidate(label, list(layer_ids), f"[{items}]", "dump")
-    return Candidate(label, list(layer_ids), f"[{','.join(str(i) for i in range(len(canon)))}]", "target")
+    return Candidate(
+        label, list(layer_ids), f"[{','.join(str(i) for i in range(len(canon)))}]", "target"
+    )
 
 
 class RecomputedDump:
-    """The dump's samples with states recomputed by the target at canonical indices (a DumpReader stand-in)."""
+    """The dump's samples with states recomputed by the target at canonical indices (a DumpReader
+    stand-in)."""
 
     def __init__(self, reader: DumpReader, model, indices: list[int], num_layers: int):
         self.reader = reader
@@ -224,7 +253,12 @@ class RecomputedDump:
                 self.model(input_ids=s.input_ids[None], logits_to_keep=1)
                 states = [got[i][0].float() for i in self.indices] + [got[final][0].float()]
             yield Sample(
-                s.input_ids, s.loss_mask, states, final_normed=False, mask_offset=s.mask_offset, source=s.source
+                s.input_ids,
+                s.loss_mask,
+                states,
+                final_normed=False,
+                mask_offset=s.mask_offset,
+                source=s.source,
             )
 
     def head(self, n: int) -> Iterator[Sample]:
@@ -240,7 +274,8 @@ class RecomputedDump:
 
 
 class Scorer:
-    """Scores candidates of one spec; the draft, the target head and (when needed) the target load once."""
+    """Scores candidates of one spec; the draft, the target head and (when needed) the target load
+    once."""
 
     def __init__(self, spec: Spec):
         from bisect_eagle.artifacts.draft import load_draft
@@ -272,7 +307,8 @@ class Scorer:
         return self._model
 
     def score(self, c: Candidate) -> Verdict:
-        """Standalone accuracy of one candidate (the gate is applied later by :func:`apply_gate`)."""
+        """Standalone accuracy of one candidate (the gate is applied later by
+        :func:`apply_gate`)."""
         st = self.spec.standalone
         reader: DumpReader | RecomputedDump = DumpReader(Path(self.paths["dump"]))
         if c.source == "target":
@@ -280,7 +316,12 @@ class Scorer:
             reader = RecomputedDump(reader, self._target_model(), indices, self.num_layers)
         try:
             result = evaluate(
-                self.loaded, reader, head=self.head, rule=parse_rule(c.rule), samples=st.samples or None, steps=st.steps
+                self.loaded,
+                reader,
+                head=self.head,
+                rule=parse_rule(c.rule),
+                samples=st.samples or None,
+                steps=st.steps,
             )
         except BadInput as e:
             raise BadInput(f"{self.spec.source}: standalone wiring {c.label}: {e}") from None

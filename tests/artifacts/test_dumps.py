@@ -1,4 +1,5 @@
-"""Dump readers: both formats read to the same Sample shape; damaged files give one-line errors naming them."""
+"""Dump readers: both formats read to the same Sample shape; damaged files give one-line errors
+naming them."""
 
 import pytest
 import torch
@@ -14,7 +15,16 @@ def _write(tmp_path, fmt, n=3, s=6, h=4):
         mask = torch.ones(s, dtype=torch.long)
         aux = [torch.randn(s, h, generator=g) for _ in range(3)]
         final = torch.randn(s, h, generator=g)
-        write_sample(tmp_path, i, fmt=fmt, input_ids=ids, loss_mask=mask, aux=aux, final=final, dtype=torch.float32)
+        write_sample(
+            tmp_path,
+            i,
+            fmt=fmt,
+            input_ids=ids,
+            loss_mask=mask,
+            aux=aux,
+            final=final,
+            dtype=torch.float32,
+        )
         written.append((ids, aux, final))
     return written
 
@@ -70,8 +80,14 @@ def test_missing_key_and_bad_lengths(tmp_path):
     torch.save({"input_ids": torch.arange(4), "loss_mask": torch.ones(4)}, tmp_path / "data_0.pt")
     with pytest.raises(DumpError, match="key 'hidden_states' is missing"):
         list(DumpReader(tmp_path))
-    torch.save({"input_ids": torch.arange(4), "loss_mask": torch.ones(4),
-                "hidden_states": [torch.zeros(4, 2), torch.zeros(3, 2)]}, tmp_path / "data_0.pt")
+    torch.save(
+        {
+            "input_ids": torch.arange(4),
+            "loss_mask": torch.ones(4),
+            "hidden_states": [torch.zeros(4, 2), torch.zeros(3, 2)],
+        },
+        tmp_path / "data_0.pt",
+    )
     with pytest.raises(DumpError, match=r"tensor 'hidden_states\[1\]' has 3 rows, input_ids 4"):
         list(DumpReader(tmp_path))
 
@@ -102,24 +118,35 @@ def test_non_finite_states_are_refused_or_skipped(tmp_path):
     obj = torch.load(tmp_path / "data_1.pt", weights_only=True)
     obj["hidden_states"][2][4, 1] = float("inf")
     torch.save(obj, tmp_path / "data_1.pt")
-    with pytest.raises(DumpError, match=r"data_1.pt: tensor 'hidden_states\[2\]' holds 1 NaN or inf values"):
+    with pytest.raises(
+        DumpError, match=r"data_1.pt: tensor 'hidden_states\[2\]' holds 1 NaN or inf values"
+    ):
         list(DumpReader(tmp_path))
     reader = DumpReader(tmp_path, skip_bad=True)
     assert [s.source.name for s in reader] == ["data_0.pt", "data_2.pt"]
     assert len(reader.skipped) == 1 and "data_1.pt" in reader.skipped[0]
-    assert [s.source.name for s in reader.head(1)] == ["data_0.pt"] and reader.skipped == []  # per pass
+    # per pass
+    assert [s.source.name for s in reader.head(1)] == ["data_0.pt"] and reader.skipped == []
 
 
 def test_token_ids_against_the_vocabulary(tmp_path):
     _write(tmp_path, "specforge", n=2)  # token ids < 50
     assert len(list(DumpReader(tmp_path, vocab_size=50))) == 2
-    with pytest.raises(DumpError, match=r"'input_ids' holds token id 4\d, outside the target vocabulary \[0, 40\)"):
+    with pytest.raises(
+        DumpError, match=r"'input_ids' holds token id 4\d, outside the target vocabulary \[0, 40\)"
+    ):
         list(DumpReader(tmp_path, vocab_size=40))
 
 
 def test_states_name_their_tensors_and_masks_may_be_float(tmp_path):
-    torch.save({"input_ids": torch.arange(4)[None], "loss_mask": torch.tensor([[0.0, 1.0, 1.0, 0.0]]),
-                "hidden_states": [torch.zeros(1, 4, 2), torch.ones(4, 2)]}, tmp_path / "data_0.pt")
+    torch.save(
+        {
+            "input_ids": torch.arange(4)[None],
+            "loss_mask": torch.tensor([[0.0, 1.0, 1.0, 0.0]]),
+            "hidden_states": [torch.zeros(1, 4, 2), torch.ones(4, 2)],
+        },
+        tmp_path / "data_0.pt",
+    )
     (s,) = DumpReader(tmp_path)
     assert s.loss_mask.tolist() == [False, True, True, False] and s.width == 2
     assert [s.state_name(i) for i in range(2)] == ["hidden_states[0]", "hidden_states[1]"]
@@ -130,6 +157,9 @@ def test_later_samples_must_match_the_first(tmp_path):
     obj = torch.load(tmp_path / "data_1.pt", weights_only=True)
     obj["hidden_states"] = obj["hidden_states"][1:]
     torch.save(obj, tmp_path / "data_1.pt")
-    with pytest.raises(DumpError, match="data_1.pt: key 'hidden_states' gives 3 states 4 wide; the first sample's "
-                                        "gives 4 states 4 wide"):
+    with pytest.raises(
+        DumpError,
+        match="data_1.pt: key 'hidden_states' gives 3 states 4 wide; the first sample's gives 4 "
+        "states 4 wide",
+    ):
         list(DumpReader(tmp_path))

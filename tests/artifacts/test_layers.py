@@ -1,4 +1,5 @@
-"""Every layer-id convention converts to and from the canonical hidden_states index, table-driven."""
+"""Every layer-id convention converts to and from the canonical hidden_states index,
+table-driven."""
 
 import pytest
 
@@ -7,15 +8,37 @@ from bisect_eagle.artifacts.layers import LayerIdError
 
 # (convention, depth, id, canonical index)
 CASES = [
-    ("sglang", 61, -1, 0), ("sglang", 61, 2, 3), ("sglang", 61, 30, 31), ("sglang", 61, 58, 59), ("sglang", 61, 60, 61),
-    ("specforge", 61, 1, 2), ("specforge", 61, 29, 30), ("specforge", 61, 57, 58),
-    ("vllm", 61, 0, 0), ("vllm", 61, 2, 2), ("vllm", 61, 30, 30), ("vllm", 61, 61, 61),
-    ("speculators", 61, 58, 58), ("eagle", 61, 2, 2), ("eagle", 61, 58, 58),
-    ("speculators-legacy", 61, 2, 3), ("speculators-legacy", 61, 60, 61),
-    ("sglang", 32, -1, 0), ("sglang", 32, 1, 2), ("sglang", 32, 15, 16), ("sglang", 32, 28, 29),
-    ("specforge", 32, 1, 2), ("specforge", 32, 15, 16), ("specforge", 32, 28, 29),
-    ("vllm", 32, 2, 2), ("vllm", 32, 16, 16), ("vllm", 32, 29, 29), ("vllm", 32, 32, 32),
-    ("eagle", 32, 29, 29), ("speculators-legacy", 32, 31, 32), ("speculators-legacy", 32, 16, 17),
+    ("sglang", 61, -1, 0),
+    ("sglang", 61, 2, 3),
+    ("sglang", 61, 30, 31),
+    ("sglang", 61, 58, 59),
+    ("sglang", 61, 60, 61),
+    ("specforge", 61, 1, 2),
+    ("specforge", 61, 29, 30),
+    ("specforge", 61, 57, 58),
+    ("vllm", 61, 0, 0),
+    ("vllm", 61, 2, 2),
+    ("vllm", 61, 30, 30),
+    ("vllm", 61, 61, 61),
+    ("speculators", 61, 58, 58),
+    ("eagle", 61, 2, 2),
+    ("eagle", 61, 58, 58),
+    ("speculators-legacy", 61, 2, 3),
+    ("speculators-legacy", 61, 60, 61),
+    ("sglang", 32, -1, 0),
+    ("sglang", 32, 1, 2),
+    ("sglang", 32, 15, 16),
+    ("sglang", 32, 28, 29),
+    ("specforge", 32, 1, 2),
+    ("specforge", 32, 15, 16),
+    ("specforge", 32, 28, 29),
+    ("vllm", 32, 2, 2),
+    ("vllm", 32, 16, 16),
+    ("vllm", 32, 29, 29),
+    ("vllm", 32, 32, 32),
+    ("eagle", 32, 29, 29),
+    ("speculators-legacy", 32, 31, 32),
+    ("speculators-legacy", 32, 16, 17),
 ]
 
 
@@ -27,10 +50,17 @@ def test_round_trip(conv, n, layer_id, index):
 
 # (convention, depth, default canonical indices)
 DEFAULTS = [
-    ("sglang", 61, [2, 30, 58]), ("specforge", 61, [2, 30, 58]), ("vllm", 61, [2, 30, 58]),
-    ("eagle", 61, [2, 30, 58]), ("speculators", 61, [2, 30, 58, 61]), ("speculators-legacy", 61, [3, 31, 59, 61]),
-    ("sglang", 32, [2, 16, 29]), ("specforge", 32, [2, 16, 29]), ("vllm", 32, [2, 16, 29]),
-    ("speculators", 32, [2, 16, 29, 32]), ("speculators-legacy", 32, [3, 17, 30, 32]),
+    ("sglang", 61, [2, 30, 58]),
+    ("specforge", 61, [2, 30, 58]),
+    ("vllm", 61, [2, 30, 58]),
+    ("eagle", 61, [2, 30, 58]),
+    ("speculators", 61, [2, 30, 58, 61]),
+    ("speculators-legacy", 61, [3, 31, 59, 61]),
+    ("sglang", 32, [2, 16, 29]),
+    ("specforge", 32, [2, 16, 29]),
+    ("vllm", 32, [2, 16, 29]),
+    ("speculators", 32, [2, 16, 29, 32]),
+    ("speculators-legacy", 32, [3, 17, 30, 32]),
 ]
 
 
@@ -40,7 +70,8 @@ def test_defaults(conv, n, expected):
 
 
 def test_seed_wirings_on_61_layers():
-    """The incident's [2,30,58] (output-of) and the broken [-1,2,30] "fix" are different hidden states."""
+    """The incident's [2,30,58] (output-of) and the broken [-1,2,30] "fix" are different hidden
+    states."""
     assert layers.ids_to_canonical([2, 30, 58], "sglang", num_layers=61) == [3, 31, 59]
     assert layers.ids_to_canonical([-1, 2, 30], "sglang", num_layers=61) == [0, 3, 31]
     assert layers.canonical_to_ids([3, 31, 59], "vllm", num_layers=61) == [3, 31, 59]
@@ -63,8 +94,16 @@ def test_gptoss_list_rule():
     assert layers.canonical_to_ids([25, 31, 36], "sglang-gptoss", num_layers=36) == [24, 30, 35]
 
 
-@pytest.mark.parametrize(("conv", "n", "bad"), [("sglang", 61, -2), ("sglang", 61, 61), ("vllm", 32, -1),
-                                                ("vllm", 32, 33), ("speculators-legacy", 32, 32)])
+@pytest.mark.parametrize(
+    ("conv", "n", "bad"),
+    [
+        ("sglang", 61, -2),
+        ("sglang", 61, 61),
+        ("vllm", 32, -1),
+        ("vllm", 32, 33),
+        ("speculators-legacy", 32, 32),
+    ],
+)
 def test_out_of_range(conv, n, bad):
     with pytest.raises(LayerIdError, match=f"{conv} layer id {bad} is outside"):
         layers.to_canonical(bad, conv, num_layers=n)
@@ -88,7 +127,9 @@ def test_the_fc_width_rule_is_one_count_and_one_line():
     assert layers.fc_width_refusal([1, 5, 9], width=3, **config) is None
     assert layers.fc_width_refusal([1, 5], width=3, **config) == (
         "d/config.json: the draft's fc takes 3 aux layers (num_aux_hidden_states); "
-        "eagle_aux_hidden_state_layer_ids [1, 5] has 2")
-    named = layers.fc_width_refusal((2, 6, 10, 12), width=3, where="w", said_by="s",
-                                    named="layer_ids")
+        "eagle_aux_hidden_state_layer_ids [1, 5] has 2"
+    )
+    named = layers.fc_width_refusal(
+        (2, 6, 10, 12), width=3, where="w", said_by="s", named="layer_ids"
+    )
     assert named == "w: the draft's fc takes 3 aux layers (s); layer_ids [2, 6, 10, 12] has 4"

@@ -1,4 +1,5 @@
-"""Prompt loading: plain prompts, the chat template when the tokenizer has one, and errors naming file:line."""
+"""Prompt loading: plain prompts, the chat template when the tokenizer has one, and errors naming
+file:line."""
 
 import json
 
@@ -8,8 +9,10 @@ from transformers import AutoTokenizer
 from bisect_eagle.artifacts.prompts import check_prompts, load_prompts
 from bisect_eagle.errors import BadInput
 
-TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}<assistant>{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}{% if "
+    "add_generation_prompt %}<assistant>{% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +46,17 @@ def test_shipped_prompts_are_plain_bytes(tiny, tokenizer):
 
 
 def test_chat_template_applied_to_prompt_and_messages(tmp_path, chat_tokenizer):
-    path = _jsonl(tmp_path / "p.jsonl", {"id": "a", "prompt": "hi"}, "",
-                  {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]})
+    path = _jsonl(
+        tmp_path / "p.jsonl",
+        {"id": "a", "prompt": "hi"},
+        "",
+        {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]},
+    )
     a, b = load_prompts(path, chat_tokenizer)
     assert a.text == "<user>hi\n<assistant>"
     assert a.input_ids == list(a.text.encode())
-    assert (b.id, b.text) == ("3", "<system>s\n<user>q\n<assistant>")  # id defaults to the line number
+    # id defaults to the line number
+    assert (b.id, b.text) == ("3", "<system>s\n<user>q\n<assistant>")
 
 
 @pytest.mark.parametrize(
@@ -58,7 +66,10 @@ def test_chat_template_applied_to_prompt_and_messages(tmp_path, chat_tokenizer):
         ('{"id": "x", "text": "hi"}', ["p.jsonl:2", "'prompt'", "text"]),
         ('{"id": "x", "prompt": ""}', ["p.jsonl:2", "'prompt'", "non-empty"]),
         ('{"id": "a", "prompt": "again"}', ["p.jsonl:2", "'id'", "unique"]),
-        ('{"messages": [{"role": "user", "content": "q"}]}', ["p.jsonl:2", "'messages'", "chat_template"]),
+        (
+            '{"messages": [{"role": "user", "content": "q"}]}',
+            ["p.jsonl:2", "'messages'", "chat_template"],
+        ),
         ('["hi"]', ["p.jsonl:2", "JSON object"]),
     ],
 )
@@ -80,9 +91,15 @@ def test_bad_messages_shape_and_too_few_prompts(tmp_path, tokenizer, chat_tokeni
 
 
 def test_check_prompts_counts_without_a_tokenizer_and_names_the_file(tmp_path):
-    path = _jsonl(tmp_path / "p.jsonl", {"id": "a", "prompt": "one"}, {"messages": [{"role": "user", "content": "2"}]})
+    path = _jsonl(
+        tmp_path / "p.jsonl",
+        {"id": "a", "prompt": "one"},
+        {"messages": [{"role": "user", "content": "2"}]},
+    )
     assert check_prompts(path, 2) == 2
-    with pytest.raises(BadInput, match=r"p.jsonl: 2 prompts, but warmup_prompts \+ num_prompts = 3 are needed"):
+    with pytest.raises(
+        BadInput, match=r"p.jsonl: 2 prompts, but warmup_prompts \+ num_prompts = 3 are needed"
+    ):
         check_prompts(path, 3)
     bad = _jsonl(tmp_path / "q.jsonl", {"id": "a", "prompt": "one"}, {"id": "b", "prompt": ""})
     with pytest.raises(BadInput, match=r"q.jsonl:2: key 'prompt' must be a non-empty string"):

@@ -6,10 +6,19 @@ import torch
 from bisect_eagle.artifacts.wiring import EMB, WiringError, check_width, parse_rule
 
 
-@pytest.mark.parametrize(("text", "n", "expected"), [
-    ("[:-1]", 4, [0, 1, 2]), ("[1:]", 4, [1, 2, 3]), ("[0:3]", 4, [0, 1, 2]), ("[::2]", 4, [0, 2]),
-    ("[0,1,2]", 4, [0, 1, 2]), ("[ 0 , -2 ]", 4, [0, 2]), ("[emb,0,1]", 4, [EMB, 0, 1]), ("[2,0,1]", 4, [2, 0, 1]),
-])
+@pytest.mark.parametrize(
+    ("text", "n", "expected"),
+    [
+        ("[:-1]", 4, [0, 1, 2]),
+        ("[1:]", 4, [1, 2, 3]),
+        ("[0:3]", 4, [0, 1, 2]),
+        ("[::2]", 4, [0, 2]),
+        ("[0,1,2]", 4, [0, 1, 2]),
+        ("[ 0 , -2 ]", 4, [0, 2]),
+        ("[emb,0,1]", 4, [EMB, 0, 1]),
+        ("[2,0,1]", 4, [2, 0, 1]),
+    ],
+)
 def test_select(text, n, expected):
     assert parse_rule(text).select(n) == expected
 
@@ -26,7 +35,9 @@ def test_index_out_of_range():
 
 
 def test_width_message():
-    with pytest.raises(WiringError, match=r"fc expects 3 × 128 = 384 inputs; rule \[0,1\] gives 2 tensors = 256"):
+    with pytest.raises(
+        WiringError, match=r"fc expects 3 × 128 = 384 inputs; rule \[0,1\] gives 2 tensors = 256"
+    ):
         check_width(parse_rule("[0,1]"), 4, hidden=128, fc_in=384)
     assert check_width(parse_rule("[:-1]"), 4, hidden=128, fc_in=384) == [0, 1, 2]
 

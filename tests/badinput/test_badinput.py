@@ -1,6 +1,7 @@
-"""Every bad input -- a spec, a prompts file, a data file named by a spec, a flag of any command -- ends with exit 2
-and one ``error:`` line naming the culprit file (or flag) and the key: no traceback, nothing written (no
-``mlruns/``, no study, no run), the inputs left as they were. With tests/bad_data_cases.py: over 100 cases."""
+"""Every bad input -- a spec, a prompts file, a data file named by a spec, a flag of any command --
+ends with exit 2 and one ``error:`` line naming the culprit file (or flag) and the key: no
+traceback, nothing written (no ``mlruns/``, no study, no run), the inputs left as they were. With
+tests/bad_data_cases.py: over 100 cases."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ def test_the_corpus_holds_over_a_hundred_cases():
 
 
 @pytest.mark.parametrize("build", [b for _, b in CASES], ids=[n for n, _ in CASES])
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(build, tmp_path, cwd, monkeypatch, capsys):
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    build, tmp_path, cwd, monkeypatch, capsys
+):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     bad = build(inputs)
@@ -49,16 +52,30 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(build, tmp_path, cwd
     assert list(cwd.iterdir()) == [] and file_tree(inputs) == before
 
 
-@pytest.mark.parametrize("args", [["run", "{spec}"], ["live", "--spec", "{spec}", "--json"], ["doctor", "{spec}"]])
+@pytest.mark.parametrize(
+    "args", [["run", "{spec}"], ["live", "--spec", "{spec}", "--json"], ["doctor", "{spec}"]]
+)
 def test_as_a_separate_process(args, tmp_path, cwd):
     spec = tmp_path / "spec.yaml"
-    spec.write_text((ROOT / "experiments" / "tiny.yaml").read_text().replace("num_prompts: 4", "num_prompts: 0"))
+    spec.write_text(
+        (ROOT / "experiments" / "tiny.yaml").read_text().replace("num_prompts: 4", "num_prompts: 0")
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    out = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", *(a.format(spec=spec) for a in args)],
-                         capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "bisect_eagle.cli", *(a.format(spec=spec) for a in args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+    )
     assert out.returncode == 2 and out.stdout == ""
-    assert len(out.stderr.strip().splitlines()) == 1 and str(spec) in out.stderr and "'num_prompts'" in out.stderr
+    assert (
+        len(out.stderr.strip().splitlines()) == 1
+        and str(spec) in out.stderr
+        and "'num_prompts'" in out.stderr
+    )
     assert "Traceback" not in out.stderr and list(cwd.iterdir()) == []
 
 
@@ -67,6 +84,10 @@ def test_version_exits_0_and_prints_it(monkeypatch, capsys):
 
     code, out, err = run_cli(["--version"], monkeypatch, capsys)
     assert code == 0 and out.strip() == f"bisect-eagle {__version__}" and err == ""
-    proc = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "--version"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bisect_eagle.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and __version__ in proc.stdout

@@ -1,4 +1,5 @@
-"""Every minimal breaking set (``bisect/culprits.py``) against deterministic oracles: sets that overlap, sets a change
+"""Every minimal breaking set (``bisect/culprits.py``) against deterministic oracles: sets that
+overlap, sets a change
 hides in the bad configuration, and what is reported when the budget ends the search first."""
 
 from __future__ import annotations
@@ -17,23 +18,34 @@ def names(n: int) -> list[str]:
 
 def monotone(causes: list[set[str]]):
     """BAD when the configuration holds a whole cause."""
-    return lambda cfg: Answer(ProbeOutcome.BAD if any(c <= cfg for c in causes) else ProbeOutcome.GOOD)
+    return lambda cfg: Answer(
+        ProbeOutcome.BAD if any(c <= cfg for c in causes) else ProbeOutcome.GOOD
+    )
 
 
 def test_minimal_hitting_sets_and_the_checks_they_give():
     a, b, c = "a", "b", "c"
-    assert minimal_hitting_sets([frozenset({a, b}), frozenset({b, c})]) == [frozenset({b}), frozenset({a, c})]
+    assert minimal_hitting_sets([frozenset({a, b}), frozenset({b, c})]) == [
+        frozenset({b}),
+        frozenset({a, c}),
+    ]
     assert minimal_hitting_sets([]) == [frozenset()]
     everything = frozenset({a, b, c, "d"})
-    assert completeness_checks(everything, [frozenset({a, b})], {}) == [everything - {a}, everything - {b}]
+    assert completeness_checks(everything, [frozenset({a, b})], {}) == [
+        everything - {a},
+        everything - {b},
+    ]
     # d hidden in the bad configuration by c: with c reverted as well
-    assert completeness_checks(everything, [frozenset({a})], {"d": ("c",)}) == [everything - {a},
-                                                                                 everything - {a, "c"}]
+    assert completeness_checks(everything, [frozenset({a})], {"d": ("c",)}) == [
+        everything - {a},
+        everything - {a, "c"},
+    ]
 
 
 @pytest.mark.parametrize("n", [3, 5, 8])
 def test_two_overlapping_breaking_sets_are_both_found_and_nothing_more(n):
-    """{A, B} and {B, C}: after the first, the bad configuration with A reverted still breaks (it holds B and C)."""
+    """{A, B} and {B, C}: after the first, the bad configuration with A reverted still breaks (it
+    holds B and C)."""
     for a, b, c in itertools.permutations(names(n), 3):
         causes = [{a, b}, {b, c}]
         result = find_culprits(names(n), monotone(causes))
@@ -44,7 +56,8 @@ def test_two_overlapping_breaking_sets_are_both_found_and_nothing_more(n):
 
 
 def test_every_minimal_breaking_set_of_random_monotone_structures():
-    """Up to three causes of one to three changes among 7, overlapping or not: exactly the minimal ones."""
+    """Up to three causes of one to three changes among 7, overlapping or not: exactly the minimal
+    ones."""
     import random
 
     rng = random.Random(0)
@@ -59,8 +72,10 @@ def test_every_minimal_breaking_set_of_random_monotone_structures():
 
 
 def test_a_set_hidden_in_the_bad_configuration_is_found_with_its_masker_reverted():
-    """s1 breaks the good configuration alone, but s3 hides it (EAGLE hides the wiring); s0 breaks it too. With s0
-    reverted the bad configuration is GOOD (s3 hides s1): only the plans' mask says to look without s3 as well."""
+    """s1 breaks the good configuration alone, but s3 hides it (EAGLE hides the wiring); s0 breaks
+    it too. With s0 reverted the bad configuration is GOOD (s3 hides s1): only the plans' mask says
+    to look without s3 as well."""
+
     def oracle(cfg):
         broken = "s0" in cfg or ("s1" in cfg and "s3" not in cfg)
         return Answer(ProbeOutcome.BAD if broken else ProbeOutcome.GOOD)
@@ -77,7 +92,8 @@ def test_the_budget_leaves_the_answer_partial_naming_what_is_unknown():
 
     known: dict = {}
 
-    def oracle(cfg):  # as the prober: a verdict given stays; nothing new is judged once the budget is spent
+    # as the prober: a verdict given stays; nothing new is judged once the budget is spent
+    def oracle(cfg):
         if cfg not in known:
             if len(asked) >= 6:
                 return Answer(ProbeOutcome.UNRESOLVED, "the budget is spent")
@@ -87,5 +103,6 @@ def test_the_budget_leaves_the_answer_partial_naming_what_is_unknown():
 
     result = find_culprits(names(6), oracle, spent=lambda: len(asked) >= 6)
     assert result.status is BisectStatus.PARTIAL and result.unknown
-    assert all(set(b) in ({"s1"}, {"s4", "s5"}) for b in result.breaking)  # what is claimed is right
+    # what is claimed is right
+    assert all(set(b) in ({"s1"}, {"s4", "s5"}) for b in result.breaking)
     assert any("the budget is spent" in n for n in result.notes) and result.repair is None

@@ -1,4 +1,5 @@
-"""Isolating delta debugging (the pure ``ddmin`` module) against synthetic deterministic oracles: exact breaking
+"""Isolating delta debugging (the pure ``ddmin`` module) against synthetic deterministic oracles:
+exact breaking
 sets and repair sets, the probe bound, skips."""
 
 from __future__ import annotations
@@ -9,7 +10,15 @@ import math
 import pytest
 
 from bisect_eagle.bisect.culprits import find_culprits
-from bisect_eagle.bisect.ddmin import Answer, BisectStatus, ProbeMemo, ProbeOutcome, isolate, probe_bound, shrink
+from bisect_eagle.bisect.ddmin import (
+    Answer,
+    BisectStatus,
+    ProbeMemo,
+    ProbeOutcome,
+    isolate,
+    probe_bound,
+    shrink,
+)
 
 
 def names(n: int) -> list[str]:
@@ -30,19 +39,22 @@ def oracle(causes: list[set[str]], skip=lambda cfg: False, calls: list | None = 
 
 
 def bound(c: int, n: int) -> int:
-    """Isolation (endpoints included), the repair set's 1-minimality, and a verification per answer (b <= c)."""
+    """Isolation (endpoints included), the repair set's 1-minimality, and a verification per answer
+    (b <= c)."""
     return 2 * c * math.ceil(math.log2(n)) + 2 + c + c + 1
 
 
 def repairs(causes: list[set[str]], n: int, repair: tuple[str, ...]) -> bool:
-    """Whether reverting ``repair`` from the bad configuration (all ``n`` applied) leaves no whole cause."""
+    """Whether reverting ``repair`` from the bad configuration (all ``n`` applied) leaves no whole
+    cause."""
     rest = set(names(n)) - set(repair)
     return not any(c <= rest for c in causes)
 
 
 def one_minimal_repair(causes: list[set[str]], n: int, repair: tuple[str, ...]) -> bool:
-    return repairs(causes, n, repair) and not any(repairs(causes, n, tuple(r for r in repair if r != x))
-                                                  for x in repair)
+    return repairs(causes, n, repair) and not any(
+        repairs(causes, n, tuple(r for r in repair if r != x)) for x in repair
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13])
@@ -56,13 +68,15 @@ def test_single_culprit_anywhere_is_found_within_the_bound(n):
 
 
 def test_binary_search_cost_for_one_culprit():
-    """At n = 2 one probe halves the difference: ceil(log2 n) probes plus the endpoints, two checks and the two
+    """At n = 2 one probe halves the difference: ceil(log2 n) probes plus the endpoints, two checks
+    and the two
     verifications (the breaking set, the repair set)."""
     result = find_culprits(names(16), oracle([{"s11"}]))
     assert len(result.probes) <= 2 + 4 + 2 + 2
-    assert [(p.applied, p.verifies) for p in result.probes[-2:]] == [(("s11",), "breaking"),
-                                                                     (tuple(n for n in names(16) if n != "s11"),
-                                                                      "repair")]
+    assert [(p.applied, p.verifies) for p in result.probes[-2:]] == [
+        (("s11",), "breaking"),
+        (tuple(n for n in names(16) if n != "s11"), "repair"),
+    ]
 
 
 @pytest.mark.parametrize("n", [2, 4, 7, 8])
@@ -102,10 +116,14 @@ def test_probes_are_memoised_per_configuration():
     calls: list = []
     result = find_culprits(names(8), oracle([{"s2"}, {"s6"}], calls=calls))
     search = [p.applied for p in result.probes if p.verifies is None]
-    assert len(calls) == len(result.probes) and len(search) == len(set(search))  # each asked once while searching
-    assert [p.verifies for p in result.probes if p.verifies] == ["breaking", "breaking", "repair"]  # then re-asked
+    # each asked once while searching
+    assert len(calls) == len(result.probes) and len(search) == len(set(search))
+    # then re-asked
+    assert [p.verifies for p in result.probes if p.verifies] == ["breaking", "breaking", "repair"]
     assert result.probes[0].applied == () and result.probes[0].outcome is ProbeOutcome.GOOD
-    assert result.probes[1].applied == tuple(names(8)) and result.probes[1].outcome is ProbeOutcome.BAD
+    assert (
+        result.probes[1].applied == tuple(names(8)) and result.probes[1].outcome is ProbeOutcome.BAD
+    )
 
 
 def test_a_crashing_probe_is_unresolved_and_the_search_still_ends():
@@ -116,10 +134,13 @@ def test_a_crashing_probe_is_unresolved_and_the_search_still_ends():
         return crash in cfg and 0 < len(cfg) < n
 
     result = find_culprits(names(n), oracle([{"s5"}], skip=skip))
-    # the bad configuration without s5 crashes: whether another breaking set remains there is not known
+    # the bad configuration without s5 crashes: whether another breaking set remains there is not
+    # known
     assert result.culprits == ["s5"] and result.status == "partial" and result.repair is None
-    assert result.unknown == [frozenset(names(n)) - {"s5"}] and "partial: another breaking set may lie within" in (
-        result.notes[0])
+    assert (
+        result.unknown == [frozenset(names(n)) - {"s5"}]
+        and "partial: another breaking set may lie within" in (result.notes[0])
+    )
     assert result.unresolved and all(crash in applied for applied in result.unresolved)
     assert all(p.detail == "crashed" for p in result.probes if p.outcome is ProbeOutcome.UNRESOLVED)
 
@@ -127,12 +148,14 @@ def test_a_crashing_probe_is_unresolved_and_the_search_still_ends():
 def test_inseparable_crash_is_reported_as_ambiguous():
     n = 6
 
-    def skip(cfg):  # the culprit cannot be applied without crashing, except in the bad configuration
+    # the culprit cannot be applied without crashing, except in the bad configuration
+    def skip(cfg):
         return "s3" in cfg and len(cfg) < n
 
     result = find_culprits(names(n), oracle([{"s3"}], skip=skip))
     assert result.status == "ambiguous" and result.notes and result.unresolved
-    assert result.breaking == [] and any("s3" in u for u in result.unknown)  # not established: never a claim
+    # not established: never a claim
+    assert result.breaking == [] and any("s3" in u for u in result.unknown)
 
 
 def test_endpoints_that_do_not_hold():
@@ -158,8 +181,6 @@ def test_progress_reports_settings_left_and_probes():
     assert any(m.startswith("2 settings left") for m in seen)
 
 
-
-
 def test_breaking_and_repair_sets_differ_when_changes_interact():
     """s1+s2 break the good configuration only together; reverting either repairs the bad one."""
     result = find_culprits(names(5), oracle([{"s1", "s2"}]))
@@ -169,7 +190,8 @@ def test_breaking_and_repair_sets_differ_when_changes_interact():
 
 
 def test_a_compensated_cause_is_still_a_breaking_set_when_the_rest_fails():
-    """s0 breaks it alone; s2+s3 break it together; both are reported, and the repair set reverts both."""
+    """s0 breaks it alone; s2+s3 break it together; both are reported, and the repair set reverts
+    both."""
     result = find_culprits(names(6), oracle([{"s0"}, {"s2", "s3"}]))
     assert sorted(result.breaking) == [("s0",), ("s2", "s3")]
     assert one_minimal_repair([{"s0"}, {"s2", "s3"}], 6, result.repair) and "s0" in result.repair
@@ -188,10 +210,16 @@ def test_shrink_gives_a_one_minimal_subset():
 
 def test_every_repair_set_is_one_minimal():
     for n in (3, 6):
-        for causes in ([{"s0"}], [{"s0", "s1"}], [{"s0"}, {"s1", "s2"}], [{"s1", "s2"}, {"s0", "s2"}]):
+        for causes in (
+            [{"s0"}],
+            [{"s0", "s1"}],
+            [{"s0"}, {"s1", "s2"}],
+            [{"s1", "s2"}, {"s0", "s2"}],
+        ):
             result = find_culprits(names(n), oracle(causes))
             assert one_minimal_repair(causes, n, result.repair), (n, causes, result.repair)
-            for cause in result.breaking:  # each breaking set breaks, and none of its parts alone does
+            # each breaking set breaks, and none of its parts alone does
+            for cause in result.breaking:
                 cfg = set(cause)
                 assert any(c <= cfg for c in causes)
                 assert not any(any(c <= cfg - {x} for c in causes) for x in cfg)
@@ -199,7 +227,8 @@ def test_every_repair_set_is_one_minimal():
 
 def test_probe_bound():
     assert probe_bound(2, 7) == 19 and probe_bound(1, 1) == 5 and probe_bound(3, 16) == 33
-    assert probe_bound(2, 7, breaking=1) == 18  # two interacting culprits: one breaking set to verify
+    # two interacting culprits: one breaking set to verify
+    assert probe_bound(2, 7, breaking=1) == 18
 
 
 def test_the_module_imports_only_the_standard_library():
@@ -210,7 +239,10 @@ def test_the_module_imports_only_the_standard_library():
     import bisect_eagle.bisect.ddmin as ddmin
 
     tree = ast.parse(Path(ddmin.__file__).read_text())
-    imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
-                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in (n.names if isinstance(n, ast.Import) else [n])}
+    imported = {
+        (n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in (n.names if isinstance(n, ast.Import) else [n])
+    }
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported

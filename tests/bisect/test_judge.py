@@ -1,4 +1,5 @@
-"""The judge's sequential one-sided bound: exact limits, noise pooled across configurations, one error budget for the
+"""The judge's sequential one-sided bound: exact limits, noise pooled across configurations, one
+error budget for the
 whole bisect, the requests' tail, seeded noisy sources."""
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from bisect_eagle.stats import schedule
 
 
 def source(rng: random.Random, true: float, noise: float):
-    """Samples of ``true`` with relative Gaussian noise, and the ``more(n)`` callback the judge calls."""
+    """Samples of ``true`` with relative Gaussian noise, and the ``more(n)`` callback the judge
+    calls."""
     samples: list[float] = []
 
     def more(n: int) -> bool:
@@ -65,8 +67,12 @@ def test_the_band_follows_the_pooled_noise_and_the_sample_count():
     assert outcome is ProbeOutcome.UNRESOLVED and "within the noise band" in why
     judge.noise.observe("bad", [70.0, 71.4, 68.6])
     judge.noise.observe("probe", [104.0, 106.0, 102.0, 104.0, 103.0, 105.0, 104.5, 103.5])
-    assert judge.verdict([104.0, 106.0, 102.0, 104.0, 103.0, 105.0, 104.5, 103.5], endpoint=False).outcome \
+    assert (
+        judge.verdict(
+            [104.0, 106.0, 102.0, 104.0, 103.0, 105.0, 104.5, 103.5], endpoint=False
+        ).outcome
         is ProbeOutcome.GOOD
+    )
 
 
 def test_noise_pool_and_restore():
@@ -76,15 +82,19 @@ def test_noise_pool_and_restore():
     pool.observe("bad", [0.0, 1.0])  # not positive: not pooled
     assert pool.dof == 1
     judge = Judge()
-    judge.restore({"median": 80.0, "mad": 1.0}, {"sd_log": 0.02, "dof": 4})  # an older log's reference
-    assert judge.reference == [80.0] and judge.noise.dof == 4 and judge.noise.sd == pytest.approx(0.02)
+    # an older log's reference
+    judge.restore({"median": 80.0, "mad": 1.0}, {"sd_log": 0.02, "dof": 4})
+    assert (
+        judge.reference == [80.0] and judge.noise.dof == 4 and judge.noise.sd == pytest.approx(0.02)
+    )
     judge.restore({"samples": [1.0, 2.0]}, None)
     assert judge.reference == [1.0, 2.0]
 
 
 @pytest.mark.parametrize("above", [1.08, 0.92])
 def test_a_config_8_percent_from_the_limit_resolves_on_its_side(above):
-    """2 % noise: over 200 seeds a config 8 % above (below) the limit is never judged on the wrong side, and nearly
+    """2 % noise: over 200 seeds a config 8 % above (below) the limit is never judged on the wrong
+    side, and nearly
     always resolves within the probe's budget."""
     expected = ProbeOutcome.GOOD if above > 1 else ProbeOutcome.BAD
     outcomes, used = collections.Counter(), []
@@ -92,9 +102,14 @@ def test_a_config_8_percent_from_the_limit_resolves_on_its_side(above):
         rng = random.Random(seed)
         judge = Judge("output_tok_s", threshold=100.0)
         good, more_good = source(rng, 115.0, 0.02)
-        assert judge.decide(good, key="good", endpoint=True, more=more_good).outcome is ProbeOutcome.GOOD
+        assert (
+            judge.decide(good, key="good", endpoint=True, more=more_good).outcome
+            is ProbeOutcome.GOOD
+        )
         bad, more_bad = source(rng, 70.0, 0.02)
-        assert judge.decide(bad, key="bad", endpoint=True, more=more_bad).outcome is ProbeOutcome.BAD
+        assert (
+            judge.decide(bad, key="bad", endpoint=True, more=more_bad).outcome is ProbeOutcome.BAD
+        )
         probe, more_probe = source(rng, 100.0 * above, 0.02)
         outcomes[judge.decide(probe, key="probe", endpoint=False, more=more_probe).outcome] += 1
         used.append(len(probe))
@@ -103,8 +118,9 @@ def test_a_config_8_percent_from_the_limit_resolves_on_its_side(above):
 
 
 def test_the_chance_of_any_false_verdict_in_a_bisect_stays_within_its_budget():
-    """300 bisects of 2 % noise, each judging 12 configurations 1 % to 4 % from the limit (hard ones) at its level
-    α/K: the share of bisects with any verdict on the wrong side stays within α (plus sampling slack)."""
+    """300 bisects of 2 % noise, each judging 12 configurations 1 % to 4 % from the limit (hard
+    ones) at its level α/K: the share of bisects with any verdict on the wrong side stays within α
+    (plus sampling slack)."""
     wrong_bisects = 0
     for seed in range(300):
         rng = random.Random(seed)
@@ -129,16 +145,23 @@ def test_the_chance_of_any_false_verdict_in_a_bisect_stays_within_its_budget():
 def test_the_looks_are_the_bisects_budget():
     judge = Judge("output_tok_s", threshold=100.0, comparisons=2)
     judge.noise.observe("g", [110.0, 112.0, 108.0])
-    assert judge.decide([80.0], key="a", endpoint=False, more=lambda n: False).outcome is ProbeOutcome.BAD
-    assert judge.decide([130.0], key="b", endpoint=False, more=lambda n: False).outcome is ProbeOutcome.GOOD
+    assert (
+        judge.decide([80.0], key="a", endpoint=False, more=lambda n: False).outcome
+        is ProbeOutcome.BAD
+    )
+    assert (
+        judge.decide([130.0], key="b", endpoint=False, more=lambda n: False).outcome
+        is ProbeOutcome.GOOD
+    )
     spent = judge.decide([60.0], key="c", endpoint=False, more=lambda n: False)
     assert spent.outcome is ProbeOutcome.UNRESOLVED and "2 looks are spent" in spent.detail
     assert judge.level == pytest.approx(0.025)  # 0.05 over 2 looks
 
 
 def test_a_stall_in_some_requests_is_bad_by_the_tail_though_the_mean_is_good():
-    """A fifth of each launch's requests stall at half speed while the rest run 8 % faster: the launch mean stays
-    above 0.9 × the reference, but the slowest tenth runs at half its speed; min(KS, MWU) sees the changed shape."""
+    """A fifth of each launch's requests stall at half speed while the rest run 8 % faster: the
+    launch mean stays above 0.9 × the reference, but the slowest tenth runs at half its speed;
+    min(KS, MWU) sees the changed shape."""
     rng = random.Random(3)
 
     def launch(stall: bool) -> list[float]:
@@ -156,7 +179,9 @@ def test_a_stall_in_some_requests_is_bad_by_the_tail_though_the_mean_is_good():
     means = [math.exp(sum(map(math.log, r)) / len(r)) for r in stalled]
     assert judge.verdict(means).outcome is ProbeOutcome.GOOD  # the mean alone passes
     v = judge.verdict(means, requests=stalled)
-    assert v.outcome is ProbeOutcome.BAD and "BAD by the tail" in v.detail and v.shape_p < judge.level
+    assert (
+        v.outcome is ProbeOutcome.BAD and "BAD by the tail" in v.detail and v.shape_p < judge.level
+    )
     same = [launch(False) for _ in range(2)]
     calm = judge.verdict([math.exp(sum(map(math.log, r)) / len(r)) for r in same], requests=same)
     assert calm.outcome is ProbeOutcome.GOOD and calm.shape_p >= judge.level
@@ -182,10 +207,17 @@ def test_an_endpoint_near_the_limit_is_sampled_more_before_giving_up():
         if outcome is ProbeOutcome.UNRESOLVED:
             assert len(good) == judge.endpoint_samples and "sample budget spent" in why
     assert outcomes[ProbeOutcome.BAD] == 0 and outcomes[ProbeOutcome.GOOD] >= 45
-    assert max(sizes) > Judge().repeats  # more samples than the first repeats where they did not decide
+    # more samples than the first repeats where they did not decide
+    assert max(sizes) > Judge().repeats
 
 
 def test_one_sample_without_a_noise_estimate_is_judged_as_measured():
     judge = Judge("output_tok_s", threshold=100.0, repeats=1, max_samples=1, endpoint_samples=1)
-    assert judge.decide([100.5], key="a", endpoint=True, more=lambda n: False).outcome is ProbeOutcome.GOOD
-    assert judge.decide([99.5], key="b", endpoint=False, more=lambda n: False).outcome is ProbeOutcome.BAD
+    assert (
+        judge.decide([100.5], key="a", endpoint=True, more=lambda n: False).outcome
+        is ProbeOutcome.GOOD
+    )
+    assert (
+        judge.decide([99.5], key="b", endpoint=False, more=lambda n: False).outcome
+        is ProbeOutcome.BAD
+    )

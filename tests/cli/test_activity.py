@@ -1,4 +1,5 @@
-"""No silent wait: `report`, `export` and `fingerprint` say on stderr what they are doing with the command's elapsed
+"""No silent wait: `report`, `export` and `fingerprint` say on stderr what they are doing with the
+command's elapsed
 clock — a live line on a terminal (cleared before the output), plain lines off a terminal."""
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def store(tmp_path_factory):
 
 
 def steps_in_a_pty(args: list[str], cwd: Path) -> tuple[list[str], list[str]]:
-    """(the steps its live line said, in order, each once; the lines after the live line) of `bisect-eagle ARGS`
+    """(the steps its live line said, in order, each once; the lines after the live line) of
+    `bisect-eagle ARGS`
     in an 80-column pseudo-terminal."""
     seen, code = screen_in_a_pty(DRIVER.format(args=args), cwd=cwd, timeout_s=900)
     texts = [text for _, text in seen]
@@ -39,35 +41,72 @@ def steps_in_a_pty(args: list[str], cwd: Path) -> tuple[list[str], list[str]]:
     steps = list(dict.fromkeys(found["what"] for text in texts if (found := LIVE.match(text))))
     last = max(i for i, text in enumerate(texts) if LIVE.match(text))
     assert not [t for t in texts if len(t) > 80 and LIVE.match(t)]
-    return steps, texts[last + 1:]
+    return steps, texts[last + 1 :]
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["report"], ["loading the tool", "loading the spec", "opening the tracking store", "finding study",
-                  "reading the runs of study"]),
-    (["export"], ["loading the tool", "loading the spec", "opening the tracking store", "finding study",
-                  "finding the best trial", "reading run", "planning run"]),
-    (["fingerprint", "--scenario", "tiny", "--samples", "1"], ["checking the target, the dump and the draft",
-                                                               "loading the target", "running the target over 1"]),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["report"],
+            [
+                "loading the tool",
+                "loading the spec",
+                "opening the tracking store",
+                "finding study",
+                "reading the runs of study",
+            ],
+        ),
+        (
+            ["export"],
+            [
+                "loading the tool",
+                "loading the spec",
+                "opening the tracking store",
+                "finding study",
+                "finding the best trial",
+                "reading run",
+                "planning run",
+            ],
+        ),
+        (
+            ["fingerprint", "--scenario", "tiny", "--samples", "1"],
+            [
+                "checking the target, the dump and the draft",
+                "loading the target",
+                "running the target over 1",
+            ],
+        ),
+    ],
+)
 def test_on_a_terminal_a_live_line_says_each_step_with_a_clock_then_clears(store, args, says):
     root, uri = store
-    steps, after = steps_in_a_pty([*args, "--tracking-uri", uri] if args[0] != "fingerprint" else args, root)
-    assert not [say for say in says if not any(s.startswith(say) for s in steps)], steps  # every step said
+    steps, after = steps_in_a_pty(
+        [*args, "--tracking-uri", uri] if args[0] != "fingerprint" else args, root
+    )
+    # every step said
+    assert not [say for say in says if not any(s.startswith(say) for s in steps)], steps
     order = [next(i for i, s in enumerate(steps) if s.startswith(say)) for say in says]
     assert order == sorted(order), steps
-    assert after and not [t for t in after if t[:1] in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"]  # the output follows a cleared line
+    # the output follows a cleared line
+    assert after and not [t for t in after if t[:1] in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"]
 
 
 def test_off_a_terminal_report_writes_plain_lines_with_the_clock(store):
     root, uri = store
-    code = ("import sys\nfrom bisect_eagle.cli.common import Activity\nActivity.QUIET_S = 0.0\n"
-            f"sys.argv = ['bisect-eagle', 'report', '--tracking-uri', {uri!r}]\n"
-            "from bisect_eagle.cli import main\nmain()\n")
+    code = (
+        "import sys\nfrom bisect_eagle.cli.common import Activity\nActivity.QUIET_S = "
+        f"0.0\nsys.argv = ['bisect-eagle', 'report', '--tracking-uri', {uri!r}]\nfrom "
+        "bisect_eagle.cli import main\nmain()\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=900, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=900, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stderr.splitlines()
-    assert lines and all(re.fullmatch(r"\[\d:\d\d:\d\d\] .+| {10}\S.*", line) for line in lines), lines
+    assert lines and all(re.fullmatch(r"\[\d:\d\d:\d\d\] .+| {10}\S.*", line) for line in lines), (
+        lines
+    )
     assert any("reading the runs of study" in line for line in lines), lines
     assert "\r" not in done.stderr and "\x1b" not in done.stderr  # plain lines, no redraws

@@ -1,5 +1,6 @@
-"""At 80 columns (``COLUMNS=80``) what `run`, `report`, `bisect`, `export`, `reproduce` and every `--help` print
-fits: no line wider than 80 characters, no value cut with "…", no `<bool>` placeholder, numbers rounded."""
+"""At 80 columns (``COLUMNS=80``) what `run`, `report`, `bisect`, `export`, `reproduce` and every
+`--help` print fits: no line wider than 80 characters, no value cut with "…", no `<bool>`
+placeholder, numbers rounded."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def fits(text: str) -> None:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """A tiny-scenario study (real stage 1 on 4 samples, fake live engine) and a bisect, in a fresh store."""
+    """A tiny-scenario study (real stage 1 on 4 samples, fake live engine) and a bisect, in a fresh
+    store."""
     root = tmp_path_factory.mktemp("columns")
     uri, out, fake = tiny_fake_study(root)
     bisect = tiny_fake_bisect(root, uri, fake)
@@ -43,7 +45,8 @@ def columns_80(monkeypatch):
 
 
 def test_run_outcome_fits(store, monkeypatch):
-    """As a user runs it: from the directory whose mlruns/ holds the stores (the ui command needs no URI)."""
+    """As a user runs it: from the directory whose mlruns/ holds the stores (the ui command needs no
+    URI)."""
     from bisect_eagle.cli.study import print_outcome
 
     root, _, out, _ = store
@@ -66,11 +69,15 @@ def test_run_outcome_says_what_the_model_skipped(store, monkeypatch):
     monkeypatch.chdir(root)
     for skipped, shown in ((0, False), (3, True)):
         buf = io.StringIO()
-        print_outcome(replace(out, counts={**out.counts, "skipped": skipped}), Console(file=buf, width=80))
+        print_outcome(
+            replace(out, counts={**out.counts, "skipped": skipped}), Console(file=buf, width=80)
+        )
         text = buf.getvalue()
         fits(text)
-        assert ("the throughput model skipped 3 proposed configs predicted below the target" in
-                " ".join(text.split())) is shown
+        assert (
+            "the throughput model skipped 3 proposed configs predicted below the target"
+            in " ".join(text.split())
+        ) is shown
 
 
 def test_report_fits_and_states_target_verdict_and_best(store):
@@ -79,8 +86,11 @@ def test_report_fits_and_states_target_verdict_and_best(store):
     assert done.exit_code == 0, done.output
     fits(done.output)
     assert "× baseline" in done.output and not OTHER_RATIOS.search(done.output)
-    assert out.verdict.startswith("target reached: accept length 4.60, target ≥ 4.50 (4.5× baseline), confirmed")
-    assert " ".join(done.output.split()).count(out.verdict) == 1  # the verdict sentence, whole and once
+    assert out.verdict.startswith(
+        "target reached: accept length 4.60, target ≥ 4.50 (4.5× baseline), confirmed"
+    )
+    # the verdict sentence, whole and once
+    assert " ".join(done.output.split()).count(out.verdict) == 1
     (best,) = [t for t in out.trials if t["run_id"] == out.best["run_id"] and not t["duplicate"]]
     assert f"best: live {best['number']:03d} (run {out.best['run_id'][:8]})" in done.output
 
@@ -102,12 +112,17 @@ def test_export_fits_and_never_wraps_the_command(store):
     assert done.exit_code == 0, done.output
     lines = done.output.splitlines()
     command = [line for line in lines if "--speculative-algorithm" in line]
-    assert len(command) == 1 and "--speculative-num-steps" in command[0]  # the whole command: one line to paste
+    # the whole command: one line to paste
+    assert len(command) == 1 and "--speculative-num-steps" in command[0]
     rest = [line for line in lines if line not in command]
     fits("\n".join(rest))
-    prose = [line for line in rest if line and not line.startswith(("export ", " ", "{", "}"))
-             and not ACTIVITY.match(line)]  # stderr's clocked steps, mixed in by the runner
-    assert prose and all(line.startswith("# ") for line in prose)  # a wrapped comment is still a comment
+    prose = [
+        line
+        for line in rest
+        if line and not line.startswith(("export ", " ", "{", "}")) and not ACTIVITY.match(line)
+    ]  # stderr's clocked steps, mixed in by the runner
+    # a wrapped comment is still a comment
+    assert prose and all(line.startswith("# ") for line in prose)
 
 
 @pytest.mark.parametrize("command", ["", *COMMAND_MODULES])
@@ -121,7 +136,8 @@ def test_help_fits(command):
 def test_fingerprint_fits_as_one_block_per_tensor_and_cuts_nothing():
     done = CliRunner().invoke(app, ["fingerprint", "--scenario", "tiny"])
     assert done.exit_code == 0, done.output
-    assert max(map(len, done.output.splitlines())) <= 80 and "…" not in done.output  # cosine keeps 5 decimals
+    # cosine keeps 5 decimals
+    assert max(map(len, done.output.splitlines())) <= 80 and "…" not in done.output
     assert "dump 3 (final): hs[12] layer 11 output (final, pre-norm)" in done.output
     assert "ids: SGLang 11 · vLLM 12 · SpecForge 11" in done.output
 

@@ -1,5 +1,6 @@
-"""`bisect-eagle doctor` as a user reads it: at 80 columns every finding, fix and the summary wrap (no line wider
-than the terminal, no value cut), continuations indented; counts in the right number ("1 error", "0 warnings").
+"""`bisect-eagle doctor` as a user reads it: at 80 columns every finding, fix and the summary wrap
+(no line wider than the terminal, no value cut), continuations indented; counts in the right number
+("1 error", "0 warnings").
 With --split, the logged study's throughput split is one more finding."""
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ def doctor(spec: Path, columns: int) -> tuple[int, list[str]]:
 def test_every_line_fits_80_columns_and_counts_read_right(name):
     code, lines = doctor(BROKEN / name, 80)
     assert code in (0, 1), lines
-    assert lines and max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
+    assert lines and max(len(line) for line in lines) <= 80, [
+        line for line in lines if len(line) > 80
+    ]
     assert "…" not in "\n".join(lines)
     start = next(i for i, line in enumerate(lines) if line.startswith(str(BROKEN / name)))
     summary = " ".join(" ".join(lines[start:]).split())
@@ -41,7 +44,8 @@ def test_every_line_fits_80_columns_and_counts_read_right(name):
 def test_a_wrapped_finding_keeps_every_word_and_indents_its_continuations():
     _, narrow = doctor(BROKEN / "fc-width.yaml", 80)
     _, wide = doctor(BROKEN / "fc-width.yaml", 400)
-    assert " ".join(" ".join(narrow).split()) == " ".join(" ".join(wide).split())  # nothing cut, only wrapped
+    # nothing cut, only wrapped
+    assert " ".join(" ".join(narrow).split()) == " ".join(" ".join(wide).split())
     assert len(narrow) > len(wide)
     heads = [i for i, line in enumerate(narrow) if line.startswith(("error ", "warning ", "info "))]
     assert heads
@@ -56,15 +60,16 @@ def logged(tmp_path_factory):
 
 def test_split_is_a_finding_on_the_logged_studys_best_trial(logged):
     spec, uri, out = logged
-    done = CliRunner().invoke(app, ["doctor", str(spec), "--split", "--tracking-uri", uri],
-                              env={"COLUMNS": "80"})
+    done = CliRunner().invoke(
+        app, ["doctor", str(spec), "--split", "--tracking-uri", uri], env={"COLUMNS": "80"}
+    )
     assert done.exit_code == 0, done.output  # a warning, not an error
     lines = done.output.splitlines()
     assert max(len(line) for line in lines) <= 80
     text = " ".join(done.output.split())
     head = f"warning [throughput-split] study {out.study}, live 000 (run {out.best['run_id'][:8]}):"
     assert head in text
-    said = text[text.index(head) + len(head):]
+    said = text[text.index(head) + len(head) :]
     # 2.8 is below stage 1's floor, and 69 cycles/s at its prediction would not reach 250 tok/s
     assert said.startswith(" accept length 2.8 where the dump (stage 1) predicts ")
     assert "needed for the target's 250.0 tok/s at " in said
@@ -92,5 +97,7 @@ def test_split_without_a_store_or_with_its_options_alone_is_refused(tmp_path, mo
     assert err.startswith("error: no runs in ./mlruns yet") and file_tree(tmp_path) == before
     code, out, err = run_cli(["doctor", str(spec), "--study-name", "x"], monkeypatch, capsys)
     assert (code, out) == (2, "")
-    assert err == ("error: --study-name and --tracking-uri name the study that --split reads: "
-                   "give --split too\n")
+    assert err == (
+        "error: --study-name and --tracking-uri name the study that --split reads: give --split "
+        "too\n"
+    )

@@ -38,12 +38,13 @@ def test_the_split_is_printed_under_the_best_trial_with_its_numbers(logged):
     assert max(len(line) for line in lines) <= 80
     head = lines.index("throughput split of live 000 (tok/s = accept length × verify cycles/s):")
     assert lines[head - 1].startswith("  ids=[1, 5, 9] steps=3")  # under the best run's settings
-    said = " ".join(" ".join(lines[head + 1:head + 4]).split())
+    said = " ".join(" ".join(lines[head + 1 : head + 4]).split())
     cycles, p = out.best["value"] / 2.8, predicted
     assert said.startswith(
         f"accept length 2.8 where the dump (stage 1) predicts {p:.3g} (floor {0.9 * p:.3g}); "
         f"{cycles:.3g} verify cycles/s, {220 / p:.3g} needed for the target's 220.0 tok/s at "
-        f"{p:.3g}: the acceptance side")
+        f"{p:.3g}: the acceptance side"
+    )
 
 
 def test_the_json_carries_the_split(logged):

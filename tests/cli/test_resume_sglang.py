@@ -1,5 +1,6 @@
-"""SIGKILL of `bisect-eagle run` during a live sglang-engine trial (stand-in server `bisect-eagle serve`), then
-`run --resume`: no server process survives, its port is free, no MLflow run is left RUNNING, and the killed
+"""SIGKILL of `bisect-eagle run` during a live sglang-engine trial (stand-in server `bisect-eagle
+serve`), then `run --resume`: no server process survives, its port is free, no MLflow run is left
+RUNNING, and the killed
 trial's config is measured once after the resume (nothing lost, nothing repeated)."""
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def _alive(pid: int, start: float | None) -> bool:
 
 
 def _live_record(records: Path, deadline: float) -> dict | None:
-    """The server record of the first live trial (the baseline's is trial 1), once its server is up."""
+    """The server record of the first live trial (the baseline's is trial 1), once its server is
+    up."""
     while time.monotonic() < deadline:
         for path in sorted(records.glob("*.json")):
             try:
@@ -49,10 +51,18 @@ def _live_record(records: Path, deadline: float) -> dict | None:
 def test_sigkill_during_a_live_sglang_trial_then_resume(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     cmd = [sys.executable, "-m", "bisect_eagle.cli", "run", str(SPEC), "--json"]
-    controller = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  start_new_session=True)
+    controller = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
-        rec = _live_record(tmp_path / "mlruns" / "logs" / "tiny-sglang" / "servers", time.monotonic() + 400)
+        rec = _live_record(
+            tmp_path / "mlruns" / "logs" / "tiny-sglang" / "servers", time.monotonic() + 400
+        )
         assert rec is not None, "no live trial's server came up"
         controller.send_signal(signal.SIGKILL)
         controller.wait(timeout=30)
@@ -60,12 +70,20 @@ def test_sigkill_during_a_live_sglang_trial_then_resume(tmp_path):
         if controller.poll() is None:
             os.killpg(controller.pid, signal.SIGKILL)
             controller.wait()
-    done = subprocess.run([*cmd, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*cmd, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode in (0, 3), done.stderr[-4000:]
     out = json.loads(done.stdout)
 
-    assert not _alive(rec["server_pid"], rec["server_start"]) and not _alive(rec["pgid"], rec["supervisor_start"])
-    assert not [p for p in psutil.process_iter(["environ"]) if rec["token"] in json.dumps(p.info["environ"] or {})]
+    assert not _alive(rec["server_pid"], rec["server_start"]) and not _alive(
+        rec["pgid"], rec["supervisor_start"]
+    )
+    assert not [
+        p
+        for p in psutil.process_iter(["environ"])
+        if rec["token"] in json.dumps(p.info["environ"] or {})
+    ]
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((rec["host"], rec["port"]))  # the port is free
@@ -77,7 +95,8 @@ def test_sigkill_during_a_live_sglang_trial_then_resume(tmp_path):
     live = [r for r in runs if r.data.tags.get("stage") == "live"]
     measured = Counter(r.data.tags["fingerprint"] for r in live if r.info.status == "FINISHED")
     fp = rec["meta"]["fingerprint"]
-    assert measured[fp] == 1 or (measured[fp] == 0 and out["target_reached"])  # measured again, once (unless done)
+    # measured again, once (unless done)
+    assert measured[fp] == 1 or (measured[fp] == 0 and out["target_reached"])
     assert max(measured.values()) == 1  # nothing repeated
     killed = [r for r in live if r.data.tags["fingerprint"] == fp and r.info.status != "FINISHED"]
     assert [r.info.status for r in killed] == ["KILLED"]

@@ -1,5 +1,6 @@
-"""Every command that takes a run id (`reproduce`, `export`, `bisect --good/--bad`) takes the 8 characters every
-table shows, or any unique prefix of at least 6; a short, unknown or ambiguous one exits 2 with one line."""
+"""Every command that takes a run id (`reproduce`, `export`, `bisect --good/--bad`) takes the 8
+characters every table shows, or any unique prefix of at least 6; a short, unknown or ambiguous one
+exits 2 with one line."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ def test_reproduce_takes_a_prefix_and_records_the_whole_id(store, monkeypatch, c
     uri, out, fake = store
     best = out.best["run_id"]
     monkeypatch.setattr(bisect_eagle.engines, "make_engine", lambda spec, log_dir=None: fake())
-    code, stdout, err = run_cli(["reproduce", best[:6], "--tracking-uri", uri, "--json"], monkeypatch, capsys)
+    code, stdout, err = run_cli(
+        ["reproduce", best[:6], "--tracking-uri", uri, "--json"], monkeypatch, capsys
+    )
     assert code == 0, err
     got = json.loads(stdout)
     assert got["run_id"] == best and got["status"] == "ok"
@@ -76,9 +79,13 @@ def test_an_ambiguous_prefix_exits_2_naming_the_candidates(store, monkeypatch, c
     uri, out, _ = store
     ids = ["beefed01" + "a" * 24, "beefed02" + "b" * 24]
     queue = list(ids)
-    with monkeypatch.context() as m:  # two runs whose ids share 6 characters: MLflow's id generator patched
-        m.setattr(sqlalchemy_store, "uuid", types.SimpleNamespace(uuid4=lambda: types.SimpleNamespace(
-            hex=queue.pop(0))))
+    # two runs whose ids share 6 characters: MLflow's id generator patched
+    with monkeypatch.context() as m:
+        m.setattr(
+            sqlalchemy_store,
+            "uuid",
+            types.SimpleNamespace(uuid4=lambda: types.SimpleNamespace(hex=queue.pop(0))),
+        )
         tracking = Tracking.open(uri, "ambiguous")
         for i in range(2):
             tracking.start_run(f"r{i}", tags={"role": "unit"})

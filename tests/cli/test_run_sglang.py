@@ -1,5 +1,6 @@
-"""A full `bisect-eagle run` through the sglang engine (one `bisect-eagle serve` per live trial): every live trial's
-MLflow run carries its launch command, effective settings and server log, and no server is left behind."""
+"""A full `bisect-eagle run` through the sglang engine (one `bisect-eagle serve` per live trial):
+every live trial's MLflow run carries its launch command, effective settings and server log, and no
+server is left behind."""
 
 from __future__ import annotations
 
@@ -20,8 +21,14 @@ SPEC = Path(__file__).resolve().parents[2] / "experiments" / "tiny-sglang.yaml"
 
 def test_run_of_tiny_sglang_logs_every_live_trial(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    done = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "run", str(SPEC), "--json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "bisect_eagle.cli", "run", str(SPEC), "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert done.returncode in (0, 3), done.stderr[-4000:]
     out = json.loads(done.stdout)
     client = MlflowClient(out["tracking_uri"])
@@ -33,9 +40,14 @@ def test_run_of_tiny_sglang_logs_every_live_trial(tmp_path):
     assert live, "the run measured no live trial"
     for run in live:
         names = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"launch_command.txt", "effective.json", "server.log"} <= names, (run.info.run_name, names)
+        assert {"launch_command.txt", "effective.json", "server.log"} <= names, (
+            run.info.run_name,
+            names,
+        )
         assert run.info.status == "FINISHED"
-        command = Path(client.download_artifacts(run.info.run_id, "launch_command.txt", str(tmp_path))).read_text()
+        command = Path(
+            client.download_artifacts(run.info.run_id, "launch_command.txt", str(tmp_path))
+        ).read_text()
         assert "serve" in command and "--port" in command
     me = psutil.Process()
     assert not me.children(recursive=True)

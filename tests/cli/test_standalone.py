@@ -6,8 +6,12 @@ import sys
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bisect_eagle.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "bisect_eagle.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_json_output(tiny):
@@ -22,7 +26,10 @@ def test_json_output(tiny):
 def test_wrong_width_exits_2_with_the_width_message(tiny):
     out = _cli("standalone", "--scenario", "tiny", "--rule", "[0,1]", "--json")
     assert out.returncode == 2
-    assert out.stderr.strip() == "error: fc expects 3 × 192 = 576 inputs; rule [0,1] gives 2 tensors = 384"
+    assert (
+        out.stderr.strip()
+        == "error: fc expects 3 × 192 = 576 inputs; rule [0,1] gives 2 tensors = 384"
+    )
     assert out.stdout == ""
 
 

@@ -7,15 +7,24 @@ from bisect_eagle.perf.split import explain
 
 
 def finding(accept_length: float, cycles_s: float):
-    s = explain(accept_length=accept_length, tok_s=accept_length * cycles_s, needed_tok_s=90.0,
-                need="the target", predicted=3.6, source="the dump (stage 1)")
+    s = explain(
+        accept_length=accept_length,
+        tok_s=accept_length * cycles_s,
+        needed_tok_s=90.0,
+        need="the target",
+        predicted=3.6,
+        source="the dump (stage 1)",
+    )
     return split_finding(s, where="study s, live 003 (run 7ca37e03)")
 
 
 def test_a_side_that_explains_a_gap_is_a_warning_with_that_sides_places_to_look():
     f = finding(2.1, 40.0)
-    assert (f.code, f.severity, f.where) == ("throughput-split", "warning",
-                                             "study s, live 003 (run 7ca37e03)")
+    assert (f.code, f.severity, f.where) == (
+        "throughput-split",
+        "warning",
+        "study s, live 003 (run 7ca37e03)",
+    )
     assert f.message.startswith("accept length 2.1 where the dump (stage 1) predicts 3.6")
     assert f.message.endswith(": the acceptance side") and f.fix == ACCEPTANCE_FIX
     cost = finding(3.5, 20.0)

@@ -12,22 +12,43 @@ from bisect_eagle.spec.settings import LiveSettings
 
 
 def _round(tok_s: float, verify: int) -> TrialResult:
-    return TrialResult(engine="e", status="ok", requested={}, effective={}, output_tok_s=tok_s,
-                       accept_length=8 / verify, accept_length_hist={8 // verify: verify}, wall_s=8 / tok_s,
-                       requests=[RequestRecord(id="p0", prompt_tokens=3, completion_tokens=8, verify_steps=verify,
-                                               latency_s=8 / tok_s)], warnings=["w"])
+    return TrialResult(
+        engine="e",
+        status="ok",
+        requested={},
+        effective={},
+        output_tok_s=tok_s,
+        accept_length=8 / verify,
+        accept_length_hist={8 // verify: verify},
+        wall_s=8 / tok_s,
+        requests=[
+            RequestRecord(
+                id="p0",
+                prompt_tokens=3,
+                completion_tokens=8,
+                verify_steps=verify,
+                latency_s=8 / tok_s,
+            )
+        ],
+        warnings=["w"],
+    )
 
 
 def test_combined_rounds_are_a_geometric_mean_and_the_rounds_acceptance():
     r = combine_rounds([_round(100.0, 4), _round(121.0, 2)])
     assert r.output_tok_s == pytest.approx(110.0)  # √(100 · 121)
-    assert r.accept_length == pytest.approx(3.0)  # the rounds' mean: each round's is the engine's own definition
+    # the rounds' mean: each round's is the engine's own definition
+    assert r.accept_length == pytest.approx(3.0)
     assert r.accept_length_hist == {2: 4, 4: 2} and [q.id for q in r.requests] == ["p0", "p0@r1"]
-    assert r.round_values == {"output_tok_s": [100.0, 121.0], "accept_length": [2.0, 4.0]} and r.rounds == 2
+    assert (
+        r.round_values == {"output_tok_s": [100.0, 121.0], "accept_length": [2.0, 4.0]}
+        and r.rounds == 2
+    )
     assert r.wall_s == pytest.approx(0.08 + 8 / 121) and r.warnings == ["w"]
     m = r.metrics()
     assert m["rounds"] == 2 and m["output_tok_s_round_sd_log"] == pytest.approx(
-        abs(math.log(121) - math.log(100)) / math.sqrt(2))
+        abs(math.log(121) - math.log(100)) / math.sqrt(2)
+    )
 
 
 def test_one_round_is_the_result_itself_and_carries_no_round_metrics():

@@ -1,4 +1,5 @@
-"""An engine's oracle whose interpreter exits before it answers is said at once as what it is: the interpreter, its
+"""An engine's oracle whose interpreter exits before it answers is said at once as what it is: the
+interpreter, its
 exit code and the last line it wrote on stderr, then the fix (not a wait for the start timeout)."""
 
 from __future__ import annotations
@@ -17,30 +18,40 @@ LAST_WORDS = "fatal: libpython3.11.so.1.0: cannot open shared object file"
 
 
 def dying_interpreter(folder: Path, *, stderr: list[str], code: int = 3) -> Path:
-    """An executable that writes ``stderr`` and exits with ``code`` at once, whatever it is asked."""
+    """An executable that writes ``stderr`` and exits with ``code`` at once, whatever it is
+    asked."""
     path = folder / "python"
-    path.write_text("#!/bin/sh\n" + "".join(f"echo '{line}' >&2\n" for line in stderr) + f"exit {code}\n")
+    path.write_text(
+        "#!/bin/sh\n" + "".join(f"echo '{line}' >&2\n" for line in stderr) + f"exit {code}\n"
+    )
     path.chmod(0o755)
     return path
 
 
-def test_a_vllm_interpreter_that_exits_at_once_is_one_line_with_its_exit_code_and_last_stderr_line(tmp_path):
+def test_a_vllm_interpreter_that_exits_at_once_is_one_line_with_its_exit_code_and_last_stderr_line(
+    tmp_path,
+):
     python = dying_interpreter(tmp_path, stderr=["starting", LAST_WORDS])
     oracle = VllmOracle(python=str(python))
     started = time.monotonic()
     with pytest.raises(InterpreterDied) as died:
         oracle.describe()
-    assert time.monotonic() - started < START_TIMEOUT_S / 10  # told at once, not after the start timeout
-    assert str(died.value) == (f"{python} exited before answering (exit code 3): {LAST_WORDS}; point "
-                               "engine.vllm.python (or --vllm-python) at an environment with vLLM "
-                               "(scripts/setup_vllm_env.sh)")
+    # told at once, not after the start timeout
+    assert time.monotonic() - started < START_TIMEOUT_S / 10
+    assert str(died.value) == (
+        f"{python} exited before answering (exit code 3): {LAST_WORDS}; point engine.vllm.python "
+        "(or --vllm-python) at an environment with vLLM (scripts/setup_vllm_env.sh)"
+    )
     assert oracle.failure == str(died.value)
 
 
 def test_a_silent_sglang_interpreter_that_exits_at_once_says_it_wrote_nothing(tmp_path):
     python = dying_interpreter(tmp_path, stderr=[], code=1)
-    with pytest.raises(InterpreterDied, match=rf"^{python} exited before answering \(exit code 1\), writing nothing "
-                                              r"on stderr; point engine\.sglang\.python \(or --sglang-python\)"):
+    with pytest.raises(
+        InterpreterDied,
+        match=rf"^{python} exited before answering \(exit code 1\), writing nothing "
+        r"on stderr; point engine\.sglang\.python \(or --sglang-python\)",
+    ):
         SglangOracle(python=str(python), parser="sglang").describe()
 
 

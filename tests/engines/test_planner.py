@@ -39,16 +39,27 @@ def test_one_plan_signature():
         assert inspect.signature(planner.plan).parameters.keys() == base.parameters.keys()
 
 
-@pytest.mark.parametrize(("planner", "server", "checked"), [
-    (SglangPlanner, SglangServer, "not checked against SGLang (no oracle for this server)"),
-    (VllmPlanner, VllmServer, "not checked against vLLM (planned without vLLM)"),
-])
-def test_a_plan_without_the_oracle_says_so_and_shows_the_port_and_draft_it_was_given(planner, server, checked,
-                                                                                       tmp_path):
+@pytest.mark.parametrize(
+    ("planner", "server", "checked"),
+    [
+        (SglangPlanner, SglangServer, "not checked against SGLang (no oracle for this server)"),
+        (VllmPlanner, VllmServer, "not checked against vLLM (planned without vLLM)"),
+    ],
+)
+def test_a_plan_without_the_oracle_says_so_and_shows_the_port_and_draft_it_was_given(
+    planner, server, checked, tmp_path
+):
     tiny = scenarios.get("tiny")
-    p = planner(server(launch_command=["python", "-m", "server"]), tiny.target, tiny.draft, check=False)
+    p = planner(
+        server(launch_command=["python", "-m", "server"]), tiny.target, tiny.draft, check=False
+    )
     plan = p.plan(LiveSettings(), port=31234, draft_dir=tmp_path / "shown-draft")
-    assert plan.checked == checked and p.oracle() is None and p.description() is None and p.version() is None
+    assert (
+        plan.checked == checked
+        and p.oracle() is None
+        and p.description() is None
+        and p.version() is None
+    )
     assert "31234" in plan.argv and str(tmp_path / "shown-draft") in " ".join(plan.argv)
     moved = p.plan(LiveSettings(), port=40000, draft_dir=tmp_path / "elsewhere")
     assert moved.fingerprint == plan.fingerprint  # neither enters the identity
@@ -72,7 +83,10 @@ class _Unstartable(BasePlanner):
 def test_an_oracle_that_cannot_start_keeps_its_first_reason_for_the_plans_checked(tmp_path):
     p = _Unstartable(SglangServer(python="/opt/none/python"), tmp_path, tmp_path)
     assert p.oracle() is None and p.oracle() is None and _Unstartable.starts == 2
-    assert p.checked_by(False, "") == "not checked against Server (/opt/none/python cannot import the server's parser)"
+    assert (
+        p.checked_by(False, "")
+        == "not checked against Server (/opt/none/python cannot import the server's parser)"
+    )
     p.close()  # nothing started: nothing to end
 
 
@@ -81,12 +95,18 @@ def test_the_target_config_is_read_once_and_a_bad_one_is_none(tmp_path):
     p = VllmPlanner(VllmServer(), tmp_path, tmp_path, check=False)
     assert p.target_config == {"num_hidden_layers": 4}
     (tmp_path / "config.json").write_text("[1, 2]")
-    assert p.target_config == {"num_hidden_layers": 4} and read_json(tmp_path / "config.json") is None
+    assert (
+        p.target_config == {"num_hidden_layers": 4} and read_json(tmp_path / "config.json") is None
+    )
     assert read_json(tmp_path / "missing.json") is None
 
 
-@pytest.mark.parametrize(("resolved", "concurrency"), [({"max_num_seqs": 2, "seed": 0}, 2), ({"seed": 0}, 8),
-                                                       ({"max_num_seqs": None}, 8)])
+@pytest.mark.parametrize(
+    ("resolved", "concurrency"),
+    [({"max_num_seqs": 2, "seed": 0}, 2), ({"seed": 0}, 8), ({"max_num_seqs": None}, 8)],
+)
 def test_the_servers_limit_caps_the_concurrency(resolved, concurrency):
-    out = server_limits(LiveSettings(concurrency=8), resolved, keys=("max_num_seqs", "seed"), limit="max_num_seqs")
+    out = server_limits(
+        LiveSettings(concurrency=8), resolved, keys=("max_num_seqs", "seed"), limit="max_num_seqs"
+    )
     assert out == {"server": {k: v for k, v in resolved.items()}, "concurrency": concurrency}

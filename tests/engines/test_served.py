@@ -18,43 +18,72 @@ FAKE = Path(__file__).resolve().parent / "vllm" / "fake_vllm.py"
 
 
 def engine(tiny, tmp_path: Path, **server) -> VllmEngine:
-    return VllmEngine(VllmServer(**server), target=tiny.target, draft=tiny.draft, prompts=tiny.prompts,
-                      log_dir=tmp_path / "logs", check=False)
+    return VllmEngine(
+        VllmServer(**server),
+        target=tiny.target,
+        draft=tiny.draft,
+        prompts=tiny.prompts,
+        log_dir=tmp_path / "logs",
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("server", "message"), [
-    ({"python": "/nonexistent/python"},
-     "key 'engine.vllm.python': /nonexistent/python is not an executable on this machine"),
-    ({"python": sys.executable},  # this project's interpreter: no vLLM in it
-     f"key 'engine.vllm.python': {sys.executable} has no 'vllm' module, so `{sys.executable} -m "
-     "vllm.entrypoints.openai.api_server` cannot start"),
-    ({"launch_command": ["no-such-vllm-command", "serve"]},
-     "key 'engine.vllm.launch_command': no-such-vllm-command is not an executable on this machine"),
-])
-def test_a_server_this_machine_cannot_start_is_refused_naming_the_key_and_the_fix(tiny, tmp_path, server, message):
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (
+            {"python": "/nonexistent/python"},
+            "key 'engine.vllm.python': /nonexistent/python is not an executable on this machine",
+        ),
+        (
+            {"python": sys.executable},  # this project's interpreter: no vLLM in it
+            f"key 'engine.vllm.python': {sys.executable} has no 'vllm' module, so "
+            f"`{sys.executable} -m vllm.entrypoints.openai.api_server` cannot start",
+        ),
+        (
+            {"launch_command": ["no-such-vllm-command", "serve"]},
+            "key 'engine.vllm.launch_command': no-such-vllm-command is not an executable on this "
+            "machine",
+        ),
+    ],
+)
+def test_a_server_this_machine_cannot_start_is_refused_naming_the_key_and_the_fix(
+    tiny, tmp_path, server, message
+):
     with pytest.raises(BadInput) as refused:
         engine(tiny, tmp_path, **server).check_launchable()
-    assert str(refused.value).startswith(message) and "scripts/setup_vllm_env.sh" in str(refused.value)
+    assert str(refused.value).startswith(message) and "scripts/setup_vllm_env.sh" in str(
+        refused.value
+    )
     assert not (tmp_path / "logs").exists()
 
 
-@pytest.mark.parametrize("server", [
-    {"launch_command": [sys.executable, str(FAKE)]},  # a script: nothing to find beyond the executable
-    {"launch_command": ["python", "-m", "json.tool"], "python": sys.executable},  # a module the interpreter has
-])
+@pytest.mark.parametrize(
+    "server",
+    [
+        # a script: nothing to find beyond the executable
+        {"launch_command": [sys.executable, str(FAKE)]},
+        # a module the interpreter has
+        {"launch_command": ["python", "-m", "json.tool"], "python": sys.executable},
+    ],
+)
 def test_a_server_this_machine_can_start_passes(tiny, tmp_path, server):
     engine(tiny, tmp_path, **server).check_launchable()
 
 
-def test_an_interpreter_that_exits_at_once_is_refused_with_its_exit_code_and_last_stderr_line(tiny, tmp_path):
+def test_an_interpreter_that_exits_at_once_is_refused_with_its_exit_code_and_last_stderr_line(
+    tiny, tmp_path
+):
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\necho 'fatal: cannot open shared object file' >&2\nexit 127\n")
     python.chmod(0o755)
     with pytest.raises(InterpreterDied) as refused:
         engine(tiny, tmp_path, python=str(python)).check_launchable()
-    assert str(refused.value) == (f"key 'engine.vllm.python': {python} exited before answering (exit code 127): "
-                                  "fatal: cannot open shared object file; point it at a working vllm environment "
-                                  "(scripts/setup_vllm_env.sh makes one)")
+    assert str(refused.value) == (
+        f"key 'engine.vllm.python': {python} exited before answering (exit code 127): fatal: "
+        "cannot open shared object file; point it at a working vllm environment "
+        "(scripts/setup_vllm_env.sh makes one)"
+    )
 
 
 class _Answers(FailureLog):
@@ -76,16 +105,37 @@ class _Answers(FailureLog):
         return "launch_error", "exited"
 
 
-@pytest.mark.parametrize(("phase", "log", "timed_out", "expected"), [
-    ("start", "usage oom capture", False, ("bad_arguments", "usage error")),
-    ("benchmark", "usage oom capture", False, ("out_of_memory", "oom")),  # argument errors only before ready
-    ("ready_timeout", "usage capture", False, ("capture_error", "capture")),
-    ("start", "", False, ("launch_error", "exited")),
-    ("ready_timeout", "", False, ("readiness_timeout", "the server did not answer /ready in time")),
-    ("benchmark", "", True, ("hung_request", "a request got no answer within engine.demo.request_timeout_s")),
-    ("benchmark", "", False, ("crash_during_benchmark", "a request failed during the benchmark")),
-])
-def test_a_failure_is_classified_by_the_same_questions_in_the_same_order(phase, log, timed_out, expected):
+@pytest.mark.parametrize(
+    ("phase", "log", "timed_out", "expected"),
+    [
+        ("start", "usage oom capture", False, ("bad_arguments", "usage error")),
+        # argument errors only before ready
+        ("benchmark", "usage oom capture", False, ("out_of_memory", "oom")),
+        ("ready_timeout", "usage capture", False, ("capture_error", "capture")),
+        ("start", "", False, ("launch_error", "exited")),
+        (
+            "ready_timeout",
+            "",
+            False,
+            ("readiness_timeout", "the server did not answer /ready in time"),
+        ),
+        (
+            "benchmark",
+            "",
+            True,
+            ("hung_request", "a request got no answer within engine.demo.request_timeout_s"),
+        ),
+        (
+            "benchmark",
+            "",
+            False,
+            ("crash_during_benchmark", "a request failed during the benchmark"),
+        ),
+    ],
+)
+def test_a_failure_is_classified_by_the_same_questions_in_the_same_order(
+    phase, log, timed_out, expected
+):
     assert _Answers().classify(phase, log, timed_out=timed_out) == expected
 
 

@@ -1,4 +1,5 @@
-"""Perf tests import the planted synthetic engine (``synthetic_engine.py``) that sits next to them."""
+"""Perf tests import the planted synthetic engine (``synthetic_engine.py``) that sits next to
+them."""
 
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""The model's accuracy report: relative errors of predictions made before each measurement, and coverage."""
+"""The model's accuracy report: relative errors of predictions made before each measurement, and
+coverage."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ CFG = Config(wiring=(1, 5, 9), num_steps=3, topk=1, num_draft_tokens=4, batch=1,
 
 
 def record(predicted: float, measured: float, *, low: float, high: float) -> ErrorRecord:
-    return ErrorRecord(CFG, Prediction(tok_s=predicted, accept_length=2.0, low=low, high=high), measured, 2.5)
+    return ErrorRecord(
+        CFG, Prediction(tok_s=predicted, accept_length=2.0, low=low, high=high), measured, 2.5
+    )
 
 
 def test_errors_and_coverage_of_the_records():

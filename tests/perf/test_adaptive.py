@@ -10,8 +10,10 @@ from bisect_eagle.perf.acceptance import chain_survival
 from bisect_eagle.perf.adaptive import SlotConfig, _Slot, simulate_occupancy, slot_for_batch
 
 
-@pytest.mark.parametrize(("batch", "steps"), [(1, (1, 3, 5, 7)), (7, (1, 3, 5, 7)), (8, (0, 1, 3)),
-                                               (40, (0, 1)), (500, (0,))])
+@pytest.mark.parametrize(
+    ("batch", "steps"),
+    [(1, (1, 3, 5, 7)), (7, (1, 3, 5, 7)), (8, (0, 1, 3)), (40, (0, 1)), (500, (0,))],
+)
 def test_batch_size_buckets(batch, steps):
     assert slot_for_batch(batch).candidate_steps == steps
 
@@ -29,7 +31,8 @@ def test_slot_steps_down_on_rejections_like_sglang():
     for _ in range(15):  # 10 warm-up verifies, then the first decision
         slot.update(np.zeros(1))
     assert slot.ema == pytest.approx(4 * 0.8**15)
-    assert slot.current == 1  # below 2.25 (3 - 0.5 - 0.25) and below 0.25 (1 - 0.5 - 0.25): two steps down
+    # below 2.25 (3 - 0.5 - 0.25) and below 0.25 (1 - 0.5 - 0.25): two steps down
+    assert slot.current == 1
 
 
 def test_slot_steps_up_when_every_draft_is_accepted():

@@ -1,4 +1,5 @@
-"""ThroughputModel: predictions from a planted synthetic engine, learning as trials arrive, concurrency."""
+"""ThroughputModel: predictions from a planted synthetic engine, learning as trials arrive,
+concurrency."""
 
 from __future__ import annotations
 
@@ -26,15 +27,22 @@ from bisect_eagle.spec.settings import LiveSettings, parse_settings
 
 
 def test_config_reads_the_plans_effective_settings():
-    """num_draft_tokens is the plan's (the engine applied SGLang's topk == 1 rule), never filled in again."""
-    planned, _, _ = speculative_effective(LiveSettings(num_steps=4, num_draft_tokens=16, concurrency=8,
-                                                       env={"NCCL_ALGO": "Tree"}))
+    """num_draft_tokens is the plan's (the engine applied SGLang's topk == 1 rule), never filled in
+    again."""
+    planned, _, _ = speculative_effective(
+        LiveSettings(num_steps=4, num_draft_tokens=16, concurrency=8, env={"NCCL_ALGO": "Tree"})
+    )
     cfg = Config.from_effective(planned)
     assert (cfg.num_steps, cfg.topk, cfg.num_draft_tokens, cfg.batch) == (4, 1, 5, 8)
     assert cfg.context == ("env:NCCL_ALGO=Tree",)
     assert Config.from_effective(effective(steps=0)).speculative is False
     assert Config.from_effective(effective(steps=4), concurrency=2).batch == 2
-    assert Config.from_effective({**effective(steps=4), "topk": 4, "num_draft_tokens": 8}).num_draft_tokens == 8
+    assert (
+        Config.from_effective(
+            {**effective(steps=4), "topk": 4, "num_draft_tokens": 8}
+        ).num_draft_tokens
+        == 8
+    )
     for missing in (None, 0):
         with pytest.raises(ValueError, match="num_draft_tokens"):
             Config.from_effective({**effective(steps=4), "num_draft_tokens": missing})
@@ -48,13 +56,15 @@ def test_predicts_a_planted_engine_before_measuring_it():
         assert pred.tok_s == pytest.approx(want["output_tok_s"], rel=0.05)
         assert pred.accept_length == pytest.approx(want["accept_length"], rel=0.05)
         assert pred.low <= pred.tok_s <= pred.high
-    assert model.predict(effective(steps=0)).tok_s == pytest.approx(synthetic_trial(steps=0)["output_tok_s"],
-                                                                     rel=0.01)
+    assert model.predict(effective(steps=0)).tok_s == pytest.approx(
+        synthetic_trial(steps=0)["output_tok_s"], rel=0.01
+    )
 
 
 def test_update_records_prediction_before_measurement():
     model = ThroughputModel()
-    assert model.update(effective(steps=0), synthetic_trial(steps=0)) is None  # nothing to predict with yet
+    # nothing to predict with yet
+    assert model.update(effective(steps=0), synthetic_trial(steps=0)) is None
     before = model.update(effective(steps=2), synthetic_trial(steps=2))
     assert before is not None
     rng = np.random.default_rng(0)
@@ -91,10 +101,18 @@ def test_learnt_environment_factor():
     env = {"NCCL_ALGO": "Ring"}
     for s in (0, 1, 3, 5):
         model.update(effective(steps=s, env=env), synthetic_trial(steps=s, env_factor=1.25))
-    slow, fast = model.predict(effective(steps=4, env=env)).tok_s, model.predict(effective(steps=4)).tok_s
-    assert fast / slow == pytest.approx(synthetic_trial(steps=4)["output_tok_s"] /
-                                        synthetic_trial(steps=4, env_factor=1.25)["output_tok_s"], rel=0.05)
-    assert model.predict(effective(steps=4, env={"NCCL_OTHER": "1"})).tok_s == pytest.approx(fast, rel=1e-6)
+    slow, fast = (
+        model.predict(effective(steps=4, env=env)).tok_s,
+        model.predict(effective(steps=4)).tok_s,
+    )
+    assert fast / slow == pytest.approx(
+        synthetic_trial(steps=4)["output_tok_s"]
+        / synthetic_trial(steps=4, env_factor=1.25)["output_tok_s"],
+        rel=0.05,
+    )
+    assert model.predict(effective(steps=4, env={"NCCL_OTHER": "1"})).tok_s == pytest.approx(
+        fast, rel=1e-6
+    )
 
 
 def test_tree_prediction_and_rank_decay_update():
@@ -110,20 +128,34 @@ def test_tree_prediction_and_rank_decay_update():
 def test_finite_horizon_local_engine_and_trial_result():
     model = ThroughputModel(benchmark=LocalEngine.benchmark)
     model.set_standalone([1, 5, 9], [0.9, 0.9, 0.8])
-    reqs = [RequestRecord(id=str(i), prompt_tokens=64, completion_tokens=48, verify_steps=48, latency_s=0.5)
-            for i in range(4)]
-    base = TrialResult(engine="local", status="ok", requested={}, effective={}, output_tok_s=96.0, accept_length=1.0,
-                       requests=reqs)
+    reqs = [
+        RequestRecord(
+            id=str(i), prompt_tokens=64, completion_tokens=48, verify_steps=48, latency_s=0.5
+        )
+        for i in range(4)
+    ]
+    base = TrialResult(
+        engine="local",
+        status="ok",
+        requested={},
+        effective={},
+        output_tok_s=96.0,
+        accept_length=1.0,
+        requests=reqs,
+    )
     model.update(effective(steps=0, max_new_tokens=48), base)
     m = metrics_from_result(base)
     assert (m["verify_steps"], m["completion_tokens"], m["num_requests"]) == (192, 192, 4)
-    assert model.predict(effective(steps=0, max_new_tokens=48)).tok_s == pytest.approx(96.0, rel=0.02)
+    assert model.predict(effective(steps=0, max_new_tokens=48)).tok_s == pytest.approx(
+        96.0, rel=0.02
+    )
     pred = model.predict(effective(steps=3, max_new_tokens=48))
     assert 1 < pred.accept_length < 4 and pred.tok_s > 0
 
 
 def test_each_engine_says_which_model_fits_it():
-    """The local engine times whole finite generations with truncated drafts; a server is steady state."""
+    """The local engine times whole finite generations with truncated drafts; a server is steady
+    state."""
     assert LocalEngine.benchmark == Benchmark(finite_horizon=True, truncate_drafts=True)
     assert SglangEngine.benchmark == STEADY_STATE == ThroughputModel().benchmark
     assert benchmark_of("local") == benchmark_of(LocalEngine) == LocalEngine.benchmark
@@ -143,66 +175,118 @@ def test_chain_trial_without_rates_updates_acceptance_from_accept_length():
     model = fitted_model(configs=())
     before = model.predict(effective(steps=5)).accept_length
     want = synthetic_trial(steps=5)
-    model.update(effective(steps=5), {"output_tok_s": want["output_tok_s"], "accept_length": want["accept_length"],
-                                      "verify_steps": 1000})
+    model.update(
+        effective(steps=5),
+        {
+            "output_tok_s": want["output_tok_s"],
+            "accept_length": want["accept_length"],
+            "verify_steps": 1000,
+        },
+    )
     after = model.predict(effective(steps=5)).accept_length
     assert abs(after - want["accept_length"]) < 0.5 * abs(before - want["accept_length"])
 
 
 def _resolving_planner(tmp_path: Path) -> Planner:
-    """The sglang planner with an oracle that answers as SGLang's parser and resolution do for an argv: the
-    attention backend asked for (fa3 when none is), custom all-reduce on, the speculative values as given."""
+    """The sglang planner with an oracle that answers as SGLang's parser and resolution do for an
+    argv: the attention backend asked for (fa3 when none is), custom all-reduce on, the speculative
+    values as given."""
     tiny = scenarios.get("tiny")
-    planner = Planner(SglangServer(launch_command=["python", "-m", "sglang.launch_server"]), tiny.target,
-                      tiny.draft, check=False)
-    parser = Description(prog="sglang", version="0.5.23", options=[
-        Option(("--attention-backend",), "attention_backend", None, None, True, False),
-        Option(("--disable-custom-all-reduce",), "disable_custom_all_reduce", False, None, False, False)])
+    planner = Planner(
+        SglangServer(launch_command=["python", "-m", "sglang.launch_server"]),
+        tiny.target,
+        tiny.draft,
+        check=False,
+    )
+    parser = Description(
+        prog="sglang",
+        version="0.5.23",
+        options=[
+            Option(("--attention-backend",), "attention_backend", None, None, True, False),
+            Option(
+                ("--disable-custom-all-reduce",),
+                "disable_custom_all_reduce",
+                False,
+                None,
+                False,
+                False,
+            ),
+        ],
+    )
 
     def judge(argv, *, resolve):
         given = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
-        resolved = {"attention_backend": given.get("--attention-backend", "fa3"),
-                    "disable_custom_all_reduce": "--disable-custom-all-reduce" in argv}
-        for flag in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
+        resolved = {
+            "attention_backend": given.get("--attention-backend", "fa3"),
+            "disable_custom_all_reduce": "--disable-custom-all-reduce" in argv,
+        }
+        for flag in (
+            "--speculative-num-steps",
+            "--speculative-eagle-topk",
+            "--speculative-num-draft-tokens",
+        ):
             if flag in given:
                 resolved[flag[2:].replace("-", "_")] = int(given[flag])
         return SglangVerdict(ok=True, stage="", error=None, resolved=resolved)
 
-    planner.oracle = lambda: SimpleNamespace(available=True, judge=judge, describe=lambda: parser, failure=None)
+    planner.oracle = lambda: SimpleNamespace(
+        available=True, judge=judge, describe=lambda: parser, failure=None
+    )
     return planner
 
 
-def test_a_planned_sglang_trial_whose_attention_backend_sglang_resolved_changes_the_prediction(tmp_path):
-    """SGLang's resolution moves the backend out of ``server_args`` into ``effective["server"]``: the model reads it
-    there, so triton and fa3 are two contexts and what a trial taught about one is not predicted for the other."""
+def test_a_planned_sglang_trial_whose_attention_backend_sglang_resolved_changes_the_prediction(
+    tmp_path,
+):
+    """SGLang's resolution moves the backend out of ``server_args`` into ``effective["server"]``:
+    the model reads it there, so triton and fa3 are two contexts and what a trial taught about one
+    is not predicted for the other."""
     planner = _resolving_planner(tmp_path)
 
     def planned(**settings) -> dict:
-        return planner.plan(parse_settings(settings, "test"), port=30000, draft_dir=Path("/tmp/trial/draft")).effective
+        return planner.plan(
+            parse_settings(settings, "test"), port=30000, draft_dir=Path("/tmp/trial/draft")
+        ).effective
 
     base = planned(speculative_algorithm="none", server_args={"attention_backend": "fa3"})
     fa3 = planned(num_steps=3, server_args={"attention_backend": "fa3"})
     triton = planned(num_steps=3, server_args={"attention_backend": "triton"})
-    assert "attention_backend" not in fa3["server_args"] and "attention_backend" not in triton["server_args"]
-    assert (fa3["server"]["attention_backend"], triton["server"]["attention_backend"]) == ("fa3", "triton")
+    assert (
+        "attention_backend" not in fa3["server_args"]
+        and "attention_backend" not in triton["server_args"]
+    )
+    assert (fa3["server"]["attention_backend"], triton["server"]["attention_backend"]) == (
+        "fa3",
+        "triton",
+    )
     model = ThroughputModel()
     model.update(base, synthetic_trial(steps=0))
     model.update(fa3, synthetic_trial(steps=3))
-    model.update(triton, synthetic_trial(steps=3, env_factor=1.5))  # triton's verify forwards 1.5x slower
-    measured = synthetic_trial(steps=3)["output_tok_s"] / synthetic_trial(steps=3, env_factor=1.5)["output_tok_s"]
+    # triton's verify forwards 1.5x slower
+    model.update(triton, synthetic_trial(steps=3, env_factor=1.5))
+    measured = (
+        synthetic_trial(steps=3)["output_tok_s"]
+        / synthetic_trial(steps=3, env_factor=1.5)["output_tok_s"]
+    )
     predicted = model.predict(fa3).tok_s / model.predict(triton).tok_s
-    assert predicted > 1 + (measured - 1) / 2  # most of the measured gap, where one context would predict none
+    # most of the measured gap, where one context would predict none
+    assert predicted > 1 + (measured - 1) / 2
     assert Config.from_effective(fa3).context != Config.from_effective(triton).context
     assert "server_args:attention_backend=triton" in Config.from_effective(triton).context
     assert "server_args:disable_custom_all_reduce=False" in Config.from_effective(triton).context
 
 
 def test_a_resolved_server_setting_and_the_same_requested_argument_are_one_factor():
-    """Planned with resolution (``server``) or without (``server_args`` only), a setting has one key; the resolved
+    """Planned with resolution (``server``) or without (``server_args`` only), a setting has one
+    key; the resolved
     value is the one the server runs."""
     requested = effective(steps=3, server_args={"attention_backend": "triton"})
-    resolved = effective(steps=3, server_args={}, server={"attention_backend": "triton", "page_size": 64})
-    overridden = effective(steps=3, server_args={"attention_backend": "fa3"}, server={"attention_backend": "triton"})
+    resolved = effective(
+        steps=3, server_args={}, server={"attention_backend": "triton", "page_size": 64}
+    )
+    overridden = effective(
+        steps=3, server_args={"attention_backend": "fa3"}, server={"attention_backend": "triton"}
+    )
     keys = Config.from_effective(requested).context
     assert keys == ("server_args:attention_backend=triton",)
     assert Config.from_effective(overridden).context == keys
@@ -210,17 +294,27 @@ def test_a_resolved_server_setting_and_the_same_requested_argument_are_one_facto
 
 
 def test_shared_parts_of_predictions_give_the_numbers_of_a_prediction_made_alone():
-    """Within a model state the acceptance part and the target alone are computed once per shape and context;
+    """Within a model state the acceptance part and the target alone are computed once per shape and
+    context;
     each prediction is still exactly the one a model that predicted nothing else would make."""
-    configs = [effective((1, 5, 9), 3), {**effective((1, 5, 9), 3), "env": {"NCCL_ALGO": "Ring"}},
-               {**effective((5, 9, 11), 5), "concurrency": 4}, {**effective((1, 5, 9), 2), "topk": 4,
-                                                                "num_draft_tokens": 8}, effective(steps=0)]
+    configs = [
+        effective((1, 5, 9), 3),
+        {**effective((1, 5, 9), 3), "env": {"NCCL_ALGO": "Ring"}},
+        {**effective((5, 9, 11), 5), "concurrency": 4},
+        {**effective((1, 5, 9), 2), "topk": 4, "num_draft_tokens": 8},
+        effective(steps=0),
+    ]
     shared = fitted_model()
     together = [shared.predict(e) for e in configs] + [shared.predict(configs[0])]
     alone = [fitted_model().predict(e) for e in [*configs, configs[0]]]
     for a, b in zip(together, alone, strict=True):
         assert (a.tok_s, a.low, a.high, a.baseline_tok_s, a.accept_length) == (
-            b.tok_s, b.low, b.high, b.baseline_tok_s, b.accept_length)
+            b.tok_s,
+            b.low,
+            b.high,
+            b.baseline_tok_s,
+            b.accept_length,
+        )
 
 
 def test_every_learning_call_advances_the_models_state():

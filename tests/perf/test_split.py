@@ -13,24 +13,33 @@ STAGE1 = "the dump (stage 1)"
 
 def split(accept_length: float, cycles_s: float, *, predicted: float | None = 3.6, **kw):
     """A measurement of ``accept_length`` at ``cycles_s`` verify cycles/s against 90 tok/s."""
-    return explain(accept_length=accept_length, tok_s=accept_length * cycles_s, needed_tok_s=90.0,
-                   need="the target", predicted=predicted, source=STAGE1 if predicted else "", **kw)
+    return explain(
+        accept_length=accept_length,
+        tok_s=accept_length * cycles_s,
+        needed_tok_s=90.0,
+        need="the target",
+        predicted=predicted,
+        source=STAGE1 if predicted else "",
+        **kw,
+    )
 
 
 def test_an_accept_length_below_its_floor_with_cycles_that_would_reach_the_target_is_acceptance():
     s = split(2.1, 40.0)  # 40 cycles/s at the predicted 3.6 would give 144 tok/s
     assert s.side == "acceptance" and s.floor == pytest.approx(3.24) and s.short
     assert s.cycles_s == pytest.approx(40.0) and s.needed_cycles_s == pytest.approx(25.0)
-    assert s.sentence() == ("accept length 2.1 where the dump (stage 1) predicts 3.6 (floor 3.24); "
-                            "40 verify cycles/s, 25 needed for the target's 90 tok/s at 3.6: "
-                            "the acceptance side")
+    assert s.sentence() == (
+        "accept length 2.1 where the dump (stage 1) predicts 3.6 (floor 3.24); 40 verify cycles/s, "
+        "25 needed for the target's 90 tok/s at 3.6: the acceptance side"
+    )
 
 
 def test_acceptance_as_predicted_with_too_few_cycles_is_cost():
     s = split(3.5, 20.0)  # 20 cycles/s: 72 tok/s even at the predicted 3.6
     assert s.side == "cost" and not s.short
-    assert s.sentence().endswith("20 verify cycles/s, 25 needed for the target's 90 tok/s at 3.6: "
-                                 "the cost side")
+    assert s.sentence().endswith(
+        "20 verify cycles/s, 25 needed for the target's 90 tok/s at 3.6: the cost side"
+    )
 
 
 def test_an_accept_length_better_than_predicted_leaves_the_cost_side():
@@ -48,14 +57,16 @@ def test_a_measurement_that_meets_the_need_has_no_gap():
     assert s.sentence().endswith(": no gap (105.0 tok/s meets the target's 90)")
     short = split(2.1, 50.0)  # 105 tok/s, but the accept length is below its floor: headroom
     assert short.side == "none" and short.sentence().endswith(
-        "though the accept length is materially below its prediction")
+        "though the accept length is materially below its prediction"
+    )
 
 
 def test_a_gap_within_the_noise_of_the_prediction_is_no_side():
     s = split(3.3, 26.0)  # 85.8 tok/s; above the floor 3.24, and 26 × 3.6 = 93.6 would reach 90
     assert s.side == "unknown" and not s.short
-    assert s.sentence().endswith(": side unknown: the gap is within the noise of the predicted "
-                                 "accept length")
+    assert s.sentence().endswith(
+        ": side unknown: the gap is within the noise of the predicted accept length"
+    )
 
 
 def test_the_floor_is_the_stated_margin_below_stage_1_inclusive():
@@ -72,8 +83,10 @@ def test_the_models_own_interval_is_the_floor_when_given():
 def test_without_a_prediction_a_gap_has_no_side():
     s = split(2.1, 40.0, predicted=None)
     assert s.side == "unknown" and s.needed_cycles_s is None and s.floor is None
-    assert s.sentence() == ("accept length 2.1 (nothing predicts it for this wiring and steps); "
-                            "40 verify cycles/s: side unknown (84 tok/s against the target's 90)")
+    assert s.sentence() == (
+        "accept length 2.1 (nothing predicts it for this wiring and steps); 40 verify cycles/s: "
+        "side unknown (84 tok/s against the target's 90)"
+    )
     assert split(3.0, 40.0, predicted=None).side == "none"
 
 
@@ -90,6 +103,7 @@ def test_stage_1_predicts_specforges_simulated_accept_length_plus_the_bonus_toke
     assert stage1_accept_length(acc, num_steps=2) == pytest.approx(1 + 0.9 + 0.72)
     deeper = 1 + simulated + 0.36 * 0.5 + 0.36 * 0.25  # deeper positions reuse the last
     assert stage1_accept_length(acc, num_steps=5) == pytest.approx(deeper)
-    # a chain that verifies 2 of its 3 drafts (num_draft_tokens 3, the root included) accepts 2 at most
+    # a chain that verifies 2 of its 3 drafts (num_draft_tokens 3, the root included) accepts 2 at
+    # most
     verified = stage1_accept_length(acc, num_steps=3, num_draft_tokens=3)
     assert verified == pytest.approx(1 + 0.9 + 0.72)

@@ -57,6 +57,8 @@ def test_an_accept_length_study_needs_the_baselines_tok_s(logged):
     tracking, parent, _ = logged
     frame = trials_frame(tracking, parent.info.run_id)
     assert need_of(parent, frame, metric="accept_length") == (pytest.approx(100.0), "the baseline")
-    assert need_of(parent, frame.iloc[:0], metric="accept_length") == (pytest.approx(100.0),
-                                                                       "the baseline")
+    assert need_of(parent, frame.iloc[:0], metric="accept_length") == (
+        pytest.approx(100.0),
+        "the baseline",
+    )
     assert best_split(tracking, parent, frame, None, metric="output_tok_s") is None

@@ -1,4 +1,5 @@
-"""A study process for the kill/resume and two-worker tests: the real search code with the fake engine.
+"""A study process for the kill/resume and two-worker tests: the real search code with the fake
+engine.
 
 usage: study_proc.py run|run-with-worker|resume|worker SPEC STORAGE TRACKING_URI SLEEP_S LOG [STUDY]
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the fake engine (run as a script)
+# tests/: the fake engine (run as a script)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
 from fake_engine import FakeEngine  # noqa: E402
@@ -24,12 +26,21 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sigterm_as_exit()
     spec = load_spec(spec_path)
-    opts = Options(storage=storage, tracking_uri=tracking, study_name=study, resume=mode == "resume")
-    ready = Path(log + ".worker-ready")  # run-with-worker: live trials wait for the worker, so both measure some
-    engine = FakeEngine(sleep_s=float(sleep_s), log=Path(log), live_after=ready if mode == "run-with-worker" else None)
+    opts = Options(
+        storage=storage, tracking_uri=tracking, study_name=study, resume=mode == "resume"
+    )
+    # run-with-worker: live trials wait for the worker, so both measure some
+    ready = Path(log + ".worker-ready")
+    engine = FakeEngine(
+        sleep_s=float(sleep_s),
+        log=Path(log),
+        live_after=ready if mode == "run-with-worker" else None,
+    )
     if mode == "worker":
-        out = join_study(spec, options=opts, engine_factory=lambda s: ready.touch() or engine,  # ready once joined
-                         wait_s=120)
+        # ready once joined
+        out = join_study(
+            spec, options=opts, engine_factory=lambda s: ready.touch() or engine, wait_s=120
+        )
     else:
         out = run_study(spec, options=opts, engine_factory=lambda s: engine)
     print(out.stop_reason, flush=True)

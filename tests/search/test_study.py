@@ -1,4 +1,5 @@
-"""Stage 2 and the whole study with a deterministic fake engine: dedupe, crashes, budgets, resume, workers."""
+"""Stage 2 and the whole study with a deterministic fake engine: dedupe, crashes, budgets, resume,
+workers."""
 
 from __future__ import annotations
 
@@ -28,12 +29,19 @@ def store(tmp_path_factory) -> dict[str, str]:
     """One Optuna database and one MLflow store for the module (creating them is the slow part)."""
     root = tmp_path_factory.mktemp("store")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return {"root": str(root), "storage": f"sqlite:///{root}/optuna.db", "tracking": f"sqlite:///{root}/mlflow.db"}
+    return {
+        "root": str(root),
+        "storage": f"sqlite:///{root}/optuna.db",
+        "tracking": f"sqlite:///{root}/mlflow.db",
+    }
 
 
 def live_fingerprints(engine: FakeEngine) -> list[tuple]:
-    return [(tuple(s.eagle_aux_hidden_state_layer_ids or ()), s.num_steps) for s in engine.runs
-            if not s.is_baseline]
+    return [
+        (tuple(s.eagle_aux_hidden_state_layer_ids or ()), s.num_steps)
+        for s in engine.runs
+        if not s.is_baseline
+    ]
 
 
 def test_reaches_target_without_measuring_a_config_twice(tmp_path, store):
@@ -41,34 +49,48 @@ def test_reaches_target_without_measuring_a_config_twice(tmp_path, store):
     engine = FakeEngine()
     out = search(spec, engine, store)
     assert out.target_reached and out.stop_reason.startswith("target reached (confirmed, bound ")
-    assert out.verdict.startswith("target reached: output tok/s ") and "95 % lower bound 2." in out.verdict
+    assert (
+        out.verdict.startswith("target reached: output tok/s ")
+        and "95 % lower bound 2." in out.verdict
+    )
     assert out.best["params"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9]
     assert out.best["value"] >= out.target == pytest.approx(200.0)
     assert out.best["metrics"]["output_tok_s_ratio_to_baseline"] >= 2.0
     pairs = out.confirmation["pairs"]
     assert pairs == 3 and out.confirmation["lower"] >= 2.0  # no noise: the first look confirms
     runs = Counter(live_fingerprints(engine))  # every config once; the winner again in each pair
-    best = (tuple(out.best["params"]["eagle_aux_hidden_state_layer_ids"]), out.best["params"]["num_steps"])
+    best = (
+        tuple(out.best["params"]["eagle_aux_hidden_state_layer_ids"]),
+        out.best["params"]["num_steps"],
+    )
     assert runs.pop(best) == 1 + pairs and set(runs.values()) <= {1}
     assert len(runs) + 1 == out.counts["live_measured"]
     tracking = Tracking.open(store["tracking"], "reach")
     children = tracking.child_runs(out.parent_run_id)
     stages = Counter(r.data.tags["stage"] for r in children)
-    # the study's own baseline launch serves as one of the confirmation's: one baseline launch fewer than pairs
+    # the study's own baseline launch serves as one of the confirmation's: one baseline launch fewer
+    # than pairs
     assert stages == {"baseline": 1, "live": out.counts["live_measured"], "confirm": 2 * pairs - 1}
-    roles = Counter(r.data.tags["confirm_role"] for r in children if r.data.tags["stage"] == "confirm")
+    roles = Counter(
+        r.data.tags["confirm_role"] for r in children if r.data.tags["stage"] == "confirm"
+    )
     assert roles == {"candidate": pairs, "baseline": pairs - 1}
     parent = tracking.get_run(out.parent_run_id)
-    assert parent.data.metrics["confirm_bound"] >= 2.0 and parent.data.metrics["baseline_drift"] == pytest.approx(1.0)
+    assert parent.data.metrics["confirm_bound"] >= 2.0 and parent.data.metrics[
+        "baseline_drift"
+    ] == pytest.approx(1.0)
     assert parent.data.tags["confirmation"].startswith("confirmed, bound")
     assert all(r.info.status == "FINISHED" for r in children)
     study = optuna.load_study(storage=store["storage"], study_name=out.study)
     measured = [t for t in study.trials if "mlflow_run_id" in t.user_attrs]
-    assert {t.user_attrs["mlflow_run_id"] for t in measured} == {r.info.run_id for r in children
-                                                                  if r.data.tags["stage"] == "live"}
+    assert {t.user_attrs["mlflow_run_id"] for t in measured} == {
+        r.info.run_id for r in children if r.data.tags["stage"] == "live"
+    }
     for t in study.trials:
         if "duplicate_of" in t.user_attrs:  # told the cached value, nothing ran
-            original = next(m for m in measured if m.user_attrs["fingerprint"] == t.user_attrs["fingerprint"])
+            original = next(
+                m for m in measured if m.user_attrs["fingerprint"] == t.user_attrs["fingerprint"]
+            )
             assert t.value == original.value
 
 
@@ -83,10 +105,17 @@ def test_crashed_configs_are_recorded_and_never_measured_again(tmp_path, store):
     study = optuna.load_study(storage=store["storage"], study_name=out.study)
     crashed = [t for t in study.trials if "failure_class" in t.user_attrs]
     assert crashed
-    assert all(t.state == optuna.trial.TrialState.PRUNED and t.constraints == {"crashed": 1.0} for t in crashed)
+    assert all(
+        t.state == optuna.trial.TrialState.PRUNED and t.constraints == {"crashed": 1.0}
+        for t in crashed
+    )
     tracking = Tracking.open(store["tracking"], "crash")
-    failed = [r for r in tracking.child_runs(out.parent_run_id, "live") if r.info.status == "FAILED"]
-    assert len(failed) == 3 and {r.data.tags["failure_class"] for r in failed} == {"crash_during_benchmark"}
+    failed = [
+        r for r in tracking.child_runs(out.parent_run_id, "live") if r.info.status == "FAILED"
+    ]
+    assert len(failed) == 3 and {r.data.tags["failure_class"] for r in failed} == {
+        "crash_during_benchmark"
+    }
 
 
 def test_budget_ends_a_search_that_cannot_reach_the_target(tmp_path, store):
@@ -109,9 +138,13 @@ def test_prune_below_stops_repeating_a_hopeless_config(tmp_path, store):
     assert runs[((1, 5, 9), 1)] == 2  # 139 tok/s: above half the target (100), measured twice
     assert runs[((5, 9, 11), 1)] == 1  # 91 tok/s: pruned after one measurement
     tracking = Tracking.open(store["tracking"], "prune")
-    statuses = Counter((r.data.tags["outcome"], r.info.status) for r in tracking.child_runs(out.parent_run_id, "live"))
+    statuses = Counter(
+        (r.data.tags["outcome"], r.info.status)
+        for r in tracking.child_runs(out.parent_run_id, "live")
+    )
     assert statuses == {("ok", "FINISHED"): 2, ("pruned", "KILLED"): 4}
-    assert out.launches["live"] == 2 * 2 + 4 * 1 == len(live_fingerprints(engine))  # repeats launch, pruning saves
+    # repeats launch, pruning saves
+    assert out.launches["live"] == 2 * 2 + 4 * 1 == len(live_fingerprints(engine))
     study = optuna.load_study(storage=store["storage"], study_name=out.study)
     assert sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials) >= 4
 
@@ -122,9 +155,22 @@ def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store, sig):
     name = f"term-{sig.name.lower()}"
     spec_path = make_spec(tmp_path, name, ratio=10.0, high=3, budget=6)
     log = tmp_path / "runs.log"
-    proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path), store["storage"],
-                             store["tracking"], "2.0", str(log)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, preexec_fn=ctrl_c_heard)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "study_proc.py"),
+            "run",
+            str(spec_path),
+            store["storage"],
+            store["tracking"],
+            "2.0",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=ctrl_c_heard,
+    )
     _wait_for_lines(log, 2, proc)  # the baseline done, a live trial in progress
     proc.send_signal(sig)
     code = proc.wait(timeout=60)
@@ -134,11 +180,13 @@ def test_sigterm_ends_the_trial_and_the_study_run_killed(tmp_path, store, sig):
     assert parent.info.status == "KILLED"
     live = tracking.child_runs(parent.info.run_id, "live")
     assert [(r.info.status, r.data.tags["outcome"]) for r in live] == [("KILLED", "interrupted")]
-    assert Claims(store["storage"], parent.data.tags["study"]).all() == []  # released: measured again on resume
+    # released: measured again on resume
+    assert Claims(store["storage"], parent.data.tags["study"]).all() == []
 
 
-def test_a_sigterm_while_the_verdict_is_written_ends_the_study_run_killed(tmp_path, store,
-                                                                          monkeypatch):
+def test_a_sigterm_while_the_verdict_is_written_ends_the_study_run_killed(
+    tmp_path, store, monkeypatch
+):
     """The search is done, its report plots are being drawn when SIGTERM arrives (the CLI turns it
     into an exit): the study's run ends KILLED, not RUNNING, and `--resume` writes the verdict."""
     import bisect_eagle.search.study.parent as parent_module
@@ -167,24 +215,41 @@ def _wait_for_lines(log: Path, n: int, proc: subprocess.Popen, timeout: float = 
         assert proc.poll() is None, proc.stdout.read()
         return False
 
-    assert wait_until(enough, timeout_s=timeout, max_interval_s=0.2, what=f"{n} lines in {log}"), \
+    assert wait_until(enough, timeout_s=timeout, max_interval_s=0.2, what=f"{n} lines in {log}"), (
         f"{log} never reached {n} lines"
+    )
 
 
 def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
     spec_path = make_spec(tmp_path, "killed", ratio=10.0, high=3, budget=6)
     log = tmp_path / "runs.log"
-    proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path), store["storage"],
-                             store["tracking"], "1.5", str(log)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "study_proc.py"),
+            "run",
+            str(spec_path),
+            store["storage"],
+            store["tracking"],
+            "1.5",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        _wait_for_lines(log, 4, proc)  # the baseline, two finished live trials, the third in progress
+        # the baseline, two finished live trials, the third in progress
+        _wait_for_lines(log, 4, proc)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     tracking = Tracking.open(store["tracking"], "killed")
     parent = tracking.client.search_runs([tracking.experiment_id], "tags.role = 'study'")[0]
-    before = {r.data.tags["fingerprint"]: r.info.status for r in tracking.child_runs(parent.info.run_id)}
+    before = {
+        r.data.tags["fingerprint"]: r.info.status for r in tracking.child_runs(parent.info.run_id)
+    }
     assert "RUNNING" in before.values()
     finished_before = {fp for fp, status in before.items() if status == "FINISHED"}
 
@@ -199,9 +264,17 @@ def test_sigkill_then_resume_repeats_no_finished_trial(tmp_path, store):
     killed = [r for r in children if r.data.tags.get("outcome") == "interrupted"]
     assert len(killed) == 1 and killed[0].info.status == "KILLED"
     study = optuna.load_study(storage=store["storage"], study_name=out.study)
-    by_trial = [t.user_attrs["mlflow_run_id"] for t in study.trials if "mlflow_run_id" in t.user_attrs]
-    assert len(by_trial) == len(set(by_trial)) == len([r for r in children if r.data.tags["stage"] == "live"])
-    assert {r.info.status for r in children if r.data.tags.get("outcome") != "interrupted"} == {"FINISHED"}
+    by_trial = [
+        t.user_attrs["mlflow_run_id"] for t in study.trials if "mlflow_run_id" in t.user_attrs
+    ]
+    assert (
+        len(by_trial)
+        == len(set(by_trial))
+        == len([r for r in children if r.data.tags["stage"] == "live"])
+    )
+    assert {r.info.status for r in children if r.data.tags.get("outcome") != "interrupted"} == {
+        "FINISHED"
+    }
     assert tracking.get_run(parent.info.run_id).info.status == "FINISHED"
 
 
@@ -211,18 +284,34 @@ def test_a_new_run_after_a_sigkill_ends_the_killed_runs_runs(tmp_path, store):
     starts; its own runs finish."""
     spec_path = make_spec(tmp_path, "orphans", ratio=10.0, high=3, budget=3)
     log = tmp_path / "runs.log"
-    proc = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run", str(spec_path),
-                             store["storage"], store["tracking"], "2.0", str(log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "study_proc.py"),
+            "run",
+            str(spec_path),
+            store["storage"],
+            store["tracking"],
+            "2.0",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _wait_for_lines(log, 2, proc)  # the baseline done, a live trial in progress
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     tracking = Tracking.open(store["tracking"], "orphans")
-    running = {r.info.run_id for r in tracking.client.search_runs([tracking.experiment_id],
-                                                                   "attributes.status = 'RUNNING'")}
+    running = {
+        r.info.run_id
+        for r in tracking.client.search_runs(
+            [tracking.experiment_id], "attributes.status = 'RUNNING'"
+        )
+    }
     assert len(running) == 2  # the study's run and the live trial's
     out = search(load_spec(spec_path), FakeEngine(), store)
     assert out.parent_run_id not in running
@@ -236,12 +325,19 @@ def test_two_workers_never_run_the_same_fingerprint(tmp_path, store):
     spec_path = make_spec(tmp_path, "workers", ratio=10.0, high=4, budget=10, seed=3)
     log = tmp_path / "runs.log"
     args = [str(spec_path), store["storage"], store["tracking"], "0.4", str(log)]
-    first = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "run-with-worker", *args],
-                             stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        [sys.executable, str(HERE / "study_proc.py"), "run-with-worker", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     _wait_for_lines(log, 1, first)
-    second = subprocess.Popen([sys.executable, str(HERE / "study_proc.py"), "worker", *args],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    second = subprocess.Popen(
+        [sys.executable, str(HERE / "study_proc.py"), "worker", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     out1, _ = first.communicate(timeout=240)
     out2, _ = second.communicate(timeout=240)
     assert first.returncode == 0, out1
@@ -255,5 +351,8 @@ def test_two_workers_never_run_the_same_fingerprint(tmp_path, store):
 
 
 def _study_of(store: dict[str, str], spec_name: str) -> str:
-    return next(s.study_name for s in optuna.get_all_study_summaries(store["storage"])
-                if s.user_attrs.get("spec_name") == spec_name)
+    return next(
+        s.study_name
+        for s in optuna.get_all_study_summaries(store["storage"])
+        if s.user_attrs.get("spec_name") == spec_name
+    )

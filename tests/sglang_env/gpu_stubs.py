@@ -1,13 +1,15 @@
-"""Stand-ins for GPU-only modules that SGLang's ``server_args`` imports, so its parser runs on a CPU machine.
+"""Stand-ins for GPU-only modules that SGLang's ``server_args`` imports, so its parser runs on a CPU
+machine.
 
-Installed by ``.ci/run`` into the SGLang test environment through a ``.pth`` line (``import gpu_stubs``).
-Only the modules named in :data:`STUBBED` are replaced, and only when they are not installed: every
-attribute of a stub is a :class:`Stub` that can be called, subclassed, indexed, iterated (empty) and used as a
-decorator, which is all that importing SGLang's argument code asks of them. Nothing here runs a kernel.
+Installed by ``.ci/run`` into the SGLang test environment through a ``.pth`` line (``import
+gpu_stubs``). Only the modules named in :data:`STUBBED` are replaced, and only when they are not
+installed: every attribute of a stub is a :class:`Stub` that can be called, subclassed, indexed,
+iterated (empty) and used as a decorator, which is all that importing SGLang's argument code asks of
+them. Nothing here runs a kernel.
 
-With a stand-in ``triton`` torch would believe Triton is installed and fail inside Inductor when SGLang
-module-level ``@torch.compile`` decorators are applied, so ``torch.compile`` returns the function unchanged
-here: nothing is compiled or run, only parsed and resolved.
+With a stand-in ``triton`` torch would believe Triton is installed and fail inside Inductor when
+SGLang module-level ``@torch.compile`` decorators are applied, so ``torch.compile`` returns the
+function unchanged here: nothing is compiled or run, only parsed and resolved.
 """
 
 from __future__ import annotations
@@ -18,21 +20,32 @@ import importlib.util
 import sys
 import types
 
-STUBBED = ("triton", "IPython", "torchvision", "tvm_ffi", "sentencepiece", "compressed_tensors", "gguf")
+STUBBED = (
+    "triton",
+    "IPython",
+    "torchvision",
+    "tvm_ffi",
+    "sentencepiece",
+    "compressed_tensors",
+    "gguf",
+)
 
 
 def _no_gpu_target():
-    """``triton.runtime.driver.active.get_current_target()`` on a machine without a GPU: Triton raises."""
+    """``triton.runtime.driver.active.get_current_target()`` on a machine without a GPU: Triton
+    raises."""
     raise RuntimeError("0 active drivers (gpu_stubs: no GPU here)")
 
 
 class Stub(type):
-    """A class that stands for anything: attributes, calls, subscripts and decorators give more stubs."""
+    """A class that stands for anything: attributes, calls, subscripts and decorators give more
+    stubs."""
 
     def __getattr__(cls, name: str) -> Stub:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        if name == "get_current_target":  # SGLang then picks its CPU path (fla/utils.py get_available_device)
+        # SGLang then picks its CPU path (fla/utils.py get_available_device)
+        if name == "get_current_target":
             return _no_gpu_target
         return Stub(name, (), {})
 
@@ -66,7 +79,9 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if fullname.split(".")[0] not in STUBBED:
             return None
         if "." not in fullname and any(
-            f.find_spec(fullname, path) for f in sys.meta_path if f is not self and hasattr(f, "find_spec")
+            f.find_spec(fullname, path)
+            for f in sys.meta_path
+            if f is not self and hasattr(f, "find_spec")
         ):
             return None  # really installed: use it
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
@@ -82,7 +97,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _no_compile(model=None, **kwargs):
-    """``torch.compile`` for a machine with no compiler: the function itself (also as ``@torch.compile(...)``)."""
+    """``torch.compile`` for a machine with no compiler: the function itself (also as
+    ``@torch.compile(...)``)."""
     return model if model is not None else (lambda fn: fn)
 
 

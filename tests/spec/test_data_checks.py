@@ -1,5 +1,6 @@
-"""Every bad draft, dump, target and device given to `bisect-eagle standalone` ends with exit 2 and one line naming
-the culprit file (or flag) and the key or tensor: no traceback, nothing written. `--skip-bad` skips bad samples,
+"""Every bad draft, dump, target and device given to `bisect-eagle standalone` ends with exit 2 and
+one line naming the culprit file (or flag) and the key or tensor: no traceback, nothing written.
+`--skip-bad` skips bad samples,
 counts them, and never scores non-finite states."""
 
 from __future__ import annotations
@@ -49,13 +50,26 @@ def test_bad_input_exits_2_with_one_line(build, tmp_path, cwd, monkeypatch, caps
     assert list(cwd.iterdir()) == [] and file_tree(inputs) == before
 
 
-@pytest.mark.parametrize("name", ["dump-hidden-states-list-of-ints", "draft-hidden-size-big", "target-pickle-only",
-                                  "device-banana"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dump-hidden-states-list-of-ints",
+        "draft-hidden-size-big",
+        "target-pickle-only",
+        "device-banana",
+    ],
+)
 def test_as_a_separate_process(name, tmp_path, cwd):
     bad = dict(CASES)[name](tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", *BASE, *bad.args], capture_output=True,
-                         text=True, timeout=120, cwd=cwd, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "bisect_eagle.cli", *BASE, *bad.args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+    )
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1 and str(bad.culprit) in out.stderr
     assert "Traceback" not in out.stderr and list(cwd.iterdir()) == []
@@ -71,10 +85,16 @@ def test_skip_bad_skips_and_counts_non_finite_samples(tmp_path, cwd, monkeypatch
     assert code == 0, err
     result = json.loads(out)
     assert result["samples"] == 2 and len(result["skipped_files"]) == 1
-    assert str(bad.culprit) in result["skipped_files"][0] and "NaN or inf" in result["skipped_files"][0]
-    clean_code, clean_out, _ = run_cli([*BASE, "--dump", str(TINY.dump), "--samples", "3"], monkeypatch, capsys)
+    assert (
+        str(bad.culprit) in result["skipped_files"][0]
+        and "NaN or inf" in result["skipped_files"][0]
+    )
+    clean_code, clean_out, _ = run_cli(
+        [*BASE, "--dump", str(TINY.dump), "--samples", "3"], monkeypatch, capsys
+    )
     assert clean_code == 0
-    assert json.loads(clean_out)["tokens"] > result["tokens"] > 0  # the NaN sample's tokens were not scored
+    # the NaN sample's tokens were not scored
+    assert json.loads(clean_out)["tokens"] > result["tokens"] > 0
 
 
 def test_an_all_nan_dump_never_reports_an_accuracy(tmp_path, cwd, monkeypatch, capsys):
@@ -93,4 +113,6 @@ def test_skip_bad_skips_tokens_outside_the_vocabulary(tmp_path, cwd, monkeypatch
     code, out, err = run_cli([*BASE, *bad.args, "--skip-bad"], monkeypatch, capsys)
     assert code == 0, err
     skipped = json.loads(out)["skipped_files"]
-    assert len(skipped) == 1 and "token id 999, outside the target vocabulary [0, 257)" in skipped[0]
+    assert (
+        len(skipped) == 1 and "token id 999, outside the target vocabulary [0, 257)" in skipped[0]
+    )

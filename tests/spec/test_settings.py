@@ -1,4 +1,5 @@
-"""Live settings' pinned acceptance: the profile's rules, profiles from an accept length or a measured curve."""
+"""Live settings' pinned acceptance: the profile's rules, profiles from an accept length or a
+measured curve."""
 
 import math
 
@@ -6,17 +7,25 @@ import pytest
 from pydantic import ValidationError
 
 from bisect_eagle.errors import BadInput
-from bisect_eagle.spec.settings import LiveSettings, parse_settings, profile_for_accept_length, unconditional_rates
+from bisect_eagle.spec.settings import (
+    LiveSettings,
+    parse_settings,
+    profile_for_accept_length,
+    unconditional_rates,
+)
 
 
-@pytest.mark.parametrize(("length", "steps", "profile"), [
-    (3.0, 3, [1.0, 1.0, 0.0]),
-    (2.5, 3, [1.0, 0.5, 0.0]),
-    (3.3, 3, [1.0, 1.0, 0.3]),
-    (1.0, 2, [0.0, 0.0]),
-    (4.0, 3, [1.0, 1.0, 1.0]),
-    (1.75, 1, [0.75]),
-])
+@pytest.mark.parametrize(
+    ("length", "steps", "profile"),
+    [
+        (3.0, 3, [1.0, 1.0, 0.0]),
+        (2.5, 3, [1.0, 0.5, 0.0]),
+        (3.3, 3, [1.0, 1.0, 0.3]),
+        (1.0, 2, [0.0, 0.0]),
+        (4.0, 3, [1.0, 1.0, 1.0]),
+        (1.75, 1, [0.75]),
+    ],
+)
 def test_profile_for_accept_length_is_the_minimum_variance_schedule(length, steps, profile):
     got = profile_for_accept_length(length, steps)
     assert got == pytest.approx(profile)
@@ -36,13 +45,16 @@ def test_unconditional_rates_are_the_running_product_of_a_measured_curve():
     LiveSettings(num_steps=3, pinned_acceptance=unconditional_rates([1.0, 0.93, 0.97]))
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ([0.5, 0.8, 0.1], "non-increasing"),
-    ([1.2, 0.5, 0.0], "in \\[0, 1\\]"),
-    ([1.0, 0.5], "num_steps is 3"),
-    (3.0, "an accept length"),
-    ([True, 0.5, 0.0], "boolean"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([0.5, 0.8, 0.1], "non-increasing"),
+        ([1.2, 0.5, 0.0], "in \\[0, 1\\]"),
+        ([1.0, 0.5], "num_steps is 3"),
+        (3.0, "an accept length"),
+        ([True, 0.5, 0.0], "boolean"),
+    ],
+)
 def test_bad_profiles_name_the_key_and_the_fix(value, message):
     with pytest.raises(BadInput, match=message) as e:
         parse_settings({"pinned_acceptance": value}, "spec.yaml: engine.settings")

@@ -36,8 +36,10 @@ print(json.dumps(sorted(flags)))
 
 def _package_dir(python: str, package: str) -> Path:
     """Where ``python`` finds ``package``, without importing it."""
-    code = (f"import importlib.util; "
-            f"print(importlib.util.find_spec({package!r}).submodule_search_locations[0])")
+    code = (
+        "import importlib.util; "
+        f"print(importlib.util.find_spec({package!r}).submodule_search_locations[0])"
+    )
     return Path(
         subprocess.run(
             [python, "-c", code], capture_output=True, text=True, check=True, timeout=120

@@ -25,11 +25,17 @@ import yaml
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
-SHAPED = "hf_" + "Yq7Lm2Pz9Xc4Vb8Nw3Kd"  # a Hugging Face token's shape, under a name that is not a secret's
-ENV_SECRETS = {"HF_TOKEN": "hf-env-Zq81secret", "X_API_KEY": "xk-env-Pw27secret", "DB_PASSWORD": "db-env-Lm55secret",
-               "GH_PAT": "ghpat-env-Rt42secret", "GREETING": SHAPED,
-               "SGLANG_BEARER": "bearer-env-Jw58secret",
-               "SGLANG_PASSPHRASE": "phrase-env-Nc63secret"}
+# a Hugging Face token's shape, under a name that is not a secret's
+SHAPED = "hf_" + "Yq7Lm2Pz9Xc4Vb8Nw3Kd"
+ENV_SECRETS = {
+    "HF_TOKEN": "hf-env-Zq81secret",
+    "X_API_KEY": "xk-env-Pw27secret",
+    "DB_PASSWORD": "db-env-Lm55secret",
+    "GH_PAT": "ghpat-env-Rt42secret",
+    "GREETING": SHAPED,
+    "SGLANG_BEARER": "bearer-env-Jw58secret",
+    "SGLANG_PASSPHRASE": "phrase-env-Nc63secret",
+}
 IN_CLEAR = {"NCCL_ALGO": "Ring", "SGLANG_LOG_GC": "1"}  # known harmless: written as they are
 NCCL_PASSPHRASE = "nccl-phrase-Hd35secret"
 MY_CREDS = "mycreds-spec-Wz19secret"
@@ -44,12 +50,34 @@ SPEC_AUTH = "hfauth-spec-Kq22secret"
 URL_PASSWORD = "pwDbUrl77secret"
 API_KEY = "sk-arg-Vb64secret"
 BISECT_TOKEN = "hf-bisect-Qr17secret"
-VALUES = [*ENV_SECRETS.values(), SPEC_TOKEN, SPEC_AUTH, URL_PASSWORD, API_KEY, BISECT_TOKEN,
-          NCCL_PASSPHRASE, MY_CREDS, URL_TOKEN, GLUED, GLUED_GH, DESC_PASSWORD, DESC_HF, DESC_SK]
-DESCRIPTION = (f"mirror at https://bob:{DESC_PASSWORD}@models.example.com/x, token {DESC_HF}, "
-               f"key {DESC_SK}, built by build_{GLUED_GH}")
-# the stand-in server, started through a shell that first prints the environment it was given (as some do)
-PRINTS_ENV = ["sh", "-c", 'env; exec "$0" serve "$@"', str(Path(sys.executable).parent / "bisect-eagle")]
+VALUES = [
+    *ENV_SECRETS.values(),
+    SPEC_TOKEN,
+    SPEC_AUTH,
+    URL_PASSWORD,
+    API_KEY,
+    BISECT_TOKEN,
+    NCCL_PASSPHRASE,
+    MY_CREDS,
+    URL_TOKEN,
+    GLUED,
+    GLUED_GH,
+    DESC_PASSWORD,
+    DESC_HF,
+    DESC_SK,
+]
+DESCRIPTION = (
+    f"mirror at https://bob:{DESC_PASSWORD}@models.example.com/x, token {DESC_HF}, key {DESC_SK}, "
+    f"built by build_{GLUED_GH}"
+)
+# the stand-in server, started through a shell that first prints the environment it was given (as
+# some do)
+PRINTS_ENV = [
+    "sh",
+    "-c",
+    'env; exec "$0" serve "$@"',
+    str(Path(sys.executable).parent / "bisect-eagle"),
+]
 
 
 class Session:
@@ -58,13 +86,23 @@ class Session:
     def __init__(self, cwd: Path):
         self.cwd = cwd
         self.outputs: list[tuple[str, str]] = []
-        self.env = {**os.environ, **ENV_SECRETS, "SGLANG_LOG_GC": IN_CLEAR["SGLANG_LOG_GC"],
-                    "OMP_NUM_THREADS": "1"}
+        self.env = {
+            **os.environ,
+            **ENV_SECRETS,
+            "SGLANG_LOG_GC": IN_CLEAR["SGLANG_LOG_GC"],
+            "OMP_NUM_THREADS": "1",
+        }
         self.env.pop("MLFLOW_TRACKING_URI", None)
 
     def __call__(self, *args: str, codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", *args], cwd=self.cwd, env=self.env,
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-m", "bisect_eagle.cli", *args],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         self.outputs.append((" ".join(args[:1]) + " stdout", done.stdout))
         self.outputs.append((" ".join(args[:1]) + " stderr", done.stderr))
         assert done.returncode in codes, (args, done.returncode, done.stderr[-3000:])
@@ -74,16 +112,26 @@ class Session:
 
 def _spec(tmp: Path, name: str, edit) -> Path:
     raw = yaml.safe_load((ROOT / "experiments" / name).read_text())
-    raw["engine"]["settings"].update({"env.HF_TOKEN": SPEC_TOKEN, "env.HF_AUTH": SPEC_AUTH,
-                                      "env.DATABASE_URL": f"postgresql://u:{URL_PASSWORD}@127.0.0.1/db",
-                                      "env.NCCL_PASSPHRASE": NCCL_PASSPHRASE,
-                                      "env.MY_CREDS": MY_CREDS,
-                                      "env.NCCL_ALGO": IN_CLEAR["NCCL_ALGO"],
-                                      "env.MODEL_MIRROR": f"https://{URL_TOKEN}@hub.example.com/m",
-                                      "env.BUILD_TAG": f"x-{GLUED}",
-                                      "num_prompts": 2, "warmup_prompts": 1, "max_new_tokens": 8})
-    raw["search"].update(max_live_trials=1, sampler="grid", max_wall_s=240, confirm={"enabled": False})
-    raw.update(baseline=1.0, criterion={"metric": "accept_length", "ratio": 1.0})  # no baseline trial to wait for
+    raw["engine"]["settings"].update(
+        {
+            "env.HF_TOKEN": SPEC_TOKEN,
+            "env.HF_AUTH": SPEC_AUTH,
+            "env.DATABASE_URL": f"postgresql://u:{URL_PASSWORD}@127.0.0.1/db",
+            "env.NCCL_PASSPHRASE": NCCL_PASSPHRASE,
+            "env.MY_CREDS": MY_CREDS,
+            "env.NCCL_ALGO": IN_CLEAR["NCCL_ALGO"],
+            "env.MODEL_MIRROR": f"https://{URL_TOKEN}@hub.example.com/m",
+            "env.BUILD_TAG": f"x-{GLUED}",
+            "num_prompts": 2,
+            "warmup_prompts": 1,
+            "max_new_tokens": 8,
+        }
+    )
+    raw["search"].update(
+        max_live_trials=1, sampler="grid", max_wall_s=240, confirm={"enabled": False}
+    )
+    # no baseline trial to wait for
+    raw.update(baseline=1.0, criterion={"metric": "accept_length", "ratio": 1.0})
     raw["description"] = DESCRIPTION
     raw["space"] = {"num_steps": {"type": "int", "low": 2, "high": 3}}
     edit(raw)
@@ -115,7 +163,8 @@ def _leaks(root: Path, outputs: list[tuple[str, str]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory) -> tuple[Session, Path]:
-    """Every command once, in one working directory; the specs (which hold the secrets) live outside it."""
+    """Every command once, in one working directory; the specs (which hold the secrets) live outside
+    it."""
     specs = tmp_path_factory.mktemp("specs")
     cwd = tmp_path_factory.mktemp("work")
     run = Session(cwd)
@@ -132,9 +181,23 @@ def session(tmp_path_factory) -> tuple[Session, Path]:
     bad = yaml.safe_load((ROOT / "experiments" / "tiny-broken.yaml").read_text())
     bad["engine"]["settings"]["env.HF_TOKEN"] = BISECT_TOKEN
     (specs / "broken.yaml").write_text(yaml.safe_dump(bad))
-    run("bisect", "--good", str(ROOT / "experiments" / "tiny.yaml"), "--bad", str(specs / "broken.yaml"),
-        "--metric", "accept_length", "--set", "num_prompts=2", "--set", "warmup_prompts=0",
-        "--set", "max_new_tokens=16", "--json", codes=(0, 1))
+    run(
+        "bisect",
+        "--good",
+        str(ROOT / "experiments" / "tiny.yaml"),
+        "--bad",
+        str(specs / "broken.yaml"),
+        "--metric",
+        "accept_length",
+        "--set",
+        "num_prompts=2",
+        "--set",
+        "warmup_prompts=0",
+        "--set",
+        "max_new_tokens=16",
+        "--json",
+        codes=(0, 1),
+    )
     return run, cwd
 
 

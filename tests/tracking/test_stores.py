@@ -48,9 +48,14 @@ def test_hide_password_covers_database_and_http_urls():
 def test_unreachable_stores_fail_in_seconds_with_one_line(kind):
     port = closed_port()
     pg = f"postgresql://bob:hunter2@127.0.0.1:{port}/optuna"
-    kwargs = {"storage": pg if kind == "storage" else None,
-              "tracking_uri": {"storage": None, "tracking-http": f"http://127.0.0.1:{port}",
-                               "tracking-postgres": pg}[kind]}
+    kwargs = {
+        "storage": pg if kind == "storage" else None,
+        "tracking_uri": {
+            "storage": None,
+            "tracking-http": f"http://127.0.0.1:{port}",
+            "tracking-postgres": pg,
+        }[kind],
+    }
     start = time.monotonic()
     with pytest.raises(StoreUnreachable) as e:
         check_stores(**kwargs)
@@ -62,16 +67,24 @@ def test_unreachable_stores_fail_in_seconds_with_one_line(kind):
 def test_run_with_an_unreachable_postgres_storage_exits_2_with_one_line(tmp_path):
     url = f"postgresql://bob:hunter2@127.0.0.1:{closed_port()}/optuna"
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "bisect_eagle.cli", "run", "--storage", url, "--json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"})
+    done = subprocess.run(
+        [sys.executable, "-m", "bisect_eagle.cli", "run", "--storage", url, "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+    )
     took = time.monotonic() - start
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --storage postgresql://bob:***@"), done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: --storage postgresql://bob:***@"), (
+        done.stderr
+    )
     assert "hunter2" not in done.stderr + done.stdout and "Traceback" not in done.stderr
     assert not (tmp_path / "mlruns").exists()  # nothing written
-    assert took < 60  # the check itself takes well under a second here (above); this bounds the whole command
+    # the check itself takes well under a second here (above); this bounds the whole command
+    assert took < 60
 
 
 def _postgres_bin() -> str | None:
@@ -81,12 +94,18 @@ def _postgres_bin() -> str | None:
 
 @pytest.fixture(scope="module")
 def postgres():
-    """A throwaway PostgreSQL server on 127.0.0.1 (Debian's package), with a password-protected role."""
+    """A throwaway PostgreSQL server on 127.0.0.1 (Debian's package), with a password-protected
+    role."""
     bin_dir = _postgres_bin()
-    missing = ("PostgreSQL is not installed (apt-get install postgresql)" if bin_dir is None else
-               "not root: no server to test against" if os.geteuid() != 0 else
-               "the psycopg driver is not installed (pip install -e '.[postgres]')"
-               if importlib.util.find_spec("psycopg") is None else None)
+    missing = (
+        "PostgreSQL is not installed (apt-get install postgresql)"
+        if bin_dir is None
+        else "not root: no server to test against"
+        if os.geteuid() != 0
+        else "the psycopg driver is not installed (pip install -e '.[postgres]')"
+        if importlib.util.find_spec("psycopg") is None
+        else None
+    )
     if missing:
         if os.environ.get("BISECT_EAGLE_REQUIRE_POSTGRES") == "1":
             pytest.fail(f"BISECT_EAGLE_REQUIRE_POSTGRES=1 but {missing}")
@@ -95,20 +114,67 @@ def postgres():
     shutil.chown(root, "postgres")
     port = closed_port()
     as_pg = ["runuser", "-u", "postgres", "--"]  # PostgreSQL refuses to run as root
-    subprocess.run([*as_pg, f"{bin_dir}/initdb", "-D", f"{root}/data", "-U", "postgres", "--auth-local=trust",
-                    "--auth-host=scram-sha-256"], check=True, capture_output=True, cwd="/")
-    subprocess.run([*as_pg, f"{bin_dir}/pg_ctl", "-D", f"{root}/data", "-l", f"{root}/log", "-w", "-o",
-                    f"-c listen_addresses=127.0.0.1 -p {port} -k {root}", "start"],
-                   check=True, capture_output=True, cwd="/")
+    subprocess.run(
+        [
+            *as_pg,
+            f"{bin_dir}/initdb",
+            "-D",
+            f"{root}/data",
+            "-U",
+            "postgres",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+        ],
+        check=True,
+        capture_output=True,
+        cwd="/",
+    )
+    subprocess.run(
+        [
+            *as_pg,
+            f"{bin_dir}/pg_ctl",
+            "-D",
+            f"{root}/data",
+            "-l",
+            f"{root}/log",
+            "-w",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {port} -k {root}",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+        cwd="/",
+    )
     try:
-        for sql in ("CREATE ROLE be LOGIN PASSWORD 'pw-s3cret'", "CREATE DATABASE optuna OWNER be",
-                    "CREATE DATABASE mlflow OWNER be"):
-            subprocess.run([*as_pg, f"{bin_dir}/psql", "-h", str(root), "-p", str(port), "-U", "postgres", "-c", sql],
-                           check=True, capture_output=True, cwd="/")
+        for sql in (
+            "CREATE ROLE be LOGIN PASSWORD 'pw-s3cret'",
+            "CREATE DATABASE optuna OWNER be",
+            "CREATE DATABASE mlflow OWNER be",
+        ):
+            subprocess.run(
+                [
+                    *as_pg,
+                    f"{bin_dir}/psql",
+                    "-h",
+                    str(root),
+                    "-p",
+                    str(port),
+                    "-U",
+                    "postgres",
+                    "-c",
+                    sql,
+                ],
+                check=True,
+                capture_output=True,
+                cwd="/",
+            )
         yield f"postgresql://be:pw-s3cret@127.0.0.1:{port}"
     finally:
-        subprocess.run([*as_pg, f"{bin_dir}/pg_ctl", "-D", f"{root}/data", "-m", "immediate", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*as_pg, f"{bin_dir}/pg_ctl", "-D", f"{root}/data", "-m", "immediate", "stop"],
+            capture_output=True,
+        )
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -117,13 +183,20 @@ def test_postgresql_urls_work_for_optuna_and_the_mlflow_backend(postgres, tmp_pa
     check_stores(storage=f"{postgres}/optuna", tracking_uri=f"{postgres}/mlflow")
     study = optuna.create_study(storage=open_storage(f"{postgres}/optuna"), study_name="pg")
     study.tell(study.ask(), 1.5)
-    assert optuna.load_study(storage=open_storage(f"{postgres}/optuna"), study_name="pg").best_value == 1.5
+    assert (
+        optuna.load_study(storage=open_storage(f"{postgres}/optuna"), study_name="pg").best_value
+        == 1.5
+    )
     tracking = Tracking.open(f"{postgres}/mlflow", "pg-experiment")
     run = tracking.start_run("r", tags={"stage": "live"})
     tracking.finish(run, "FINISHED")
-    assert Tracking.open(f"{postgres}/mlflow", "pg-experiment").get_run(run).info.status == "FINISHED"
+    assert (
+        Tracking.open(f"{postgres}/mlflow", "pg-experiment").get_run(run).info.status == "FINISHED"
+    )
     with pytest.raises(StoreUnreachable) as e:
-        check_stores(storage=postgres.replace("pw-s3cret", "wrong-pw") + "/optuna", tracking_uri=None)
+        check_stores(
+            storage=postgres.replace("pw-s3cret", "wrong-pw") + "/optuna", tracking_uri=None
+        )
     assert "wrong-pw" not in str(e.value) and "password authentication failed" in str(e.value)
 
 
@@ -144,8 +217,9 @@ def test_a_store_held_by_one_command_refuses_a_second_naming_it_until_the_holder
     from bisect_eagle.tracking.stores import StoreBusy, store_lock
 
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, uri], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, uri], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(StoreBusy) as e, store_lock(uri):
@@ -174,7 +248,9 @@ def test_a_remote_store_is_never_held():
     assert lock_path("file:///x/mlruns") == Path("/x/mlruns/bisect-eagle.run-lock")
 
 
-def test_a_read_only_url_opens_the_store_read_only_and_reads_its_write_ahead_log_when_one_is_left(tmp_path):
+def test_a_read_only_url_opens_the_store_read_only_and_reads_its_write_ahead_log_when_one_is_left(
+    tmp_path,
+):
     import sqlalchemy as sa
 
     folder = tmp_path / "a folder?#%"  # characters a file: URI must escape
@@ -200,10 +276,16 @@ def test_a_read_only_url_opens_the_store_read_only_and_reads_its_write_ahead_log
 
 def test_a_store_that_cannot_be_written_is_refused_naming_its_folder(tmp_path, monkeypatch):
     db = tmp_path / "mlruns" / "mlflow.db"
-    assert store_unwritable(f"sqlite:///{db}") is None  # absent: created in a folder that can be written
-    monkeypatch.setattr(os, "access", lambda path, mode: False)  # what a user without the permission is told
-    with pytest.raises(StoreReadOnly, match=rf"^the tracking store {tmp_path}/mlruns is read-only \({tmp_path}: "
-                                            r"permission denied\): make it writable, or give --tracking-uri"):
+    # absent: created in a folder that can be written
+    assert store_unwritable(f"sqlite:///{db}") is None
+    # what a user without the permission is told
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(
+        StoreReadOnly,
+        match=rf"^the tracking store {tmp_path}/mlruns is read-only \({tmp_path}: "
+        r"permission denied\): make it writable, or give --tracking-uri",
+    ):
         check_writable(f"sqlite:///{db}", what="the tracking store", flag="--tracking-uri")
     assert not (tmp_path / "mlruns").exists()
-    check_writable("postgresql://u@host/db", what="the study store", flag="--storage")  # not a file: not judged
+    # not a file: not judged
+    check_writable("postgresql://u@host/db", what="the study store", flag="--storage")

@@ -1,4 +1,5 @@
-"""Launches: every engine run a live trial makes is recorded on its child run and counted by stage."""
+"""Launches: every engine run a live trial makes is recorded on its child run and counted by
+stage."""
 
 from __future__ import annotations
 
@@ -18,8 +19,17 @@ from bisect_eagle.trials.live import run_live_trial
 
 
 def _spec(kind: str, **search) -> Spec:
-    return Spec.model_validate({"name": "l", "target": "t", "draft": "d", "dump": "u", "prompts": "p.jsonl",
-                                "engine": {"kind": kind}, "search": search})
+    return Spec.model_validate(
+        {
+            "name": "l",
+            "target": "t",
+            "draft": "d",
+            "dump": "u",
+            "prompts": "p.jsonl",
+            "engine": {"kind": kind},
+            "search": search,
+        }
+    )
 
 
 class FailsSecond(FakeEngine):
@@ -39,15 +49,27 @@ def tracking(tmp_path) -> Tracking:
 
 def test_a_trial_records_its_engine_runs_and_the_meter_counts_them(tracking):
     engine = FakeEngine()
-    ctx = TrialContext(spec=_spec("sglang", repeats=3), tracking=tracking, study="s",
-                       parent_run_id=tracking.start_run("p", tags={}), engine=engine)
-    live = run_live_trial(ctx, engine.plan(LiveSettings(num_steps=2)), stage="live", parent_run_id=ctx.parent_run_id)
+    ctx = TrialContext(
+        spec=_spec("sglang", repeats=3),
+        tracking=tracking,
+        study="s",
+        parent_run_id=tracking.start_run("p", tags={}),
+        engine=engine,
+    )
+    live = run_live_trial(
+        ctx, engine.plan(LiveSettings(num_steps=2)), stage="live", parent_run_id=ctx.parent_run_id
+    )
     assert tracking.get_run(live.run_id).data.metrics["launches"] == 3 == len(engine.runs)
     one = dataclasses.replace(ctx, engine=FailsSecond())  # a copy of the context shares its meter
-    failed_trial = run_live_trial(one, one.engine.plan(LiveSettings(num_steps=1)), stage="confirm",
-                                  parent_run_id=ctx.parent_run_id)
+    failed_trial = run_live_trial(
+        one,
+        one.engine.plan(LiveSettings(num_steps=1)),
+        stage="confirm",
+        parent_run_id=ctx.parent_run_id,
+    )
     assert failed_trial.status == "failed"
-    assert tracking.get_run(failed_trial.run_id).data.metrics["launches"] == 2  # the failing repeat launched too
+    # the failing repeat launched too
+    assert tracking.get_run(failed_trial.run_id).data.metrics["launches"] == 2
     refused = engine.plan(LiveSettings(num_steps=1, topk=4))
     assert refused.refusal is not None
     record = run_live_trial(ctx, refused, stage="baseline", parent_run_id=ctx.parent_run_id)
@@ -58,21 +80,37 @@ def test_a_trial_records_its_engine_runs_and_the_meter_counts_them(tracking):
 
 def test_runs_without_a_recorded_count_count_their_repeats_or_one(tracking):
     parent = tracking.start_run("p", tags={})
-    for stage, metrics in (("live", {"repeats": 2.0}), ("live", {}), ("confirm", {"launches": 4.0}),
-                           ("baseline", {"launches": 1.0}), ("standalone", {"launches": 9.0})):
+    for stage, metrics in (
+        ("live", {"repeats": 2.0}),
+        ("live", {}),
+        ("confirm", {"launches": 4.0}),
+        ("baseline", {"launches": 1.0}),
+        ("standalone", {"launches": 9.0}),
+    ):
         run = tracking.start_run(stage, tags={"stage": stage}, parent_run_id=parent)
         tracking.log(run, metrics=metrics)
     counted = count_launches(tracking, parent, unit="runs")
-    assert counted == Launches(live=3, confirm=4, baseline=1, unit="runs")  # another stage is not a launch
+    # another stage is not a launch
+    assert counted == Launches(live=3, confirm=4, baseline=1, unit="runs")
     assert counted.total == 8 and run_launches({}) == 1
 
 
 def test_launches_read_back_from_json_and_become_the_parent_metrics():
     counted = Launches(live=4, confirm=12, baseline=1)
-    assert counted.to_json() == {"total": 17, "live": 4, "confirm": 12, "baseline": 1, "unit": "launches"}
+    assert counted.to_json() == {
+        "total": 17,
+        "live": 4,
+        "confirm": 12,
+        "baseline": 1,
+        "unit": "launches",
+    }
     assert Launches.from_json(counted.to_json()) == counted
-    assert counted.metrics() == {"launches": 17.0, "launches_live": 4.0, "launches_confirm": 12.0,
-                                 "launches_baseline": 1.0}
+    assert counted.metrics() == {
+        "launches": 17.0,
+        "launches_live": 4.0,
+        "launches_confirm": 12.0,
+        "launches_baseline": 1.0,
+    }
     assert counted.summary() == "17 launches (live 4, confirm 12, baseline 1)"
 
 

@@ -1,12 +1,13 @@
 """EAGLE-3 draft checkpoints: checked from the safetensors headers, loaded pickle-free, and written.
 
-Two layouts load into the same :class:`~bisect_eagle.artifacts.draft.model.Eagle3Draft`: SpecForge/SGLang
-(``LlamaForCausalLMEagle3``, ``midlayer.*``, ids nested in ``eagle_config``, output-of-layer ids, no
-``embed_tokens``: it comes from the target) and speculators (``Eagle3Speculator``, ``layers.0.*``, top-level
-input-to-layer ids, ``embed_tokens`` saved). :func:`inspect_draft` checks the config and every tensor's
-name, shape and dtype from the headers alone (no weights read); :func:`load_draft` then reads the weights and
-checks their values (finite, a vocabulary map inside the target vocabulary). Every problem is one
-:class:`DraftLoadError` line naming the file and the key or tensor.
+Two layouts load into the same :class:`~bisect_eagle.artifacts.draft.model.Eagle3Draft`:
+SpecForge/SGLang (``LlamaForCausalLMEagle3``, ``midlayer.*``, ids nested in ``eagle_config``,
+output-of-layer ids, no ``embed_tokens``: it comes from the target) and speculators
+(``Eagle3Speculator``, ``layers.0.*``, top-level input-to-layer ids, ``embed_tokens`` saved).
+:func:`inspect_draft` checks the config and every tensor's name, shape and dtype from the headers
+alone (no weights read); :func:`load_draft` then reads the weights and checks their values (finite,
+a vocabulary map inside the target vocabulary). Every problem is one :class:`DraftLoadError` line
+naming the file and the key or tensor.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from bisect_eagle.artifacts.draft.model import Eagle3Draft
 from bisect_eagle.errors import BadInput
 from bisect_eagle.keys import IDS_KEY
 
-OPTIONAL = ("embed_tokens.weight", "d2t", "t2d")  # the embedding may come from the target; maps when vocabs match
+# the embedding may come from the target; maps when vocabs match
+OPTIONAL = ("embed_tokens.weight", "d2t", "t2d")
 INTEGER_TENSORS = ("d2t", "t2d")
 
 
 class DraftLoadError(BadInput):
-    """A draft checkpoint that cannot be loaded as it is: the message names the file and the key or tensor."""
+    """A draft checkpoint that cannot be loaded as it is: the message names the file and the key or
+    tensor."""
 
 
 @dataclass
@@ -91,18 +94,20 @@ def canonical_name(key: str) -> str | None:
     """speculators ``layers.0.*`` → ``midlayer.*``; None for tensors inference does not use."""
     if key.startswith(("verifier_lm_head", "verifier_norm")):
         return None
-    return "midlayer." + key[len("layers.0."):] if key.startswith("layers.0.") else key
+    return "midlayer." + key[len("layers.0.") :] if key.startswith("layers.0.") else key
 
 
 def expected_shapes(c: DraftConfig) -> dict[str, tuple[int, ...]]:
-    """Tensor name → shape of every tensor :class:`Eagle3Draft` holds for ``c`` (built on the meta device)."""
+    """Tensor name → shape of every tensor :class:`Eagle3Draft` holds for ``c`` (built on the meta
+    device)."""
     with torch.device("meta"):
         model = Eagle3Draft(c)
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
 def read_headers(path: Path) -> dict[str, TensorHeader]:
-    """Canonical name → header of every tensor in ``path/*.safetensors``; nothing but the headers is read.
+    """Canonical name → header of every tensor in ``path/*.safetensors``; nothing but the headers is
+    read.
 
     Args:
         path: the draft directory.
@@ -118,8 +123,10 @@ def read_headers(path: Path) -> dict[str, TensorHeader]:
     files = sorted(path.glob("*.safetensors"))
     if not files:
         if any(path.glob("*.bin")) or any(path.glob("*.pt")):
-            raise DraftLoadError(f"{path}: only pickle weights (*.bin/*.pt), which bisect-eagle never loads; "
-                                 "save the draft as safetensors")
+            raise DraftLoadError(
+                f"{path}: only pickle weights (*.bin/*.pt), which bisect-eagle never loads; save "
+                "the draft as safetensors"
+            )
         raise DraftLoadError(f"{path}: no *.safetensors weights found")
     out: dict[str, TensorHeader] = {}
     for f in files:
@@ -136,26 +143,36 @@ def read_headers(path: Path) -> dict[str, TensorHeader]:
         except DraftLoadError:
             raise
         except Exception as e:  # safetensors raises several types for a damaged header
-            raise DraftLoadError(f"{f}: cannot read the safetensors header ({str(e).splitlines()[0]})") from None
+            raise DraftLoadError(
+                f"{f}: cannot read the safetensors header ({str(e).splitlines()[0]})"
+            ) from None
     return out
 
 
 def _declared_ids(cf: DraftConfigFile) -> tuple[list[int], str]:
     """The layout's layer ids and their convention, or the reason this config cannot be loaded."""
     if cf.layout == "unknown":
-        raise DraftLoadError(f"{cf.path}: key 'architectures' is {cf.architectures}; expected one of "
-                             f"{sorted([SPECFORGE_ARCH, SPECULATORS_ARCH])}")
+        raise DraftLoadError(
+            f"{cf.path}: key 'architectures' is {cf.architectures}; expected one of "
+            f"{sorted([SPECFORGE_ARCH, SPECULATORS_ARCH])}"
+        )
     for key in cf.unsupported:
-        raise DraftLoadError(f"{cf.path}: key {key!r} is true; this draft variant is not supported yet")
+        raise DraftLoadError(
+            f"{cf.path}: key {key!r} is true; this draft variant is not supported yet"
+        )
     if cf.layout == "specforge":
         ids, key, conv = cf.nested_ids, f"eagle_config.{IDS_KEY}", "sglang"
         if ids is None:
-            raise DraftLoadError(f"{cf.path}: key '{key}' is missing; SGLang reads the ids only from there and "
-                                 "silently falls back to its default layers without it")
+            raise DraftLoadError(
+                f"{cf.path}: key '{key}' is missing; SGLang reads the ids only from there and "
+                "silently falls back to its default layers without it"
+            )
     else:
         ids, key, conv = cf.top_level_ids, IDS_KEY, "vllm"
         if ids is None:
-            raise DraftLoadError(f"{cf.path}: key '{key}' is missing (speculators layout: top-level ids)")
+            raise DraftLoadError(
+                f"{cf.path}: key '{key}' is missing (speculators layout: top-level ids)"
+            )
     if not ids:
         raise DraftLoadError(f"{cf.path}: key '{key}': expected at least one layer id, found []")
     return list(ids), conv
@@ -163,16 +180,24 @@ def _declared_ids(cf: DraftConfigFile) -> tuple[list[int], str]:
 
 def _check_header(name: str, h: TensorHeader, want: tuple[int, ...], cf: DraftConfigFile) -> None:
     if h.shape != want:
-        raise DraftLoadError(f"{h.file}: tensor {h.stored_name!r} has shape {list(h.shape)}; {cf.path} gives "
-                             f"{list(want)}")
+        raise DraftLoadError(
+            f"{h.file}: tensor {h.stored_name!r} has shape {list(h.shape)}; {cf.path} gives "
+            f"{list(want)}"
+        )
     floating = h.dtype.startswith(("F", "BF"))
     if (name in INTEGER_TENSORS) == floating:
         kind = "an integer" if name in INTEGER_TENSORS else "a floating-point"
-        raise DraftLoadError(f"{h.file}: tensor {h.stored_name!r}: expected {kind} dtype, found {h.dtype}")
+        raise DraftLoadError(
+            f"{h.file}: tensor {h.stored_name!r}: expected {kind} dtype, found {h.dtype}"
+        )
 
 
 def check_tensors(
-    cf: DraftConfigFile, *, config: DraftConfig, ids: list[int], tensors: dict[str, TensorHeader],
+    cf: DraftConfigFile,
+    *,
+    config: DraftConfig,
+    ids: list[int],
+    tensors: dict[str, TensorHeader],
     where: Path,
 ) -> None:
     """Every tensor of ``tensors`` against the shapes ``config`` implies; ``ids`` are the config's
@@ -185,30 +210,42 @@ def check_tensors(
         width, rest = divmod(fc.shape[1], c.target_hidden_size)
         tensor = f"{fc.file}: tensor {fc.stored_name!r}"
         said_by = f"{fc.shape[1]} inputs = {width} × target_hidden_size {c.target_hidden_size}"
-        refusal = (f"{tensor} takes {fc.shape[1]} inputs, not a multiple of target_hidden_size "
-                   f"{c.target_hidden_size} ({cf.path})" if rest
-                   else layers.fc_width_refusal(ids, width=width, where=tensor, said_by=said_by,
-                                                named=f"{cf.path}'s layer ids"))
+        refusal = (
+            f"{tensor} takes {fc.shape[1]} inputs, not a multiple of target_hidden_size "
+            f"{c.target_hidden_size} ({cf.path})"
+            if rest
+            else layers.fc_width_refusal(
+                ids, width=width, where=tensor, said_by=said_by, named=f"{cf.path}'s layer ids"
+            )
+        )
         if refusal is not None:
             raise DraftLoadError(refusal)
     expected = expected_shapes(c)
     unexpected = sorted(tensors[n].stored_name for n in tensors if n not in expected)
     if unexpected:
-        raise DraftLoadError(f"{where}: tensors {unexpected} are not part of an EAGLE-3 draft with this config")
+        raise DraftLoadError(
+            f"{where}: tensors {unexpected} are not part of an EAGLE-3 draft with this config"
+        )
     for name, want in expected.items():
         if name in tensors:
             _check_header(name, tensors[name], want, cf)
         elif name not in OPTIONAL:
-            raise DraftLoadError(f"{where}: tensor {name!r} is missing ({cf.path} implies shape {list(want)})")
+            raise DraftLoadError(
+                f"{where}: tensor {name!r} is missing ({cf.path} implies shape {list(want)})"
+            )
     if c.draft_vocab_size != c.vocab_size:
         for name in INTEGER_TENSORS:
             if name not in tensors:
-                raise DraftLoadError(f"{where}: tensor {name!r} is missing but draft_vocab_size {c.draft_vocab_size} "
-                                     f"!= vocab_size {c.vocab_size}; a draft vocabulary map is required")
+                raise DraftLoadError(
+                    f"{where}: tensor {name!r} is missing but draft_vocab_size "
+                    f"{c.draft_vocab_size} != vocab_size {c.vocab_size}; a draft vocabulary map is "
+                    "required"
+                )
 
 
 def inspect_draft(path: str | Path) -> DraftCheck:
-    """The draft's config and its tensors' names, shapes and dtypes checked against each other (headers only).
+    """The draft's config and its tensors' names, shapes and dtypes checked against each other
+    (headers only).
 
     Args:
         path: the draft directory (``config.json`` and ``*.safetensors``).
@@ -232,10 +269,13 @@ def inspect_draft(path: str | Path) -> DraftCheck:
 
 
 def target_embedding(target_dir: Path) -> torch.Tensor:
-    """``model.embed_tokens.weight`` of a Hugging Face target directory (safetensors, pickle-free)."""
+    """``model.embed_tokens.weight`` of a Hugging Face target directory (safetensors,
+    pickle-free)."""
     from bisect_eagle.artifacts.target import read_target_tensors
 
-    return read_target_tensors(target_dir, ["model.embed_tokens.weight"])["model.embed_tokens.weight"]
+    return read_target_tensors(target_dir, ["model.embed_tokens.weight"])[
+        "model.embed_tokens.weight"
+    ]
 
 
 def _read_weights(check: DraftCheck) -> dict[str, torch.Tensor]:
@@ -244,7 +284,9 @@ def _read_weights(check: DraftCheck) -> dict[str, torch.Tensor]:
         try:
             raw = load_file(str(f))
         except Exception as e:  # safetensors raises several types for a damaged file
-            raise DraftLoadError(f"{f}: cannot read safetensors ({str(e).splitlines()[0]})") from None
+            raise DraftLoadError(
+                f"{f}: cannot read safetensors ({str(e).splitlines()[0]})"
+            ) from None
         for key, value in raw.items():
             name = canonical_name(key)
             if name is not None:
@@ -263,12 +305,17 @@ def _check_values(check: DraftCheck, state: dict[str, torch.Tensor]) -> None:
         target_ids = torch.arange(c.draft_vocab_size) + state["d2t"].long()
         if bool(((target_ids < 0) | (target_ids >= c.vocab_size)).any()):
             bad = int(target_ids[(target_ids < 0) | (target_ids >= c.vocab_size)][0])
-            raise DraftLoadError(f"{check.tensors['d2t'].file}: tensor 'd2t' maps a draft token to target id {bad}, "
-                                 f"outside the vocabulary [0, {c.vocab_size})")
+            raise DraftLoadError(
+                f"{check.tensors['d2t'].file}: tensor 'd2t' maps a draft token to target id {bad}, "
+                f"outside the vocabulary [0, {c.vocab_size})"
+            )
 
 
-def load_draft(path: str | Path, *, target: str | Path | None = None, device: str = "cpu") -> LoadedDraft:
-    """Load an EAGLE-3 draft of either layout; ``embed_tokens`` comes from ``target`` when the draft lacks it.
+def load_draft(
+    path: str | Path, *, target: str | Path | None = None, device: str = "cpu"
+) -> LoadedDraft:
+    """Load an EAGLE-3 draft of either layout; ``embed_tokens`` comes from ``target`` when the draft
+    lacks it.
 
     Args:
         path: the draft directory.
@@ -291,13 +338,17 @@ def load_draft(path: str | Path, *, target: str | Path | None = None, device: st
     _check_values(check, state)
     if "embed_tokens.weight" not in state:
         if target is None:
-            raise DraftLoadError(f"{path}: the draft has no embed_tokens.weight (SpecForge exports drop it); "
-                                 "give the target directory so it can be taken from model.embed_tokens.weight")
+            raise DraftLoadError(
+                f"{path}: the draft has no embed_tokens.weight (SpecForge exports drop it); give "
+                "the target directory so it can be taken from model.embed_tokens.weight"
+            )
         embed = target_embedding(Path(target))
         if tuple(embed.shape) != (c.vocab_size, c.hidden_size):
-            raise DraftLoadError(f"{target}: tensor 'model.embed_tokens.weight' has shape {list(embed.shape)}; the "
-                                 f"draft's {check.config_file.path} needs [{c.vocab_size}, {c.hidden_size}] "
-                                 "(vocab_size, hidden_size)")
+            raise DraftLoadError(
+                f"{target}: tensor 'model.embed_tokens.weight' has shape {list(embed.shape)}; the "
+                f"draft's {check.config_file.path} needs [{c.vocab_size}, {c.hidden_size}] "
+                "(vocab_size, hidden_size)"
+            )
         state["embed_tokens.weight"] = embed
     model = Eagle3Draft(c)
     for key in INTEGER_TENSORS:
@@ -306,18 +357,22 @@ def load_draft(path: str | Path, *, target: str | Path | None = None, device: st
     state["d2t"], state["t2d"] = state["d2t"].long(), state["t2d"].bool()
     model.load_state_dict(state, strict=True)
     model.to(device).eval()
-    return LoadedDraft(model, c, check.config_file.layout, check.layer_ids, check.id_convention, path)
+    return LoadedDraft(
+        model, c, check.config_file.layout, check.layer_ids, check.id_convention, path
+    )
 
 
 def save_draft(
     model: Eagle3Draft,
     path: str | Path,
-    *, layout: str,
+    *,
+    layout: str,
     layer_ids: list[int],
     extra_config: dict | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> None:
-    """Write ``model`` as a checkpoint of ``layout``; ``layer_ids`` are in that layout's own convention."""
+    """Write ``model`` as a checkpoint of ``layout``; ``layer_ids`` are in that layout's own
+    convention."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     c = model.config
@@ -363,7 +418,10 @@ def save_draft(
                 "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
             },
         }
-        state = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v for k, v in state.items()}
+        state = {
+            ("layers.0." + k[len("midlayer.") :] if k.startswith("midlayer.") else k): v
+            for k, v in state.items()
+        }
     else:
         raise ValueError(f"unknown draft layout {layout!r}; expected 'specforge' or 'speculators'")
     cfg.update(extra_config or {})

@@ -2,15 +2,17 @@
 
 Forward, as in SpecForge's ``LlamaForCausalLMEagle3`` and speculators' ``Eagle3Speculator``::
 
-    x = fc(cat(aux_0, aux_1, aux_2))                       # first step; later steps reuse the draft's own h
-    a = cat(input_layernorm(embed(token)), hidden_norm(x))  # 2H wide
+    x = fc(cat(aux_0, aux_1, aux_2))                       # first step; later steps reuse the
+    draft's own h a = cat(input_layernorm(embed(token)), hidden_norm(x))  # 2H wide
     h = x + o_proj(attn(q(a), k(a), v(a)))
     h = h + mlp(post_attention_layernorm(h))                # pre-norm h feeds the next draft step
-    logits = lm_head(norm(h))                               # draft vocabulary; target id = i + d2t[i]
+    logits = lm_head(norm(h))                               # draft vocabulary; target id = i +
+    d2t[i]
 
-``norm`` is applied exactly once, in :meth:`Eagle3Draft.logits` (SpecForge's ``forward()`` already ends in
-``norm``, so ``compute_logits(forward())`` would norm twice). Attention takes explicit keys/values and a
-boolean mask so that one code path serves training-time test (TTT) evaluation and cached live decoding.
+``norm`` is applied exactly once, in :meth:`Eagle3Draft.logits` (SpecForge's ``forward()`` already
+ends in ``norm``, so ``compute_logits(forward())`` would norm twice). Attention takes explicit
+keys/values and a boolean mask so that one code path serves training-time test (TTT) evaluation and
+cached live decoding.
 """
 
 from __future__ import annotations
@@ -59,17 +61,26 @@ class DraftAttention(nn.Module):
         self.v_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=False)
 
-    def qkv(self, a: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def qkv(
+        self, a: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Project [B, T, 2H] to rotated q [B, h, T, d] and k, v [B, kv, T, d]."""
         b, t, _ = a.shape
         c = self.c
         q = self.q_proj(a).view(b, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
         k = self.k_proj(a).view(b, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(a).view(b, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        return rope(q, positions=positions, theta=c.rope_theta), rope(k, positions=positions, theta=c.rope_theta), v
+        return (
+            rope(q, positions=positions, theta=c.rope_theta),
+            rope(k, positions=positions, theta=c.rope_theta),
+            v,
+        )
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, *, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Attention of q over all keys k/v with boolean ``mask`` [T, S] (True = visible); returns [B, T, H]."""
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, *, v: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Attention of q over all keys k/v with boolean ``mask`` [T, S] (True = visible); returns
+        [B, T, H]."""
         groups = self.c.num_attention_heads // self.c.num_key_value_heads
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
@@ -156,7 +167,13 @@ class Eagle3Draft(nn.Module):
         return residual, q, k, v
 
     def post_attention(
-        self, residual: torch.Tensor, q: torch.Tensor, *, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+        self,
+        residual: torch.Tensor,
+        q: torch.Tensor,
+        *,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
         """Attention over the given keys, the MLP, and the pre-norm output h [B, T, H].
 
@@ -196,12 +213,14 @@ class Eagle3Draft(nn.Module):
         """
         return draft_ids + self.d2t[draft_ids]
 
-    def ttt_forward(self, aux: torch.Tensor, tokens: torch.Tensor, *, steps: int) -> list[torch.Tensor]:
+    def ttt_forward(
+        self, aux: torch.Tensor, tokens: torch.Tensor, *, steps: int
+    ) -> list[torch.Tensor]:
         """Teacher-forced multi-step forward, as EAGLE-3 trains and SpecForge evaluates.
 
-        Row ``t`` of step ``k`` reads ``tokens[:, t + k]`` at position ``t + k`` and the draft's own step
-        ``k-1`` output (step 0: ``fc(aux[:, t])``). It sees step-0 keys at rows ``<= t`` and its own row's
-        keys of steps 1..k -- exactly what a chain draft sees in live decoding.
+        Row ``t`` of step ``k`` reads ``tokens[:, t + k]`` at position ``t + k`` and the draft's own
+        step ``k-1`` output (step 0: ``fc(aux[:, t])``). It sees step-0 keys at rows ``<= t`` and
+        its own row's keys of steps 1..k -- exactly what a chain draft sees in live decoding.
 
         Args:
             aux: concatenated aux states [B, T, num_aux·H_target].
@@ -217,7 +236,9 @@ class Eagle3Draft(nn.Module):
         """
         b, t, _ = aux.shape
         if tokens.shape[1] < t + steps - 1:
-            raise ValueError(f"ttt_forward needs {t + steps - 1} token columns, got {tokens.shape[1]}")
+            raise ValueError(
+                f"ttt_forward needs {t + steps - 1} token columns, got {tokens.shape[1]}"
+            )
         rows = torch.arange(t, device=aux.device)
         causal = rows[None, :] <= rows[:, None]  # [T, T]
         diag = torch.eye(t, dtype=torch.bool, device=aux.device)
@@ -231,6 +252,8 @@ class Eagle3Draft(nn.Module):
             keys.append(kk)
             values.append(vv)
             mask = torch.cat([causal] + [diag] * k, dim=1)
-            hidden = self.post_attention(residual, q, k=torch.cat(keys, 2), v=torch.cat(values, 2), mask=mask)
+            hidden = self.post_attention(
+                residual, q, k=torch.cat(keys, 2), v=torch.cat(values, 2), mask=mask
+            )
             outs.append(hidden)
         return outs

@@ -62,5 +62,7 @@ def get(name: str) -> Scenario:
     """
     root = ROOT / name
     if not (root / "scenario.json").is_file():
-        raise BadInput(f"unknown scenario {name!r}; shipped scenarios: {', '.join(names()) or 'none'}")
+        raise BadInput(
+            f"unknown scenario {name!r}; shipped scenarios: {', '.join(names()) or 'none'}"
+        )
     return Scenario(name, root)

@@ -1,42 +1,47 @@
-"""In-process EAGLE-3 speculative decoding (chain drafts, ``topk = 1``) over a Hugging Face causal LM target.
+"""In-process EAGLE-3 speculative decoding (chain drafts, ``topk = 1``) over a Hugging Face causal
+LM target.
 
-Token bookkeeping (``x`` = prompt + generated tokens, ``c = len(x) - 1``): the target's KV cache always holds
-positions ``0 .. c-1``, i.e. every token but the last; the draft has seen rows ``0 .. c-1``, where row ``t``
-is ``fc(aux_t)`` (the target's captured states at position ``t``) with token ``x[t+1]`` at position ``t``, as
-EAGLE-3 trains (:meth:`~bisect_eagle.artifacts.draft.Eagle3Draft.ttt_forward`). A prefill runs the target over all
+Token bookkeeping (``x`` = prompt + generated tokens, ``c = len(x) - 1``): the target's KV cache
+always holds positions ``0 .. c-1``, i.e. every token but the last; the draft has seen rows ``0 ..
+c-1``, where row ``t`` is ``fc(aux_t)`` (the target's captured states at position ``t``) with token
+``x[t+1]`` at position ``t``, as EAGLE-3 trains
+(:meth:`~bisect_eagle.artifacts.draft.Eagle3Draft.ttt_forward`). A prefill runs the target over all
 prompt tokens but the last; then each round
 
 1. extends the draft by the rows it has not seen; its last row drafts ``d_1``;
-2. chains: ``(own pre-norm state, d_k)`` at the next position drafts ``d_{k+1}``, up to ``num_steps`` drafts;
+2. chains: ``(own pre-norm state, d_k)`` at the next position drafts ``d_{k+1}``, up to
+   ``num_steps`` drafts;
 3. verifies ``[x_c, d_1 .. d_s]`` in one target forward, which also captures the new aux states;
-4. accepts the longest prefix with ``d_i`` equal to the target's greedy token, emits it plus the target's
-   next (bonus) token, crops the target cache to the accepted tokens and drops the draft's chain keys.
+4. accepts the longest prefix with ``d_i`` equal to the target's greedy token, emits it plus the
+   target's next (bonus) token, crops the target cache to the accepted tokens and drops the draft's
+   chain keys.
 
-Every generated token comes from a verify step, so ``sum(accepted_per_step) == len(tokens)``. The output is
-the target's own greedy continuation whatever the draft proposes: a wrong wiring only lowers acceptance.
+Every generated token comes from a verify step, so ``sum(accepted_per_step) == len(tokens)``. The
+output is the target's own greedy continuation whatever the draft proposes: a wrong wiring only
+lowers acceptance.
 
 ``speculative_algorithm = "EAGLE"`` with an EAGLE-3 draft is run the way SGLang runs it
 (docs/sglang-facts.md#algorithm-names):
-the draft gets the target's final (post-norm) hidden state, 1 × H wide, and ``fc`` is skipped because the
-width already matches; acceptance collapses to about 1 token per verify step.
+the draft gets the target's final (post-norm) hidden state, 1 × H wide, and ``fc`` is skipped
+because the width already matches; acceptance collapses to about 1 token per verify step.
 
-**Pinned acceptance** (:class:`Pin`): each round still drafts ``s`` tokens and verifies ``s + 1`` in one target
-forward, so the cost of a round is a natural round's; only how many drafts count as accepted is drawn from the pin's
-unconditional profile with its seeded generator (position ``k`` accepted with probability ``rate_k / rate_{k-1}``
-once ``k - 1`` was). Which tokens are emitted depends on whether the pin holds the request's greedy continuation
-(``reference``):
+**Pinned acceptance** (:class:`Pin`): each round still drafts ``s`` tokens and verifies ``s + 1`` in
+one target forward, so the cost of a round is a natural round's; only how many drafts count as
+accepted is drawn from the pin's unconditional profile with its seeded generator (position ``k``
+accepted with probability ``rate_k / rate_{k-1}`` once ``k - 1`` was). Which tokens are emitted
+depends on whether the pin holds the request's greedy continuation (``reference``):
 
-- with it (the local engine): the verify forward is fed the continuation in place of the draft's proposals (the
-  draft's forwards still run, their tokens unused) and the emitted tokens are the target's own greedy tokens, so the
-  output is the natural trial's token for token; a position where the target disagrees with the continuation
-  (numerics) is never accepted;
-- without it (a server, which cannot know a request's continuation before decoding it): the accepted drafts are
-  emitted as proposed and the bonus token is the target's, as SGLang's ``SGLANG_SIMULATE_ACC_TOKEN_MODE=
-  real-draft-token`` does; the output then differs from the greedy one after the first draft accepted against the
-  target.
+- with it (the local engine): the verify forward is fed the continuation in place of the draft's
+  proposals (the draft's forwards still run, their tokens unused) and the emitted tokens are the
+  target's own greedy tokens, so the output is the natural trial's token for token; a position where
+  the target disagrees with the continuation (numerics) is never accepted;
+- without it (a server, which cannot know a request's continuation before decoding it): the accepted
+  drafts are emitted as proposed and the bonus token is the target's, as SGLang's
+  ``SGLANG_SIMULATE_ACC_TOKEN_MODE= real-draft-token`` does; the output then differs from the greedy
+  one after the first draft accepted against the target.
 
-``cycle_delay_s`` adds a wait to every target forward, inside the model clock: the stand-in server's documented
-cost-side fault (:mod:`bisect_eagle.engines.serve`).
+``cycle_delay_s`` adds a wait to every target forward, inside the model clock: the stand-in server's
+documented cost-side fault (:mod:`bisect_eagle.engines.serve`).
 """
 
 from __future__ import annotations
@@ -64,16 +69,19 @@ class Generation:
     """One request's output and its speculative-decoding counters."""
 
     tokens: list[int]  # generated token ids (prompt excluded)
-    verify_steps: int  # target forwards after prefill that produced tokens (SGLang's spec_verify_ct)
+    # target forwards after prefill that produced tokens (SGLang's spec_verify_ct)
+    verify_steps: int
     accepted_per_step: list[int]  # per verify step: tokens emitted = accepted drafts + 1 bonus
     model_s: float  # seconds inside target + draft forwards
     finished_by_eos: bool
-    drafted_per_step: list[int] = field(default_factory=list)  # per verify step: drafts proposed and judged
+    # per verify step: drafts proposed and judged
+    drafted_per_step: list[int] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
 class Pin:
-    """Pinned acceptance for one request (module docstring): the unconditional profile, a seeded generator and,
+    """Pinned acceptance for one request (module docstring): the unconditional profile, a seeded
+    generator and,
     where known, the request's greedy continuation (its tokens are then emitted unchanged)."""
 
     rates: list[float]  # unconditional P(drafts 0..k accepted), non-increasing
@@ -81,9 +89,11 @@ class Pin:
     reference: list[int] | None = None
 
     @classmethod
-    def seeded(cls, rates: list[float], input_ids: list[int], reference: list[int] | None = None) -> Pin:
-        """A pin whose draws depend only on the prompt: the same request draws the same acceptances on every
-        engine and every run.
+    def seeded(
+        cls, rates: list[float], input_ids: list[int], reference: list[int] | None = None
+    ) -> Pin:
+        """A pin whose draws depend only on the prompt: the same request draws the same acceptances
+        on every engine and every run.
 
         Args:
             rates: the unconditional profile, P(drafts 0..k accepted), non-increasing.
@@ -93,8 +103,11 @@ class Pin:
         Returns:
             The pin.
         """
-        return cls(rates=list(rates), rng=random.Random("pinned:" + ",".join(map(str, input_ids))),
-                   reference=reference)
+        return cls(
+            rates=list(rates),
+            rng=random.Random("pinned:" + ",".join(map(str, input_ids))),
+            reference=reference,
+        )
 
     def draw(self, drafted: int) -> int:
         """How many of ``drafted`` leading drafts this round accepts."""
@@ -107,8 +120,9 @@ class Pin:
         return n
 
     def verified(self, done: int, drafts: list[int]) -> list[int]:
-        """The tokens to verify after ``done`` emitted ones: the continuation's next ``len(drafts)`` where it has
-        them (the draft's own proposals past its end), or the drafts when there is no continuation.
+        """The tokens to verify after ``done`` emitted ones: the continuation's next ``len(drafts)``
+        where it has them (the draft's own proposals past its end), or the drafts when there is no
+        continuation.
 
         Args:
             done: tokens emitted so far.
@@ -120,14 +134,15 @@ class Pin:
         if self.reference is None:
             return drafts
         ahead = self.reference[done : done + len(drafts)]
-        return ahead + drafts[len(ahead):]
+        return ahead + drafts[len(ahead) :]
 
 
 class SpeculativeDecoder:
     """Greedy decoding of a target, sped up by an EAGLE-3 draft (``draft=None``: the target alone).
 
-    ``layer_ids`` are SGLang-convention ids (-1 = embedding; None = the draft's own ids), captured and
-    concatenated in ascending order like SGLang; ``algorithm="EAGLE"`` runs SGLang's EAGLE path (module doc).
+    ``layer_ids`` are SGLang-convention ids (-1 = embedding; None = the draft's own ids), captured
+    and concatenated in ascending order like SGLang; ``algorithm="EAGLE"`` runs SGLang's EAGLE path
+    (module doc).
     """
 
     def __init__(
@@ -145,12 +160,20 @@ class SpeculativeDecoder:
         self.draft = draft.model if draft is not None else None
         self.num_steps = num_steps if draft is not None else 0
         self.device = torch.device(device)
-        self.skip_fc = algorithm == "EAGLE" and draft is not None  # SGLang's EAGLE path with an EAGLE-3 draft
+        # SGLang's EAGLE path with an EAGLE-3 draft
+        self.skip_fc = algorithm == "EAGLE" and draft is not None
         self.num_layers = len(decoder_layers(target_model))
         self.hidden_size = int(target_model.config.hidden_size)
-        self._cache_kw = "cache" if "cache" in inspect.signature(target_model.forward).parameters else "past_key_values"
+        self._cache_kw = (
+            "cache"
+            if "cache" in inspect.signature(target_model.forward).parameters
+            else "past_key_values"
+        )
         if algorithm not in ALGORITHMS:
-            raise BadInput(f"speculative_algorithm {algorithm!r} is not supported here; expected one of {ALGORITHMS}")
+            raise BadInput(
+                f"speculative_algorithm {algorithm!r} is not supported here; expected one of "
+                f"{ALGORITHMS}"
+            )
         if draft is not None and num_steps < 1:
             raise BadInput(f"num_steps must be >= 1 for speculative decoding, got {num_steps}")
         self.layer_ids = self._resolve_ids(draft, layer_ids)
@@ -158,16 +181,22 @@ class SpeculativeDecoder:
         if draft is not None:
             self._check_draft(draft)
 
-    # -- setup ------------------------------------------------------------------------------------------
+    # -- setup
+    # ------------------------------------------------------------------------------------------
 
-    def _resolve_ids(self, draft: LoadedDraft | None, layer_ids: list[int] | None) -> list[int] | None:
-        """SGLang-convention ids in capture (ascending) order; the draft's own ids when none are given."""
+    def _resolve_ids(
+        self, draft: LoadedDraft | None, layer_ids: list[int] | None
+    ) -> list[int] | None:
+        """SGLang-convention ids in capture (ascending) order; the draft's own ids when none are
+        given."""
         if self.skip_fc:
             return []
         if layer_ids is None:
             if draft is None:
                 return None
-            return layers.canonical_to_ids(draft.aux_indices(self.num_layers), "sglang", num_layers=self.num_layers)
+            return layers.canonical_to_ids(
+                draft.aux_indices(self.num_layers), "sglang", num_layers=self.num_layers
+            )
         if len(set(layer_ids)) != len(layer_ids):
             raise BadInput(f"{IDS_KEY} {layer_ids} repeats an id; each layer is captured once")
         ids = sorted(layer_ids)
@@ -184,28 +213,39 @@ class SpeculativeDecoder:
         return layers.ids_to_canonical(self.layer_ids or [], "sglang", num_layers=self.num_layers)
 
     def _check_draft(self, draft: LoadedDraft) -> None:
-        """Refuse a draft whose vocabulary or input width cannot take this target's captured states."""
+        """Refuse a draft whose vocabulary or input width cannot take this target's captured
+        states."""
         c = draft.config
         if c.vocab_size != self.target.config.vocab_size:
-            raise BadInput(f"{draft.path}: draft vocab_size {c.vocab_size} != target vocab_size "
-                           f"{self.target.config.vocab_size}")
+            raise BadInput(
+                f"{draft.path}: draft vocab_size {c.vocab_size} != target vocab_size "
+                f"{self.target.config.vocab_size}"
+            )
         if self.skip_fc:
             if c.hidden_size != self.hidden_size:
-                raise BadInput(f"{draft.path}: speculative_algorithm EAGLE feeds the draft the target's final "
-                               f"state ({self.hidden_size} wide) but the draft is {c.hidden_size} wide")
+                raise BadInput(
+                    f"{draft.path}: speculative_algorithm EAGLE feeds the draft the target's final "
+                    f"state ({self.hidden_size} wide) but the draft is {c.hidden_size} wide"
+                )
             return
         fc_in = self.draft.fc_in_features
         width, rest = divmod(fc_in, self.hidden_size)
         if rest:
-            raise BadInput(f"{draft.path}: fc takes {fc_in} inputs, not a multiple of the target "
-                           f"hidden size {self.hidden_size}")
+            raise BadInput(
+                f"{draft.path}: fc takes {fc_in} inputs, not a multiple of the target hidden size "
+                f"{self.hidden_size}"
+            )
         refusal = layers.fc_width_refusal(
-            self.layer_ids or [], width=width, where=str(draft.path),
-            said_by=f"fc.weight: {fc_in} inputs = {width} × target hidden size {self.hidden_size}")
+            self.layer_ids or [],
+            width=width,
+            where=str(draft.path),
+            said_by=f"fc.weight: {fc_in} inputs = {width} × target hidden size {self.hidden_size}",
+        )
         if refusal is not None:
             raise BadInput(refusal)
 
-    # -- model calls ------------------------------------------------------------------------------------
+    # -- model calls
+    # ------------------------------------------------------------------------------------
 
     @contextmanager
     def _clock(self, acc: list[float]) -> Iterator[None]:
@@ -217,8 +257,11 @@ class SpeculativeDecoder:
         acc[0] += time.perf_counter() - start
 
     def _target_forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
-        """Logits [T, V] (the last ``keep`` rows when keep > 0) of ``ids`` [1, T] continuing ``cache``."""
-        out = self.target(input_ids=ids, use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache})
+        """Logits [T, V] (the last ``keep`` rows when keep > 0) of ``ids`` [1, T] continuing
+        ``cache``."""
+        out = self.target(
+            input_ids=ids, use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache}
+        )
         if self.cycle_delay_s > 0:
             time.sleep(self.cycle_delay_s)
         return out.logits[0]
@@ -235,11 +278,13 @@ class SpeculativeDecoder:
 
         return DynamicCache(config=self.target.config)
 
-    # -- public -----------------------------------------------------------------------------------------
+    # -- public
+    # -----------------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def aux_hidden_states(self, input_ids: list[int]) -> torch.Tensor:
-        """[T, k·H] concatenated captured aux states of a prompt, in ascending id order (like SGLang).
+        """[T, k·H] concatenated captured aux states of a prompt, in ascending id order (like
+        SGLang).
 
         Args:
             input_ids: the prompt's token ids.
@@ -258,10 +303,17 @@ class SpeculativeDecoder:
             return self._aux(got)[0]
 
     @torch.inference_mode()
-    def generate(self, input_ids: list[int], *, max_new_tokens: int, eos_token_id: int | None = None,
-                 pin: Pin | None = None) -> Generation:
-        """Greedy continuation of ``input_ids``: at most ``max_new_tokens`` tokens, stopping after EOS; with ``pin``
-        (speculative decoding only) acceptance is drawn from its profile (module docstring).
+    def generate(
+        self,
+        input_ids: list[int],
+        *,
+        max_new_tokens: int,
+        eos_token_id: int | None = None,
+        pin: Pin | None = None,
+    ) -> Generation:
+        """Greedy continuation of ``input_ids``: at most ``max_new_tokens`` tokens, stopping after
+        EOS; with ``pin`` (speculative decoding only) acceptance is drawn from its profile (module
+        docstring).
 
         Args:
             input_ids: the prompt's token ids (at least one).
@@ -279,11 +331,14 @@ class SpeculativeDecoder:
             raise BadInput("generate needs at least one prompt token")
         if self.draft is None:
             if pin is not None:
-                raise BadInput("pinned acceptance needs a draft: the target alone accepts no drafts")
+                raise BadInput(
+                    "pinned acceptance needs a draft: the target alone accepts no drafts"
+                )
             return self._generate_plain(input_ids, max_new_tokens, eos_token_id)
         return self._generate_spec(input_ids, max_new_tokens, eos_token_id, pin)
 
-    # -- decode loops -----------------------------------------------------------------------------------
+    # -- decode loops
+    # -----------------------------------------------------------------------------------
 
     def _generate_plain(self, input_ids: list[int], max_new: int, eos: int | None) -> Generation:
         """Baseline: prefill the whole prompt, then one target forward per token."""
@@ -299,13 +354,24 @@ class SpeculativeDecoder:
                 break
             ids = torch.tensor([[token]], device=self.device)
         n = len(out)
-        return Generation(tokens=out, verify_steps=n, accepted_per_step=[1] * n, model_s=model_s[0],
-                          finished_by_eos=bool(out) and out[-1] == eos, drafted_per_step=[0] * n)
+        return Generation(
+            tokens=out,
+            verify_steps=n,
+            accepted_per_step=[1] * n,
+            model_s=model_s[0],
+            finished_by_eos=bool(out) and out[-1] == eos,
+            drafted_per_step=[0] * n,
+        )
 
-    def _generate_spec(self, input_ids: list[int], max_new: int, eos: int | None, pin: Pin | None) -> Generation:
-        """Speculative rounds as in the module docstring, the last round drafting no more than fits."""
+    def _generate_spec(
+        self, input_ids: list[int], max_new: int, eos: int | None, pin: Pin | None
+    ) -> Generation:
+        """Speculative rounds as in the module docstring, the last round drafting no more than
+        fits."""
         model_s = [0.0]
-        chain = DraftChain(self.draft, len(input_ids) + max_new + self.num_steps, self.device, self.skip_fc)
+        chain = DraftChain(
+            self.draft, len(input_ids) + max_new + self.num_steps, self.device, self.skip_fc
+        )
         cache = self._new_cache()
         out: list[int] = []
         accepted: list[int] = []
@@ -315,10 +381,14 @@ class SpeculativeDecoder:
             pending_aux, pending_tokens = None, input_ids[1:]
             if len(input_ids) > 1:
                 with self._clock(model_s):
-                    self._target_forward(torch.tensor([input_ids[:-1]], device=self.device), cache, keep=1)
+                    self._target_forward(
+                        torch.tensor([input_ids[:-1]], device=self.device), cache, keep=1
+                    )
                     pending_aux = self._aux(got)
             while len(out) < max_new:
-                steps = min(self.num_steps, max_new - len(out) - 1) if pending_aux is not None else 0
+                steps = (
+                    min(self.num_steps, max_new - len(out) - 1) if pending_aux is not None else 0
+                )
                 with self._clock(model_s):
                     drafts = chain.propose(pending_aux, pending_tokens, steps=steps)
                 if pin is not None:
@@ -342,8 +412,14 @@ class SpeculativeDecoder:
                 drafted.append(len(drafts) if len(emitted) == n + 1 else len(emitted) - 1)
                 if emitted[-1] == eos:
                     break
-        return Generation(tokens=out, verify_steps=len(accepted), accepted_per_step=accepted, model_s=model_s[0],
-                          finished_by_eos=bool(out) and out[-1] == eos, drafted_per_step=drafted)
+        return Generation(
+            tokens=out,
+            verify_steps=len(accepted),
+            accepted_per_step=accepted,
+            model_s=model_s[0],
+            finished_by_eos=bool(out) and out[-1] == eos,
+            drafted_per_step=drafted,
+        )
 
 
 def _accepted_prefix(drafts: list[int], greedy: list[int]) -> int:
@@ -355,27 +431,33 @@ def _accepted_prefix(drafts: list[int], greedy: list[int]) -> int:
 
 
 class DraftChain:
-    """The draft's KV cache as preallocated tensors, and its extend + chain drafting for one request.
+    """The draft's KV cache as preallocated tensors, and its extend + chain drafting for one
+    request.
 
-    Extended rows' keys stay; the chain's keys sit above them and are overwritten by the next extend,
-    which is the rollback.
+    Extended rows' keys stay; the chain's keys sit above them and are overwritten by the next
+    extend, which is the rollback.
     """
 
     def __init__(self, draft, capacity: int, device: torch.device, skip_fc: bool):
         c = draft.config
         dtype = draft.fc.weight.dtype
         self.draft = draft
-        self.k = torch.empty(1, c.num_key_value_heads, capacity, c.head_dim, device=device, dtype=dtype)
+        self.k = torch.empty(
+            1, c.num_key_value_heads, capacity, c.head_dim, device=device, dtype=dtype
+        )
         self.v = torch.empty_like(self.k)
-        self.rows = 0  # extended rows = keys kept; chain keys live above them until the next rollback
+        # extended rows = keys kept; chain keys live above them until the next rollback
+        self.rows = 0
         self.device = device
         self.skip_fc = skip_fc
 
     def _attend(self, hidden: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
-        """Cache the keys of rows at positions ``start..`` (same slots); the last row's pre-norm h [1, 1, H].
+        """Cache the keys of rows at positions ``start..`` (same slots); the last row's pre-norm h
+        [1, 1, H].
 
-        Keys depend only on a row's own inputs (one layer), and only the last row's output drafts, so the
-        other rows skip attention and the MLP; the last row sees every cached key, so no mask is needed.
+        Keys depend only on a row's own inputs (one layer), and only the last row's output drafts,
+        so the other rows skip attention and the MLP; the last row sees every cached key, so no mask
+        is needed.
         """
         t = tokens.shape[1]
         positions = torch.arange(start, start + t, device=self.device)[None]
@@ -392,7 +474,8 @@ class DraftChain:
         return int(self.draft.to_target_ids(self.draft.logits(h[0, 0]).argmax()))
 
     def propose(self, aux: torch.Tensor | None, tokens: list[int], *, steps: int) -> list[int]:
-        """Extend by rows (aux [1, T, ·], their next tokens) if ``steps`` > 0, then draft ``steps`` tokens."""
+        """Extend by rows (aux [1, T, ·], their next tokens) if ``steps`` > 0, then draft ``steps``
+        tokens."""
         if steps == 0:
             return []
         hidden = aux if self.skip_fc else self.draft.project(aux)
@@ -407,7 +490,8 @@ class DraftChain:
 
 
 def accept_rates(gens: list[Generation], num_steps: int) -> list[float]:
-    """Per draft position k: P(draft k accepted | drafts before it accepted), over the drafts judged."""
+    """Per draft position k: P(draft k accepted | drafts before it accepted), over the drafts
+    judged."""
     reached, passed = [0] * num_steps, [0] * num_steps
     for g in gens:
         for emitted, drafted in zip(g.accepted_per_step, g.drafted_per_step, strict=True):

@@ -1,22 +1,25 @@
-"""The ``local`` engine's plan and measurement: one trial = warm-up, then measured requests decoded greedily.
+"""The ``local`` engine's plan and measurement: one trial = warm-up, then measured requests decoded
+greedily.
 
-Plan (cheap: reads the target's and the draft's ``config.json``, loads no weights): SGLang's speculative
-rules applied; the layer ids resolved to SGLang ids in capture (ascending) order, the draft's own ids when
-none are given; fields the local engine ignores (``concurrency``, ``env``, ``server_args``) left out of the
-effective settings, so trials differing only in them are one trial. Refused: SGLang's adaptive speculation
-(``speculative_adaptive``: this engine drafts a fixed ``num_steps``), tree drafting (``topk > 1``), sampling
-(``temperature != 0``), ids out of range, repeated or of the wrong count for the draft's ``fc``, a device this
-machine does not have.
+Plan (cheap: reads the target's and the draft's ``config.json``, loads no weights): SGLang's
+speculative rules applied; the layer ids resolved to SGLang ids in capture (ascending) order, the
+draft's own ids when none are given; fields the local engine ignores (``concurrency``, ``env``,
+``server_args``) left out of the effective settings, so trials differing only in them are one trial.
+Refused: SGLang's adaptive speculation (``speculative_adaptive``: this engine drafts a fixed
+``num_steps``), tree drafting (``topk > 1``), sampling (``temperature != 0``), ids out of range,
+repeated or of the wrong count for the draft's ``fc``, a device this machine does not have.
 
-Pinned acceptance (``pinned_acceptance``): each measured request first gets its greedy continuation, decoded
-naturally before the clock starts (once per prompt, device, dtype and length, kept for later trials); the measured
-decode then verifies that continuation and draws how many drafts count as accepted from the profile, seeded by the
-prompt (:class:`~bisect_eagle.engines.local.decoder.Pin`). The output is the natural trial's token for token, every
-draft and verify forward runs as in a natural round, and the accept length is the profile's.
+Pinned acceptance (``pinned_acceptance``): each measured request first gets its greedy continuation,
+decoded naturally before the clock starts (once per prompt, device, dtype and length, kept for later
+trials); the measured decode then verifies that continuation and draws how many drafts count as
+accepted from the profile, seeded by the prompt (:class:`~bisect_eagle.engines.local.decoder.Pin`).
+The output is the natural trial's token for token, every draft and verify forward runs as in a
+natural round, and the accept length is the profile's.
 
-Paired (:meth:`LocalEngine.run_paired`): the baseline and the speculative config decode the same prompts one
-after the other, in alternating order (baseline first on even prompts), so a change of the machine's load
-hits both sides of a prompt alike; the speedup is the geometric mean of the per-prompt tok/s ratios.
+Paired (:meth:`LocalEngine.run_paired`): the baseline and the speculative config decode the same
+prompts one after the other, in alternating order (baseline first on even prompts), so a change of
+the machine's load hits both sides of a prompt alike; the speedup is the geometric mean of the
+per-prompt tok/s ratios.
 """
 
 from __future__ import annotations
@@ -51,29 +54,37 @@ IGNORED = ("concurrency", "env", "server_args")  # settings only server engines 
 
 
 class LocalEngine(Engine):
-    """Live trials in this process; the target and the draft are loaded once per (device, dtype) and reused.
+    """Live trials in this process; the target and the draft are loaded once per (device, dtype) and
+    reused.
 
-    A trial runs on ``settings.device`` in ``settings.dtype``. Requests run one at a time and decode greedily.
-    Nothing is loaded until the first :meth:`run`.
+    A trial runs on ``settings.device`` in ``settings.dtype``. Requests run one at a time and decode
+    greedily. Nothing is loaded until the first :meth:`run`.
     """
 
     name = "local"
-    benchmark = Benchmark(finite_horizon=True, truncate_drafts=True)  # whole requests, last drafts cut to fit
+    # whole requests, last drafts cut to fit
+    benchmark = Benchmark(finite_horizon=True, truncate_drafts=True)
     reads_t2d = True
-    deterministic_metrics = ("accept_length",)  # greedy only (temperature 0 is the one it accepts), on one process
+    # greedy only (temperature 0 is the one it accepts), on one process
+    deterministic_metrics = ("accept_length",)
 
     def __init__(self, target: Path, draft: Path, prompts: Path):
-        self.target_path, self.draft_path, self.prompts_path = Path(target), Path(draft), Path(prompts)
+        self.target_path, self.draft_path, self.prompts_path = (
+            Path(target),
+            Path(draft),
+            Path(prompts),
+        )
         self._models: dict[tuple[str, str], tuple[Any, LoadedDraft]] = {}
         self._prompts: list[Prompt] | None = None
         self.eos_token_id: int | None = None
-        # greedy continuations for pinned trials: (device, dtype, prompt id, max_new_tokens) -> tokens
+        # greedy continuations for pinned trials: (device, dtype, prompt id, max_new_tokens) ->
+        # tokens
         self._continuations: dict[tuple[str, str, str, int], list[int]] = {}
 
     @classmethod
     def from_spec(cls, spec: Spec, log_dir: Path | None = None) -> LocalEngine:
-        """The engine of an ``engine.kind: local`` spec: its target, draft and prompts (nothing is loaded; it
-        writes no logs, so ``log_dir`` is unused).
+        """The engine of an ``engine.kind: local`` spec: its target, draft and prompts (nothing is
+        loaded; it writes no logs, so ``log_dir`` is unused).
 
         Args:
             spec: the study spec.
@@ -86,10 +97,18 @@ class LocalEngine(Engine):
         return cls(p["target"], p["draft"], p["prompts"])
 
     @classmethod
-    def export(cls, spec: Spec, settings: LiveSettings, *, effective: Mapping[str, Any], port: int,
-               python: str | None = None) -> dict[str, Any]:
-        """A local trial served by SGLang (:meth:`Engine.export`): the sglang engine's export of the trial, in the
-        dtype the local trial ran in unless it was requested explicitly (SGLang would pick its own).
+    def export(
+        cls,
+        spec: Spec,
+        settings: LiveSettings,
+        *,
+        effective: Mapping[str, Any],
+        port: int,
+        python: str | None = None,
+    ) -> dict[str, Any]:
+        """A local trial served by SGLang (:meth:`Engine.export`): the sglang engine's export of the
+        trial, in the dtype the local trial ran in unless it was requested explicitly (SGLang would
+        pick its own).
 
         Args:
             spec: the study spec.
@@ -104,10 +123,13 @@ class LocalEngine(Engine):
         from bisect_eagle.engines.sglang import SglangEngine
 
         if "dtype" not in settings.model_fields_set:
-            settings = settings.model_validate({**settings.model_dump(exclude_unset=True), "dtype": effective["dtype"]})
+            settings = settings.model_validate(
+                {**settings.model_dump(exclude_unset=True), "dtype": effective["dtype"]}
+            )
         return SglangEngine.export(spec, settings, effective=effective, port=port, python=python)
 
-    # -- plan -------------------------------------------------------------------------------------------
+    # -- plan
+    # -------------------------------------------------------------------------------------------
 
     @cached_property
     def num_layers(self) -> int:
@@ -115,8 +137,10 @@ class LocalEngine(Engine):
         cfg = read_target_config(self.target_path)
         n = cfg.get("num_hidden_layers")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise BadInput(f"{self.target_path}/config.json: key 'num_hidden_layers': expected a positive integer, "
-                           f"found {n!r}")
+            raise BadInput(
+                f"{self.target_path}/config.json: key 'num_hidden_layers': expected a positive "
+                f"integer, found {n!r}"
+            )
         return n
 
     @cached_property
@@ -124,8 +148,9 @@ class LocalEngine(Engine):
         """The draft's own aux layers as SGLang ids, ascending (what it was trained on)."""
         ids, convention = read_draft_config(self.draft_path).declared_ids(layers.LOCAL_READER)
         if ids is None:
-            raise BadInput(f"{self.draft_path}/config.json declares no aux layer ids; "
-                           f"set {IDS_KEY}")
+            raise BadInput(
+                f"{self.draft_path}/config.json declares no aux layer ids; set {IDS_KEY}"
+            )
         canonical = layers.ids_to_canonical(ids, convention, num_layers=self.num_layers)
         return sorted(layers.canonical_to_ids(canonical, "sglang", num_layers=self.num_layers))
 
@@ -141,13 +166,16 @@ class LocalEngine(Engine):
         effective, warnings, refusal = speculative_effective(settings)
         for key in IGNORED:
             effective.pop(key, None)
-        effective["dtype"] = torch_dtype_name(settings.dtype)  # SGLang's aliases (half, float, auto) run as these
+        # SGLang's aliases (half, float, auto) run as these
+        effective["dtype"] = torch_dtype_name(settings.dtype)
         warnings += _local_notes(settings)
         refusal = _no_adaptive(settings) or refusal or _unsupported(settings)
         if refusal is None and not settings.is_baseline:
             ids, refusal = self._resolve_ids(settings)
             effective[IDS_KEY] = ids
-        return make_plan(self.name, settings, effective=effective, warnings=warnings, refusal=refusal)
+        return make_plan(
+            self.name, settings, effective=effective, warnings=warnings, refusal=refusal
+        )
 
     def _resolve_ids(self, s: LiveSettings) -> tuple[list[int], str | None]:
         """(SGLang ids in capture order, refusal or None)."""
@@ -161,14 +189,19 @@ class LocalEngine(Engine):
             layers.ids_to_canonical(ids, "sglang", num_layers=self.num_layers)
         except layers.LayerIdError as e:
             return ids, f"{IDS_KEY} {requested}: {e}"
-        return ids, layers.fc_width_refusal(requested, width=len(self.draft_ids),
-                                            where=f"{self.draft_path}/config.json",
-                                            said_by="the aux layer ids it declares")
+        return ids, layers.fc_width_refusal(
+            requested,
+            width=len(self.draft_ids),
+            where=f"{self.draft_path}/config.json",
+            said_by="the aux layer ids it declares",
+        )
 
-    # -- run --------------------------------------------------------------------------------------------
+    # -- run
+    # --------------------------------------------------------------------------------------------
 
     def _load(self, device: str, dtype: str) -> tuple[Any, LoadedDraft]:
-        """Target and draft for (device, dtype), loaded once; the tokenizer and prompts on the first call."""
+        """Target and draft for (device, dtype), loaded once; the tokenizer and prompts on the first
+        call."""
         if (device, dtype) not in self._models:
             self._progress(f"loading the target and the draft ({device}, {dtype})")
             model, tokenizer = load_target(self.target_path, device=device, dtype=DTYPES[dtype])
@@ -192,13 +225,17 @@ class LocalEngine(Engine):
         baseline = s.is_baseline
         algorithm = "EAGLE3" if baseline else s.speculative_algorithm
         ids = None if baseline or algorithm == "EAGLE" else effective[IDS_KEY]
-        decoder = SpeculativeDecoder(model, None if baseline else draft, ids, effective["num_steps"], s.device,
-                                     algorithm)
+        decoder = SpeculativeDecoder(
+            model, None if baseline else draft, ids, effective["num_steps"], s.device, algorithm
+        )
         effective["aux_hidden_state_indices"] = None if baseline else decoder.indices
         return decoder, effective
 
-    def _pins(self, plan: TrialPlan, decoder: SpeculativeDecoder, prompts: list[Prompt]) -> dict[str, Pin]:
-        """Per measured prompt id, the :class:`Pin` of a pinned plan (its continuation decoded now, unmeasured, or
+    def _pins(
+        self, plan: TrialPlan, decoder: SpeculativeDecoder, prompts: list[Prompt]
+    ) -> dict[str, Pin]:
+        """Per measured prompt id, the :class:`Pin` of a pinned plan (its continuation decoded now,
+        unmeasured, or
         taken from an earlier trial); empty for a natural plan."""
         s = plan.settings
         if s.pinned_acceptance is None:
@@ -207,18 +244,29 @@ class LocalEngine(Engine):
         for p in prompts:
             key = (s.device, torch_dtype_name(s.dtype), p.id, s.max_new_tokens)
             if key not in self._continuations:
-                self._progress(f"decoding the greedy continuation of prompt {p.id} (pinned acceptance)")
-                self._continuations[key] = decoder.generate(p.input_ids, max_new_tokens=s.max_new_tokens,
-                                                            eos_token_id=self.eos_token_id).tokens
+                self._progress(
+                    f"decoding the greedy continuation of prompt {p.id} (pinned acceptance)"
+                )
+                self._continuations[key] = decoder.generate(
+                    p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id
+                ).tokens
             pins[p.id] = Pin.seeded(s.pinned_acceptance, p.input_ids, self._continuations[key])
         return pins
 
-    def _one(self, decoder: SpeculativeDecoder, p: Prompt, max_new_tokens: int,
-             pin: Pin | None = None) -> tuple[RequestRecord, Generation]:
+    def _one(
+        self, decoder: SpeculativeDecoder, p: Prompt, max_new_tokens: int, pin: Pin | None = None
+    ) -> tuple[RequestRecord, Generation]:
         t0 = time.perf_counter()
-        g = decoder.generate(p.input_ids, max_new_tokens=max_new_tokens, eos_token_id=self.eos_token_id, pin=pin)
-        record = RequestRecord(id=p.id, prompt_tokens=len(p.input_ids), completion_tokens=len(g.tokens),
-                               verify_steps=g.verify_steps, latency_s=time.perf_counter() - t0)
+        g = decoder.generate(
+            p.input_ids, max_new_tokens=max_new_tokens, eos_token_id=self.eos_token_id, pin=pin
+        )
+        record = RequestRecord(
+            id=p.id,
+            prompt_tokens=len(p.input_ids),
+            completion_tokens=len(g.tokens),
+            verify_steps=g.verify_steps,
+            latency_s=time.perf_counter() - t0,
+        )
         return record, g
 
     def _failure(self, plan: TrialPlan, effective: dict[str, Any], e: RuntimeError) -> TrialResult:
@@ -259,7 +307,9 @@ class LocalEngine(Engine):
         try:
             for i, p in enumerate(warm):
                 self._progress(f"warm-up request {i + 1}/{len(warm)}")
-                decoder.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
+                decoder.generate(
+                    p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id
+                )
             pins = self._pins(plan, decoder, measured)
             start = time.perf_counter()
             done = []
@@ -271,10 +321,13 @@ class LocalEngine(Engine):
             return self._failure(plan, effective, e)
         return self._result(plan, effective, decoder, done, wall)
 
-    def run_paired(self, plan: TrialPlan, baseline: TrialPlan, *, confidence: float = 0.95) -> PairedResult | None:
+    def run_paired(
+        self, plan: TrialPlan, baseline: TrialPlan, *, confidence: float = 0.95
+    ) -> PairedResult | None:
         """``plan`` and ``baseline`` on the same prompts, interleaved per prompt (module docstring).
 
-        None when either fails (run them alone to see why). The prompts and their counts are ``plan``'s.
+        None when either fails (run them alone to see why). The prompts and their counts are
+        ``plan``'s.
 
         Args:
             plan: the trial's plan.
@@ -296,17 +349,28 @@ class LocalEngine(Engine):
         try:
             for i, p in enumerate(warm):
                 self._progress(f"warm-up request {i + 1}/{len(warm)} (trial and baseline)")
-                spec_dec.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
-                base_dec.generate(p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id)
+                spec_dec.generate(
+                    p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id
+                )
+                base_dec.generate(
+                    p.input_ids, max_new_tokens=s.max_new_tokens, eos_token_id=self.eos_token_id
+                )
             pins = self._pins(plan, spec_dec, measured)
             for i, p in enumerate(measured):
-                self._progress(f"measuring request {i + 1}/{len(measured)} (trial and baseline, interleaved)")
+                self._progress(
+                    f"measuring request {i + 1}/{len(measured)} (trial and baseline, interleaved)"
+                )
                 order = (
-                    (("base", base_dec), ("spec", spec_dec)) if i % 2 == 0 else (("spec", spec_dec), ("base", base_dec))
+                    (("base", base_dec), ("spec", spec_dec))
+                    if i % 2 == 0
+                    else (("spec", spec_dec), ("base", base_dec))
                 )
                 for side, decoder in order:
-                    sides[side].append(self._one(decoder, p, s.max_new_tokens, pins.get(p.id) if side == "spec"
-                                                 else None))
+                    sides[side].append(
+                        self._one(
+                            decoder, p, s.max_new_tokens, pins.get(p.id) if side == "spec" else None
+                        )
+                    )
         except RuntimeError:
             return None
         ratios = [
@@ -314,10 +378,21 @@ class LocalEngine(Engine):
             for (a, _), (b, _) in zip(sides["spec"], sides["base"], strict=True)
         ]
         speedup, lower, upper = paired_speedup(ratios, confidence=confidence)
-        cand = self._result(plan, spec_eff, spec_dec, sides["spec"], sum(r.latency_s for r, _ in sides["spec"]))
-        base = self._result(baseline, base_eff, base_dec, sides["base"], sum(r.latency_s for r, _ in sides["base"]))
-        return PairedResult(candidate=cand, baseline=base, ratios=ratios, speedup=speedup, lower=lower, upper=upper,
-                            confidence=confidence)
+        cand = self._result(
+            plan, spec_eff, spec_dec, sides["spec"], sum(r.latency_s for r, _ in sides["spec"])
+        )
+        base = self._result(
+            baseline, base_eff, base_dec, sides["base"], sum(r.latency_s for r, _ in sides["base"])
+        )
+        return PairedResult(
+            candidate=cand,
+            baseline=base,
+            ratios=ratios,
+            speedup=speedup,
+            lower=lower,
+            upper=upper,
+            confidence=confidence,
+        )
 
     def _result(
         self,
@@ -339,7 +414,9 @@ class LocalEngine(Engine):
             effective=effective,
             output_tok_s=tokens / wall,
             accept_length=tokens / verify if verify else float("nan"),
-            accept_length_hist=dict(sorted(Counter(a for g in gens for a in g.accepted_per_step).items())),
+            accept_length_hist=dict(
+                sorted(Counter(a for g in gens for a in g.accepted_per_step).items())
+            ),
             accept_rate_per_position=accept_rates(gens, decoder.num_steps),
             requests=records,
             wall_s=wall,
@@ -353,26 +430,35 @@ class LocalEngine(Engine):
         need = s.warmup_prompts + s.num_prompts
         if need > len(prompts):
             raise BadInput(
-                f"{self.prompts_path}: warmup_prompts + num_prompts = {need}, but the file has only "
-                f"{len(prompts)} prompts"
+                f"{self.prompts_path}: warmup_prompts + num_prompts = {need}, but the file has "
+                f"only {len(prompts)} prompts"
             )
         return prompts[: s.warmup_prompts], prompts[s.warmup_prompts : need]
 
 
 def _no_adaptive(s: LiveSettings) -> str | None:
-    """The local engine has no adaptive mode; a speculative request for it is refused (the baseline has none)."""
+    """The local engine has no adaptive mode; a speculative request for it is refused (the baseline
+    has none)."""
     if s.speculative_adaptive and not s.is_baseline:
-        return ("speculative_adaptive: the local engine has no adaptive mode (SGLang's --speculative-adaptive picks "
-                "num_steps at run time); it drafts a fixed num_steps, set speculative_adaptive false")
+        return (
+            "speculative_adaptive: the local engine has no adaptive mode (SGLang's "
+            "--speculative-adaptive picks num_steps at run time); it drafts a fixed num_steps, set "
+            "speculative_adaptive false"
+        )
     return None
 
 
 def _unsupported(s: LiveSettings) -> str | None:
     """Why the local engine cannot honour ``s`` (never silently changed), or None."""
     if not s.is_baseline and s.topk > 1:
-        return f"topk = {s.topk} (tree drafting) is not supported by the local engine; it drafts a chain, set topk = 1"
+        return (
+            f"topk = {s.topk} (tree drafting) is not supported by the local engine; it drafts a "
+            "chain, set topk = 1"
+        )
     if s.temperature != 0.0:
-        return f"temperature = {s.temperature}: the local engine decodes greedily; set temperature = 0"
+        return (
+            f"temperature = {s.temperature}: the local engine decodes greedily; set temperature = 0"
+        )
     try:
         check_device(s.device, "device")
     except BadInput as e:
@@ -384,13 +470,17 @@ def _local_notes(s: LiveSettings) -> list[str]:
     """Warnings about settings the local engine runs differently from what was requested."""
     notes = []
     if s.concurrency != 1:
-        notes.append(f"concurrency {s.concurrency} requested; the local engine runs requests one at a time (1)")
+        notes.append(
+            f"concurrency {s.concurrency} requested; the local engine runs requests one at a time "
+            "(1)"
+        )
     if s.env or s.server_args:
         notes.append("env and server_args apply to server engines; the local engine ignores them")
     if s.speculative_algorithm == "EAGLE":
         notes.append(
-            "speculative_algorithm EAGLE with an EAGLE-3 draft: the draft gets the target's final hidden "
-            "state and fc is skipped, as SGLang does silently; expect accept length ~1.0 (use EAGLE3)"
+            "speculative_algorithm EAGLE with an EAGLE-3 draft: the draft gets the target's final "
+            "hidden state and fc is skipped, as SGLang does silently; expect accept length ~1.0 "
+            "(use EAGLE3)"
         )
         if s.eagle_aux_hidden_state_layer_ids is not None:
             notes.append(f"{IDS_KEY} are not used by speculative_algorithm EAGLE")

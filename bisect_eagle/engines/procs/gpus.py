@@ -1,21 +1,24 @@
-"""GPU memory after a server: whether it was released, decided by pid where pids can be trusted, else by device.
+"""GPU memory after a server: whether it was released, decided by pid where pids can be trusted,
+else by device.
 
-One look at the GPUs (:func:`read_gpus`: NVML through ``pynvml`` when installed, else ``nvidia-smi``) gives the
-MiB each compute process holds, by the pid the tool reports, and the MiB used on each device. The teardown
-waits (:func:`wait_gpu_release`) until a finished server's memory is gone, by one of two methods:
+One look at the GPUs (:func:`read_gpus`: NVML through ``pynvml`` when installed, else
+``nvidia-smi``) gives the MiB each compute process holds, by the pid the tool reports, and the MiB
+used on each device. The teardown waits (:func:`wait_gpu_release`) until a finished server's memory
+is gone, by one of two methods:
 
-- **pids**: no pid of the server is listed. Trusted only when the listing is non-empty and every pid in it
-  names a process of this pid namespace.
-- **device memory**: inside a container without the host's pid namespace, NVML reports host pids, which never
-  match the pids seen here, and a container may list no process at all (docs/sglang-facts.md, "Process
-  teardown"); matching pids would say "released" at once while the memory is still held. Then every GPU the
-  server was given (``CUDA_VISIBLE_DEVICES`` of its environment, else all) must be back within
-  max(512 MiB, 2 % of its memory) of its use recorded just before the launch (:func:`device_baseline`).
-  Memory taken meanwhile by another tenant of those GPUs keeps the answer "held": from here it cannot be told
-  apart.
+- **pids**: no pid of the server is listed. Trusted only when the listing is non-empty and every pid
+  in it names a process of this pid namespace.
+- **device memory**: inside a container without the host's pid namespace, NVML reports host pids,
+  which never match the pids seen here, and a container may list no process at all
+  (docs/sglang-facts.md, "Process teardown"); matching pids would say "released" at once while the
+  memory is still held. Then every GPU the server was given (``CUDA_VISIBLE_DEVICES`` of its
+  environment, else all) must be back within max(512 MiB, 2 % of its memory) of its use recorded
+  just before the launch (:func:`device_baseline`). Memory taken meanwhile by another tenant of
+  those GPUs keeps the answer "held": from here it cannot be told apart.
 
-"unchecked" when no GPU tool answers, or when the listing cannot be trusted and no pre-launch use was recorded.
-A host pid that happens to equal a live pid here cannot be detected; it makes the listing look trustworthy.
+"unchecked" when no GPU tool answers, or when the listing cannot be trusted and no pre-launch use
+was recorded. A host pid that happens to equal a live pid here cannot be detected; it makes the
+listing look trustworthy.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import psutil
 
 from bisect_eagle.poll import wait_until
 
-TOLERANCE_MIB = 512  # a device is back to its pre-launch use within max(this, TOLERANCE_FRACTION of its memory)
+# a device is back to its pre-launch use within max(this, TOLERANCE_FRACTION of its memory)
+TOLERANCE_MIB = 512
 TOLERANCE_FRACTION = 0.02
 MIB = 2**20
 
@@ -47,7 +51,8 @@ class Device:
 
 @dataclass(frozen=True)
 class GpuReading:
-    """One look at the GPUs: the tool that answered, MiB held per reported compute-process pid, the devices."""
+    """One look at the GPUs: the tool that answered, MiB held per reported compute-process pid, the
+    devices."""
 
     source: str
     by_pid: dict[int, int]
@@ -55,12 +60,14 @@ class GpuReading:
 
 
 def read_gpus() -> GpuReading | None:
-    """The GPUs now, from NVML when ``pynvml`` is installed and answers, else ``nvidia-smi``; None without either."""
+    """The GPUs now, from NVML when ``pynvml`` is installed and answers, else ``nvidia-smi``; None
+    without either."""
     return _nvml_reading() or _smi_reading()
 
 
 def gpu_memory_by_pid() -> dict[int, int] | None:
-    """MiB of GPU memory held per pid, as the tool reports pids, over all GPUs; None where no GPU tool answers."""
+    """MiB of GPU memory held per pid, as the tool reports pids, over all GPUs; None where no GPU
+    tool answers."""
     reading = read_gpus()
     return None if reading is None else reading.by_pid
 
@@ -103,7 +110,9 @@ def _smi_reading() -> GpuReading | None:
     by_pid: dict[int, int] = {}
     for row in apps:
         if len(row) == 2 and row[0].isdigit():
-            by_pid[int(row[0])] = by_pid.get(int(row[0]), 0) + (int(row[1]) if row[1].isdigit() else 0)
+            by_pid[int(row[0])] = by_pid.get(int(row[0]), 0) + (
+                int(row[1]) if row[1].isdigit() else 0
+            )
     devices = tuple(
         Device(int(index), uuid, int(used), int(total))
         for index, uuid, used, total in (row for row in gpus if len(row) == 4)
@@ -114,28 +123,40 @@ def _smi_reading() -> GpuReading | None:
 
 def _smi_rows(exe: str, query: str) -> list[list[str]] | None:
     try:
-        res = subprocess.run([exe, query, "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=False)
+        res = subprocess.run(
+            [exe, query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if res.returncode != 0:
         return None
-    return [[p.strip() for p in line.split(",")] for line in res.stdout.splitlines() if line.strip()]
+    return [
+        [p.strip() for p in line.split(",")] for line in res.stdout.splitlines() if line.strip()
+    ]
 
 
 def visible_devices(devices: Sequence[Device], env: Mapping[str, str]) -> list[Device]:
-    """The devices a process started with ``env`` can use: ``CUDA_VISIBLE_DEVICES`` by index or UUID prefix.
+    """The devices a process started with ``env`` can use: ``CUDA_VISIBLE_DEVICES`` by index or UUID
+    prefix.
 
-    Unset means all. An entry naming no listed device (a MIG id, ``-1``, a typo) also means all, so that a
-    check over these devices never leaves out one the server may have used; an empty value means none.
+    Unset means all. An entry naming no listed device (a MIG id, ``-1``, a typo) also means all, so
+    that a check over these devices never leaves out one the server may have used; an empty value
+    means none.
     """
     spec = env.get("CUDA_VISIBLE_DEVICES")
     if spec is None:
         return list(devices)
     chosen: list[Device] = []
     for token in (t.strip() for t in spec.split(",") if t.strip()):
-        named = [d for d in devices
-                 if (int(token) == d.index if token.isdigit() else d.uuid.startswith(token))]
+        named = [
+            d
+            for d in devices
+            if (int(token) == d.index if token.isdigit() else d.uuid.startswith(token))
+        ]
         if not named:
             return list(devices)
         chosen += [d for d in named if d not in chosen]
@@ -143,10 +164,11 @@ def visible_devices(devices: Sequence[Device], env: Mapping[str, str]) -> list[D
 
 
 def device_baseline(env: Mapping[str, str]) -> dict[int, int] | None:
-    """MiB used now on each device a server started with ``env`` would use (index -> MiB); None without GPU tools.
+    """MiB used now on each device a server started with ``env`` would use (index -> MiB); None
+    without GPU tools.
 
-    Read it right before the launch and give it to :func:`wait_gpu_release`, which needs it wherever pids
-    cannot be matched.
+    Read it right before the launch and give it to :func:`wait_gpu_release`, which needs it wherever
+    pids cannot be matched.
 
     Args:
         env: the server's environment to come (its ``CUDA_VISIBLE_DEVICES`` picks the devices).
@@ -161,12 +183,14 @@ def device_baseline(env: Mapping[str, str]) -> dict[int, int] | None:
 
 
 def tolerance_mib(total_mib: int) -> int:
-    """How far above its pre-launch use a device of ``total_mib`` may stay and still count as released."""
+    """How far above its pre-launch use a device of ``total_mib`` may stay and still count as
+    released."""
     return max(TOLERANCE_MIB, int(total_mib * TOLERANCE_FRACTION))
 
 
 def foreign_pids(pids: Iterable[int]) -> list[int]:
-    """The pids that name no process in this pid namespace (pid 0 included): the tool reports another one's."""
+    """The pids that name no process in this pid namespace (pid 0 included): the tool reports
+    another one's."""
     return sorted(p for p in pids if p <= 0 or not psutil.pid_exists(p))
 
 
@@ -174,9 +198,10 @@ def foreign_pids(pids: Iterable[int]) -> list[int]:
 class GpuRelease:
     """Whether the GPUs let go of a server's memory, and how that was decided.
 
-    ``status``: released, held or unchecked. ``method``: "pids" or "device memory" (None when unchecked).
-    ``holders``: pid -> MiB still held (pids); ``over``: device index -> MiB still above its pre-launch use
-    (device memory). ``reason``: why it is held or unchecked, or which method decided and why.
+    ``status``: released, held or unchecked. ``method``: "pids" or "device memory" (None when
+    unchecked). ``holders``: pid -> MiB still held (pids); ``over``: device index -> MiB still above
+    its pre-launch use (device memory). ``reason``: why it is held or unchecked, or which method
+    decided and why.
     """
 
     status: str
@@ -187,13 +212,16 @@ class GpuRelease:
     reason: str = ""
 
 
-def judge_release(reading: GpuReading | None, *, pids: Iterable[int],
-                  baseline: Mapping[int, int] | None) -> GpuRelease:
-    """Released, held or unchecked from one reading; ``seconds`` is left None (:func:`wait_gpu_release` sets it).
+def judge_release(
+    reading: GpuReading | None, *, pids: Iterable[int], baseline: Mapping[int, int] | None
+) -> GpuRelease:
+    """Released, held or unchecked from one reading; ``seconds`` is left None
+    (:func:`wait_gpu_release` sets it).
 
-    By pids when the listing is trustworthy (non-empty, every pid exists here); otherwise by device memory
-    against ``baseline`` (index -> MiB before the launch); with no baseline, an empty listing counts as released
-    by pids and a listing of foreign pids is unchecked. None for ``reading`` is unchecked.
+    By pids when the listing is trustworthy (non-empty, every pid exists here); otherwise by device
+    memory against ``baseline`` (index -> MiB before the launch); with no baseline, an empty listing
+    counts as released by pids and a listing of foreign pids is unchecked. None for ``reading`` is
+    unchecked.
     """
     if reading is None:
         return GpuRelease("unchecked", reason="no GPU tool answers (neither NVML nor nvidia-smi)")
@@ -202,36 +230,67 @@ def judge_release(reading: GpuReading | None, *, pids: Iterable[int],
         wanted = set(pids)
         holders = {pid: mib for pid, mib in reading.by_pid.items() if pid in wanted}
         if holders:
-            return GpuRelease("held", "pids", holders=holders,
-                              reason=f"GPU memory still held by pids {holders} (MiB, {reading.source})")
-        return GpuRelease("released", "pids", reason=f"no pid of the server listed by {reading.source}")
-    why = (f"{reading.source} lists pids {foreign} that do not exist in this pid namespace (a container?)"
-           if foreign else f"{reading.source} lists no compute process (in a container that proves nothing)")
+            return GpuRelease(
+                "held",
+                "pids",
+                holders=holders,
+                reason=f"GPU memory still held by pids {holders} (MiB, {reading.source})",
+            )
+        return GpuRelease(
+            "released", "pids", reason=f"no pid of the server listed by {reading.source}"
+        )
+    why = (
+        f"{reading.source} lists pids {foreign} that do not exist in this pid namespace (a "
+        "container?)"
+        if foreign
+        else f"{reading.source} lists no compute process (in a container that proves nothing)"
+    )
     if baseline is None:
         if foreign:
-            return GpuRelease("unchecked", reason=f"{why}, and no device memory was recorded before the launch")
-        return GpuRelease("released", "pids", reason=f"{why}; no device memory recorded before the launch")
+            return GpuRelease(
+                "unchecked", reason=f"{why}, and no device memory was recorded before the launch"
+            )
+        return GpuRelease(
+            "released", "pids", reason=f"{why}; no device memory recorded before the launch"
+        )
     now = {d.index: d for d in reading.devices}
     missing = sorted(set(baseline) - set(now))
-    over = {i: now[i].used_mib - before for i, before in sorted(baseline.items())
-            if i in now and now[i].used_mib - before > tolerance_mib(now[i].total_mib)}
+    over = {
+        i: now[i].used_mib - before
+        for i, before in sorted(baseline.items())
+        if i in now and now[i].used_mib - before > tolerance_mib(now[i].total_mib)
+    }
     if over or missing:
-        levels = ", ".join(f"GPU {i} at {now[i].used_mib} MiB (was {baseline[i]}, tolerance "
-                           f"{tolerance_mib(now[i].total_mib)})" for i in over)
+        levels = ", ".join(
+            f"GPU {i} at {now[i].used_mib} MiB (was {baseline[i]}, tolerance "
+            f"{tolerance_mib(now[i].total_mib)})"
+            for i in over
+        )
         gone = f"GPUs {missing} no longer listed" if missing else ""
-        return GpuRelease("held", "device memory", over=over,
-                          reason=f"GPU memory above its pre-launch use: {'; '.join(x for x in (levels, gone) if x)}"
-                                 f" ({why})")
-    return GpuRelease("released", "device memory",
-                      reason=f"GPUs {sorted(baseline)} back to their pre-launch use ({why})")
+        return GpuRelease(
+            "held",
+            "device memory",
+            over=over,
+            reason="GPU memory above its pre-launch use: "
+            f"{'; '.join(x for x in (levels, gone) if x)} ({why})",
+        )
+    return GpuRelease(
+        "released",
+        "device memory",
+        reason=f"GPUs {sorted(baseline)} back to their pre-launch use ({why})",
+    )
 
 
-def wait_gpu_release(*, pids: Iterable[int], timeout_s: float, baseline: Mapping[int, int] | None) -> GpuRelease:
-    """Wait until the GPUs let go of the memory of ``pids``, at most ``timeout_s``; checks at once, then ≤ 0.5 s apart.
+def wait_gpu_release(
+    *, pids: Iterable[int], timeout_s: float, baseline: Mapping[int, int] | None
+) -> GpuRelease:
+    """Wait until the GPUs let go of the memory of ``pids``, at most ``timeout_s``; checks at once,
+    then ≤ 0.5 s apart.
 
     Each check is :func:`judge_release` of a fresh :func:`read_gpus` with ``baseline`` from
-    :func:`device_baseline`. Returns "released" with the seconds it took, "unchecked" as soon as a check cannot
-    tell, or, when the time is up, the last "held" answer with its holders or devices and its reason.
+    :func:`device_baseline`. Returns "released" with the seconds it took, "unchecked" as soon as a
+    check cannot tell, or, when the time is up, the last "held" answer with its holders or devices
+    and its reason.
 
     Args:
         pids: the server's processes whose GPU memory must be let go.
@@ -254,5 +313,12 @@ def wait_gpu_release(*, pids: Iterable[int], timeout_s: float, baseline: Mapping
             last.seconds = time.monotonic() - start
         return None if last.status == "held" else last
 
-    return wait_until(settled, timeout_s=timeout_s, max_interval_s=0.5,
-                      what=f"GPU memory of pids {sorted(wanted)}") or last
+    return (
+        wait_until(
+            settled,
+            timeout_s=timeout_s,
+            max_interval_s=0.5,
+            what=f"GPU memory of pids {sorted(wanted)}",
+        )
+        or last
+    )

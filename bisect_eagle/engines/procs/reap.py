@@ -1,10 +1,12 @@
-"""Server records, and the reaping of servers whose controller died, and of orphans that hold a port.
+"""Server records, and the reaping of servers whose controller died, and of orphans that hold a
+port.
 
-Every supervised server has a record, ``<log_dir>/servers/<pgid>.json`` (:class:`ServerRecord`), written
-when it starts and removed on a clean teardown. A record that outlives its controller (SIGKILL, a crash,
-a power cut) is found by :func:`reap_servers`, which ends whatever is left of that server (its group, its
-supervisor, every process carrying its token), frees its port and removes the record; ``run --resume``
-calls it first. Records hold no command line (it may carry secrets), only its digest.
+Every supervised server has a record, ``<log_dir>/servers/<pgid>.json`` (:class:`ServerRecord`),
+written when it starts and removed on a clean teardown. A record that outlives its controller
+(SIGKILL, a crash, a power cut) is found by :func:`reap_servers`, which ends whatever is left of
+that server (its group, its supervisor, every process carrying its token), frees its port and
+removes the record; ``run --resume`` calls it first. Records hold no command line (it may carry
+secrets), only its digest.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class ServerRecord:
     argv_digest: str
     log_path: str
     meta: dict[str, Any] = field(default_factory=dict)  # the caller's (trial number, run ids, ...)
-    supervisor: dict[str, Any] | None = None  # what the supervisor did when it saw the controller die
+    # what the supervisor did when it saw the controller die
+    supervisor: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: dict) -> ServerRecord:
@@ -93,7 +96,10 @@ class ServerRecord:
             return False
         try:
             proc = psutil.Process(self.controller_pid)
-            same = self.controller_start is None or abs(proc.create_time() - self.controller_start) < 0.05
+            same = (
+                self.controller_start is None
+                or abs(proc.create_time() - self.controller_start) < 0.05
+            )
             return same and running(proc)
         except psutil.Error:
             return False
@@ -129,7 +135,7 @@ def remove_record(path: Path | None) -> None:
             tmp.unlink(missing_ok=True)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # orphans on a port
 
 
@@ -151,25 +157,43 @@ class Orphan:
             The warning text.
         """
         if self.ended:
-            return (f"port {self.port} was still held after the server's process group was gone, by {self.name}, "
-                    f"which {self.reason} (it had escaped the group, e.g. a double-forked daemon): ended with "
-                    f"{self.signal}")
+            return (
+                f"port {self.port} was still held after the server's process group was gone, by "
+                f"{self.name}, which {self.reason} (it had escaped the group, e.g. a double-forked "
+                f"daemon): ended with {self.signal}"
+            )
         return f"port {self.port} is held by {self.name}, {self.reason}: left alone"
 
 
-def end_port_orphans(host: str, port: int, *, token: str = "", digest: str = "",
-                     known: dict[int, psutil.Process] | None = None, grace_s: float = 5.0) -> list[Orphan]:
-    """End the processes of a server still listening on ``port``; strangers are reported, never signalled.
+def end_port_orphans(
+    host: str,
+    port: int,
+    *,
+    token: str = "",
+    digest: str = "",
+    known: dict[int, psutil.Process] | None = None,
+    grace_s: float = 5.0,
+) -> list[Orphan]:
+    """End the processes of a server still listening on ``port``; strangers are reported, never
+    signalled.
 
-    A listener is the server's when it was seen among its processes (``known``), carries its ``token`` in
-    its environment, or runs its command line (``digest``, see :func:`~.supervise.argv_digest`).
+    A listener is the server's when it was seen among its processes (``known``), carries its
+    ``token`` in its environment, or runs its command line (``digest``, see
+    :func:`~.supervise.argv_digest`).
     """
     holders, hidden = port_holders(port)
     out, mine = [], []
     for proc in holders:
         why = why_ours(proc, token=token, digest=digest, known=known)
-        out.append(Orphan(proc.pid, process_text(proc), why is not None, why or "not started by this server",
-                          port=port))
+        out.append(
+            Orphan(
+                proc.pid,
+                process_text(proc),
+                why is not None,
+                why or "not started by this server",
+                port=port,
+            )
+        )
         if why is not None:
             mine.append(proc)
     if mine:
@@ -180,11 +204,19 @@ def end_port_orphans(host: str, port: int, *, token: str = "", digest: str = "",
                 if o.pid in survivors:
                     o.ended, o.reason = False, f"{o.reason}, but survived SIGKILL"
     if hidden and not port_is_free(host, port):
-        out.append(Orphan(0, f"{hidden} listener(s) of another user", False, "not visible to this user", port=port))
+        out.append(
+            Orphan(
+                0,
+                f"{hidden} listener(s) of another user",
+                False,
+                "not visible to this user",
+                port=port,
+            )
+        )
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # reaping after a dead controller
 
 
@@ -194,7 +226,8 @@ class Reaped:
 
     path: Path
     record: ServerRecord | None  # None: the record could not be read (kept)
-    status: str  # "reaped" | "gone" (nothing was left) | "incomplete" (survivors or port taken; record kept)
+    # "reaped" | "gone" (nothing was left) | "incomplete" (survivors or port taken; record kept)
+    status: str
     signal: str = "none"  # strongest signal sent: none | SIGTERM | SIGKILL
     ended: list[int] = field(default_factory=list)
     survivors: list[int] = field(default_factory=list)
@@ -208,13 +241,23 @@ class Reaped:
         Returns:
             The fields by name (``path`` a string, ``record`` a dict or None; orphans left out).
         """
-        return {"path": str(self.path), "status": self.status, "signal": self.signal, "ended": self.ended,
-                "survivors": self.survivors, "port_free": self.port_free, "warnings": self.warnings,
-                "record": None if self.record is None else asdict(self.record)}
+        return {
+            "path": str(self.path),
+            "status": self.status,
+            "signal": self.signal,
+            "ended": self.ended,
+            "survivors": self.survivors,
+            "port_free": self.port_free,
+            "warnings": self.warnings,
+            "record": None if self.record is None else asdict(self.record),
+        }
 
 
-def _leftovers(rec: ServerRecord, bearers: Callable[[], list[psutil.Process]]) -> list[psutil.Process]:
-    """The server's processes still running: its supervisor and group (when still ours), its token bearers."""
+def _leftovers(
+    rec: ServerRecord, bearers: Callable[[], list[psutil.Process]]
+) -> list[psutil.Process]:
+    """The server's processes still running: its supervisor and group (when still ours), its token
+    bearers."""
     found: dict[int, psutil.Process] = {p.pid: p for p in bearers()}
     for pid, start in ((rec.pgid, rec.supervisor_start), (rec.server_pid, rec.server_start)):
         with contextlib.suppress(psutil.Error):
@@ -231,11 +274,12 @@ def _leftovers(rec: ServerRecord, bearers: Callable[[], list[psutil.Process]]) -
 def reap_servers(log_dir: Path, *, host: str | None = None, grace_s: float = 5.0) -> list[Reaped]:
     """End the recorded servers under ``log_dir`` whose controller is dead, on machine ``host``.
 
-    ``host`` is the machine's name (default ``socket.gethostname()``): records written on another machine
-    sharing the directory are left alone, and so are records of live controllers (another ``run`` in
-    progress, or this very process). For each other record: SIGTERM everything left of the server, ``grace_s``,
-    SIGKILL; end whatever of it still holds the port; remove the record when nothing survived and the port
-    is free. Returns one :class:`Reaped` per record handled (its ``record.meta`` is what the caller stored).
+    ``host`` is the machine's name (default ``socket.gethostname()``): records written on another
+    machine sharing the directory are left alone, and so are records of live controllers (another
+    ``run`` in progress, or this very process). For each other record: SIGTERM everything left of
+    the server, ``grace_s``, SIGKILL; end whatever of it still holds the port; remove the record
+    when nothing survived and the port is free. Returns one :class:`Reaped` per record handled (its
+    ``record.meta`` is what the caller stored).
 
     Args:
         log_dir: the directory whose ``servers/`` holds the records.
@@ -253,25 +297,43 @@ def reap_servers(log_dir: Path, *, host: str | None = None, grace_s: float = 5.0
             with contextlib.suppress(OSError):
                 age = time.time() - path.stat().st_mtime
             if age > 60:  # not a record being written: unreadable
-                out.append(Reaped(path, None, "incomplete", warnings=[f"{path}: unreadable server record, kept"]))
+                out.append(
+                    Reaped(
+                        path,
+                        None,
+                        "incomplete",
+                        warnings=[f"{path}: unreadable server record, kept"],
+                    )
+                )
             continue
         if rec.hostname != host or rec.controller_alive():
             continue
-        if rec.boot_id is not None and rec.boot_id != boot_id():  # rebooted since: nothing of it can run
+        # rebooted since: nothing of it can run
+        if rec.boot_id is not None and rec.boot_id != boot_id():
             remove_record(path)
             out.append(Reaped(path, rec, "gone"))
             continue
         bearers = throttled(lambda rec=rec: token_bearers(rec.token))
-        used, ended, survivors = end_all(lambda rec=rec, b=bearers: _leftovers(rec, b), grace_s=grace_s)
+        used, ended, survivors = end_all(
+            lambda rec=rec, b=bearers: _leftovers(rec, b), grace_s=grace_s
+        )
         orphans: list[Orphan] = []
         if rec.port is not None and not port_is_free(rec.host, rec.port):
-            orphans = end_port_orphans(rec.host, rec.port, token=rec.token, digest=rec.argv_digest, grace_s=grace_s)
+            orphans = end_port_orphans(
+                rec.host, rec.port, token=rec.token, digest=rec.argv_digest, grace_s=grace_s
+            )
         port_free = rec.port is None or port_is_free(rec.host, rec.port)
         done = not survivors and port_free
-        status = ("reaped" if ended or any(o.ended for o in orphans) else "gone") if done else "incomplete"
+        status = (
+            ("reaped" if ended or any(o.ended for o in orphans) else "gone")
+            if done
+            else "incomplete"
+        )
         warnings = [o.warning() for o in orphans]
         if survivors:
-            warnings.append(f"processes {survivors} of the server of pid {rec.pgid} survived SIGKILL")
+            warnings.append(
+                f"processes {survivors} of the server of pid {rec.pgid} survived SIGKILL"
+            )
         if not port_free:
             warnings.append(f"port {rec.port} is still taken")
         if done:

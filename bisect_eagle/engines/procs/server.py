@@ -1,18 +1,21 @@
-"""Server processes: a free port, a supervised process group, and a teardown that leaves nothing behind.
+"""Server processes: a free port, a supervised process group, and a teardown that leaves nothing
+behind.
 
-A server is started under a supervisor (:mod:`bisect_eagle.engines.procs.supervise`, where the design is
-explained): a tiny process, the leader of a new session, that starts the server in its group, adopts
-whatever double-forks away from it, and ends all of it when the controller dies, even by SIGKILL. Each
-started server leaves a record, ``<log_dir>/servers/<pgid>.json``, removed on a clean teardown; records of
-dead controllers are reaped by :func:`~bisect_eagle.engines.procs.reap.reap_servers`.
+A server is started under a supervisor (:mod:`bisect_eagle.engines.procs.supervise`, where the
+design is explained): a tiny process, the leader of a new session, that starts the server in its
+group, adopts whatever double-forks away from it, and ends all of it when the controller dies, even
+by SIGKILL. Each started server leaves a record, ``<log_dir>/servers/<pgid>.json``, removed on a
+clean teardown; records of dead controllers are reaped by
+:func:`~bisect_eagle.engines.procs.reap.reap_servers`.
 
-Teardown is SIGTERM to the group, a grace period, then SIGKILL to the group and to every process of it ever
-seen (those that left the group included), then, if the port is still taken, the server's orphans that
-listen on it are found and ended (strangers are reported, never signalled). The engine then waits until
-the port can be bound again and, where NVML or ``nvidia-smi`` can tell, until the GPUs let go of the server's
-memory: by pid, or where pids cannot be matched (containers) by device memory against the use before the
-launch (:mod:`bisect_eagle.engines.procs.gpus`). Processes are tracked as :class:`psutil.Process` objects,
-which compare creation times, so a recycled pid is never signalled.
+Teardown is SIGTERM to the group, a grace period, then SIGKILL to the group and to every process of
+it ever seen (those that left the group included), then, if the port is still taken, the server's
+orphans that listen on it are found and ended (strangers are reported, never signalled). The engine
+then waits until the port can be bound again and, where NVML or ``nvidia-smi`` can tell, until the
+GPUs let go of the server's memory: by pid, or where pids cannot be matched (containers) by device
+memory against the use before the launch (:mod:`bisect_eagle.engines.procs.gpus`). Processes are
+tracked as :class:`psutil.Process` objects, which compare creation times, so a recycled pid is never
+signalled.
 """
 
 from __future__ import annotations
@@ -58,22 +61,42 @@ from bisect_eagle.engines.procs.supervise import (
 )
 
 __all__ = [
-    "POLL_S", "SUPERVISOR", "GpuRelease", "Orphan", "Reaped", "ServerProcess", "ServerRecord", "StopReport",
-    "end_port_orphans", "free_port", "gpu_memory_by_pid", "group_members", "log_tail", "port_is_free", "read_log",
-    "reap_servers", "records_dir", "start_server", "stop_server", "update_record", "wait_gpu_release",
+    "POLL_S",
+    "SUPERVISOR",
+    "GpuRelease",
+    "Orphan",
+    "Reaped",
+    "ServerProcess",
+    "ServerRecord",
+    "StopReport",
+    "end_port_orphans",
+    "free_port",
+    "gpu_memory_by_pid",
+    "group_members",
+    "log_tail",
+    "port_is_free",
+    "read_log",
+    "reap_servers",
+    "records_dir",
+    "start_server",
+    "stop_server",
+    "update_record",
+    "wait_gpu_release",
     "wait_port_free",
 ]
 
 SUPERVISOR = Path(__file__).with_name("supervise.py")
-START_TIMEOUT_S = 30.0  # for the supervisor to start the server (a Python start-up on a loaded machine)
+# for the supervisor to start the server (a Python start-up on a loaded machine)
+START_TIMEOUT_S = 30.0
 
 
 @dataclass
 class ServerProcess:
     """A launched server: its supervisor (``popen``), its log and every process of the server seen.
 
-    ``popen`` is the supervisor, the group leader; it exits when the server does, with the server's status.
-    ``seen`` holds the server's own processes (not the supervisor), ``escaped`` those seen outside the group.
+    ``popen`` is the supervisor, the group leader; it exits when the server does, with the server's
+    status. ``seen`` holds the server's own processes (not the supervisor), ``escaped`` those seen
+    outside the group.
     """
 
     popen: subprocess.Popen
@@ -101,7 +124,8 @@ class ServerProcess:
         return self.popen.poll() is not None
 
     def snapshot(self) -> list[int]:
-        """Record the live processes of the server (group members, the supervisor's descendants); their pids.
+        """Record the live processes of the server (group members, the supervisor's descendants);
+        their pids.
 
         Returns:
             The pids found now, sorted (the supervisor excluded).
@@ -120,7 +144,8 @@ class ServerProcess:
         return sorted(found)
 
     def alive(self) -> list[psutil.Process]:
-        """Processes of this server still running, supervisor included (zombies excluded); reaps the supervisor.
+        """Processes of this server still running, supervisor included (zombies excluded); reaps the
+        supervisor.
 
         Returns:
             The running processes: group members and every process seen before that still runs.
@@ -134,7 +159,8 @@ class ServerProcess:
 
 
 def _handshake(fd: int, timeout_s: float) -> dict:
-    """The supervisor's one-line answer: ``{"pid": N}`` or ``{"error": errno, ...}``; {} when it said nothing."""
+    """The supervisor's one-line answer: ``{"pid": N}`` or ``{"error": errno, ...}``; {} when it
+    said nothing."""
     deadline = time.monotonic() + timeout_s
     buf = b""
     with os.fdopen(fd, "rb", buffering=0) as f:
@@ -163,12 +189,14 @@ def start_server(
     grace_s: float = 10.0,
     meta: dict[str, Any] | None = None,
 ) -> ServerProcess:
-    """Start ``argv`` (never through a shell) under a supervisor, stdout and stderr appended to ``log_path``.
+    """Start ``argv`` (never through a shell) under a supervisor, stdout and stderr appended to
+    ``log_path``.
 
-    The server ends when the controller dies. With ``log_dir`` it is recorded in ``<log_dir>/servers/``
-    (``meta`` is stored there for :func:`reap_servers`' caller). ``host``/``port`` are where it listens: a
-    teardown then ends orphans of it still holding the port. ``grace_s`` is the supervisor's SIGTERM grace
-    when it ends the server after the controller's death. Raises OSError when ``argv`` cannot be started.
+    The server ends when the controller dies. With ``log_dir`` it is recorded in
+    ``<log_dir>/servers/`` (``meta`` is stored there for :func:`reap_servers`' caller).
+    ``host``/``port`` are where it listens: a teardown then ends orphans of it still holding the
+    port. ``grace_s`` is the supervisor's SIGTERM grace when it ends the server after the
+    controller's death. Raises OSError when ``argv`` cannot be started.
 
     Args:
         argv: the server's command line.
@@ -188,8 +216,17 @@ def start_server(
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
-    cmd = [sys.executable, "-I", str(SUPERVISOR), "--controller", str(os.getpid()), "--grace", f"{grace_s:g}",
-           "--host", host]
+    cmd = [
+        sys.executable,
+        "-I",
+        str(SUPERVISOR),
+        "--controller",
+        str(os.getpid()),
+        "--grace",
+        f"{grace_s:g}",
+        "--host",
+        host,
+    ]
     if port is not None:
         cmd += ["--port", str(port)]
     if log_dir is not None:
@@ -199,8 +236,12 @@ def start_server(
     read_fd, write_fd = os.pipe()
     try:
         popen = subprocess.Popen(
-            [*cmd, "--status-fd", str(write_fd), "--", *argv], env={**env, TOKEN_ENV: token},
-            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            [*cmd, "--status-fd", str(write_fd), "--", *argv],
+            env={**env, TOKEN_ENV: token},
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             pass_fds=(write_fd,),
         )
     except OSError:
@@ -216,16 +257,42 @@ def start_server(
         popen.wait()
         log_file.close()
         if answer:
-            raise OSError(answer.get("error") or 0, answer.get("strerror", "cannot start"), answer.get("filename"))
-        raise OSError(f"the server supervisor did not start {argv[0]} (exit code {popen.returncode}); see {log_path}")
-    server = ServerProcess(popen, log_path, log_file, server_pid=int(answer["pid"]), token=token,
-                           digest=argv_digest(argv), host=host, port=port)
+            raise OSError(
+                answer.get("error") or 0,
+                answer.get("strerror", "cannot start"),
+                answer.get("filename"),
+            )
+        raise OSError(
+            f"the server supervisor did not start {argv[0]} (exit code {popen.returncode}); see "
+            f"{log_path}"
+        )
+    server = ServerProcess(
+        popen,
+        log_path,
+        log_file,
+        server_pid=int(answer["pid"]),
+        token=token,
+        digest=argv_digest(argv),
+        host=host,
+        port=port,
+    )
     if log_dir is not None:
         record = ServerRecord(
-            pgid=popen.pid, supervisor_start=start_time(popen.pid), server_pid=server.server_pid,
-            server_start=start_time(server.server_pid), host=host, port=port, hostname=socket.gethostname(),
-            boot_id=boot_id(), controller_pid=os.getpid(), controller_start=start_time(os.getpid()),
-            started_at=time.time(), token=token, argv_digest=server.digest, log_path=str(log_path), meta=meta or {},
+            pgid=popen.pid,
+            supervisor_start=start_time(popen.pid),
+            server_pid=server.server_pid,
+            server_start=start_time(server.server_pid),
+            host=host,
+            port=port,
+            hostname=socket.gethostname(),
+            boot_id=boot_id(),
+            controller_pid=os.getpid(),
+            controller_start=start_time(os.getpid()),
+            started_at=time.time(),
+            token=token,
+            argv_digest=server.digest,
+            log_path=str(log_path),
+            meta=meta or {},
         )
         server.record_path = write_record(log_dir, record)
     server.snapshot()
@@ -233,7 +300,8 @@ def start_server(
 
 
 def update_record(server: ServerProcess, **meta: Any) -> None:
-    """Add ``meta`` (e.g. MLflow run ids known only after the start) to the server's record, if it has one."""
+    """Add ``meta`` (e.g. MLflow run ids known only after the start) to the server's record, if it
+    has one."""
     path = server.record_path
     if path is None or not path.is_file():
         return
@@ -249,9 +317,12 @@ class StopReport:
     signal: str  # "none" (had exited) | "SIGTERM" | "SIGKILL"
     stop_s: float
     exit_code: int | None
-    survivors: list[int]  # pids still running after SIGKILL (a stuck process: the next launch must not stack)
-    warnings: list[str] = field(default_factory=list)  # escaped processes, port orphans ended or left alone
-    orphans: list[Orphan] = field(default_factory=list)  # listeners found on the port after the group was gone
+    # pids still running after SIGKILL (a stuck process: the next launch must not stack)
+    survivors: list[int]
+    # escaped processes, port orphans ended or left alone
+    warnings: list[str] = field(default_factory=list)
+    # listeners found on the port after the group was gone
+    orphans: list[Orphan] = field(default_factory=list)
 
 
 def _signal_all(server: ServerProcess, sig: signal.Signals) -> None:
@@ -273,10 +344,11 @@ def _wait_gone(server: ServerProcess, timeout_s: float) -> bool:
 
 
 def stop_server(server: ServerProcess, *, grace_s: float, kill_wait_s: float = 10.0) -> StopReport:
-    """SIGTERM the whole group, wait up to ``grace_s``, then SIGKILL whatever is left; closes the log.
+    """SIGTERM the whole group, wait up to ``grace_s``, then SIGKILL whatever is left; closes the
+    log.
 
-    Then, with the group gone and the port still taken, ends the server's orphans listening on it (one
-    warning each). The record is removed once nothing survived and the port is free.
+    Then, with the group gone and the port still taken, ends the server's orphans listening on it
+    (one warning each). The record is removed once nothing survived and the port is free.
 
     Args:
         server: the handle from :func:`start_server`.
@@ -300,18 +372,32 @@ def stop_server(server: ServerProcess, *, grace_s: float, kill_wait_s: float = 1
         server.popen.wait(timeout=kill_wait_s)
     server.log_file.close()
     survivors = sorted(p.pid for p in server.alive())
-    warnings = [f"pid {pid} had left the server's process group (setsid or a double fork); it was ended with the "
-                "group" for pid in sorted(server.escaped) if pid not in survivors]
+    warnings = [
+        f"pid {pid} had left the server's process group (setsid or a double fork); it was ended "
+        "with the group"
+        for pid in sorted(server.escaped)
+        if pid not in survivors
+    ]
     orphans: list[Orphan] = []
-    port_free = server.port is None or wait_port_free(server.host, server.port, timeout_s=0.5) is not None
+    port_free = (
+        server.port is None or wait_port_free(server.host, server.port, timeout_s=0.5) is not None
+    )
     if not survivors and not port_free and server.port is not None:
-        orphans = end_port_orphans(server.host, server.port, token=server.token, digest=server.digest,
-                                   known=server.seen, grace_s=min(grace_s, 5.0))
+        orphans = end_port_orphans(
+            server.host,
+            server.port,
+            token=server.token,
+            digest=server.digest,
+            known=server.seen,
+            grace_s=min(grace_s, 5.0),
+        )
         warnings += [o.warning() for o in orphans]
         port_free = port_is_free(server.host, server.port)
     if not survivors and port_free:
         remove_record(server.record_path)
-    return StopReport(used, time.monotonic() - start, server.popen.poll(), survivors, warnings, orphans)
+    return StopReport(
+        used, time.monotonic() - start, server.popen.poll(), survivors, warnings, orphans
+    )
 
 
 def read_log(path: Path, max_bytes: int = 1 << 20) -> str:

@@ -1,34 +1,37 @@
-"""The supervisor between the controller and a server, and the process and port tools it shares with the engine.
+"""The supervisor between the controller and a server, and the process and port tools it shares with
+the engine.
 
-Why a supervisor. A trial's server must not outlive the controller (``bisect-eagle run``), even when the
-controller is killed by SIGKILL and can run no cleanup of its own. Linux's parent-death signal alone is
-not enough: ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits (a worker thread that
-started the server would kill it while the controller lives on), it reaches only the direct child (not
-SGLang's scheduler and detokenizer, nor anything they fork), and it cannot clean up: it is one signal to
-one process. So the controller starts, in a new session, this small script (stdlib and psutil only, run
-by path with ``python -I``: nothing of the package is imported, the spec's ``PYTHON*`` variables cannot
-break it), and it starts the server:
+Why a supervisor. A trial's server must not outlive the controller (``bisect-eagle run``), even when
+the controller is killed by SIGKILL and can run no cleanup of its own. Linux's parent-death signal
+alone is not enough: ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits (a
+worker thread that started the server would kill it while the controller lives on), it reaches only
+the direct child (not SGLang's scheduler and detokenizer, nor anything they fork), and it cannot
+clean up: it is one signal to one process. So the controller starts, in a new session, this small
+script (stdlib and psutil only, run by path with ``python -I``: nothing of the package is imported,
+the spec's ``PYTHON*`` variables cannot break it), and it starts the server:
 
-- it is the process-group leader: the server and everything it spawns share its group (pgid = its pid);
-- it is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process that double-forks and calls ``setsid``
-  to leave the group is re-parented to the supervisor instead of init, so it stays a known descendant;
-- the server gets ``PR_SET_PDEATHSIG = SIGKILL`` against the supervisor, which is single-threaded, so the
-  thread caveat does not apply: should the supervisor vanish, the server goes too;
-- every ``POLL_S`` it checks ``os.getppid()``: when the controller dies, however it dies, the supervisor is
-  re-parented and its parent pid changes (definitive, no race, no kernel version needed). It then ends the
-  group and its descendants (SIGTERM, ``--grace`` seconds, SIGKILL), every process carrying the trial's
-  token in its environment (``TOKEN_ENV``, set by the controller and inherited by everything the server
-  starts, whatever its group or parent), then whatever of ours still listens on the port; it notes what it
-  did in the server's record and exits;
-- when the server exits by itself, the supervisor ends what the server left behind and exits with the
-  server's own status (a signal death is re-raised), so ``Popen.poll()`` on the supervisor means "the
-  server exited" with the server's exit code.
+- it is the process-group leader: the server and everything it spawns share its group (pgid = its
+  pid);
+- it is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process that double-forks and calls
+  ``setsid`` to leave the group is re-parented to the supervisor instead of init, so it stays a
+  known descendant;
+- the server gets ``PR_SET_PDEATHSIG = SIGKILL`` against the supervisor, which is single-threaded,
+  so the thread caveat does not apply: should the supervisor vanish, the server goes too;
+- every ``POLL_S`` it checks ``os.getppid()``: when the controller dies, however it dies, the
+  supervisor is re-parented and its parent pid changes (definitive, no race, no kernel version
+  needed). It then ends the group and its descendants (SIGTERM, ``--grace`` seconds, SIGKILL), every
+  process carrying the trial's token in its environment (``TOKEN_ENV``, set by the controller and
+  inherited by everything the server starts, whatever its group or parent), then whatever of ours
+  still listens on the port; it notes what it did in the server's record and exits;
+- when the server exits by itself, the supervisor ends what the server left behind and exits with
+  the server's own status (a signal death is re-raised), so ``Popen.poll()`` on the supervisor means
+  "the server exited" with the server's exit code.
 
-The controller stops a server by signalling the whole group (the supervisor included, which only notes
-the signal and keeps waiting for the server): SIGTERM, grace, SIGKILL. Processes are handled as
-:class:`psutil.Process` objects, which check creation times, so a recycled pid is never signalled.
-Because the script imports nothing of the package, its waits are hand-written loops on ``POLL_S`` rather than
-:func:`bisect_eagle.poll.wait_until`, the poll helper everything else uses.
+The controller stops a server by signalling the whole group (the supervisor included, which only
+notes the signal and keeps waiting for the server): SIGTERM, grace, SIGKILL. Processes are handled
+as :class:`psutil.Process` objects, which check creation times, so a recycled pid is never
+signalled. Because the script imports nothing of the package, its waits are hand-written loops on
+``POLL_S`` rather than :func:`bisect_eagle.poll.wait_until`, the poll helper everything else uses.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # ports
 
 
@@ -74,7 +77,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when a listener could bind ``host:port`` (connections in TIME_WAIT do not count, as for servers).
+    """True when a listener could bind ``host:port`` (connections in TIME_WAIT do not count, as for
+    servers).
 
     Args:
         host: the address (IPv6 when it contains ``:``).
@@ -93,7 +97,8 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def wait_port_free(host: str, port: int, *, timeout_s: float) -> float | None:
-    """Seconds until ``host:port`` could be bound, or None when it was still taken after ``timeout_s``.
+    """Seconds until ``host:port`` could be bound, or None when it was still taken after
+    ``timeout_s``.
 
     Args:
         host: the address.
@@ -113,7 +118,8 @@ def wait_port_free(host: str, port: int, *, timeout_s: float) -> float | None:
 
 
 def port_holders(port: int) -> tuple[list[psutil.Process], int]:
-    """The processes listening on TCP ``port`` (any address), and how many listeners have no visible pid."""
+    """The processes listening on TCP ``port`` (any address), and how many listeners have no visible
+    pid."""
     found: dict[int, psutil.Process] = {}
     hidden = 0
     try:
@@ -133,7 +139,7 @@ def port_holders(port: int) -> tuple[list[psutil.Process], int]:
     return [p for p in found.values() if running(p)], hidden
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # processes
 
 
@@ -183,11 +189,18 @@ def carries_token(proc: psutil.Process, token: str) -> bool:
 def token_bearers(token: str) -> list[psutil.Process]:
     """Running processes (readable by this user) whose environment carries ``token``."""
     keep = protected()
-    return [p for p in psutil.process_iter() if p.pid not in keep and carries_token(p, token) and running(p)]
+    return [
+        p
+        for p in psutil.process_iter()
+        if p.pid not in keep and carries_token(p, token) and running(p)
+    ]
 
 
-def throttled(fn: Callable[[], list[psutil.Process]], every_s: float = 1.0) -> Callable[[], list[psutil.Process]]:
-    """``fn`` called at most once per ``every_s`` (a scan of every process's environment is not free)."""
+def throttled(
+    fn: Callable[[], list[psutil.Process]], every_s: float = 1.0
+) -> Callable[[], list[psutil.Process]]:
+    """``fn`` called at most once per ``every_s`` (a scan of every process's environment is not
+    free)."""
     last: list = [float("-inf"), []]
 
     def call() -> list[psutil.Process]:
@@ -199,13 +212,20 @@ def throttled(fn: Callable[[], list[psutil.Process]], every_s: float = 1.0) -> C
 
 
 def argv_digest(argv: Iterable[str]) -> str:
-    """A digest of a command line: records match processes by it without keeping secrets from the argv."""
+    """A digest of a command line: records match processes by it without keeping secrets from the
+    argv."""
     return hashlib.sha256("\0".join(argv).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def why_ours(proc: psutil.Process, *, token: str = "", digest: str = "",
-             known: dict[int, psutil.Process] | None = None) -> str | None:
-    """Why ``proc`` belongs to the server (seen among its processes, its token, its command line), else None."""
+def why_ours(
+    proc: psutil.Process,
+    *,
+    token: str = "",
+    digest: str = "",
+    known: dict[int, psutil.Process] | None = None,
+) -> str | None:
+    """Why ``proc`` belongs to the server (seen among its processes, its token, its command line),
+    else None."""
     if proc.pid in protected():
         return None
     if known and known.get(proc.pid) == proc:  # psutil equality compares creation times
@@ -228,13 +248,16 @@ def process_text(proc: psutil.Process) -> str:
 
 def end_all(
     collect: Callable[[], Iterable[psutil.Process]],
-    *, grace_s: float,
+    *,
+    grace_s: float,
     reap: Callable[[], object] = lambda: None,
     kill_wait_s: float = KILL_WAIT_S,
 ) -> tuple[str, list[int], list[int]]:
-    """SIGTERM what ``collect`` finds (re-collected while waiting), ``grace_s``, then SIGKILL the rest.
+    """SIGTERM what ``collect`` finds (re-collected while waiting), ``grace_s``, then SIGKILL the
+    rest.
 
-    Returns the strongest signal used ("none", "SIGTERM", "SIGKILL"), every pid signalled, and survivors.
+    Returns the strongest signal used ("none", "SIGTERM", "SIGKILL"), every pid signalled, and
+    survivors.
     """
     keep = protected()
     seen: dict[int, psutil.Process] = {}
@@ -274,7 +297,7 @@ def end_all(
     return used, sorted(seen), sorted(p.pid for p in alive)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the supervisor
 
 
@@ -282,7 +305,8 @@ _LIBC: list = []
 
 
 def _prctl(option: int, arg: int) -> bool:
-    """``prctl(option, arg)``; False where it is missing (not Linux: the getppid watch still works)."""
+    """``prctl(option, arg)``; False where it is missing (not Linux: the getppid watch still
+    works)."""
     try:
         if not _LIBC:
             _LIBC.append(ctypes.CDLL(None, use_errno=True))  # loaded before any fork
@@ -292,7 +316,8 @@ def _prctl(option: int, arg: int) -> bool:
 
 
 def _reap_children(main_pid: int) -> int | None:
-    """Reap every exited child (adopted orphans included); the main child's wait status once it exits."""
+    """Reap every exited child (adopted orphans included); the main child's wait status once it
+    exits."""
     status = None
     while True:
         try:
@@ -328,7 +353,8 @@ def _report(fd: int | None, message: dict) -> None:
 
 
 def main(args: list[str] | None = None) -> int:
-    """``supervise.py --controller PID [--grace S] [--host H --port N] [--records DIR] [--status-fd FD] -- ARGV``.
+    """``supervise.py --controller PID [--grace S] [--host H --port N] [--records DIR] [--status-fd
+    FD] -- ARGV``.
 
     Args:
         args: the command line without the program name; None reads ``sys.argv[1:]``.
@@ -351,12 +377,20 @@ def main(args: list[str] | None = None) -> int:
     fd = int(opts["--status-fd"]) if "--status-fd" in opts else None
     record = os.path.join(opts["--records"], f"{os.getpid()}.json") if "--records" in opts else None
     token = os.environ.get(TOKEN_ENV, "")
-    stops: list[int] = []  # noted, not obeyed: the controller signals the whole group and waits for the server
+    # noted, not obeyed: the controller signals the whole group and waits for the server
+    stops: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: stops.append(signum))
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     if os.getppid() != controller:
-        _report(fd, {"error": 0, "strerror": f"the controller (pid {controller}) is gone", "filename": None})
+        _report(
+            fd,
+            {
+                "error": 0,
+                "strerror": f"the controller (pid {controller}) is gone",
+                "filename": None,
+            },
+        )
         return 1
     me = os.getpid()
 
@@ -368,7 +402,9 @@ def main(args: list[str] | None = None) -> int:
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=die_with_me)  # noqa: PLW1509
     except OSError as e:
-        _report(fd, {"error": e.errno or 0, "strerror": e.strerror or str(e), "filename": e.filename})
+        _report(
+            fd, {"error": e.errno or 0, "strerror": e.strerror or str(e), "filename": e.filename}
+        )
         return 127
     _report(fd, {"pid": child.pid})
     status = None
@@ -379,7 +415,9 @@ def main(args: list[str] | None = None) -> int:
     if status is not None:
         child.returncode = os.waitstatus_to_exitcode(status)
 
-    bearers = throttled(lambda: token_bearers(token) if orphaned or os.getppid() != controller else [])
+    bearers = throttled(
+        lambda: token_bearers(token) if orphaned or os.getppid() != controller else []
+    )
 
     def ours() -> list[psutil.Process]:
         return group_members(me) + descendants(me) + bearers()

@@ -1,4 +1,5 @@
-"""The stand-in's request contract and backends: SGLang's ``/generate`` body and ``meta_info``, over the decoder."""
+"""The stand-in's request contract and backends: SGLang's ``/generate`` body and ``meta_info``, over
+the decoder."""
 
 from __future__ import annotations
 
@@ -39,8 +40,12 @@ def parse_generate(body: Any, counter: int) -> GenerateRequest:
     ids, text = body.get("input_ids"), body.get("text")
     if (ids is None) == (text is None):
         raise Rejected("give exactly one of input_ids (a list of token ids) or text (a string)")
-    if ids is not None and not (isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids)):
-        raise Rejected("input_ids must be one non-empty list of integers (batches are not supported)")
+    if ids is not None and not (
+        isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids)
+    ):
+        raise Rejected(
+            "input_ids must be one non-empty list of integers (batches are not supported)"
+        )
     if text is not None and not (isinstance(text, str) and text):
         raise Rejected("text must be one non-empty string (batches are not supported)")
     sp = body.get("sampling_params") or {}
@@ -48,19 +53,34 @@ def parse_generate(body: Any, counter: int) -> GenerateRequest:
         raise Rejected(f"sampling_params must be an object, got {sp!r:.80}")
     unknown = set(sp) - SAMPLING_KEYS
     if unknown:
-        raise Rejected(f"sampling_params {sorted(unknown)} are not supported; supported: {sorted(SAMPLING_KEYS)}")
+        raise Rejected(
+            f"sampling_params {sorted(unknown)} are not supported; supported: "
+            f"{sorted(SAMPLING_KEYS)}"
+        )
     temperature = sp.get("temperature", SGLANG_DEFAULT_TEMPERATURE)
     if not isinstance(temperature, (int, float)) or temperature != 0:
-        raise Rejected(f"bisect-eagle serve decodes greedily: send sampling_params.temperature 0 (got {temperature!r})")
+        raise Rejected(
+            "bisect-eagle serve decodes greedily: send sampling_params.temperature 0 (got "
+            f"{temperature!r})"
+        )
     max_new = sp.get("max_new_tokens", SGLANG_DEFAULT_MAX_NEW_TOKENS)
     if not isinstance(max_new, int) or max_new < 1:
-        raise Rejected(f"sampling_params.max_new_tokens must be a positive integer, got {max_new!r}")
-    return GenerateRequest(str(body.get("rid", f"req-{counter}")), ids, text, max_new, bool(sp.get("ignore_eos")),
-                           bool(body.get("return_hidden_states")))
+        raise Rejected(
+            f"sampling_params.max_new_tokens must be a positive integer, got {max_new!r}"
+        )
+    return GenerateRequest(
+        str(body.get("rid", f"req-{counter}")),
+        ids,
+        text,
+        max_new,
+        bool(sp.get("ignore_eos")),
+        bool(body.get("return_hidden_states")),
+    )
 
 
 class Backend(abc.ABC):
-    """What the HTTP front calls; counts accept length since the last flush and requests in flight."""
+    """What the HTTP front calls; counts accept length since the last flush and requests in
+    flight."""
 
     def __init__(self, info: dict[str, Any]):
         self.info = info
@@ -105,7 +125,9 @@ class Backend(abc.ABC):
             with self._lock:
                 self._tokens += meta["completion_tokens"]
                 self._verify += meta.get("spec_verify_ct", meta["completion_tokens"])
-                self._last_tok_s = meta["completion_tokens"] / max(time.perf_counter() - start, 1e-9)
+                self._last_tok_s = meta["completion_tokens"] / max(
+                    time.perf_counter() - start, 1e-9
+                )
             return out
         finally:
             with self._lock:
@@ -145,11 +167,18 @@ class Backend(abc.ABC):
 class DecoderBackend(Backend):
     """The local engine's :class:`SpeculativeDecoder` behind the SGLang API."""
 
-    def __init__(self, decoder, tokenizer, info: dict[str, Any], return_aux: bool,
-                 pinned: list[float] | None = None):
+    def __init__(
+        self,
+        decoder,
+        tokenizer,
+        info: dict[str, Any],
+        return_aux: bool,
+        pinned: list[float] | None = None,
+    ):
         super().__init__(info)
         self.decoder = decoder
-        self.pinned = pinned  # SGLang's simulated acceptance as a profile (the package docstring), or None
+        # SGLang's simulated acceptance as a profile (the package docstring), or None
+        self.pinned = pinned
         self.tokenizer = tokenizer
         self.return_aux = return_aux
         self._model_lock = threading.Lock()
@@ -173,34 +202,53 @@ class DecoderBackend(Backend):
             Rejected: hidden states asked of a server started without
                 ``--enable-return-aux-hidden-states``.
         """
-        from bisect_eagle.engines.local.decoder import Pin  # torch: loaded with the models, not with the CLI
+        # torch: loaded with the models, not with the CLI
+        from bisect_eagle.engines.local.decoder import Pin
 
         if req.return_hidden_states and not self.return_aux:
-            raise Rejected("return_hidden_states needs the server started with --enable-return-aux-hidden-states")
-        ids = req.input_ids if req.input_ids is not None else list(self.tokenizer(req.text).input_ids)
+            raise Rejected(
+                "return_hidden_states needs the server started with "
+                "--enable-return-aux-hidden-states"
+            )
+        ids = (
+            req.input_ids if req.input_ids is not None else list(self.tokenizer(req.text).input_ids)
+        )
         eos = None if req.ignore_eos else self.tokenizer.eos_token_id
         start = time.perf_counter()
         with self._model_lock:
             pin = None if self.pinned is None else Pin.seeded(self.pinned, ids)
-            g = self.decoder.generate(ids, max_new_tokens=req.max_new_tokens, eos_token_id=eos, pin=pin)
-            hidden = self.decoder.aux_hidden_states(ids).float().tolist() if req.return_hidden_states else None
+            g = self.decoder.generate(
+                ids, max_new_tokens=req.max_new_tokens, eos_token_id=eos, pin=pin
+            )
+            hidden = (
+                self.decoder.aux_hidden_states(ids).float().tolist()
+                if req.return_hidden_states
+                else None
+            )
         meta: dict[str, Any] = {
             "id": req.rid,
             "prompt_tokens": len(ids),
             "completion_tokens": len(g.tokens),
-            "finish_reason": ({"type": "stop", "matched": eos} if g.finished_by_eos
-                              else {"type": "length", "length": len(g.tokens)}),
+            "finish_reason": (
+                {"type": "stop", "matched": eos}
+                if g.finished_by_eos
+                else {"type": "length", "length": len(g.tokens)}
+            ),
             "e2e_latency": time.perf_counter() - start,
         }
         if self.info.get("speculative_algorithm"):
             counts = Counter(a - 1 for a in g.accepted_per_step)
-            meta.update({
-                "spec_verify_ct": g.verify_steps,
-                "spec_accept_length": len(g.tokens) / g.verify_steps if g.verify_steps else 0.0,
-                "spec_correct_drafts_histogram": [counts.get(k, 0) for k in range(max(counts, default=0) + 1)],
-                "bisect_eagle_accepted_per_step": g.accepted_per_step,
-                "bisect_eagle_drafted_per_step": g.drafted_per_step,
-            })
+            meta.update(
+                {
+                    "spec_verify_ct": g.verify_steps,
+                    "spec_accept_length": len(g.tokens) / g.verify_steps if g.verify_steps else 0.0,
+                    "spec_correct_drafts_histogram": [
+                        counts.get(k, 0) for k in range(max(counts, default=0) + 1)
+                    ],
+                    "bisect_eagle_accepted_per_step": g.accepted_per_step,
+                    "bisect_eagle_drafted_per_step": g.drafted_per_step,
+                }
+            )
         if hidden is not None:
             meta["hidden_states"] = hidden
         return {"text": self.tokenizer.decode(g.tokens), "output_ids": g.tokens, "meta_info": meta}

@@ -1,4 +1,5 @@
-"""The stand-in's HTTP front (stdlib ``http.server``): SGLang's endpoints, graceful SIGTERM shutdown."""
+"""The stand-in's HTTP front (stdlib ``http.server``): SGLang's endpoints, graceful SIGTERM
+shutdown."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ READY_LINE = "The server is fired up and ready to roll!"
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: ServeHTTPServer  # HTTP/1.0: one request per connection, so no idle connection delays shutdown
+    # HTTP/1.0: one request per connection, so no idle connection delays shutdown
+    server: ServeHTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         log.debug("%s " + format, self.address_string(), *args)
@@ -25,7 +27,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: Any) -> None:
         data = (body if isinstance(body, str) else json.dumps(body)).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+        self.send_header(
+            "Content-Type", "text/plain" if isinstance(body, str) else "application/json"
+        )
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -51,9 +55,15 @@ class _Handler(BaseHTTPRequestHandler):
         backend = self.server.backend
         path = self.path.split("?", 1)[0]
         key = self.server.api_key
-        if key and path not in ("/health", "/health_generate") and \
-                self.headers.get("Authorization") != f"Bearer {key}":
-            self._send(401, {"error": {"message": "a valid API key is required (Authorization: Bearer ...)"}})
+        if (
+            key
+            and path not in ("/health", "/health_generate")
+            and self.headers.get("Authorization") != f"Bearer {key}"
+        ):
+            self._send(
+                401,
+                {"error": {"message": "a valid API key is required (Authorization: Bearer ...)"}},
+            )
             return
         try:
             if path in ("/health", "/health_generate") and method == "GET":
@@ -63,7 +73,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, backend.server_info())
             elif path == "/flush_cache" and method in ("GET", "POST"):
                 ok = backend.flush_cache()
-                self._send(200 if ok else 400, "Cache flushed.\n" if ok else "Requests are running; not flushed.\n")
+                self._send(
+                    200 if ok else 400,
+                    "Cache flushed.\n" if ok else "Requests are running; not flushed.\n",
+                )
             elif path == "/generate" and method in ("POST", "PUT"):
                 if backend.exiting:
                     self._send(503, {"error": {"message": "the server is shutting down"}})
@@ -71,7 +84,10 @@ class _Handler(BaseHTTPRequestHandler):
                 req = parse_generate(self._body(), backend.next_id())
                 self._send(200, backend.generate(req))
             else:
-                self._send(404, {"error": {"message": f"{method} {path} is not served by bisect-eagle serve"}})
+                self._send(
+                    404,
+                    {"error": {"message": f"{method} {path} is not served by bisect-eagle serve"}},
+                )
         except Rejected as e:
             self._send(400, {"error": {"message": str(e)}})
         except (BadInput, RuntimeError, ValueError) as e:
@@ -97,7 +113,8 @@ def serve_until_signal(httpd: ServeHTTPServer) -> None:
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, shutting down gracefully", signal.Signals(signum).name)
         httpd.backend.exiting = True
-        threading.Thread(target=httpd.shutdown, daemon=True).start()  # shutdown() blocks; not from this thread
+        # shutdown() blocks; not from this thread
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

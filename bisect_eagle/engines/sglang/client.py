@@ -1,11 +1,13 @@
-"""HTTP client of an SGLang-compatible server: readiness, server info, cache flush and the benchmark batch.
+"""HTTP client of an SGLang-compatible server: readiness, server info, cache flush and the benchmark
+batch.
 
-The benchmark sends token ids (``input_ids``), so the server sees exactly the tokens the local engine
-decodes, with ``max_new_tokens`` fixed, EOS honoured and ``temperature`` from the settings. Throughput is
-wall-clock: completion tokens of the measured requests over the time from the first submission to the
-last answer. Accept length comes from each answer's ``meta_info`` (``completion_tokens / spec_verify_ct``,
-the only ratio that compares across SGLang versions), its per-step distribution from
-``spec_correct_drafts_histogram`` (older name ``spec_accept_histogram``; index = correct drafts in a step).
+The benchmark sends token ids (``input_ids``), so the server sees exactly the tokens the local
+engine decodes, with ``max_new_tokens`` fixed, EOS honoured and ``temperature`` from the settings.
+Throughput is wall-clock: completion tokens of the measured requests over the time from the first
+submission to the last answer. Accept length comes from each answer's ``meta_info``
+(``completion_tokens / spec_verify_ct``, the only ratio that compares across SGLang versions), its
+per-step distribution from ``spec_correct_drafts_histogram`` (older name ``spec_accept_histogram``;
+index = correct drafts in a step).
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ class Completion:
 
 
 def parse_completion(rid: str, body: dict, *, latency_s: float) -> Completion:
-    """A /generate answer → :class:`Completion`; missing token counts are a :class:`RequestError`."""
+    """A /generate answer → :class:`Completion`; missing token counts are a
+    :class:`RequestError`."""
     meta = body.get("meta_info") if isinstance(body, dict) else None
     if not isinstance(meta, dict) or "completion_tokens" not in meta:
-        raise RequestError(f"request {rid}: answer without meta_info.completion_tokens: {str(body)[:200]}")
+        raise RequestError(
+            f"request {rid}: answer without meta_info.completion_tokens: {str(body)[:200]}"
+        )
     hist = next((meta[k] for k in HISTOGRAM_KEYS if isinstance(meta.get(k), list)), None)
     verify = meta.get("spec_verify_ct")
     kept = {k: v for k, v in meta.items() if k != "hidden_states"}
@@ -77,8 +82,10 @@ class SglangClient(HttpClient):
             try:
                 r = self._http.get(path)
             except httpx.HTTPError as e:
-                raise RequestError(f"GET {path}: {type(e).__name__}: {e}",
-                                   timed_out=isinstance(e, httpx.TimeoutException)) from None
+                raise RequestError(
+                    f"GET {path}: {type(e).__name__}: {e}",
+                    timed_out=isinstance(e, httpx.TimeoutException),
+                ) from None
             if r.status_code == 404:
                 continue
             if r.status_code != 200:
@@ -87,10 +94,11 @@ class SglangClient(HttpClient):
         raise RequestError("neither /server_info nor /get_server_info exists on this server")
 
     def flush_cache(self, timeout_s: float = 30.0) -> None:
-        """POST /flush_cache, retried while the server is still busy (SGLang answers 400 until idle).
+        """POST /flush_cache, retried while the server is still busy (SGLang answers 400 until
+        idle).
 
-        Any answer but 200 is retried until ``timeout_s`` has passed, then raised as :class:`RequestError` with
-        the last answer; a transport error is raised at once.
+        Any answer but 200 is retried until ``timeout_s`` has passed, then raised as
+        :class:`RequestError` with the last answer; a transport error is raised at once.
 
         Args:
             timeout_s: the most seconds to keep retrying.
@@ -104,14 +112,20 @@ class SglangClient(HttpClient):
             try:
                 r = self._http.post("/flush_cache")
             except httpx.HTTPError as e:
-                raise RequestError(f"POST /flush_cache: {type(e).__name__}: {e}",
-                                   timed_out=isinstance(e, httpx.TimeoutException)) from None
+                raise RequestError(
+                    f"POST /flush_cache: {type(e).__name__}: {e}",
+                    timed_out=isinstance(e, httpx.TimeoutException),
+                ) from None
             last[:] = [r]
             return r.status_code == 200
 
-        if not wait_until(flushed, timeout_s=timeout_s, max_interval_s=0.2, what=f"{self.base_url}/flush_cache"):
+        if not wait_until(
+            flushed, timeout_s=timeout_s, max_interval_s=0.2, what=f"{self.base_url}/flush_cache"
+        ):
             r = last[0]
-            raise RequestError(f"POST /flush_cache: HTTP {r.status_code} for {timeout_s:.0f} s: {r.text[:200]}")
+            raise RequestError(
+                f"POST /flush_cache: HTTP {r.status_code} for {timeout_s:.0f} s: {r.text[:200]}"
+            )
 
     def generate(
         self, rid: str, input_ids: list[int], *, sampling_params: dict, extra: dict | None = None
@@ -130,7 +144,11 @@ class SglangClient(HttpClient):
         Raises:
             RequestError: no answer in time (``timed_out``), a transport error, or not 200.
         """
-        payload = {"input_ids": list(input_ids), "sampling_params": sampling_params, **(extra or {})}
+        payload = {
+            "input_ids": list(input_ids),
+            "sampling_params": sampling_params,
+            **(extra or {}),
+        }
         start = time.perf_counter()
         try:
             r = self._http.post("/generate", json=payload)
@@ -147,7 +165,8 @@ class SglangClient(HttpClient):
     def run_batch(
         self, requests: Sequence[tuple[str, list[int]]], sampling_params: dict, *, concurrency: int
     ) -> BatchResult:
-        """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first failure is raised.
+        """Send ``requests`` (id, token ids) with at most ``concurrency`` in flight; the first
+        failure is raised.
 
         Args:
             requests: (request id, token ids) pairs.
@@ -161,5 +180,9 @@ class SglangClient(HttpClient):
             RequestError: the first request that failed.
             ValueError: ``concurrency < 1``.
         """
-        return self._concurrent(requests, lambda rid, ids: self.generate(rid, ids, sampling_params=sampling_params),
-                                concurrency=concurrency, thread_name_prefix="bench")
+        return self._concurrent(
+            requests,
+            lambda rid, ids: self.generate(rid, ids, sampling_params=sampling_params),
+            concurrency=concurrency,
+            thread_name_prefix="bench",
+        )

@@ -1,19 +1,20 @@
-"""The ``sglang`` engine: one SGLang server per live trial, planned by SGLang itself, measured over HTTP, torn down.
+"""The ``sglang`` engine: one SGLang server per live trial, planned by SGLang itself, measured over
+HTTP, torn down.
 
-:meth:`SglangEngine.plan` is :mod:`.planner` (SGLang's parser and resolution decide before anything starts).
-:meth:`SglangEngine.run` of a plan, never planned again: take its launch (:func:`~.launch.launch_of`: the plan's
-own flags, bound to its fingerprint) with the trial's port and draft copy; copy the draft directory with the plan's
-config patch; start the server in its own process group on a free port with its output in
-``<trial dir>/server.log``; wait for ``/health_generate``
-(failing fast when the process exits); read the effective settings back from ``/server_info``; warm up,
-``POST /flush_cache``, run the measured requests (:mod:`.client`); read the server's own accept length as a
-cross-check; then SIGTERM, grace, SIGKILL of the whole group and wait for the port and the GPUs to be
-released. A server that will not go away blocks the next launch loudly (a ``launch_error`` trial) instead of
-stacking servers.
+:meth:`SglangEngine.plan` is :mod:`.planner` (SGLang's parser and resolution decide before anything
+starts). :meth:`SglangEngine.run` of a plan, never planned again: take its launch
+(:func:`~.launch.launch_of`: the plan's own flags, bound to its fingerprint) with the trial's port
+and draft copy; copy the draft directory with the plan's config patch; start the server in its own
+process group on a free port with its output in ``<trial dir>/server.log``; wait for
+``/health_generate`` (failing fast when the process exits); read the effective settings back from
+``/server_info``; warm up, ``POST /flush_cache``, run the measured requests (:mod:`.client`); read
+the server's own accept length as a cross-check; then SIGTERM, grace, SIGKILL of the whole group and
+wait for the port and the GPUs to be released. A server that will not go away blocks the next launch
+loudly (a ``launch_error`` trial) instead of stacking servers.
 
-Failures are trials with a class (:mod:`.failures`), the log tail in ``failure_detail`` and the whole log
-(secret values scrubbed) in the ``server.log`` artifact; every trial, failed or not, carries
-``launch_command.txt``, ``effective.json`` and ``server.log``.
+Failures are trials with a class (:mod:`.failures`), the log tail in ``failure_detail`` and the
+whole log (secret values scrubbed) in the ``server.log`` artifact; every trial, failed or not,
+carries ``launch_command.txt``, ``effective.json`` and ``server.log``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from bisect_eagle.tracking.redact import Scrubber
 
 
 class SglangEngine(ServedEngine):
-    """Live trials on SGLang (or any server speaking its launch flags and HTTP API, e.g. ``bisect-eagle serve``)."""
+    """Live trials on SGLang (or any server speaking its launch flags and HTTP API, e.g.
+    ``bisect-eagle serve``)."""
 
     name = "sglang"
     planner_class = Planner
@@ -55,33 +57,49 @@ class SglangEngine(ServedEngine):
     planner: Planner
 
     @classmethod
-    def _export_plan(cls, planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any],
-                     port: int) -> tuple[TrialPlan, dict[str, Any]]:
+    def _export_plan(
+        cls, planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any], port: int
+    ) -> tuple[TrialPlan, dict[str, Any]]:
         """SGLang's part of a logged trial's export (:func:`.export.export_plan`)."""
         return export_plan(planner, settings, effective=effective, port=port)
 
     @classmethod
-    def _node_argv(cls, argv: list[str], *, server: ServerSpec, checked: str) -> tuple[list[str], str | None]:
+    def _node_argv(
+        cls, argv: list[str], *, server: ServerSpec, checked: str
+    ) -> tuple[list[str], str | None]:
         """The exported argv on the node (:func:`.export.node_argv`: the stand-in's runs as it
         is)."""
-        return node_argv(argv, launch_command=list(server.launch_command), python=server.python, checked=checked)
+        return node_argv(
+            argv, launch_command=list(server.launch_command), python=server.python, checked=checked
+        )
 
-    # -- one trial --------------------------------------------------------------------------------------
+    # -- one trial
+    # --------------------------------------------------------------------------------------
 
     def _check_plan(self, plan: TrialPlan) -> None:
-        """RuntimeError when ``plan`` carries no launch of its own identity (:func:`~.launch.launch_of`; a bug)."""
+        """RuntimeError when ``plan`` carries no launch of its own identity
+        (:func:`~.launch.launch_of`; a bug)."""
         launch_of(plan)
 
     def _launch(self, plan: TrialPlan, *, trial_dir: Path, port: int) -> ServedLaunch:
-        """The plan's own flags with the trial's port and draft copy (made here with the plan's config patch)."""
+        """The plan's own flags with the trial's port and draft copy (made here with the plan's
+        config patch)."""
         settings = plan.settings
-        argv = [*self.planner.command, *launch_of(plan).argv(port=port, draft_dir=trial_dir / "draft")]
+        argv = [
+            *self.planner.command,
+            *launch_of(plan).argv(port=port, draft_dir=trial_dir / "draft"),
+        ]
         if not settings.is_baseline:
-            prepare_draft_dir(self.draft, config_patch=plan.config_patch, out_dir=trial_dir / "draft")
+            prepare_draft_dir(
+                self.draft, config_patch=plan.config_patch, out_dir=trial_dir / "draft"
+            )
         trial_dir.mkdir(parents=True, exist_ok=True)
         version = self.planner.flags().version if self.planner.flags() else None
-        env = {**settings.env, **plan.private.get("env", {})}  # the planner's own variables (pinned acceptance)
-        command_text = launch_text(argv, env, environ=dict(os.environ)) + f"\n# server version: {version}\n"
+        # the planner's own variables (pinned acceptance)
+        env = {**settings.env, **plan.private.get("env", {})}
+        command_text = (
+            launch_text(argv, env, environ=dict(os.environ)) + f"\n# server version: {version}\n"
+        )
         return ServedLaunch(argv, env, {**os.environ, **env}, command_text, command_text)
 
     def _measure(
@@ -99,8 +117,16 @@ class SglangEngine(ServedEngine):
         """Read-back, warm-up, flush, benchmark; a failed trial on any failure."""
 
         def fail(effective: dict, e: RequestError) -> TrialResult:
-            return self._failure("benchmark", server=server, requested=requested, effective=effective,
-                                 warnings=warnings, scrub=scrub, timed_out=e.timed_out, reason=str(e))
+            return self._failure(
+                "benchmark",
+                server=server,
+                requested=requested,
+                effective=effective,
+                warnings=warnings,
+                scrub=scrub,
+                timed_out=e.timed_out,
+                reason=str(e),
+            )
 
         try:
             info = client.server_info()
@@ -121,12 +147,25 @@ class SglangEngine(ServedEngine):
         except RequestError as e:
             return fail(effective, e)
         return self._result(
-            settings, requested=requested, effective=effective, batch=batch, info=after, warnings=warnings
+            settings,
+            requested=requested,
+            effective=effective,
+            batch=batch,
+            info=after,
+            warnings=warnings,
         )
 
-    def _measure_again(self, settings: LiveSettings, *, server: procs.ServerProcess, client: SglangClient,
-                       first: TrialResult, scrub: Scrubber) -> TrialResult:
-        """Another round on the running server: ``/flush_cache``, the measured requests, the server's counters."""
+    def _measure_again(
+        self,
+        settings: LiveSettings,
+        *,
+        server: procs.ServerProcess,
+        client: SglangClient,
+        first: TrialResult,
+        scrub: Scrubber,
+    ) -> TrialResult:
+        """Another round on the running server: ``/flush_cache``, the measured requests, the
+        server's counters."""
         prompts = self._load_prompts(settings.warmup_prompts + settings.num_prompts)
         measured = [(p.id, p.input_ids) for p in prompts[settings.warmup_prompts :]]
         sampling = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature}
@@ -136,11 +175,25 @@ class SglangEngine(ServedEngine):
             server.snapshot()
             after = client.server_info()
         except RequestError as e:
-            return self._failure("benchmark", server=server, requested=first.requested, effective=first.effective,
-                                 warnings=list(first.warnings), scrub=scrub, timed_out=e.timed_out, reason=str(e),
-                                 later=True)
-        return self._result(settings, requested=first.requested, effective=first.effective, batch=batch, info=after,
-                            warnings=[])
+            return self._failure(
+                "benchmark",
+                server=server,
+                requested=first.requested,
+                effective=first.effective,
+                warnings=list(first.warnings),
+                scrub=scrub,
+                timed_out=e.timed_out,
+                reason=str(e),
+                later=True,
+            )
+        return self._result(
+            settings,
+            requested=first.requested,
+            effective=first.effective,
+            batch=batch,
+            info=after,
+            warnings=[],
+        )
 
     def _result(
         self,
@@ -152,14 +205,23 @@ class SglangEngine(ServedEngine):
         info: dict,
         warnings: list[str],
     ) -> TrialResult:
-        """The measured trial: throughput, accept length (SGLang's definition, :mod:`.readback`), warnings."""
+        """The measured trial: throughput, accept length (SGLang's definition, :mod:`.readback`),
+        warnings."""
         records = []
         spec = not settings.is_baseline
         for c in batch.completions:
-            # SGLang omits spec_verify_ct for a request with no verify step (it ended on its prefill token)
+            # SGLang omits spec_verify_ct for a request with no verify step (it ended on its prefill
+            # token)
             verify = c.verify_ct if spec else c.completion_tokens
-            records.append(RequestRecord(id=c.id, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
-                                         verify_steps=verify or 0, latency_s=c.latency_s))
+            records.append(
+                RequestRecord(
+                    id=c.id,
+                    prompt_tokens=c.prompt_tokens,
+                    completion_tokens=c.completion_tokens,
+                    verify_steps=verify or 0,
+                    latency_s=c.latency_s,
+                )
+            )
         tokens = sum(r.completion_tokens for r in records)
         verify_total = sum(r.verify_steps for r in records)
         accept = tokens / verify_total if verify_total else float("nan")
@@ -167,8 +229,8 @@ class SglangEngine(ServedEngine):
         hist, rates = hist_and_rates(batch.completions, num_steps) if spec else ({1: tokens}, [])
         if spec and accept == 1.0:
             warnings.append(
-                "accept length is exactly 1.00: aux hidden-state capture is broken, or the algorithm is "
-                "EAGLE with an EAGLE-3 draft (use EAGLE3); not a weak draft"
+                "accept length is exactly 1.00: aux hidden-state capture is broken, or the "
+                "algorithm is EAGLE with an EAGLE-3 draft (use EAGLE3); not a weak draft"
             )
         return TrialResult(
             engine=self.name,

@@ -25,12 +25,15 @@ from bisect_eagle.engines.sglang.oracle import STAND_IN_PARSER, parser_spec
 from bisect_eagle.engines.sglang.planner import Planner
 from bisect_eagle.spec.settings import LiveSettings
 
-STAND_IN_NOTE = ("this spec's engine launches the stand-in `bisect-eagle serve` (SGLang's flags and HTTP API on the "
-                 "CPU), not SGLang: the command serves the tiny pair here, not a deployment")
+STAND_IN_NOTE = (
+    "this spec's engine launches the stand-in `bisect-eagle serve` (SGLang's flags and HTTP API on "
+    "the CPU), not SGLang: the command serves the tiny pair here, not a deployment"
+)
 
 
-def export_plan(planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any],
-                port: int) -> tuple[TrialPlan, dict[str, Any]]:
+def export_plan(
+    planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any], port: int
+) -> tuple[TrialPlan, dict[str, Any]]:
     """The SGLang plan of a logged trial, with ``num_draft_tokens`` as the trial's own plan states
     it, and its warnings (the stand-in named first).
 
@@ -44,8 +47,12 @@ def export_plan(planner: Planner, settings: LiveSettings, *, effective: Mapping[
         (the plan with the draft itself in its argv, ``{"warnings": [...]}``).
     """
     if not settings.is_baseline and effective.get("num_draft_tokens") is not None:
-        settings = settings.model_validate({**settings.model_dump(exclude_unset=True),
-                                            "num_draft_tokens": effective["num_draft_tokens"]})
+        settings = settings.model_validate(
+            {
+                **settings.model_dump(exclude_unset=True),
+                "num_draft_tokens": effective["num_draft_tokens"],
+            }
+        )
     plan = planner.plan(settings, port=port, draft_dir=planner.draft)
     warnings = list(plan.warnings)
     if parser_spec(list(planner.server.launch_command)) == STAND_IN_PARSER:
@@ -53,8 +60,9 @@ def export_plan(planner: Planner, settings: LiveSettings, *, effective: Mapping[
     return plan, {"warnings": warnings}
 
 
-def node_argv(argv: list[str], *, launch_command: list[str], python: str | None,
-              checked: str) -> tuple[list[str], str | None]:
+def node_argv(
+    argv: list[str], *, launch_command: list[str], python: str | None, checked: str
+) -> tuple[list[str], str | None]:
     """The launch argv as it runs on the node, and a note on its interpreter (None when it is
     known): :func:`~bisect_eagle.engines.served.node_argv` for a launch of SGLang itself (another
     server's, e.g. the stand-in's, runs as it is).
@@ -72,5 +80,11 @@ def node_argv(argv: list[str], *, launch_command: list[str], python: str | None,
     """
     if parser_spec(launch_command) != "sglang":
         return argv, None
-    return served.node_argv(argv, launch_command=launch_command, python=python, checked=checked, label="SGLang",
-                            key="sglang")
+    return served.node_argv(
+        argv,
+        launch_command=launch_command,
+        python=python,
+        checked=checked,
+        label="SGLang",
+        key="sglang",
+    )

@@ -1,11 +1,12 @@
-"""Failure classes of an sglang trial, recognised on SGLang's own messages (fixtures from 0.5.23 in the tests).
+"""Failure classes of an sglang trial, recognised on SGLang's own messages (fixtures from 0.5.23 in
+the tests).
 
-- ``bad_arguments``: the parser refused the argv (``sglang serve: error: …``, the prog has a space) or
-  SGLang's settings resolution raised (a ``ValueError``/``AssertionError`` whose traceback passes through
-  ``server_args.py`` or ``arg_groups/``) — normally caught by the plan before any launch;
+- ``bad_arguments``: the parser refused the argv (``sglang serve: error: …``, the prog has a space)
+  or SGLang's settings resolution raised (a ``ValueError``/``AssertionError`` whose traceback passes
+  through ``server_args.py`` or ``arg_groups/``) — normally caught by the plan before any launch;
 - ``out_of_memory``: CUDA or host OOM in any phase;
-- ``capture_error``: aux hidden-state capture or draft ``fc`` width errors (``captured 2 of 3 aux hidden
-  states``, a size mismatch for ``fc.weight``; see ``docs/sglang-facts.md#final-layer-ids``);
+- ``capture_error``: aux hidden-state capture or draft ``fc`` width errors (``captured 2 of 3 aux
+  hidden states``, a size mismatch for ``fc.weight``; see ``docs/sglang-facts.md#final-layer-ids``);
 - ``launch_error``: exited before ready for another reason; ``readiness_timeout``; ``hung_request``;
   ``crash_during_benchmark``.
 """
@@ -21,8 +22,11 @@ from bisect_eagle.keys import IDS_KEY
 _ARGPARSE = re.compile(r"^[\w.\- ]+: error: ", re.M)  # "sglang serve: error: ..."
 _OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|not enough memory", re.I)
 _CAPTURE = re.compile(r"captured \d+ of \d+ aux hidden states?", re.I)
-_CAPTURE_KEYS = re.compile(rf"aux[_ ]hidden[_ ]state|{IDS_KEY}|layers_to_capture|"
-                           r"size mismatch for fc\.weight|fc takes \d+ inputs", re.I)
+_CAPTURE_KEYS = re.compile(
+    rf"aux[_ ]hidden[_ ]state|{IDS_KEY}|layers_to_capture|"
+    r"size mismatch for fc\.weight|fc takes \d+ inputs",
+    re.I,
+)
 _ERROR_LINE = re.compile(r"Error|Exception|error:", re.M)
 
 
@@ -34,7 +38,8 @@ def _matching_line(pattern: re.Pattern, text: str, also: re.Pattern | None = Non
 
 
 def _server_args_error(log: str) -> str | None:
-    """The exception line of a traceback through SGLang's server_args.py (its own argument checks), if any."""
+    """The exception line of a traceback through SGLang's server_args.py (its own argument checks),
+    if any."""
     in_trace = False
     for line in log.splitlines():
         if line.strip().startswith("File ") and ("server_args" in line or "arg_groups" in line):

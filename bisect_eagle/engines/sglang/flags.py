@@ -1,11 +1,13 @@
-"""The installed server's flags: the executable that runs it, the flag list, and renames between SGLang releases.
+"""The installed server's flags: the executable that runs it, the flag list, and renames between
+SGLang releases.
 
-With an oracle (:mod:`.oracle`) the flags come from SGLang's own parser; otherwise from ``<launch command>
---help`` (any server speaking SGLang's flags). Flags renamed between releases are adapted (``--cuda-graph-max-bs``
-→ ``--cuda-graph-max-bs-decode`` in 0.5.23, which rejects the old name as ambiguous; see
-``docs/sglang-facts.md#argument-parser``) and a flag the server does not list is refused before anything
-starts. Every flag is used by its exact name, never by an argparse prefix. When nothing can be probed (a dry
-run on a machine without SGLang), renames follow the newest release this project was checked against.
+With an oracle (:mod:`.oracle`) the flags come from SGLang's own parser; otherwise from ``<launch
+command> --help`` (any server speaking SGLang's flags). Flags renamed between releases are adapted
+(``--cuda-graph-max-bs`` → ``--cuda-graph-max-bs-decode`` in 0.5.23, which rejects the old name as
+ambiguous; see ``docs/sglang-facts.md#argument-parser``) and a flag the server does not list is
+refused before anything starts. Every flag is used by its exact name, never by an argparse prefix.
+When nothing can be probed (a dry run on a machine without SGLang), renames follow the newest
+release this project was checked against.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from bisect_eagle.engines.sglang.launch import TP_FLAGS, Arg
 from bisect_eagle.errors import BadInput
 
 RENAMES: dict[str, tuple[str, ...]] = {  # requested flag -> its names in other SGLang releases
-    "--cuda-graph-max-bs": ("--cuda-graph-max-bs-decode",),  # 0.5.23 split it into -decode / -prefill
+    # 0.5.23 split it into -decode / -prefill
+    "--cuda-graph-max-bs": ("--cuda-graph-max-bs-decode",),
     "--cuda-graph-max-bs-decode": ("--cuda-graph-max-bs",),
 }
 NEWEST_NAMES = {"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode"}  # unprobed: 0.5.23's names
@@ -44,8 +47,9 @@ class ServerFlags:
 def resolve_executable(name: str, *, where: str = "engine.sglang.launch_command") -> str:
     """Absolute path of an executable; ``where`` names the setting it came from in errors.
 
-    A bare name is looked up next to the running interpreter first (this install's ``python`` and console
-    scripts such as ``bisect-eagle``, found even when its virtual environment is not activated), then on PATH.
+    A bare name is looked up next to the running interpreter first (this install's ``python`` and
+    console scripts such as ``bisect-eagle``, found even when its virtual environment is not
+    activated), then on PATH.
 
     Args:
         name: a path (it contains a separator) or a bare name.
@@ -60,7 +64,8 @@ def resolve_executable(name: str, *, where: str = "engine.sglang.launch_command"
     if os.sep in name:
         path = Path(name).expanduser()
         if path.is_file() and os.access(path, os.X_OK):
-            return os.path.abspath(path)  # not resolve(): a venv's python is a symlink out of the venv
+            # not resolve(): a venv's python is a symlink out of the venv
+            return os.path.abspath(path)
         raise BadInput(f"{where}: {name!r} is not an executable file")
     beside = Path(sys.executable).parent / name
     if beside.is_file() and os.access(beside, os.X_OK):
@@ -72,7 +77,8 @@ def resolve_executable(name: str, *, where: str = "engine.sglang.launch_command"
 
 
 def launch_executable(launch_command: list[str], python: str | None) -> list[str]:
-    """The launch command with ``python`` replaced by ``engine.sglang.python`` when set, its executable resolved."""
+    """The launch command with ``python`` replaced by ``engine.sglang.python`` when set, its
+    executable resolved."""
     if not launch_command:
         raise BadInput("engine.sglang.launch_command: expected a non-empty list, found []")
     head = launch_command[0]
@@ -82,10 +88,15 @@ def launch_executable(launch_command: list[str], python: str | None) -> list[str
 
 
 def _version_of(command: list[str], flags: frozenset[str], timeout_s: float) -> str | None:
-    """The server's version: of the ``-m`` module's distribution, else from ``--version``; None if neither."""
+    """The server's version: of the ``-m`` module's distribution, else from ``--version``; None if
+    neither."""
     if len(command) >= 3 and command[1] == "-m":
-        probe = [command[0], "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))",
-                 command[2].split(".")[0]]
+        probe = [
+            command[0],
+            "-c",
+            "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))",
+            command[2].split(".")[0],
+        ]
     elif "--version" in flags:
         probe = [*command, "--version"]
     else:
@@ -101,21 +112,33 @@ def _version_of(command: list[str], flags: frozenset[str], timeout_s: float) -> 
 def probe_help(command: list[str], *, shown: str, timeout_s: float = 300.0) -> ServerFlags:
     """Run ``<launch command> --help`` (and a version query) and collect the flags it lists."""
     try:
-        res = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=timeout_s, check=False)
+        res = subprocess.run(
+            [*command, "--help"], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
     except subprocess.TimeoutExpired:
-        raise BadInput(f"engine.sglang.launch_command: `{shown} --help` did not finish in {timeout_s:.0f} s") from None
+        raise BadInput(
+            f"engine.sglang.launch_command: `{shown} --help` did not finish in {timeout_s:.0f} s"
+        ) from None
     flags = frozenset(_FLAG_RE.findall(res.stdout))
     if res.returncode != 0 or "--port" not in flags:
         tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-3:])
-        raise BadInput(f"engine.sglang.launch_command: `{shown} --help` exited {res.returncode} without listing "
-                       f"server flags (expected at least --port); it said: {tail or '(nothing)'}")
-    return ServerFlags(tuple(command), flags, _version_of(command, flags, min(timeout_s, 120.0)), "--help")
+        raise BadInput(
+            f"engine.sglang.launch_command: `{shown} --help` exited {res.returncode} without "
+            f"listing server flags (expected at least --port); it said: {tail or '(nothing)'}"
+        )
+    return ServerFlags(
+        tuple(command), flags, _version_of(command, flags, min(timeout_s, 120.0)), "--help"
+    )
 
 
-def adapt_args(args: list[Arg], flags: ServerFlags | None, *, shown_command: str) -> tuple[list[Arg], list[str]]:
-    """Rename flags to what the installed server lists; refuse any it does not list. Returns (args, notes).
+def adapt_args(
+    args: list[Arg], flags: ServerFlags | None, *, shown_command: str
+) -> tuple[list[Arg], list[str]]:
+    """Rename flags to what the installed server lists; refuse any it does not list. Returns (args,
+    notes).
 
-    Without ``flags`` (nothing could be probed) renames follow :data:`NEWEST_NAMES` and nothing is refused.
+    Without ``flags`` (nothing could be probed) renames follow :data:`NEWEST_NAMES` and nothing is
+    refused.
 
     Args:
         args: the trial's flags.
@@ -133,8 +156,10 @@ def adapt_args(args: list[Arg], flags: ServerFlags | None, *, shown_command: str
         name, eq, inline = arg.flag.partition("=")
         if flags is None:
             if name in NEWEST_NAMES:
-                notes.append(f"{name} ({arg.origin}) written as {NEWEST_NAMES[name]}, its name in SGLang 0.5.23 "
-                             "(not probed here)")
+                notes.append(
+                    f"{name} ({arg.origin}) written as {NEWEST_NAMES[name]}, its name in SGLang "
+                    "0.5.23 (not probed here)"
+                )
                 name = NEWEST_NAMES[name]
             out.append(Arg(name + eq + inline, arg.values, arg.origin))
             continue
@@ -148,8 +173,10 @@ def adapt_args(args: list[Arg], flags: ServerFlags | None, *, shown_command: str
         if name not in flags.flags:
             close = difflib.get_close_matches(name, sorted(flags.flags), n=3)
             hint = f"; close matches: {', '.join(close)}" if close else ""
-            raise BadInput(f"{arg.origin}: flag {name} is not accepted by `{shown_command}` ({flags.source} does "
-                           f"not list it{hint})")
+            raise BadInput(
+                f"{arg.origin}: flag {name} is not accepted by `{shown_command}` ({flags.source} "
+                f"does not list it{hint})"
+            )
         out.append(Arg(name + eq + inline, arg.values, arg.origin))
     return out, notes
 

@@ -1,19 +1,23 @@
-"""How one trial's SGLang server is launched: argv (a list, never a shell string), environment, draft copy.
+"""How one trial's SGLang server is launched: argv (a list, never a shell string), environment,
+draft copy.
 
-The launch command (``engine.sglang.launch_command``, default ``python -m sglang.launch_server``) gets
-``--model-path``, the TP size, ``--host``/``--port``, the speculative flags and ``--speculative-draft-model-path``
-pointing at a per-trial copy of the draft directory (weights symlinked, ``config.json`` with the plan's config
-patch: its ids in ``eagle_config.eagle_aux_hidden_state_layer_ids``, the only place SGLang reads them), then one
-flag per ``settings.server_args`` entry (``disable_custom_all_reduce: true`` → ``--disable-custom-all-reduce``;
-``attention_backend: fa3`` → ``--attention-backend fa3``; false or null → flag left out, the server's
-default) and ``engine.sglang.extra_args`` verbatim. ``settings.env`` is set on top of the inherited environment.
+The launch command (``engine.sglang.launch_command``, default ``python -m sglang.launch_server``)
+gets ``--model-path``, the TP size, ``--host``/``--port``, the speculative flags and
+``--speculative-draft-model-path`` pointing at a per-trial copy of the draft directory (weights
+symlinked, ``config.json`` with the plan's config patch: its ids in
+``eagle_config.eagle_aux_hidden_state_layer_ids``, the only place SGLang reads them), then one flag
+per ``settings.server_args`` entry (``disable_custom_all_reduce: true`` →
+``--disable-custom-all-reduce``; ``attention_backend: fa3`` → ``--attention-backend fa3``; false or
+null → flag left out, the server's default) and ``engine.sglang.extra_args`` verbatim.
+``settings.env`` is set on top of the inherited environment.
 
-``device`` and ``dtype`` become ``--device``/``--dtype`` only when the trial's settings set them explicitly:
-their defaults (cpu, float32) are the local engine's and would be wrong for a GPU server.
+``device`` and ``dtype`` become ``--device``/``--dtype`` only when the trial's settings set them
+explicitly: their defaults (cpu, float32) are the local engine's and would be wrong for a GPU
+server.
 
-Flags are adapted to the installed server and checked by :mod:`.flags` and :mod:`.oracle`. A plan carries its
-:class:`Launch` (the flags in clear, bound to the plan's fingerprint); a trial starts from it with its own port
-and draft copy, never from a second plan.
+Flags are adapted to the installed server and checked by :mod:`.flags` and :mod:`.oracle`. A plan
+carries its :class:`Launch` (the flags in clear, bound to the plan's fingerprint); a trial starts
+from it with its own port and draft copy, never from a second plan.
 """
 
 from __future__ import annotations
@@ -57,16 +61,19 @@ MANAGED = {  # flags the engine sets itself -> the setting that controls them
     "--dtype": "dtype",
     **{f: "engine.sglang.tp" for f in TP_FLAGS},
 }
-INHERITED_PREFIXES = ("NCCL_", "SGLANG_", "SGL_", "CUDA_", "TORCH_")  # inherited variables worth recording
-PORT_FLAG, DRAFT_FLAG = "--port", "--speculative-draft-model-path"  # what differs between a plan and its launch
+# inherited variables worth recording
+INHERITED_PREFIXES = ("NCCL_", "SGLANG_", "SGL_", "CUDA_", "TORCH_")
+# what differs between a plan and its launch
+PORT_FLAG, DRAFT_FLAG = "--port", "--speculative-draft-model-path"
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # argv and environment
 
 
 def server_arg(key: str, value: Any) -> Arg | None:
-    """One ``settings.server_args`` entry as a flag; None for false/null (the server's own default)."""
+    """One ``settings.server_args`` entry as a flag; None for false/null (the server's own
+    default)."""
     origin = f"settings.server_args.{key}"
     flag = flag_name(key)
     if flag in MANAGED:
@@ -75,8 +82,11 @@ def server_arg(key: str, value: Any) -> Arg | None:
 
 
 def _extra_args(extra: list[str]) -> list[Arg]:
-    """``engine.sglang.extra_args`` grouped into flags with their values (``--a=1`` kept as one token)."""
-    return grouped_args(extra, origin="engine.sglang.extra_args", is_flag=lambda token: token.startswith("--"))
+    """``engine.sglang.extra_args`` grouped into flags with their values (``--a=1`` kept as one
+    token)."""
+    return grouped_args(
+        extra, origin="engine.sglang.extra_args", is_flag=lambda token: token.startswith("--")
+    )
 
 
 def trial_args(
@@ -100,13 +110,29 @@ def trial_args(
         BadInput: a ``server_args`` key the engine sets itself or a value no flag can carry, or
             ``extra_args`` not starting with a flag.
     """
-    args = shared.server_args_head(settings, server=server, engine="sglang", model_flag="--model-path",
-                                   tp_flag="--tp-size", target=target, draft_dir=draft_dir, port=port)
+    args = shared.server_args_head(
+        settings,
+        server=server,
+        engine="sglang",
+        model_flag="--model-path",
+        tp_flag="--tp-size",
+        target=target,
+        draft_dir=draft_dir,
+        port=port,
+    )
     if not settings.is_baseline:
         expected, _ = apply_speculative_rules(settings)
-        ndt = settings.num_draft_tokens if settings.num_draft_tokens is not None else expected.num_draft_tokens
+        ndt = (
+            settings.num_draft_tokens
+            if settings.num_draft_tokens is not None
+            else expected.num_draft_tokens
+        )
         args += [
-            Arg("--speculative-algorithm", (settings.speculative_algorithm,), "speculative_algorithm"),
+            Arg(
+                "--speculative-algorithm",
+                (settings.speculative_algorithm,),
+                "speculative_algorithm",
+            ),
             Arg("--speculative-draft-model-path", (str(draft_dir),), "draft"),
             Arg("--speculative-num-steps", (str(settings.num_steps),), "num_steps"),
             Arg("--speculative-eagle-topk", (str(settings.topk),), "topk"),
@@ -123,18 +149,20 @@ def trial_args(
 
 
 def with_values(args: Sequence[Arg], values: Mapping[str, str]) -> list[Arg]:
-    """``args`` with the flags named in ``values`` (flag -> its one value) set to those values; others unchanged."""
+    """``args`` with the flags named in ``values`` (flag -> its one value) set to those values;
+    others unchanged."""
     return [Arg(a.flag, (values[a.flag],), a.origin) if a.flag in values else a for a in args]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Launch:
-    """How a planned trial's server starts: the plan's flags in clear (never logged), bound to its fingerprint.
+    """How a planned trial's server starts: the plan's flags in clear (never logged), bound to its
+    fingerprint.
 
     Attributes:
         fingerprint: the identity of the plan this launch belongs to (:func:`launch_of` checks it).
-        args: the flags after adaptation to the installed server, secrets in clear, with the plan's shown port
-            and draft directory (:meth:`argv` sets the trial's own).
+        args: the flags after adaptation to the installed server, secrets in clear, with the plan's
+            shown port and draft directory (:meth:`argv` sets the trial's own).
     """
 
     fingerprint: str
@@ -150,11 +178,14 @@ class Launch:
         Returns:
             The argv tokens after the launch command.
         """
-        return argv_tokens(with_values(self.args, {PORT_FLAG: str(port), DRAFT_FLAG: str(draft_dir)}))
+        return argv_tokens(
+            with_values(self.args, {PORT_FLAG: str(port), DRAFT_FLAG: str(draft_dir)})
+        )
 
 
 def launch_of(plan: TrialPlan) -> Launch:
-    """The launch of an sglang ``plan`` (made by :class:`~bisect_eagle.engines.sglang.planner.Planner`).
+    """The launch of an sglang ``plan`` (made by
+    :class:`~bisect_eagle.engines.sglang.planner.Planner`).
 
     Args:
         plan: an sglang plan.
@@ -163,8 +194,9 @@ def launch_of(plan: TrialPlan) -> Launch:
         The launch it carries.
 
     Raises:
-        RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan changed after
-            planning, or not made by the sglang planner): a bug, never a trial outcome.
+        RuntimeError: the plan has no launch, or its launch belongs to another identity (a plan
+            changed after planning, or not made by the sglang planner): a bug, never a trial
+            outcome.
     """
     return shared.bound_launch(plan, Launch, engine="sglang")
 
@@ -175,12 +207,13 @@ def launch_text(argv: list[str], env: dict[str, str], *, environ: dict[str, str]
     return shared.launch_text(argv, env, environ=environ, prefixes=INHERITED_PREFIXES)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # per-trial draft directory
 
 
 def draft_config_patch(layer_ids: list[int]) -> dict:
-    """The config.json change that makes SGLang capture ``layer_ids``: nested under ``eagle_config``.
+    """The config.json change that makes SGLang capture ``layer_ids``: nested under
+    ``eagle_config``.
 
     Raises:
         BadInput: ``layer_ids`` empty, not integers, or repeating an id.
@@ -192,34 +225,42 @@ def draft_config_patch(layer_ids: list[int]) -> dict:
 def _merge(base: dict, patch: dict) -> dict:
     out = dict(base)
     for key, value in patch.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            _merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
     return out
 
 
 def prepare_draft_dir(draft: Path, *, config_patch: dict | None, out_dir: Path) -> Path:
-    """A copy of ``draft`` at ``out_dir``: every file symlinked except config.json, which gets ``config_patch``.
+    """A copy of ``draft`` at ``out_dir``: every file symlinked except config.json, which gets
+    ``config_patch``.
 
     Args:
         draft: the draft directory.
-        config_patch: the plan's draft config change (:attr:`~bisect_eagle.engines.plan.TrialPlan.config_patch`,
-            from :func:`draft_config_patch`); None keeps the draft's own config. Its id count must be the one
-            ``fc`` was trained on (:func:`~bisect_eagle.artifacts.layers.fc_width_refusal`).
-        out_dir: where the copy goes; it must not exist. The directory is built beside it and renamed into
-            place, so it is never half-written.
+        config_patch: the plan's draft config change
+            (:attr:`~bisect_eagle.engines.plan.TrialPlan.config_patch`, from
+            :func:`draft_config_patch`); None keeps the draft's own config. Its id count must be the
+            one ``fc`` was trained on (:func:`~bisect_eagle.artifacts.layers.fc_width_refusal`).
+        out_dir: where the copy goes; it must not exist. The directory is built beside it and
+            renamed into place, so it is never half-written.
 
     Returns:
         ``out_dir``.
 
     Raises:
-        BadInput: the draft's config is unreadable, the patch's ids do not fit ``fc``, or ``out_dir`` exists.
+        BadInput: the draft's config is unreadable, the patch's ids do not fit ``fc``, or
+            ``out_dir`` exists.
     """
     draft = Path(draft).resolve()
     cfg_path = draft / "config.json"
     config = read_config_json(draft, "the draft")
     if config_patch is not None:
         width, said_by = parse_draft_config(config, cfg_path).sglang_fc_aux()
-        refusal = fc_width_refusal(config_patch["eagle_config"][IDS_KEY], width=width,
-                                   where=str(cfg_path), said_by=said_by)
+        refusal = fc_width_refusal(
+            config_patch["eagle_config"][IDS_KEY], width=width, where=str(cfg_path), said_by=said_by
+        )
         if refusal is not None:
             raise BadInput(refusal)
         config = _merge(config, config_patch)

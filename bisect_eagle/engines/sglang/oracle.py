@@ -1,17 +1,19 @@
-"""SGLang's own parser and settings resolution, asked from its own interpreter: the oracle of every sglang plan.
+"""SGLang's own parser and settings resolution, asked from its own interpreter: the oracle of every
+sglang plan.
 
-:class:`Oracle` starts :mod:`.oracle_script` once in the interpreter that runs SGLang (``engine.sglang.python``,
-else the launch command's own ``python``), in its own process group, and asks it, per trial argv, what
-SGLang's parser says (its exact ``sglang serve: error: …`` line) and what ``ServerArgs.resolve_once`` makes of
-the arguments (resolved steps, topk, draft tokens, attention backend, page size, max running requests …, or
-SGLang's own exception). Answers are cached per argv. Resolution reads the target's ``config.json``, so it
-runs only when ``--model-path`` is a directory readable here and this host has the launch's accelerators;
-otherwise the argv is parsed only, and the plan says so (``resolution needs the node's GPUs: not resolved
-here`` where the devices are missing: never a refusal).
+:class:`Oracle` starts :mod:`.oracle_script` once in the interpreter that runs SGLang
+(``engine.sglang.python``, else the launch command's own ``python``), in its own process group, and
+asks it, per trial argv, what SGLang's parser says (its exact ``sglang serve: error: …`` line) and
+what ``ServerArgs.resolve_once`` makes of the arguments (resolved steps, topk, draft tokens,
+attention backend, page size, max running requests …, or SGLang's own exception). Answers are cached
+per argv. Resolution reads the target's ``config.json``, so it runs only when ``--model-path`` is a
+directory readable here and this host has the launch's accelerators; otherwise the argv is parsed
+only, and the plan says so (``resolution needs the node's GPUs: not resolved here`` where the
+devices are missing: never a refusal).
 
-Which parser: ``sglang`` for ``python -m sglang.launch_server`` / ``sglang serve`` launch commands, the
-stand-in's own (``bisect_eagle.engines.serve:build_parser``) for ``bisect-eagle serve``. Any other server has no
-oracle; its flags are checked against its ``--help`` only (:mod:`.flags`).
+Which parser: ``sglang`` for ``python -m sglang.launch_server`` / ``sglang serve`` launch commands,
+the stand-in's own (``bisect_eagle.engines.serve:build_parser``) for ``bisect-eagle serve``. Any
+other server has no oracle; its flags are checked against its ``--help`` only (:mod:`.flags`).
 """
 
 from __future__ import annotations
@@ -36,21 +38,24 @@ ANSWER_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class SglangVerdict:
-    """SGLang's answer for one argv: accepted (with resolved values when resolution ran) or refused."""
+    """SGLang's answer for one argv: accepted (with resolved values when resolution ran) or
+    refused."""
 
     ok: bool
     stage: str  # "parse" | "resolve" | "" when accepted
     error: str | None
     resolved: dict[str, Any] | None  # None: not resolved (parse only)
     where: str = ""  # SGLang file:line of a resolution error
-    unresolved: str | None = None  # why resolution did not run on this host (its accelerators); not a refusal
+    # why resolution did not run on this host (its accelerators); not a refusal
+    unresolved: str | None = None
 
 
 def parser_spec(launch_command: list[str]) -> str | None:
     """Which parser judges this launch command: ``sglang``, the stand-in's, or None (no oracle)."""
     words = [Path(w).name for w in launch_command]
-    if any(w.startswith("sglang") for w in words) or (len(words) >= 3 and words[1] == "-m"
-                                                       and words[2].startswith("sglang")):
+    if any(w.startswith("sglang") for w in words) or (
+        len(words) >= 3 and words[1] == "-m" and words[2].startswith("sglang")
+    ):
         return "sglang"
     if words and words[0].startswith("bisect-eagle") and "serve" in words[1:]:
         return STAND_IN_PARSER
@@ -60,12 +65,16 @@ def parser_spec(launch_command: list[str]) -> str | None:
 
 
 class Oracle(OracleProcess):
-    """SGLang's oracle process (:class:`~bisect_eagle.engines.oracle.OracleProcess`) for one parser."""
+    """SGLang's oracle process (:class:`~bisect_eagle.engines.oracle.OracleProcess`) for one
+    parser."""
 
     script = SCRIPT
     start_timeout_s = START_TIMEOUT_S
     answer_timeout_s = ANSWER_TIMEOUT_S
-    fix = "point engine.sglang.python (or --sglang-python) at an environment with SGLang (scripts/setup_sglang_env.sh)"
+    fix = (
+        "point engine.sglang.python (or --sglang-python) at an environment with SGLang "
+        "(scripts/setup_sglang_env.sh)"
+    )
 
     def __init__(self, *, python: str, parser: str):
         super().__init__(python=python)
@@ -83,7 +92,8 @@ class Oracle(OracleProcess):
         return f"{self.python} cannot import the server's parser ({self.parser}): {why}"
 
     def judge(self, argv: list[str], *, resolve: bool) -> SglangVerdict | None:
-        """SGLang's verdict on ``argv`` (the arguments after the launch command); None without an oracle.
+        """SGLang's verdict on ``argv`` (the arguments after the launch command); None without an
+        oracle.
 
         Args:
             argv: the arguments after the launch command.
@@ -102,14 +112,19 @@ class Oracle(OracleProcess):
                 return None
             if answer.get("stage") == "oracle":
                 raise BadInput(f"the SGLang oracle failed on this argv: {answer.get('error')}")
-            self._cache[key] = SglangVerdict(bool(answer["ok"]), answer.get("stage", ""), answer.get("error"),
-                                             answer.get("resolved"), answer.get("where", ""),
-                                             answer.get("unresolved"))
+            self._cache[key] = SglangVerdict(
+                bool(answer["ok"]),
+                answer.get("stage", ""),
+                answer.get("error"),
+                answer.get("resolved"),
+                answer.get("where", ""),
+                answer.get("unresolved"),
+            )
         return self._cache[key]
 
     def capture(self, architecture: str, config: dict, ids: list[int] | None) -> dict | None:
-        """SGLang's own capture hook of ``architecture`` on ``ids`` (oracle_script ``capture``); None without an
-        oracle or when SGLang has no such class / cannot import it here.
+        """SGLang's own capture hook of ``architecture`` on ``ids`` (oracle_script ``capture``);
+        None without an oracle or when SGLang has no such class / cannot import it here.
 
         Args:
             architecture: the target's model class name.
@@ -121,7 +136,9 @@ class Oracle(OracleProcess):
         """
         key = (("capture", architecture, json.dumps(config, sort_keys=True), json.dumps(ids)), True)
         if key not in self._cache:
-            answer = self._ask({"op": "capture", "architecture": architecture, "config": config, "ids": [ids]})
+            answer = self._ask(
+                {"op": "capture", "architecture": architecture, "config": config, "ids": [ids]}
+            )
             if answer is None or not answer.get("ok"):
                 return None
             self._cache[key] = answer  # type: ignore[assignment]
@@ -129,8 +146,8 @@ class Oracle(OracleProcess):
 
 
 def interpreter(*, launch_command: list[str], python: str | None, parser: str) -> str:
-    """The interpreter the oracle runs in: ``engine.sglang.python``, the launch command's own python, or this one
-    for the stand-in.
+    """The interpreter the oracle runs in: ``engine.sglang.python``, the launch command's own
+    python, or this one for the stand-in.
 
     Args:
         launch_command: ``engine.sglang.launch_command``.
@@ -153,5 +170,6 @@ def interpreter(*, launch_command: list[str], python: str | None, parser: str) -
     if Path(head).name.startswith("python"):
         return resolve_executable(head, where="engine.sglang.launch_command")
     exe = Path(resolve_executable(head, where="engine.sglang.launch_command"))
-    beside = exe.parent / "python"  # a console script (``sglang``) lives beside its environment's python
+    # a console script (``sglang``) lives beside its environment's python
+    beside = exe.parent / "python"
     return str(beside) if beside.exists() else sys.executable

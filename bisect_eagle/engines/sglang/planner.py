@@ -1,46 +1,52 @@
-"""The sglang engine's plan: the exact launch of one trial, judged by the installed SGLang before anything starts.
+"""The sglang engine's plan: the exact launch of one trial, judged by the installed SGLang before
+anything starts.
 
 For a request the planner
 
 1. applies the speculative rules and resolves the layer ids (``null`` → the draft's own nested
-   ``eagle_config`` ids, the only ones SGLang reads; see ``docs/sglang-facts.md#where-sglang-reads-the-ids``),
-   checking them against the target's depth with the target family's capture rule
-   (:mod:`bisect_eagle.artifacts.layers`);
+   ``eagle_config`` ids, the only ones SGLang reads; see
+   ``docs/sglang-facts.md#where-sglang-reads-the-ids``), checking them against the target's depth
+   with the target family's capture rule (:mod:`bisect_eagle.artifacts.layers`);
 2. builds the argv (:mod:`.launch`) and adapts it to the installed server's flags (:mod:`.flags`);
-3. asks SGLang itself (:mod:`.oracle`): its parser (invalid values, ambiguous or unknown flags) and, when the
-   target's ``config.json`` is readable here, ``ServerArgs.resolve_once`` (DSA page size, backend limits, the
-   ``topk == 1`` override, max running requests …). A refusal quotes SGLang and nothing is launched. On a host
-   without the launch's accelerators (a laptop planning the 8-GPU node's trials) resolution does not run: the
-   plan is usable and ``checked`` says ``resolution needs the node's GPUs: not resolved here``; missing hardware
-   is never reported as SGLang refusing the config;
+3. asks SGLang itself (:mod:`.oracle`): its parser (invalid values, ambiguous or unknown flags) and,
+   when the target's ``config.json`` is readable here, ``ServerArgs.resolve_once`` (DSA page size,
+   backend limits, the ``topk == 1`` override, max running requests …). A refusal quotes SGLang and
+   nothing is launched. On a host without the launch's accelerators (a laptop planning the 8-GPU
+   node's trials) resolution does not run: the plan is usable and ``checked`` says ``resolution
+   needs the node's GPUs: not resolved here``; missing hardware is never reported as SGLang refusing
+   the config;
 4. refuses trees that ask for more draft tokens than SGLang can select
    (``docs/sglang-facts.md#tree-candidate-bound``; SGLang itself fails only at CUDA-graph capture);
 5. writes the effective settings: resolved values, the environment SGLang will run with
-   (``docs/sglang-facts.md#environment-sglang-sets``), server args that differ from SGLang's defaults;
-6. keeps the launch (:class:`~.launch.Launch`: the flags in clear, bound to the plan's fingerprint) in the plan,
-   so a trial starts from the plan it was given and is never planned twice.
+   (``docs/sglang-facts.md#environment-sglang-sets``), server args that differ from SGLang's
+   defaults;
+6. keeps the launch (:class:`~.launch.Launch`: the flags in clear, bound to the plan's fingerprint)
+   in the plan, so a trial starts from the plan it was given and is never planned twice.
 
 ``speculative_adaptive: true`` becomes ``--speculative-adaptive`` (speculative trials only) and
 ``speculative_adaptive: true`` in the effective settings when SGLang's resolution keeps it on; when
-resolution turns it off (``topk > 1``, attention DP …) the key is left out, with SGLang's reason as a warning,
-so the trial is the static one SGLang runs. Without resolution, ``num_steps`` must be one of the default
-adaptive config's candidate steps, as SGLang checks at start (``docs/sglang-facts.md#speculative-adaptive``).
+resolution turns it off (``topk > 1``, attention DP …) the key is left out, with SGLang's reason as
+a warning, so the trial is the static one SGLang runs. Without resolution, ``num_steps`` must be one
+of the default adaptive config's candidate steps, as SGLang checks at start
+(``docs/sglang-facts.md#speculative-adaptive``).
 
 Pinned acceptance (``pinned_acceptance``) becomes SGLang's simulated acceptance (``srt/environ.py``,
-``speculative/spec_utils.py``): ``SGLANG_SIMULATE_ACC_LEN`` = the profile's accept length ``1 + sum(rates)``,
-``SGLANG_SIMULATE_ACC_METHOD=match-expected`` (each verify step accepts the floor or the ceiling of the length minus
-one drafts, weighted to match the mean) and ``SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token`` (the accepted
-drafts are emitted as drafted, the bonus token is the target's; the default ``fixed`` emits token id 100). SGLang
-pins one mean accept length, not a per-position profile: the effective profile is the minimum-variance one of that
-length (:func:`~bisect_eagle.spec.settings.profile_for_accept_length`), with a warning when the request asked for
-another shape. ``real-draft-token`` needs ``topk == 1`` (SGLang raises at the first verify otherwise) and the
-adaptive controller would pick ``num_steps`` from the simulated acceptance: both are refused with a pin. The variables
-are in the plan's ``env`` (and the launch's); a trial's own ``SGLANG_SIMULATE_*`` entries are refused with a pin and
-left as they are without one.
+``speculative/spec_utils.py``): ``SGLANG_SIMULATE_ACC_LEN`` = the profile's accept length ``1 +
+sum(rates)``, ``SGLANG_SIMULATE_ACC_METHOD=match-expected`` (each verify step accepts the floor or
+the ceiling of the length minus one drafts, weighted to match the mean) and
+``SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token`` (the accepted drafts are emitted as drafted, the
+bonus token is the target's; the default ``fixed`` emits token id 100). SGLang pins one mean accept
+length, not a per-position profile: the effective profile is the minimum-variance one of that length
+(:func:`~bisect_eagle.spec.settings.profile_for_accept_length`), with a warning when the request
+asked for another shape. ``real-draft-token`` needs ``topk == 1`` (SGLang raises at the first verify
+otherwise) and the adaptive controller would pick ``num_steps`` from the simulated acceptance: both
+are refused with a pin. The variables are in the plan's ``env`` (and the launch's); a trial's own
+``SGLANG_SIMULATE_*`` entries are refused with a pin and left as they are without one.
 
-Without SGLang the same plan is built with the project's own rules and says ``not checked against SGLang``. An
-installed SGLang that is not a release those rules are tested with (:data:`~.rules.TESTED_SGLANG`) refuses every
-plan with one line naming the version and the interpreter: the planner does not guess another release's rules.
+Without SGLang the same plan is built with the project's own rules and says ``not checked against
+SGLang``. An installed SGLang that is not a release those rules are tested with
+(:data:`~.rules.TESTED_SGLANG`) refuses every plan with one line naming the version and the
+interpreter: the planner does not guess another release's rules.
 """
 
 from __future__ import annotations
@@ -84,15 +90,29 @@ from bisect_eagle.spec.settings import ADAPTIVE, PINNED, LiveSettings, profile_f
 from bisect_eagle.tracking.redact import redact_env
 
 ENGINE = "sglang"
-SET_BY_SGLANG = {  # variables SGLang's launcher overwrites whatever the trial sets (0.5.23, entrypoints/engine.py)
+# variables SGLang's launcher overwrites whatever the trial sets (0.5.23, entrypoints/engine.py)
+SET_BY_SGLANG = {
     "CUDA_DEVICE_MAX_CONNECTIONS": "8",
 }
 IGNORED_ENV = ("SGLANG_ENABLE_SPEC_V2",)  # read nowhere in SGLang 0.5.23
-SIMULATE_ENV = ("SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD", "SGLANG_SIMULATE_ACC_TOKEN_MODE")
-PLANNED_INHERITED = ("NCCL_", "SGLANG_", "SGL_")  # inherited variables the plan shows (they change the server)
-RESOLVED_SERVER = ("attention_backend", "speculative_draft_attention_backend", "page_size", "max_running_requests",
-                   "cuda_graph_max_bs_decode", "disable_custom_all_reduce", "speculative_adaptive",
-                   "mem_fraction_static", "disable_overlap_schedule")
+SIMULATE_ENV = (
+    "SGLANG_SIMULATE_ACC_LEN",
+    "SGLANG_SIMULATE_ACC_METHOD",
+    "SGLANG_SIMULATE_ACC_TOKEN_MODE",
+)
+# inherited variables the plan shows (they change the server)
+PLANNED_INHERITED = ("NCCL_", "SGLANG_", "SGL_")
+RESOLVED_SERVER = (
+    "attention_backend",
+    "speculative_draft_attention_backend",
+    "page_size",
+    "max_running_requests",
+    "cuda_graph_max_bs_decode",
+    "disable_custom_all_reduce",
+    "speculative_adaptive",
+    "mem_fraction_static",
+    "disable_overlap_schedule",
+)
 
 
 @dataclass
@@ -116,7 +136,8 @@ class Planner(BasePlanner):
 
     label: ClassVar[str] = "SGLang"
 
-    # -- what the installed server is ---------------------------------------------------------------------
+    # -- what the installed server is
+    # ---------------------------------------------------------------------
 
     def _resolve_command(self) -> list[str]:
         try:
@@ -124,14 +145,20 @@ class Planner(BasePlanner):
         except BadInput as e:
             self._note = self._note or str(e)
             head = self.server.launch_command[0]
-            python = self.server.python if self.server.python and Path(head).name.startswith("python") else head
+            python = (
+                self.server.python
+                if self.server.python and Path(head).name.startswith("python")
+                else head
+            )
             return [python, *self.server.launch_command[1:]]
 
     def _start_oracle(self) -> Oracle | None:
         spec = parser_spec(list(self.server.launch_command))
         if spec is None:
             return None
-        python = interpreter(launch_command=list(self.server.launch_command), python=self.server.python, parser=spec)
+        python = interpreter(
+            launch_command=list(self.server.launch_command), python=self.server.python, parser=spec
+        )
         return Oracle(python=python, parser=spec)
 
     def oracle(self) -> Oracle | None:
@@ -143,7 +170,8 @@ class Planner(BasePlanner):
         return cast("Oracle | None", super().oracle())
 
     def flags(self) -> flagmod.ServerFlags | None:
-        """The server's flags: from its own parser, else its ``--help``; None (with a note) when neither runs.
+        """The server's flags: from its own parser, else its ``--help``; None (with a note) when
+        neither runs.
 
         Returns:
             The flags (probed once, then kept), or None.
@@ -151,12 +179,16 @@ class Planner(BasePlanner):
         if self._flags is None and self._note is None and self.check:
             desc = self.description()
             if desc is not None:
-                self._flags = flagmod.ServerFlags(tuple(self.command), desc.flags, desc.version, "parser")
+                self._flags = flagmod.ServerFlags(
+                    tuple(self.command), desc.flags, desc.version, "parser"
+                )
             else:
                 command = self.command
                 if self._note is None:
                     try:
-                        self._flags = flagmod.probe_help(command, shown=flagmod.shown(self.server.launch_command))
+                        self._flags = flagmod.probe_help(
+                            command, shown=flagmod.shown(self.server.launch_command)
+                        )
                     except BadInput as e:
                         self._note = str(e)
         return self._flags
@@ -178,26 +210,37 @@ class Planner(BasePlanner):
         servers."""
         if parser_spec(list(self.server.launch_command)) != "sglang":
             return None
-        return untested_version(self.version(), (self._oracle.python if self._oracle is not None else None)
-                                or self.server.python or self.command[0])
+        return untested_version(
+            self.version(),
+            (self._oracle.python if self._oracle is not None else None)
+            or self.server.python
+            or self.command[0],
+        )
 
     def _unchecked(self, why: str) -> str:
         return f"flags from --help only; {why}" if self._flags is not None else why
 
-    # -- the draft and the target ------------------------------------------------------------------------
+    # -- the draft and the target
+    # ------------------------------------------------------------------------
 
     def draft_info(self) -> _Draft:
         if self._draft is None:
             path = self.draft / "config.json"
-            if not path.is_file():  # a spec for another machine: the server reads the draft at launch
-                self._draft = _Draft(None, None, f"{path} is not on this machine; the server reads the draft's "
-                                                 "own ids at launch")
+            # a spec for another machine: the server reads the draft at launch
+            if not path.is_file():
+                self._draft = _Draft(
+                    None,
+                    None,
+                    f"{path} is not on this machine; the server reads the draft's own ids at "
+                    "launch",
+                )
                 return self._draft
             cfg = read_draft_config(self.draft)
             self._draft = _Draft(cfg.nested_ids, cfg.sglang_fc_aux())
         return self._draft
 
-    # -- the plan ----------------------------------------------------------------------------------------
+    # -- the plan
+    # ----------------------------------------------------------------------------------------
 
     def plan(self, settings: LiveSettings, *, port: int, draft_dir: Path) -> TrialPlan:
         """The trial's plan (:meth:`BasePlanner.plan`), with its :class:`~.launch.Launch` in
@@ -215,24 +258,44 @@ class Planner(BasePlanner):
         effective, warnings, refusal = speculative_effective(settings)
         refusal = refusal or self.version_refusal()
         if refusal is not None:
-            return make_plan(ENGINE, settings, effective=effective, refusal=refusal, checked=self.checked_by(False, ""))
+            return make_plan(
+                ENGINE,
+                settings,
+                effective=effective,
+                refusal=refusal,
+                checked=self.checked_by(False, ""),
+            )
         cfg = self.target_config
         ids, id_warnings, refusal = self._ids(settings, cfg)
         warnings += id_warnings
         effective[IDS_KEY] = ids
         try:
-            patch = None if settings.is_baseline or settings.eagle_aux_hidden_state_layer_ids is None \
+            patch = (
+                None
+                if settings.is_baseline or settings.eagle_aux_hidden_state_layer_ids is None
                 else draft_config_patch(list(ids or []))
-            args = trial_args(settings, server=self.server, target=self.target,
-                              draft_dir=None if settings.is_baseline else draft_dir, port=port)
+            )
+            args = trial_args(
+                settings,
+                server=self.server,
+                target=self.target,
+                draft_dir=None if settings.is_baseline else draft_dir,
+                port=port,
+            )
             args += self._negated_defaults(settings)
             if settings.speculative_adaptive and not settings.is_baseline:
                 args.append(Arg("--speculative-adaptive", (), ADAPTIVE))
             shown = flagmod.shown(self.server.launch_command)
             args, notes = flagmod.adapt_args(args, self.flags(), shown_command=shown)
         except BadInput as e:
-            return make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=str(e),
-                             checked=self.checked_by(False, ""))
+            return make_plan(
+                ENGINE,
+                settings,
+                effective=effective,
+                warnings=warnings,
+                refusal=str(e),
+                checked=self.checked_by(False, ""),
+            )
         warnings += notes
         refusal = refusal or tree_bound(settings)
         resolved, resolve_note = None, "resolution skipped"
@@ -240,9 +303,15 @@ class Planner(BasePlanner):
         if refusal is None and oracle is not None and oracle.available:
             draft_here = settings.is_baseline or (self.draft / "config.json").is_file()
             can_resolve = cfg is not None and draft_here
-            resolve_note = "resolved" if can_resolve else (
-                f"resolution skipped: {Path(self.server.model_path or self.target)}/config.json or "
-                f"{self.draft}/config.json is not readable here")
+            resolve_note = (
+                "resolved"
+                if can_resolve
+                else (
+                    "resolution skipped: "
+                    f"{Path(self.server.model_path or self.target)}/config.json or "
+                    f"{self.draft}/config.json is not readable here"
+                )
+            )
             verdict = oracle.judge(_judged_argv(args, self.draft), resolve=can_resolve)
             if verdict is not None and not verdict.ok:
                 where = f" ({verdict.where})" if verdict.where else ""
@@ -250,7 +319,8 @@ class Planner(BasePlanner):
             elif verdict is not None:
                 resolved = verdict.resolved
                 if resolved is None and verdict.unresolved:
-                    resolve_note = verdict.unresolved  # this host's devices, not the config: no refusal
+                    # this host's devices, not the config: no refusal
+                    resolve_note = verdict.unresolved
                 elif resolved is None and can_resolve:
                     resolve_note = "this parser has no settings resolution"
         if refusal is None and resolved is None:
@@ -262,14 +332,30 @@ class Planner(BasePlanner):
         warnings += pin_warnings
         refusal = refusal or pin_refusal
         effective["env"] = {**env, **simulated}
-        plan = make_plan(ENGINE, settings, effective=effective, warnings=warnings, refusal=refusal,
-                         argv=[*self.command, *argv_tokens(args)], env={**settings.env, **simulated},
-                         config_patch=patch, checked=self.checked_by(resolved is not None, resolve_note))
-        return replace(plan, private={"launch": Launch(fingerprint=plan.fingerprint, args=tuple(args)),
-                                      "env": simulated})
+        plan = make_plan(
+            ENGINE,
+            settings,
+            effective=effective,
+            warnings=warnings,
+            refusal=refusal,
+            argv=[*self.command, *argv_tokens(args)],
+            env={**settings.env, **simulated},
+            config_patch=patch,
+            checked=self.checked_by(resolved is not None, resolve_note),
+        )
+        return replace(
+            plan,
+            private={
+                "launch": Launch(fingerprint=plan.fingerprint, args=tuple(args)),
+                "env": simulated,
+            },
+        )
 
-    def _ids(self, s: LiveSettings, cfg: dict | None) -> tuple[list[int] | None, list[str], str | None]:
-        """(ids SGLang will read, warnings, refusal): the request's, else the draft's own nested ids."""
+    def _ids(
+        self, s: LiveSettings, cfg: dict | None
+    ) -> tuple[list[int] | None, list[str], str | None]:
+        """(ids SGLang will read, warnings, refusal): the request's, else the draft's own nested
+        ids."""
         if s.is_baseline:
             return None, [], None
         draft = self.draft_info()
@@ -277,12 +363,21 @@ class Planner(BasePlanner):
         ids = s.eagle_aux_hidden_state_layer_ids
         if ids is None:
             if draft.ids is None and not draft.note:
-                warnings.append(f"{self.draft}/config.json has no eagle_config.{IDS_KEY}: "
-                                f"SGLang silently captures its default layers; set {IDS_KEY}")
+                warnings.append(
+                    f"{self.draft}/config.json has no eagle_config.{IDS_KEY}: SGLang silently "
+                    f"captures its default layers; set {IDS_KEY}"
+                )
             return draft.ids, warnings, None
-        too_wide = None if draft.trained is None else layers.fc_width_refusal(
-            ids, width=draft.trained[0], said_by=draft.trained[1],
-            where=f"{self.draft / 'config.json'}")
+        too_wide = (
+            None
+            if draft.trained is None
+            else layers.fc_width_refusal(
+                ids,
+                width=draft.trained[0],
+                said_by=draft.trained[1],
+                where=f"{self.draft / 'config.json'}",
+            )
+        )
         if too_wide is not None:
             return ids, warnings, too_wide
         n = layers.target_depth(cfg) if cfg else None
@@ -291,18 +386,24 @@ class Planner(BasePlanner):
             try:
                 layers.ids_to_canonical(ids, conv, num_layers=n)
             except layers.LayerIdError as e:
-                if not (conv == "sglang-deepseek" and -1 in ids):  # SGLang takes -1 raw there: its rule decides
+                # SGLang takes -1 raw there: its rule decides
+                if not (conv == "sglang-deepseek" and -1 in ids):
                     return ids, warnings, f"{IDS_KEY} {ids}: {e} ({conv} rule)"
-            # SGLang's own capture rule, for SGLang launches (the stand-in server has its own capture)
-            refusal = self._captured(list(ids), cfg, n) if parser_spec(list(self.server.launch_command)) == "sglang" \
+            # SGLang's own capture rule, for SGLang launches (the stand-in server has its own
+            # capture)
+            refusal = (
+                self._captured(list(ids), cfg, n)
+                if parser_spec(list(self.server.launch_command)) == "sglang"
                 else None
+            )
             if refusal is not None:
                 return ids, warnings, refusal
         return ids, warnings, None
 
     def capture(self, ids: list[int] | None, cfg: dict, n: int) -> layers.SglangCapture:
-        """Which hidden states SGLang captures for ``ids`` on this target: SGLang's own hook of the target's
-        model class when the oracle runs it, else the project's table (labelled not checked against SGLang).
+        """Which hidden states SGLang captures for ``ids`` on this target: SGLang's own hook of the
+        target's model class when the oracle runs it, else the project's table (labelled not checked
+        against SGLang).
 
         Args:
             ids: the layer ids; None for SGLang's default.
@@ -323,115 +424,202 @@ class Planner(BasePlanner):
         if not one:
             return predicted
         desc = self.description()
-        who = f"SGLang {desc.version} {answer['class']}" if desc and desc.version else f"SGLang {answer['class']}"
-        failure = "counted" if answer.get("counted") else ("index" if one.get("error") else rule.failure)
+        who = (
+            f"SGLang {desc.version} {answer['class']}"
+            if desc and desc.version
+            else f"SGLang {answer['class']}"
+        )
+        failure = (
+            "counted" if answer.get("counted") else ("index" if one.get("error") else rule.failure)
+        )
         final = bool(answer.get("final_captured"))
-        reach = f"hidden_states[{n}] (the final state) is captured" if final else \
-            f"only hidden_states[0..{n - 1}] (layer inputs) are captured"
-        words = f"{answer['class']}.set_eagle3_layers_to_capture maps ids to layers_to_capture " \
-                f"{one.get('layers_to_capture')}; {reach}"
-        return layers.SglangCapture(ids, one.get("layers_to_capture"), list(one.get("captures") or []),
-                                    one.get("error"), words, who, failure)
+        reach = (
+            f"hidden_states[{n}] (the final state) is captured"
+            if final
+            else f"only hidden_states[0..{n - 1}] (layer inputs) are captured"
+        )
+        words = (
+            f"{answer['class']}.set_eagle3_layers_to_capture maps ids to layers_to_capture "
+            f"{one.get('layers_to_capture')}; {reach}"
+        )
+        return layers.SglangCapture(
+            ids,
+            one.get("layers_to_capture"),
+            list(one.get("captures") or []),
+            one.get("error"),
+            words,
+            who,
+            failure,
+        )
 
     def _captured(self, ids: list[int], cfg: dict, n: int) -> str | None:
-        """A refusal when SGLang would never capture one of ``ids`` (a launch that can only fail)."""
+        """A refusal when SGLang would never capture one of ``ids`` (a launch that can only
+        fail)."""
         cap = self.capture(ids, cfg, n)
         if cap.error is not None:
-            return (f"{IDS_KEY} {ids}: SGLang's capture hook raises {cap.error} at start-up "
-                    f"({cap.rule}; {cap.checked})")
+            return (
+                f"{IDS_KEY} {ids}: SGLang's capture hook raises {cap.error} at start-up "
+                f"({cap.rule}; {cap.checked})"
+            )
         if not cap.missed:
             return None
-        how = {"counted": "start-up fails at the first forward with 'captured "
-                          f"{len(ids) - len(cap.missed)} of {len(ids)} aux hidden states'",
-               "index": "start-up fails with IndexError"}.get(
-            cap.failure, f"the draft gets {len(ids) - len(cap.missed)} aux states where fc takes {len(ids)}: a shape "
-                         "error in fc")
-        return (f"{IDS_KEY} {ids}: SGLang never captures the state of id(s) {cap.missed} on "
-                f"this {n}-layer target ({cap.rule}), so {how}; checked by {cap.checked}")
+        how = {
+            "counted": (
+                "start-up fails at the first forward with "
+                f"'captured {len(ids) - len(cap.missed)} of {len(ids)} aux hidden states'"
+            ),
+            "index": "start-up fails with IndexError",
+        }.get(
+            cap.failure,
+            f"the draft gets {len(ids) - len(cap.missed)} aux states where fc takes {len(ids)}: a "
+            "shape error in fc",
+        )
+        return (
+            f"{IDS_KEY} {ids}: SGLang never captures the state of id(s) {cap.missed} on this "
+            f"{n}-layer target ({cap.rule}), so {how}; checked by {cap.checked}"
+        )
 
     def _negated_defaults(self, s: LiveSettings) -> list[Arg]:
-        """``server_args.x: false`` for a flag that defaults on: ``--no-x`` (a plain omission would keep it on)."""
-        return [Arg("--no-" + flag_name(key)[2:], (), f"settings.server_args.{key}")
-                for key in negated_keys(s.server_args, self.description())]
+        """``server_args.x: false`` for a flag that defaults on: ``--no-x`` (a plain omission would
+        keep it on)."""
+        return [
+            Arg("--no-" + flag_name(key)[2:], (), f"settings.server_args.{key}")
+            for key in negated_keys(s.server_args, self.description())
+        ]
 
     def _server_fields(self, s: LiveSettings, resolved: dict[str, Any] | None) -> dict[str, Any]:
-        """device, dtype, concurrency, server_args and ``server``: explicit defaults dropped, resolved values in."""
+        """device, dtype, concurrency, server_args and ``server``: explicit defaults dropped,
+        resolved values in."""
         desc = self.description()
         out: dict[str, Any] = {}
         for key in ("device", "dtype"):
             explicit = getattr(s, key) if key in s.model_fields_set else None
             out[key] = (resolved or {}).get(key) or explicit or "auto"
-        out["server_args"] = explicit_server_args(s.server_args, desc, resolved=resolved is not None,
-                                                  resolved_dests=RESOLVED_SERVER)
+        out["server_args"] = explicit_server_args(
+            s.server_args, desc, resolved=resolved is not None, resolved_dests=RESOLVED_SERVER
+        )
         if resolved is not None:
-            out["num_steps"] = resolved.get("speculative_num_steps") or 0 if not s.is_baseline else 0
+            out["num_steps"] = (
+                resolved.get("speculative_num_steps") or 0 if not s.is_baseline else 0
+            )
             if not s.is_baseline:
                 out["topk"] = resolved.get("speculative_eagle_topk")
                 out["num_draft_tokens"] = resolved.get("speculative_num_draft_tokens")
-            out.update(server_limits(s, resolved, keys=RESOLVED_SERVER, limit="max_running_requests"))
+            out.update(
+                server_limits(s, resolved, keys=RESOLVED_SERVER, limit="max_running_requests")
+            )
         return out
 
 
-JUDGED_PORT = "30000"  # the port never changes SGLang's verdict: one value keeps the oracle's cache warm
+# the port never changes SGLang's verdict: one value keeps the oracle's cache warm
+JUDGED_PORT = "30000"
 
 
 def _judged_argv(args: Sequence[Arg], draft: Path) -> list[str]:
-    """The argv SGLang judges: the trial's, with the draft read from its source directory (the per-trial copy is
+    """The argv SGLang judges: the trial's, with the draft read from its source directory (the
+    per-trial copy is
     made only at launch; resolution reads the draft's config) and one fixed port."""
     return argv_tokens(with_values(args, {DRAFT_FLAG: str(draft), PORT_FLAG: JUDGED_PORT}))
 
 
-def simulated_acceptance(s: LiveSettings, effective: dict[str, Any]) -> tuple[dict[str, str], list[str], str | None]:
-    """SGLang's simulated acceptance for a pinned trial (module docstring): (the variables to set, warnings, refusal).
+def simulated_acceptance(
+    s: LiveSettings, effective: dict[str, Any]
+) -> tuple[dict[str, str], list[str], str | None]:
+    """SGLang's simulated acceptance for a pinned trial (module docstring): (the variables to set,
+    warnings, refusal).
 
-    Sets ``effective["pinned_acceptance"]`` to the profile SGLang runs (the minimum-variance one of the requested
-    accept length, over the effective ``num_steps``); nothing for a natural trial.
+    Sets ``effective["pinned_acceptance"]`` to the profile SGLang runs (the minimum-variance one of
+    the requested accept length, over the effective ``num_steps``); nothing for a natural trial.
     """
     rates = s.pinned_acceptance
     if rates is None:
         return {}, [], None
     own = [k for k in SIMULATE_ENV if k in s.env]
     if own:
-        return {}, [], (f"{PINNED} sets {', '.join(SIMULATE_ENV)} itself; drop env.{own[0]} from the trial (two "
-                        "simulations of one server cannot both hold)")
+        return (
+            {},
+            [],
+            (
+                f"{PINNED} sets {', '.join(SIMULATE_ENV)} itself; drop env.{own[0]} from the trial "
+                "(two simulations of one server cannot both hold)"
+            ),
+        )
     if s.topk != 1:
-        return {}, [], (f"{PINNED} with topk {s.topk}: SGLang's simulated acceptance with real draft tokens raises "
-                        "'SGLANG_SIMULATE_ACC_LEN with real draft tokens currently requires speculative_eagle_topk=1.' "
-                        "at the first verify step; pin a chain (topk 1)")
+        return (
+            {},
+            [],
+            (
+                f"{PINNED} with topk {s.topk}: SGLang's simulated acceptance with real draft "
+                "tokens raises 'SGLANG_SIMULATE_ACC_LEN with real draft tokens currently requires "
+                "speculative_eagle_topk=1.' at the first verify step; pin a chain (topk 1)"
+            ),
+        )
     if s.speculative_adaptive:
-        return {}, [], (f"{PINNED} with speculative_adaptive: SGLang's adaptive controller picks num_steps from the "
-                        "acceptance it observes, which the simulation sets; pin a static num_steps")
+        return (
+            {},
+            [],
+            (
+                f"{PINNED} with speculative_adaptive: SGLang's adaptive controller picks num_steps "
+                "from the acceptance it observes, which the simulation sets; pin a static num_steps"
+            ),
+        )
     steps = effective.get("num_steps") or s.num_steps
     length = 1 + sum(rates)
     profile = profile_for_accept_length(min(length, steps + 1.0), steps)
-    warnings = [f"SGLang pins one mean accept length (SGLANG_SIMULATE_ACC_LEN={length:.6g}), not a per-position "
-                f"profile: each verify step accepts {int(length - 1)} or {int(length - 1) + 1} drafts, i.e. the "
-                f"profile {profile} instead of the requested {rates}"] \
-        if any(abs(a - b) > 1e-9 for a, b in zip(profile, rates, strict=True)) else []
-    warnings.append("acceptance is simulated (SGLang's real-draft-token mode): accepted drafts are emitted as drafted, "
-                    "so the output is not the target's greedy text; the trial measures cost at a pinned accept length")
+    warnings = (
+        [
+            f"SGLang pins one mean accept length (SGLANG_SIMULATE_ACC_LEN={length:.6g}), not a "
+            f"per-position profile: each verify step accepts {int(length - 1)} or "
+            f"{int(length - 1) + 1} drafts, i.e. the profile {profile} instead of the requested "
+            f"{rates}"
+        ]
+        if any(abs(a - b) > 1e-9 for a, b in zip(profile, rates, strict=True))
+        else []
+    )
+    warnings.append(
+        "acceptance is simulated (SGLang's real-draft-token mode): accepted drafts are emitted as "
+        "drafted, so the output is not the target's greedy text; the trial measures cost at a "
+        "pinned accept length"
+    )
     effective[PINNED] = profile
-    return {"SGLANG_SIMULATE_ACC_LEN": f"{length:.6g}", "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
-            "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}, warnings, None
+    return (
+        {
+            "SGLANG_SIMULATE_ACC_LEN": f"{length:.6g}",
+            "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+            "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token",
+        },
+        warnings,
+        None,
+    )
 
 
-def sglang_env(s: LiveSettings, environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+def sglang_env(
+    s: LiveSettings, environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], list[str]]:
     """The trial's environment as SGLang 0.5.23 will run it, and warnings about what it overrides.
 
-    The server inherits the controller's environment (``environ``, default ``os.environ``) under the trial's
-    ``env``: inherited ``NCCL_*`` and ``SGLANG_*`` variables (:data:`PLANNED_INHERITED`, secrets left out) the
-    trial does not set are part of the plan, and SGLang's own rules see them as it will (``NCCL_NVLS_ENABLE=1``
-    exported in the shell stays 1). ``NCCL_NVLS_ENABLE`` and ``NCCL_CUMEM_ENABLE`` unset become ``0`` (``1`` with
-    ``--enable-nccl-nvls`` / ``--enable-symm-mem``); ``CUDA_DEVICE_MAX_CONNECTIONS`` is always 8;
-    ``SGLANG_ENABLE_SPEC_V2`` is read nowhere.
+    The server inherits the controller's environment (``environ``, default ``os.environ``) under the
+    trial's ``env``: inherited ``NCCL_*`` and ``SGLANG_*`` variables (:data:`PLANNED_INHERITED`,
+    secrets left out) the trial does not set are part of the plan, and SGLang's own rules see them
+    as it will (``NCCL_NVLS_ENABLE=1`` exported in the shell stays 1). ``NCCL_NVLS_ENABLE`` and
+    ``NCCL_CUMEM_ENABLE`` unset become ``0`` (``1`` with ``--enable-nccl-nvls`` /
+    ``--enable-symm-mem``); ``CUDA_DEVICE_MAX_CONNECTIONS`` is always 8; ``SGLANG_ENABLE_SPEC_V2``
+    is read nowhere.
     """
-    inherited = {k: v for k, v in inherited_env(dict(os.environ if environ is None else environ),
-                                                PLANNED_INHERITED).items()
-                 if k not in s.env and k not in IGNORED_ENV}
+    inherited = {
+        k: v
+        for k, v in inherited_env(
+            dict(os.environ if environ is None else environ), PLANNED_INHERITED
+        ).items()
+        if k not in s.env and k not in IGNORED_ENV
+    }
     env = {**inherited, **s.env}
     shown = ", ".join(f"{k}={v}" for k, v in redact_env(inherited).items())
-    warnings = [f"inherited from the controller's environment (the trial does not set them): "
-                f"{shown}"] if inherited else []
+    warnings = (
+        [f"inherited from the controller's environment (the trial does not set them): {shown}"]
+        if inherited
+        else []
+    )
     on = bool(s.server_args.get("enable_nccl_nvls") or s.server_args.get("enable_symm_mem"))
     if "NCCL_NVLS_ENABLE" not in env or on:
         env["NCCL_NVLS_ENABLE"] = str(int(on))
@@ -440,10 +628,14 @@ def sglang_env(s: LiveSettings, environ: Mapping[str, str] | None = None) -> tup
         env["NCCL_CUMEM_ENABLE"] = str(int(symm))
     for name, value in SET_BY_SGLANG.items():
         if name in env and env[name] != value:
-            warnings.append(f"env.{name}={env[name]} is overwritten to {value} by SGLang's launcher")
+            warnings.append(
+                f"env.{name}={env[name]} is overwritten to {value} by SGLang's launcher"
+            )
         env[name] = value
     for name in IGNORED_ENV:
         if name in env:
-            warnings.append(f"env.{name} is read nowhere in SGLang 0.5.23; it does not change the trial")
+            warnings.append(
+                f"env.{name} is read nowhere in SGLang 0.5.23; it does not change the trial"
+            )
             del env[name]
     return env, warnings

@@ -30,66 +30,92 @@ from bisect_eagle.keys import IDS_KEY
 from bisect_eagle.perf.adaptive import DEFAULT_ADAPTIVE_CONFIG
 from bisect_eagle.spec.settings import ADAPTIVE, LiveSettings
 
-TESTED_SGLANG = ("0.5.23",)  # the SGLang releases the planner's rules and the oracle are tested with (pyproject pin)
-# the candidate_steps of every bucket of SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG (the table's one home: perf/adaptive)
-ADAPTIVE_STEPS = tuple(sorted({s for slot in DEFAULT_ADAPTIVE_CONFIG.values() for s in slot["candidate_steps"]}))
+# the SGLang releases the planner's rules and the oracle are tested with (pyproject pin)
+TESTED_SGLANG = ("0.5.23",)
+# the candidate_steps of every bucket of SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG (the table's one
+# home: perf/adaptive)
+ADAPTIVE_STEPS = tuple(
+    sorted({s for slot in DEFAULT_ADAPTIVE_CONFIG.values() for s in slot["candidate_steps"]})
+)
 
 
 def untested_version(version: str | None, where: str) -> str | None:
-    """A one-line refusal when the SGLang at ``where`` is a release the planner is not tested with (None: tested or
-    unknown). The planner's own rules (the environment SGLang's launcher sets, adaptive candidate steps, the tree
+    """A one-line refusal when the SGLang at ``where`` is a release the planner is not tested with
+    (None: tested or unknown). The planner's own rules (the environment SGLang's launcher sets,
+    adaptive candidate steps, the tree
     bound, the capture fallback table) are those releases'; on another one it refuses to guess."""
     if version is None or version in TESTED_SGLANG:
         return None
-    return (f"SGLang {version} ({where}) is not a release the sglang planner is tested with "
-            f"({', '.join(TESTED_SGLANG)}); its rules would be guesses there: install sglang=={TESTED_SGLANG[-1]} in "
-            "that environment (pip install 'bisect-eagle[sglang]') or point engine.sglang.python / --sglang-python "
-            "at one")
+    return (
+        f"SGLang {version} ({where}) is not a release the sglang planner is tested with "
+        f"({', '.join(TESTED_SGLANG)}); its rules would be guesses there: install "
+        f"sglang=={TESTED_SGLANG[-1]} in that environment (pip install 'bisect-eagle[sglang]') or "
+        "point engine.sglang.python / --sglang-python at one"
+    )
 
 
 def tree_bound(s: LiveSettings) -> str | None:
-    """SGLang selects ``num_draft_tokens - 1`` of ``topk + (num_steps - 1)·topk²`` tree candidates."""
+    """SGLang selects ``num_draft_tokens - 1`` of ``topk + (num_steps - 1)·topk²`` tree
+    candidates."""
     if s.is_baseline or s.topk <= 1 or s.num_draft_tokens is None:
         return None
-    candidates = s.topk + (s.num_steps - 1) * s.topk ** 2
+    candidates = s.topk + (s.num_steps - 1) * s.topk**2
     if s.num_draft_tokens - 1 > candidates:
-        return (f"num_draft_tokens {s.num_draft_tokens} with topk {s.topk} and num_steps {s.num_steps}: SGLang "
-                f"selects num_draft_tokens - 1 = {s.num_draft_tokens - 1} of topk + (num_steps - 1)·topk² = "
-                f"{candidates} candidates (srt/speculative/eagle_utils.py organize_draft_results) and fails at "
-                "draft CUDA-graph capture; lower num_draft_tokens or raise num_steps")
+        return (
+            f"num_draft_tokens {s.num_draft_tokens} with topk {s.topk} and num_steps "
+            f"{s.num_steps}: SGLang selects num_draft_tokens - 1 = {s.num_draft_tokens - 1} of "
+            f"topk + (num_steps - 1)·topk² = {candidates} candidates "
+            "(srt/speculative/eagle_utils.py organize_draft_results) and fails at draft CUDA-graph "
+            "capture; lower num_draft_tokens or raise num_steps"
+        )
     return None
 
 
 def adaptive_steps(s: LiveSettings) -> str | None:
-    """SGLang's start-up check of adaptive ``num_steps`` against its default config's candidates (when the
-    server's own resolution did not run and no ``speculative_adaptive_config`` replaces the defaults)."""
-    if not s.speculative_adaptive or s.is_baseline or s.topk != 1 or "speculative_adaptive_config" in s.server_args:
+    """SGLang's start-up check of adaptive ``num_steps`` against its default config's candidates
+    (when the server's own resolution did not run and no ``speculative_adaptive_config`` replaces
+    the defaults)."""
+    if (
+        not s.speculative_adaptive
+        or s.is_baseline
+        or s.topk != 1
+        or "speculative_adaptive_config" in s.server_args
+    ):
         return None
     if s.num_steps in ADAPTIVE_STEPS:
         return None
-    return (f"--speculative-num-steps={s.num_steps} is not in the adaptive config candidate_steps "
-            f"{list(ADAPTIVE_STEPS)}. Pass one of those values. (SGLang 0.5.23 refuses to start: "
-            "srt/arg_groups/speculative_hook.py _init_adaptive_speculative_params)")
+    return (
+        f"--speculative-num-steps={s.num_steps} is not in the adaptive config candidate_steps "
+        f"{list(ADAPTIVE_STEPS)}. Pass one of those values. (SGLang 0.5.23 refuses to start: "
+        "srt/arg_groups/speculative_hook.py _init_adaptive_speculative_params)"
+    )
 
 
-def resolved_adaptive(s: LiveSettings, effective: dict[str, Any], resolved: dict[str, Any] | None) -> list[str]:
-    """``speculative_adaptive`` as SGLang resolved it, in ``effective`` (the key only when on); a warning when
-    SGLang turned off a mode the project's own rules kept on (those that turned it off already warned)."""
+def resolved_adaptive(
+    s: LiveSettings, effective: dict[str, Any], resolved: dict[str, Any] | None
+) -> list[str]:
+    """``speculative_adaptive`` as SGLang resolved it, in ``effective`` (the key only when on); a
+    warning when SGLang turned off a mode the project's own rules kept on (those that turned it off
+    already warned)."""
     if resolved is None or s.is_baseline or not effective.get(ADAPTIVE):
         return []
     if resolved.get(ADAPTIVE):
         effective[ADAPTIVE] = True
         return []
     effective.pop(ADAPTIVE, None)
-    return [adaptive_off_warning(resolved.get(ADAPTIVE_OFF) or "its settings resolution disabled it")]
+    return [
+        adaptive_off_warning(resolved.get(ADAPTIVE_OFF) or "its settings resolution disabled it")
+    ]
 
 
 def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
-    """SGLang's EAGLE-family rules applied to a request: (effective settings, warnings about overrides).
+    """SGLang's EAGLE-family rules applied to a request: (effective settings, warnings about
+    overrides).
 
     ``speculative_adaptive`` with ``topk > 1`` is turned off, as SGLang does with only a warning
-    (``adaptive_unsupported_reason``; its reason quoted). Which ``num_steps`` adaptive accepts depends on the
-    server's adaptive config; the sglang planner checks that (``docs/sglang-facts.md#speculative-adaptive``).
+    (``adaptive_unsupported_reason``; its reason quoted). Which ``num_steps`` adaptive accepts
+    depends on the server's adaptive config; the sglang planner checks that
+    (``docs/sglang-facts.md#speculative-adaptive``).
 
     Args:
         s: the requested settings.
@@ -104,22 +130,31 @@ def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
             without ``num_draft_tokens``.
     """
     if s.is_baseline:
-        return s.model_copy(update={"num_steps": 0, "topk": 0, "num_draft_tokens": 0,
-                                    IDS_KEY: None, ADAPTIVE: False}), []
+        return s.model_copy(
+            update={
+                "num_steps": 0,
+                "topk": 0,
+                "num_draft_tokens": 0,
+                IDS_KEY: None,
+                ADAPTIVE: False,
+            }
+        ), []
     if s.num_steps < 1:
         raise BadInput(f"num_steps must be >= 1 for speculative decoding, got {s.num_steps}")
     if s.topk < 1:
         raise BadInput(f"topk must be >= 1, got {s.topk}")
     warnings = []
     if s.speculative_adaptive and s.topk != 1:
-        warnings.append(adaptive_off_warning(f"speculative_eagle_topk={s.topk} (only topk=1 is supported)"))
+        warnings.append(
+            adaptive_off_warning(f"speculative_eagle_topk={s.topk} (only topk=1 is supported)")
+        )
         s = s.model_copy(update={ADAPTIVE: False})
     ndt = s.num_draft_tokens
     if s.topk == 1 and ndt != s.num_steps + 1:
         if ndt is not None:
             warnings.append(
-                f"topk == 1 forces num_draft_tokens = num_steps + 1 = {s.num_steps + 1} "
-                f"(requested {ndt}; SGLang overrides it with only a warning)"
+                f"topk == 1 forces num_draft_tokens = num_steps + 1 = {s.num_steps + 1} (requested "
+                f"{ndt}; SGLang overrides it with only a warning)"
             )
         ndt = s.num_steps + 1
     elif ndt is None:
@@ -128,7 +163,8 @@ def apply_speculative_rules(s: LiveSettings) -> tuple[LiveSettings, list[str]]:
 
 
 def adaptive_off_warning(reason: str) -> str:
-    """The warning of a request for adaptive speculation that SGLang turns off, with SGLang's ``reason``.
+    """The warning of a request for adaptive speculation that SGLang turns off, with SGLang's
+    ``reason``.
 
     Args:
         reason: why SGLang turns it off, in SGLang's words.
@@ -136,16 +172,19 @@ def adaptive_off_warning(reason: str) -> str:
     Returns:
         One line saying the static ``num_steps`` runs instead.
     """
-    return f"{ADAPTIVE} is turned off by SGLang: {reason}; it runs the static num_steps, with only a warning"
+    return (
+        f"{ADAPTIVE} is turned off by SGLang: {reason}; it runs the static num_steps, with only a "
+        "warning"
+    )
 
 
 def speculative_effective(settings: LiveSettings) -> tuple[dict[str, Any], list[str], str | None]:
     """SGLang's speculative rules applied: (effective fields in clear, warnings, refusal or None).
 
-    The baseline drops every speculative field to its neutral value; a request the rules refuse keeps its
-    requested values and carries the reason. ``speculative_adaptive`` appears only when on and
-    ``pinned_acceptance`` only when set, so the effective settings (and fingerprints) of configs without them are
-    what they were before the fields existed.
+    The baseline drops every speculative field to its neutral value; a request the rules refuse
+    keeps its requested values and carries the reason. ``speculative_adaptive`` appears only when on
+    and ``pinned_acceptance`` only when set, so the effective settings (and fingerprints) of configs
+    without them are what they were before the fields existed.
     """
     try:
         eff, warnings = apply_speculative_rules(settings)

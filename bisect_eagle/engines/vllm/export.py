@@ -35,12 +35,14 @@ from bisect_eagle.spec.settings import LiveSettings
 
 
 def draft_copy_dir(draft: Path, vllm_ids: list[int]) -> Path:
-    """Where the exported launch expects the draft copy carrying ``vllm_ids`` at the top level: beside the draft."""
+    """Where the exported launch expects the draft copy carrying ``vllm_ids`` at the top level:
+    beside the draft."""
     return draft.parent / f"{draft.name}-vllm-ids-{'-'.join(str(i) for i in vllm_ids)}"
 
 
 def measured_settings(settings: LiveSettings, effective: Mapping[str, Any]) -> LiveSettings:
-    """``settings`` with the speculative depth the trial's plan states it measured (``num_steps``, which vLLM ran as
+    """``settings`` with the speculative depth the trial's plan states it measured (``num_steps``,
+    which vLLM ran as
     ``num_speculative_tokens``, and ``num_draft_tokens`` = steps + 1)."""
     if settings.is_baseline:
         return settings
@@ -56,8 +58,9 @@ def measured_settings(settings: LiveSettings, effective: Mapping[str, Any]) -> L
     return settings.model_validate({**settings.model_dump(exclude_unset=True), **update})
 
 
-def export_plan(planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any],
-                port: int) -> tuple[TrialPlan, dict[str, Any]]:
+def export_plan(
+    planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any], port: int
+) -> tuple[TrialPlan, dict[str, Any]]:
     """The vLLM plan of a logged trial (:func:`measured_settings`), naming the draft copy the
     trial's ids need.
 
@@ -78,18 +81,37 @@ def export_plan(planner: Planner, settings: LiveSettings, *, effective: Mapping[
     plan = planner.plan(settings, port=port, draft_dir=draft)
     ids = (plan.config_patch or {}).get(IDS_KEY)
     copy = None
-    if ids is not None:  # served from a copy with the trial's ids at the top level, as the trial was
+    # served from a copy with the trial's ids at the top level, as the trial was
+    if ids is not None:
         copy = draft_copy_dir(draft, ids)
         plan = planner.plan(settings, port=port, draft_dir=copy)
     warnings = list(plan.warnings)
     measured = effective.get("vllm_aux_layer_ids")
     served = plan.effective.get("vllm_aux_layer_ids")
-    if not settings.is_baseline and measured is not None and served is not None and measured != served:
-        warnings.append(f"the trial measured vLLM aux layer ids {measured}, this launch captures {served} (has the "
-                        f"draft's config.json changed since?)")
-    note = None if copy is None else (
-        f"copy {draft} to {copy} (its files, or symlinks to them; the draft itself stays as it is) and merge into "
-        f"{copy}/config.json (vLLM reads these top-level ids before eagle_config's):")
-    return plan, {"draft_config": None if settings.is_baseline else str((copy or draft) / "config.json"),
-                  "draft_source": None if settings.is_baseline else str(draft), "draft_note": note, "server": "vLLM",
-                  "warnings": warnings, "server_version": planner.version()}
+    if (
+        not settings.is_baseline
+        and measured is not None
+        and served is not None
+        and measured != served
+    ):
+        warnings.append(
+            f"the trial measured vLLM aux layer ids {measured}, this launch captures {served} (has "
+            "the draft's config.json changed since?)"
+        )
+    note = (
+        None
+        if copy is None
+        else (
+            f"copy {draft} to {copy} (its files, or symlinks to them; the draft itself stays as it "
+            f"is) and merge into {copy}/config.json (vLLM reads these top-level ids before "
+            "eagle_config's):"
+        )
+    )
+    return plan, {
+        "draft_config": None if settings.is_baseline else str((copy or draft) / "config.json"),
+        "draft_source": None if settings.is_baseline else str(draft),
+        "draft_note": note,
+        "server": "vLLM",
+        "warnings": warnings,
+        "server_version": planner.version(),
+    }

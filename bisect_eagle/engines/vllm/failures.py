@@ -1,18 +1,21 @@
-"""Failure classes of a vllm trial, recognised on vLLM 0.32's own messages (real fixtures in the tests).
+"""Failure classes of a vllm trial, recognised on vLLM 0.32's own messages (real fixtures in the
+tests).
 
-- ``bad_arguments``: the parser refused the argv (``api_server.py: error: …`` after a ``usage:`` block, exit
-  status 2), or the engine-args resolution raised before any engine started (a traceback through
-  ``engine/arg_utils.py``, ``vllm/config/`` or the entry point's argument checks, e.g. pydantic's
-  ``ValidationError: 1 validation error for SpeculativeConfig``) — normally caught by the plan before any launch;
-- ``out_of_memory``: the KV cache does not fit (CPU: ``Available memory on node … is less than requested memory
-  for kv``; any device: ``… KV cache is needed, which is larger than the available KV cache memory``; GPU:
-  ``No available memory for the cache blocks``, ``… is less than desired GPU memory utilization``), or an
-  allocator's out-of-memory error, in any phase;
-- ``capture_error``: the engine died in the draft's aux hidden-state input (a fatal EngineCore traceback through
-  ``combine_hidden_states``, the draft's ``fc``): what ids outside ``[0, N]`` do, at the first request;
-- ``launch_error``: exited before ready for another reason; ``readiness_timeout``: ``/health`` never answered 200 in
-  time; ``hung_request``: a request got no answer in time; ``crash_during_benchmark``: the engine died
-  (``EngineDeadError``) or a request failed otherwise.
+- ``bad_arguments``: the parser refused the argv (``api_server.py: error: …`` after a ``usage:``
+  block, exit status 2), or the engine-args resolution raised before any engine started (a traceback
+  through ``engine/arg_utils.py``, ``vllm/config/`` or the entry point's argument checks, e.g.
+  pydantic's ``ValidationError: 1 validation error for SpeculativeConfig``) — normally caught by the
+  plan before any launch;
+- ``out_of_memory``: the KV cache does not fit (CPU: ``Available memory on node … is less than
+  requested memory for kv``; any device: ``… KV cache is needed, which is larger than the available
+  KV cache memory``; GPU: ``No available memory for the cache blocks``, ``… is less than desired GPU
+  memory utilization``), or an allocator's out-of-memory error, in any phase;
+- ``capture_error``: the engine died in the draft's aux hidden-state input (a fatal EngineCore
+  traceback through ``combine_hidden_states``, the draft's ``fc``): what ids outside ``[0, N]`` do,
+  at the first request;
+- ``launch_error``: exited before ready for another reason; ``readiness_timeout``: ``/health`` never
+  answered 200 in time; ``hung_request``: a request got no answer in time;
+  ``crash_during_benchmark``: the engine died (``EngineDeadError``) or a request failed otherwise.
 """
 
 from __future__ import annotations
@@ -22,20 +25,32 @@ import re
 from bisect_eagle.engines.base import FailureClass
 from bisect_eagle.engines.served import FailureLog
 
-_ARGPARSE = re.compile(r"^[\w.\- ]+: error: ", re.M)  # "api_server.py: error: ..." / "vllm serve: error: ..."
+# "api_server.py: error: ..." / "vllm serve: error: ..."
+_ARGPARSE = re.compile(r"^[\w.\- ]+: error: ", re.M)
 _OOM = re.compile(
     r"out of memory|OutOfMemoryError|can't allocate memory|is less than requested memory for kv|"
-    r"is less than desired (?:GPU|CPU) memory utilization|KV cache is needed, which is larger than the available "
-    r"KV cache memory|No available memory for the cache blocks", re.I)
+    r"is less than desired (?:GPU|CPU) memory utilization|KV cache is needed, which is larger than "
+    r"the available "
+    r"KV cache memory|No available memory for the cache blocks",
+    re.I,
+)
 _PREFIX = re.compile(r"^\((?:EngineCore|APIServer|Worker)[^)]*\) \w+ [\d-]+ [\d:]+ \[[^\]]+\] ?")
-_EXC = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception|Exit)\b|AssertionError|KeyError|KeyboardInterrupt)(?::|$)")
-_CONFIG_FRAMES = ("vllm/engine/arg_utils.py", "vllm/config/", "entrypoints/launchers/cli_args.py",
-                  "entrypoints/launchers/launcher.py", "pydantic/")
+_EXC = re.compile(
+    r"^(?:[\w.]+\.)?(\w+(?:Error|Exception|Exit)\b|AssertionError|KeyError|KeyboardInterrupt)(?::|$)"
+)
+_CONFIG_FRAMES = (
+    "vllm/engine/arg_utils.py",
+    "vllm/config/",
+    "entrypoints/launchers/cli_args.py",
+    "entrypoints/launchers/launcher.py",
+    "pydantic/",
+)
 _FATAL = ("EngineCore encountered a fatal error", "EngineCore failed to start")
 
 
 def _body(line: str) -> str:
-    """A log line without vLLM's ``(EngineCore pid=…) ERROR 12-01 09:28:35 [core.py:1512]`` prefix."""
+    """A log line without vLLM's ``(EngineCore pid=…) ERROR 12-01 09:28:35 [core.py:1512]``
+    prefix."""
     return _PREFIX.sub("", line)
 
 
@@ -48,7 +63,12 @@ def _tracebacks(log: str) -> list[tuple[list[str], str]]:
         if line.startswith("Traceback (most recent call last):"):
             frames = []
         elif frames is not None:
-            if line.startswith("  File ") or line.startswith("    ") or not line.strip() or line.startswith("  ["):
+            if (
+                line.startswith("  File ")
+                or line.startswith("    ")
+                or not line.strip()
+                or line.startswith("  [")
+            ):
                 if line.startswith("  File "):
                     frames.append(line.strip())
             else:
@@ -116,7 +136,9 @@ class VllmFailures(FailureLog):
             The error with where it happened, or None.
         """
         fatal = engine_fatal(log)
-        if fatal is not None and any("combine_hidden_states" in f or "aux_hidden" in f for f in fatal[0]):
+        if fatal is not None and any(
+            "combine_hidden_states" in f or "aux_hidden" in f for f in fatal[0]
+        ):
             return f"{fatal[1]} (in the draft's aux hidden-state input, combine_hidden_states)"
         return None
 

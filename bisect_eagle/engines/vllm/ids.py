@@ -1,22 +1,25 @@
-"""EAGLE-3 aux layer ids as vLLM 0.32 reads them, and the trial's ids converted into vLLM's convention.
+"""EAGLE-3 aux layer ids as vLLM 0.32 reads them, and the trial's ids converted into vLLM's
+convention.
 
-vLLM's convention (``vllm/model_executor/models/llama.py:425-441`` ``LlamaModel.forward``): id ``L`` is the input to
-decoder layer ``L``, i.e. the Hugging Face ``hidden_states[L]``, the project's canonical index
-(:mod:`bisect_eagle.artifacts.layers` row ``vllm``: offset 0, ids 0..N). A trial's requested ids are in SGLang's
-convention for the target's family (``LiveSettings``); they are converted through the canonical index.
+vLLM's convention (``vllm/model_executor/models/llama.py:425-441`` ``LlamaModel.forward``): id ``L``
+is the input to decoder layer ``L``, i.e. the Hugging Face ``hidden_states[L]``, the project's
+canonical index (:mod:`bisect_eagle.artifacts.layers` row ``vllm``: offset 0, ids 0..N). A trial's
+requested ids are in SGLang's convention for the target's family (``LiveSettings``); they are
+converted through the canonical index.
 
 Where vLLM reads the ids of a draft (``vllm/v1/worker/gpu_model_runner.py:5251-5285``
-``_get_eagle3_aux_layers_from_config``): the top-level ``eagle_aux_hidden_state_layer_ids`` when non-empty, else
-``eagle_config.eagle_aux_hidden_state_layer_ids`` **verbatim** (a SpecForge/SGLang draft's nested ids, written in
-SGLang's convention, are read one layer shallower), else the target model's default ``(2, N//2, N-3)``
-(``vllm/model_executor/models/interfaces.py:1712-1733``). The draft's ``fc`` takes ``num_aux_hidden_states``
-states, else as many as the nested ids, else 3 (``vllm/model_executor/models/llama_eagle3.py:209-216``); the
-top-level ids do not size it. So the engine writes the trial's ids at the top level of a per-trial copy and
-leaves the nested ones alone.
+``_get_eagle3_aux_layers_from_config``): the top-level ``eagle_aux_hidden_state_layer_ids`` when
+non-empty, else ``eagle_config.eagle_aux_hidden_state_layer_ids`` **verbatim** (a SpecForge/SGLang
+draft's nested ids, written in SGLang's convention, are read one layer shallower), else the target
+model's default ``(2, N//2, N-3)`` (``vllm/model_executor/models/interfaces.py:1712-1733``). The
+draft's ``fc`` takes ``num_aux_hidden_states`` states, else as many as the nested ids, else 3
+(``vllm/model_executor/models/llama_eagle3.py:209-216``); the top-level ids do not size it. So the
+engine writes the trial's ids at the top level of a per-trial copy and leaves the nested ones alone.
 
-vLLM does not check the ids at start: ``-1`` passes startup and kills the engine at the first request
-(``RuntimeError: shape '[-1, 576]' is invalid for input of size 24576`` in the draft's ``fc``, measured on the tiny
-pair; ``tests/engines/vllm/fixtures/engine-dead-first-request.log``), so ids outside ``[0, N]`` are refused here.
+vLLM does not check the ids at start: ``-1`` passes startup and kills the engine at the first
+request (``RuntimeError: shape '[-1, 576]' is invalid for input of size 24576`` in the draft's
+``fc``, measured on the tiny pair; ``tests/engines/vllm/fixtures/engine-dead-first-request.log``),
+so ids outside ``[0, N]`` are refused here.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class DraftIds:
 
     @property
     def read(self) -> tuple[list[int] | None, str]:
-        """(ids vLLM captures, where from: ``top-level``, ``eagle_config`` or ``default``); None = the default."""
+        """(ids vLLM captures, where from: ``top-level``, ``eagle_config`` or ``default``); None =
+        the default."""
         if self.top_level:
             return list(self.top_level), "top-level"
         if self.nested:
@@ -52,14 +56,18 @@ class DraftIds:
 
 
 def _int_list(value: Any) -> list[int] | None:
-    if isinstance(value, (list, tuple)) and value and all(isinstance(i, int) and not isinstance(i, bool)
-                                                          for i in value):
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+    ):
         return [int(i) for i in value]
     return None
 
 
 def draft_ids(config: dict) -> DraftIds:
-    """vLLM's reading of a draft ``config.json`` (already parsed): top-level and nested ids, fc width.
+    """vLLM's reading of a draft ``config.json`` (already parsed): top-level and nested ids, fc
+    width.
 
     Args:
         config: the draft's parsed config.json.
@@ -81,15 +89,17 @@ def draft_ids(config: dict) -> DraftIds:
 
 
 def default_ids(num_layers: int) -> list[int]:
-    """vLLM's default aux layers for a target of ``num_layers`` decoder layers (``interfaces.py:1733``)."""
+    """vLLM's default aux layers for a target of ``num_layers`` decoder layers
+    (``interfaces.py:1733``)."""
     return [2, num_layers // 2, num_layers - 3]
 
 
 def to_vllm(ids: list[int], *, model_type: str | None, num_layers: int | None) -> list[int]:
     """A request's ids (SGLang's convention for ``model_type``) as vLLM ids (= canonical indices).
 
-    Without the target's depth the family rule of plain ``sglang`` (+1 per id) is applied without a range check.
-    Raises :class:`~bisect_eagle.artifacts.layers.LayerIdError` for ids the convention does not allow.
+    Without the target's depth the family rule of plain ``sglang`` (+1 per id) is applied without a
+    range check. Raises :class:`~bisect_eagle.artifacts.layers.LayerIdError` for ids the convention
+    does not allow.
     """
     conv = layers.sglang_convention(model_type)
     if num_layers is None:
@@ -97,12 +107,17 @@ def to_vllm(ids: list[int], *, model_type: str | None, num_layers: int | None) -
     return layers.ids_to_canonical(ids, conv, num_layers=num_layers)
 
 
-def from_vllm(ids: list[int], *, model_type: str | None, num_layers: int | None) -> list[int] | None:
-    """vLLM ids back in SGLang's convention for ``model_type`` (None where they have no such ids)."""
+def from_vllm(
+    ids: list[int], *, model_type: str | None, num_layers: int | None
+) -> list[int] | None:
+    """vLLM ids back in SGLang's convention for ``model_type`` (None where they have no such
+    ids)."""
     if num_layers is None:
         return None
     try:
-        return layers.canonical_to_ids(ids, layers.sglang_convention(model_type), num_layers=num_layers)
+        return layers.canonical_to_ids(
+            ids, layers.sglang_convention(model_type), num_layers=num_layers
+        )
     except layers.LayerIdError:
         return None
 
@@ -110,8 +125,8 @@ def from_vllm(ids: list[int], *, model_type: str | None, num_layers: int | None)
 def refusal(ids: list[int], *, num_layers: int | None, source: str) -> str | None:
     """Why vLLM must not be launched with these aux layer ids (None when they are fine).
 
-    ``source`` says where the ids come from, for the message. Without the target's depth only negative ids are
-    refused.
+    ``source`` says where the ids come from, for the message. Without the target's depth only
+    negative ids are refused.
 
     Args:
         ids: vLLM aux layer ids (L = hidden_states[L]).
@@ -126,9 +141,14 @@ def refusal(ids: list[int], *, num_layers: int | None, source: str) -> str | Non
     if not bad:
         return None
     where = f"[0, {hi}] for a {hi}-layer target" if hi is not None else "[0, N]"
-    text = (f"vLLM aux layer ids {ids} ({source}): {bad} outside {where} (vLLM id L = hidden_states[L], 0 = the "
-            "embedding)")
+    text = (
+        f"vLLM aux layer ids {ids} ({source}): {bad} outside {where} (vLLM id L = "
+        "hidden_states[L], 0 = the embedding)"
+    )
     if any(i < 0 for i in bad):
-        text += ("; vLLM 0.32 accepts -1 at start and its engine dies at the first request (RuntimeError: shape "
-                 "'[-1, …]' is invalid for input of size … in the draft's fc: a state is never captured)")
+        text += (
+            "; vLLM 0.32 accepts -1 at start and its engine dies at the first request "
+            "(RuntimeError: shape '[-1, …]' is invalid for input of size … in the draft's fc: a "
+            "state is never captured)"
+        )
     return text

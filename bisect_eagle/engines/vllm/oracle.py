@@ -1,12 +1,15 @@
-"""vLLM's own parser and engine-args resolution, asked from vLLM's own interpreter: the oracle of every vllm plan.
+"""vLLM's own parser and engine-args resolution, asked from vLLM's own interpreter: the oracle of
+every vllm plan.
 
-:class:`Oracle` starts :mod:`.oracle_script` once in the interpreter that has vLLM (``engine.vllm.python``, else
-the launch command's own ``python``), in its own process group, and asks it, per trial, what vLLM's api_server
-parser says (its exact ``api_server.py: error: …`` text) and what ``AsyncEngineArgs.create_engine_config`` makes of
-the arguments under the trial's environment: dtype, max model length, the speculative method, token count and the
-EAGLE-3 aux layer ids vLLM's model runner will capture (from vLLM's own functions), or vLLM's exception with the
-``file:line`` that raised it. Importing vLLM takes seconds (half a minute on a cold 2-core machine); each later
-answer takes well under a second, so one process serves every plan of a study. Answers are cached per request.
+:class:`Oracle` starts :mod:`.oracle_script` once in the interpreter that has vLLM
+(``engine.vllm.python``, else the launch command's own ``python``), in its own process group, and
+asks it, per trial, what vLLM's api_server parser says (its exact ``api_server.py: error: …`` text)
+and what ``AsyncEngineArgs.create_engine_config`` makes of the arguments under the trial's
+environment: dtype, max model length, the speculative method, token count and the EAGLE-3 aux layer
+ids vLLM's model runner will capture (from vLLM's own functions), or vLLM's exception with the
+``file:line`` that raised it. Importing vLLM takes seconds (half a minute on a cold 2-core machine);
+each later answer takes well under a second, so one process serves every plan of a study. Answers
+are cached per request.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ ANSWER_TIMEOUT_S = 180.0  # the first resolution of a model can inspect its clas
 
 @dataclass(frozen=True)
 class VllmVerdict:
-    """vLLM's answer for one launch: accepted (with what it resolved) or refused (stage, message, file:line)."""
+    """vLLM's answer for one launch: accepted (with what it resolved) or refused (stage, message,
+    file:line)."""
 
     ok: bool
     stage: str  # "parse" | "validate" | "config" | "" when accepted
@@ -38,7 +42,8 @@ class VllmVerdict:
     where: str
     resolved: dict[str, Any] | None
     version: str | None
-    log: tuple[str, ...] = ()  # warnings vLLM logged while resolving (informative: vLLM logs some only once)
+    # warnings vLLM logged while resolving (informative: vLLM logs some only once)
+    log: tuple[str, ...] = ()
 
 
 class Oracle(OracleProcess):
@@ -52,7 +57,10 @@ class Oracle(OracleProcess):
     start_timeout_s = START_TIMEOUT_S
     answer_timeout_s = ANSWER_TIMEOUT_S
     version_key = "vllm_version"
-    fix = "point engine.vllm.python (or --vllm-python) at an environment with vLLM (scripts/setup_vllm_env.sh)"
+    fix = (
+        "point engine.vllm.python (or --vllm-python) at an environment with vLLM "
+        "(scripts/setup_vllm_env.sh)"
+    )
 
     def __init__(self, *, python: str):
         super().__init__(python=python)
@@ -72,16 +80,26 @@ class Oracle(OracleProcess):
     def _ready(self, first: dict) -> None:
         self.version = first.get("vllm_version")
 
-    def judge(self, argv: list[str], *, env: dict[str, str], draft: dict | None = None,
-              resolve: bool = True) -> VllmVerdict | None:
-        """vLLM's verdict on ``argv`` (the arguments after the launch command) under ``env``; None without an oracle.
+    def judge(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        draft: dict | None = None,
+        resolve: bool = True,
+    ) -> VllmVerdict | None:
+        """vLLM's verdict on ``argv`` (the arguments after the launch command) under ``env``; None
+        without an oracle.
 
         Args:
             argv: the api_server arguments.
-            env: the trial's variables, set on top of the oracle's environment for this request only.
-            draft: ``{"source", "top_level_ids", "placeholder"}``: judge with a throwaway copy of the draft whose
-                config.json carries the trial's ids, standing where ``placeholder`` is in ``argv``.
-            resolve: False: the parser and the entry point's argument checks only (no config is read).
+            env: the trial's variables, set on top of the oracle's environment for this request
+                only.
+            draft: ``{"source", "top_level_ids", "placeholder"}``: judge with a throwaway copy of
+                the draft whose config.json carries the trial's ids, standing where ``placeholder``
+                is in ``argv``.
+            resolve: False: the parser and the entry point's argument checks only (no config is
+                read).
 
         Returns:
             The verdict (kept per request), or None when the oracle does not answer.
@@ -89,7 +107,13 @@ class Oracle(OracleProcess):
         Raises:
             BadInput: the oracle itself failed on this launch.
         """
-        request = {"op": "judge", "argv": list(argv), "env": dict(env), "draft": draft, "resolve": resolve}
+        request = {
+            "op": "judge",
+            "argv": list(argv),
+            "env": dict(env),
+            "draft": draft,
+            "resolve": resolve,
+        }
         key = json.dumps(request, sort_keys=True)
         if key not in self._cache:
             answer = self._ask(request)
@@ -97,14 +121,21 @@ class Oracle(OracleProcess):
                 return None
             if answer.get("stage") == "oracle":
                 raise BadInput(f"the vLLM oracle failed on this launch: {answer.get('error')}")
-            self._cache[key] = VllmVerdict(bool(answer.get("ok")), answer.get("stage", ""), answer.get("error"),
-                                           answer.get("where", ""), answer.get("resolved"),
-                                           answer.get("vllm_version"), tuple(answer.get("log") or ()))
+            self._cache[key] = VllmVerdict(
+                bool(answer.get("ok")),
+                answer.get("stage", ""),
+                answer.get("error"),
+                answer.get("where", ""),
+                answer.get("resolved"),
+                answer.get("vllm_version"),
+                tuple(answer.get("log") or ()),
+            )
         return self._cache[key]
 
 
 def resolve_executable(name: str, *, where: str) -> str:
-    """``name`` as an absolute executable path (a bare name looked up on PATH); :class:`BadInput` when missing.
+    """``name`` as an absolute executable path (a bare name looked up on PATH); :class:`BadInput`
+    when missing.
 
     Args:
         name: a path (it has a directory part or starts with ``.``) or a bare name.
@@ -128,8 +159,8 @@ def resolve_executable(name: str, *, where: str) -> str:
 
 
 def interpreter(*, launch_command: list[str], python: str | None) -> str:
-    """The interpreter vLLM runs in: ``engine.vllm.python``, the launch command's own python, or the python beside
-    a console script (``vllm``).
+    """The interpreter vLLM runs in: ``engine.vllm.python``, the launch command's own python, or the
+    python beside a console script (``vllm``).
 
     Args:
         launch_command: ``engine.vllm.launch_command``.

@@ -1,48 +1,52 @@
 """Runs inside vLLM's own interpreter and answers with vLLM's own parser and engine-args resolution.
 
-Run as ``<vllm python> oracle_script.py [--ready]``. It imports nothing from bisect-eagle (vLLM lives in an
-environment of its own, ``.vllm-venv``): only the standard library and vLLM. Each line on stdin is one JSON
-request, each answer one JSON line on stdout, so one process answers every plan of a study (importing vLLM and
-resolving the first config takes about half a minute on 2 cores; later answers take seconds). With ``--ready``
-the first line it prints is ``{"ok": true, "ready": true, "vllm_version": ...}`` once vLLM is imported (or
-``{"ok": false, "stage": "import", ...}``). Anything vLLM prints (its logger writes to stdout) goes to stderr:
-stdout carries the answers only.
+Run as ``<vllm python> oracle_script.py [--ready]``. It imports nothing from bisect-eagle (vLLM
+lives in an environment of its own, ``.vllm-venv``): only the standard library and vLLM. Each line
+on stdin is one JSON request, each answer one JSON line on stdout, so one process answers every plan
+of a study (importing vLLM and resolving the first config takes about half a minute on 2 cores;
+later answers take seconds). With ``--ready`` the first line it prints is ``{"ok": true, "ready":
+true, "vllm_version": ...}`` once vLLM is imported (or ``{"ok": false, "stage": "import", ...}``).
+Anything vLLM prints (its logger writes to stdout) goes to stderr: stdout carries the answers only.
 
 Requests:
 
-- ``{"op": "describe"}`` → ``prog``, ``vllm_version`` and every option of the api_server's parser (vLLM's
-  ``make_arg_parser``: ``FrontendArgs`` + ``AsyncEngineArgs``): flags, dest, default, choices, whether it takes a
-  value, whether it is a ``--x/--no-x`` flag.
-- ``{"argv": [...], "env": {...}, "draft": {...}}`` (``op`` ``judge``, the default): the arguments after
-  ``python -m vllm.entrypoints.openai.api_server``, judged the way that entry point starts
+- ``{"op": "describe"}`` → ``prog``, ``vllm_version`` and every option of the api_server's parser
+  (vLLM's ``make_arg_parser``: ``FrontendArgs`` + ``AsyncEngineArgs``): flags, dest, default,
+  choices, whether it takes a value, whether it is a ``--x/--no-x`` flag.
+- ``{"argv": [...], "env": {...}, "draft": {...}}`` (``op`` ``judge``, the default): the arguments
+  after ``python -m vllm.entrypoints.openai.api_server``, judged the way that entry point starts
   (``vllm/entrypoints/launchers/api_server/entry.py`` ``main`` → ``run_server`` → ``setup_server`` →
-  ``build_async_engine_client``), with ``env`` set on top of this process's environment for the request and
-  restored afterwards (vLLM reads its variables from ``os.environ`` when asked, ``vllm/envs.py`` ``__getattr__``;
-  its CPU platform also writes some, which are undone):
+  ``build_async_engine_client``), with ``env`` set on top of this process's environment for the
+  request and restored afterwards (vLLM reads its variables from ``os.environ`` when asked,
+  ``vllm/envs.py`` ``__getattr__``; its CPU platform also writes some, which are undone):
 
   1. ``FlexibleArgumentParser`` + ``make_arg_parser``, ``parse_args`` (stage ``parse``: the exact
      ``api_server.py: error: …`` text vLLM prints before it exits with status 2);
   2. ``validate_parsed_serve_args`` and ``validate_api_server_args`` (stage ``validate``);
-  3. ``AsyncEngineArgs.from_cli_args`` and ``create_engine_config(usage_context=OPENAI_API_SERVER)`` (stage
-     ``config``): the whole ``VllmConfig``, built without starting an engine (it reads the target's and the
-     draft's ``config.json``; it loads no weights). vLLM's exception, with the vLLM ``file:line`` that raised it.
+  3. ``AsyncEngineArgs.from_cli_args`` and ``create_engine_config(usage_context=OPENAI_API_SERVER)``
+     (stage ``config``): the whole ``VllmConfig``, built without starting an engine (it reads the
+     target's and the draft's ``config.json``; it loads no weights). vLLM's exception, with the vLLM
+     ``file:line`` that raised it.
 
-  ``draft`` (optional) is ``{"source": DIR, "top_level_ids": [...] or null, "placeholder": TEXT}``: the trial's
-  per-trial draft copy, which does not exist yet when a plan is made. The oracle builds a throwaway copy of
-  ``source`` in a temporary directory (files symlinked, ``config.json`` with ``top_level_ids`` at the top level when
-  given), puts its path where ``placeholder`` stands in the argv, and removes it afterwards; answers name the
-  placeholder, never the temporary path. ``"resolve": false`` stops after step 2 (for a launch whose target or
-  draft is not readable here: resolution would read them, or try to download a model).
+  ``draft`` (optional) is ``{"source": DIR, "top_level_ids": [...] or null, "placeholder": TEXT}``:
+  the trial's per-trial draft copy, which does not exist yet when a plan is made. The oracle builds
+  a throwaway copy of ``source`` in a temporary directory (files symlinked, ``config.json`` with
+  ``top_level_ids`` at the top level when given), puts its path where ``placeholder`` stands in the
+  argv, and removes it afterwards; answers name the placeholder, never the temporary path.
+  ``"resolve": false`` stops after step 2 (for a launch whose target or draft is not readable here:
+  resolution would read them, or try to download a model).
 
-  The answer: ``{"ok", "stage", "error", "where", "vllm_version", "resolved", "log"}``. ``resolved`` holds what the
-  engine would run: ``dtype``, ``max_model_len``, the target's ``architectures``/``model_type``/``num_hidden_layers``,
-  parallel, scheduler and cache settings, the platform's ``device_type``, ``speculative`` (method,
-  ``num_speculative_tokens``, draft path and architecture, and ``aux_layer_ids``: the EAGLE-3 aux layer ids vLLM's
-  model runner will capture, from its own ``GPUModelRunner._get_eagle3_aux_layers_from_config``
-  (``vllm/v1/worker/gpu_model_runner.py``: top-level ids, else ``eagle_config``'s, verbatim), else the target model
-  class's own ``get_eagle3_default_aux_hidden_state_layers``; ``aux_layer_source`` says which), and ``env``: the
-  request's variables that vLLM knows (``vllm.envs.environment_variables``) and those it does not. ``log`` holds
-  the warnings vLLM logged while resolving.
+  The answer: ``{"ok", "stage", "error", "where", "vllm_version", "resolved", "log"}``. ``resolved``
+  holds what the engine would run: ``dtype``, ``max_model_len``, the target's
+  ``architectures``/``model_type``/``num_hidden_layers``, parallel, scheduler and cache settings,
+  the platform's ``device_type``, ``speculative`` (method, ``num_speculative_tokens``, draft path
+  and architecture, and ``aux_layer_ids``: the EAGLE-3 aux layer ids vLLM's model runner will
+  capture, from its own ``GPUModelRunner._get_eagle3_aux_layers_from_config``
+  (``vllm/v1/worker/gpu_model_runner.py``: top-level ids, else ``eagle_config``'s, verbatim), else
+  the target model class's own ``get_eagle3_default_aux_hidden_state_layers``; ``aux_layer_source``
+  says which), and ``env``: the request's variables that vLLM knows
+  (``vllm.envs.environment_variables``) and those it does not. ``log`` holds the warnings vLLM
+  logged while resolving.
 """
 
 from __future__ import annotations
@@ -62,19 +66,24 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
-# the scripts' shared stdlib-only helpers, loaded by file path: this interpreter need not have bisect_eagle
+# the scripts' shared stdlib-only helpers, loaded by file path: this interpreter need not have
+# bisect_eagle
 _COMMON_SPEC = importlib.util.spec_from_file_location(
-    "bisect_eagle_oracle_common", Path(__file__).resolve().parents[1] / "oracle_common.py")
+    "bisect_eagle_oracle_common", Path(__file__).resolve().parents[1] / "oracle_common.py"
+)
 _common = importlib.util.module_from_spec(_COMMON_SPEC)
 _COMMON_SPEC.loader.exec_module(_common)
 
-PROG = "api_server.py"  # the prog vLLM's parser prints when started as ``python -m vllm.entrypoints.openai.api_server``
+# the prog vLLM's parser prints when started as ``python -m vllm.entrypoints.openai.api_server``
+PROG = "api_server.py"
 USAGE_CONTEXT = "OPENAI_API_SERVER"
-_ANSWERS = sys.stdout  # replaced in main() by a private copy of fd 1; fd 1 itself then points at stderr
+# replaced in main() by a private copy of fd 1; fd 1 itself then points at stderr
+_ANSWERS = sys.stdout
 
 
 def _plain(value):
-    """A JSON-safe copy of ``value`` (torch dtypes and enums as their names, other objects as ``str``)."""
+    """A JSON-safe copy of ``value`` (torch dtypes and enums as their names, other objects as
+    ``str``)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -82,7 +91,7 @@ def _plain(value):
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     text = str(value)
-    return text[len("torch."):] if text.startswith("torch.") else text
+    return text[len("torch.") :] if text.startswith("torch.") else text
 
 
 def _version() -> str | None:
@@ -98,7 +107,9 @@ def _parser():
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser(prog=PROG, description="vLLM OpenAI-Compatible RESTful API server.")
+    parser = FlexibleArgumentParser(
+        prog=PROG, description="vLLM OpenAI-Compatible RESTful API server."
+    )
     return make_arg_parser(parser)
 
 
@@ -109,8 +120,12 @@ def describe() -> dict:
         ``{"ok": True, "prog", "vllm_version", "options"}``.
     """
     parser = _parser()
-    return {"ok": True, "prog": parser.prog, "vllm_version": _version(),
-            "options": _common.parser_options(parser, to_json=_plain)}
+    return {
+        "ok": True,
+        "prog": parser.prog,
+        "vllm_version": _version(),
+        "options": _common.parser_options(parser, to_json=_plain),
+    }
 
 
 class _Collect(logging.Handler):
@@ -133,7 +148,8 @@ class _Collect(logging.Handler):
 
 @contextlib.contextmanager
 def _environment(env: dict[str, str]):
-    """``env`` on top of ``os.environ`` for the request; ``os.environ`` restored exactly afterwards."""
+    """``env`` on top of ``os.environ`` for the request; ``os.environ`` restored exactly
+    afterwards."""
     saved = dict(os.environ)
     os.environ.update({str(k): str(v) for k, v in env.items()})
     try:
@@ -158,7 +174,8 @@ def _error(exc: BaseException) -> str:
 
 
 def _parse(parser, argv: list[str]) -> tuple[argparse.Namespace | None, str | None]:
-    """(namespace, None) or (None, what vLLM's parser prints before it exits: ``api_server.py: error: …``)."""
+    """(namespace, None) or (None, what vLLM's parser prints before it exits: ``api_server.py:
+    error: …``)."""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -171,12 +188,14 @@ def _parse(parser, argv: list[str]) -> tuple[argparse.Namespace | None, str | No
 
 
 def _aux_layers(vllm_config) -> tuple[list[int] | None, str, str]:
-    """(ids, source, how): the EAGLE-3 aux layers vLLM's model runner will capture, asked from vLLM's own code.
+    """(ids, source, how): the EAGLE-3 aux layers vLLM's model runner will capture, asked from
+    vLLM's own code.
 
-    ``GPUModelRunner._setup_eagle3_aux_hidden_state_outputs`` (``vllm/v1/worker/gpu_model_runner.py``) takes
-    ``_get_eagle3_aux_layers_from_config()`` (it reads only ``self.speculative_config``), else the target model's
-    ``get_eagle3_default_aux_hidden_state_layers()`` (``vllm/model_executor/models/interfaces.py``: it reads only
-    the number of decoder layers). The CPU model runner inherits both.
+    ``GPUModelRunner._setup_eagle3_aux_hidden_state_outputs``
+    (``vllm/v1/worker/gpu_model_runner.py``) takes ``_get_eagle3_aux_layers_from_config()`` (it
+    reads only ``self.speculative_config``), else the target model's
+    ``get_eagle3_default_aux_hidden_state_layers()`` (``vllm/model_executor/models/interfaces.py``:
+    it reads only the number of decoder layers). The CPU model runner inherits both.
     """
     spec = vllm_config.speculative_config
     if spec is None or spec.draft_model_config is None:
@@ -184,7 +203,10 @@ def _aux_layers(vllm_config) -> tuple[list[int] | None, str, str]:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     getter = GPUModelRunner._get_eagle3_aux_layers_from_config
-    how = f"vllm/v1/worker/gpu_model_runner.py:{getter.__code__.co_firstlineno} _get_eagle3_aux_layers_from_config"
+    how = (
+        f"vllm/v1/worker/gpu_model_runner.py:{getter.__code__.co_firstlineno} "
+        "_get_eagle3_aux_layers_from_config"
+    )
     ids = getter(SimpleNamespace(speculative_config=spec))
     hf = spec.draft_model_config.hf_config
     if ids:
@@ -195,23 +217,35 @@ def _aux_layers(vllm_config) -> tuple[list[int] | None, str, str]:
         return [int(i) for i in ids], source, how
     try:
         model_cls, _ = vllm_config.model_config.registry.resolve_model_cls(
-            vllm_config.model_config.architectures, model_config=vllm_config.model_config)
+            vllm_config.model_config.architectures, model_config=vllm_config.model_config
+        )
         method = model_cls.get_eagle3_default_aux_hidden_state_layers
         n = vllm_config.model_config.hf_text_config.num_hidden_layers
         fake = SimpleNamespace(model=SimpleNamespace(layers=[None] * int(n)))
         ids = method(fake)
-        how = f"{model_cls.__name__}.get_eagle3_default_aux_hidden_state_layers ({n} decoder layers)"
+        how = (
+            f"{model_cls.__name__}.get_eagle3_default_aux_hidden_state_layers ({n} decoder layers)"
+        )
         return [int(i) for i in ids], "default", how
-    except Exception as e:  # a model whose default needs more than its layer count: not reproducible here
-        return None, "default", f"the target model's own default, not reproducible without the model ({_error(e)})"
+    # a model whose default needs more than its layer count: not reproducible here
+    except Exception as e:
+        return (
+            None,
+            "default",
+            f"the target model's own default, not reproducible without the model ({_error(e)})",
+        )
 
 
 def _resolved(vllm_config, env: dict[str, str]) -> dict:
     from vllm import envs
     from vllm.platforms import current_platform
 
-    mc, pc, sc, cc = (vllm_config.model_config, vllm_config.parallel_config, vllm_config.scheduler_config,
-                      vllm_config.cache_config)
+    mc, pc, sc, cc = (
+        vllm_config.model_config,
+        vllm_config.parallel_config,
+        vllm_config.scheduler_config,
+        vllm_config.cache_config,
+    )
     text = mc.hf_text_config
     out = {
         "model": mc.model,
@@ -245,21 +279,29 @@ def _resolved(vllm_config, env: dict[str, str]) -> dict:
             "method": spec.method,
             "num_speculative_tokens": spec.num_speculative_tokens,
             "model": spec.model,
-            "draft_architectures": _plain(getattr(draft, "architectures", None)) if draft is not None else None,
-            "draft_max_model_len": getattr(draft, "max_model_len", None) if draft is not None else None,
+            "draft_architectures": _plain(getattr(draft, "architectures", None))
+            if draft is not None
+            else None,
+            "draft_max_model_len": getattr(draft, "max_model_len", None)
+            if draft is not None
+            else None,
             "draft_tensor_parallel_size": getattr(spec, "draft_tensor_parallel_size", None),
             "aux_layer_ids": ids,
             "aux_layer_source": source,
             "aux_layer_how": how,
         }
     known = set(getattr(envs, "environment_variables", {}))
-    out["env"] = {"known": sorted(k for k in env if k in known), "unknown": sorted(k for k in env if k not in known)}
+    out["env"] = {
+        "known": sorted(k for k in env if k in known),
+        "unknown": sorted(k for k in env if k not in known),
+    }
     return out
 
 
 @contextlib.contextmanager
 def _draft_copy(draft: dict | None):
-    """(placeholder, path of a throwaway draft copy) for the request's ``draft``, removed afterwards."""
+    """(placeholder, path of a throwaway draft copy) for the request's ``draft``, removed
+    afterwards."""
     if not draft:
         yield None, None
         return
@@ -282,7 +324,9 @@ def _draft_copy(draft: dict | None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def judge(argv: list[str], env: dict[str, str], draft: dict | None = None, resolve: bool = True) -> dict:
+def judge(
+    argv: list[str], env: dict[str, str], draft: dict | None = None, resolve: bool = True
+) -> dict:
     """vLLM's verdict on one api_server argv under ``env`` (see the module docstring).
 
     Args:
@@ -304,11 +348,20 @@ def judge(argv: list[str], env: dict[str, str], draft: dict | None = None, resol
                 argv = [a.replace(placeholder, copy) for a in argv]
             answer = _judge(list(argv), env, collect, resolve)
             if placeholder is not None:
-                answer = json.loads(json.dumps(answer).replace(json.dumps(copy)[1:-1], json.dumps(placeholder)[1:-1]))
+                answer = json.loads(
+                    json.dumps(answer).replace(
+                        json.dumps(copy)[1:-1], json.dumps(placeholder)[1:-1]
+                    )
+                )
     finally:
         logging.getLogger("vllm").removeHandler(collect)
-    answer.update({"vllm_version": _version(), "log": collect.lines[-40:],
-                   "seconds": round(time.perf_counter() - start, 3)})
+    answer.update(
+        {
+            "vllm_version": _version(),
+            "log": collect.lines[-40:],
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+    )
     answer.setdefault("resolved", None)
     return answer
 
@@ -320,7 +373,8 @@ def _judge(argv: list[str], env: dict[str, str], collect: _Collect, resolve: boo
     args, message = _parse(parser, argv)
     if args is None:
         return {"ok": False, "stage": "parse", "error": message, "where": ""}
-    configure_logging_from_args(args)  # as the server's main() does; it may replace the vllm logger's handlers
+    # as the server's main() does; it may replace the vllm logger's handlers
+    configure_logging_from_args(args)
     logging.getLogger("vllm").addHandler(collect)
     try:
         from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
@@ -337,7 +391,9 @@ def _judge(argv: list[str], env: dict[str, str], collect: _Collect, resolve: boo
         from vllm.usage.usage_lib import UsageContext
 
         engine_args = AsyncEngineArgs.from_cli_args(args)
-        vllm_config = engine_args.create_engine_config(usage_context=getattr(UsageContext, USAGE_CONTEXT))
+        vllm_config = engine_args.create_engine_config(
+            usage_context=getattr(UsageContext, USAGE_CONTEXT)
+        )
         resolved = _resolved(vllm_config, env)
     except Exception as e:
         return {"ok": False, "stage": "config", "error": _error(e), "where": _where(e)}
@@ -362,8 +418,8 @@ def main() -> int:
     os.dup2(2, 1)  # whatever vLLM (or a C library) prints to stdout lands on stderr
     sys.stdout = sys.stderr
     try:
-        # the imports are the slow part (an error here is fatal); done before the first request, so that the
-        # logging set-up they run does not drop the first request's log handler
+        # the imports are the slow part (an error here is fatal); done before the first request, so
+        # that the logging set-up they run does not drop the first request's log handler
         import vllm.engine.arg_utils  # noqa: F401
         import vllm.entrypoints.launchers.cli_args  # noqa: F401
         import vllm.entrypoints.launchers.launcher  # noqa: F401
@@ -383,8 +439,12 @@ def main() -> int:
             if req.get("op") == "describe":
                 answer = describe()
             else:
-                answer = judge(list(req.get("argv") or []), dict(req.get("env") or {}), req.get("draft"),
-                               bool(req.get("resolve", True)))
+                answer = judge(
+                    list(req.get("argv") or []),
+                    dict(req.get("env") or {}),
+                    req.get("draft"),
+                    bool(req.get("resolve", True)),
+                )
         except Exception as e:  # the oracle never dies on one request
             answer = {"ok": False, "stage": "oracle", "error": _error(e), "where": _where(e)}
         if isinstance(req, dict) and "id" in req:

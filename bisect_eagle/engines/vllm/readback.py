@@ -5,8 +5,8 @@ The plan already holds what vLLM's resolution decided (:mod:`.oracle`); the live
 - ``GET /v1/models``: the served model and its ``max_model_len``;
 - ``GET /version``: vLLM's version;
 - the server log: ``Using auxiliary layers from speculative config: (2, 6, 10)``
-  (``vllm/v1/worker/gpu_model_runner.py:5243``), the aux layer ids the model runner really captures (vLLM logs
-  nothing when it falls back to the model's default layers).
+  (``vllm/v1/worker/gpu_model_runner.py:5243``), the aux layer ids the model runner really captures
+  (vLLM logs nothing when it falls back to the model's default layers).
 
 A value the server runs differently from the plan becomes a warning on the trial.
 """
@@ -20,15 +20,17 @@ _AUX = re.compile(r"Using auxiliary layers from speculative config: \(([-\d,\s]*
 
 
 def log_aux_layers(log: str) -> list[int] | None:
-    """The aux layer ids vLLM's model runner logged (the last such line), or None when it logged none."""
+    """The aux layer ids vLLM's model runner logged (the last such line), or None when it logged
+    none."""
     found = _AUX.findall(log)
     if not found:
         return None
     return [int(x) for x in found[-1].replace(" ", "").split(",") if x]
 
 
-def effective_from_server(planned: dict[str, Any], *, models: list[dict], version: str | None, log: str,
-                          baseline: bool) -> dict[str, Any]:
+def effective_from_server(
+    planned: dict[str, Any], *, models: list[dict], version: str | None, log: str, baseline: bool
+) -> dict[str, Any]:
     """The plan's effective settings overlaid with what the server reports running.
 
     Args:
@@ -72,9 +74,13 @@ def readback_differences(planned: dict[str, Any], effective: dict[str, Any]) -> 
     notes = []
     want, got = planned.get("vllm_aux_layer_ids"), effective.get("vllm_aux_layer_ids")
     if want is not None and got != want:
-        notes.append(f"vLLM captures aux layers {got}, planned {want} (read back from the server log)")
+        notes.append(
+            f"vLLM captures aux layers {got}, planned {want} (read back from the server log)"
+        )
     for key, want in (planned.get("server") or {}).items():
         got = (effective.get("server") or {}).get(key, want)
         if want is not None and got != want:
-            notes.append(f"server reports {key} = {got!r}, planned {want!r} (read back from /v1/models)")
+            notes.append(
+                f"server reports {key} = {got!r}, planned {want!r} (read back from /v1/models)"
+            )
     return notes

@@ -1,8 +1,10 @@
-"""The two ways into a study: ``run_study`` creates (or resumes) one and runs it all; ``join_study`` adds a worker.
+"""The two ways into a study: ``run_study`` creates (or resumes) one and runs it all; ``join_study``
+adds a worker.
 
-``run_study``: stage 1, the baseline, then the stage-2 loop; the parent run ends FINISHED with the outcome,
-KILLED on Ctrl-C or SIGTERM, FAILED on an error. ``join_study`` waits until the study has its baseline, then
-shares the budget, the claims and the stop condition; the parent run stays with the process that created it.
+``run_study``: stage 1, the baseline, then the stage-2 loop; the parent run ends FINISHED with the
+outcome, KILLED on Ctrl-C or SIGTERM, FAILED on an error. ``join_study`` waits until the study has
+its baseline, then shares the budget, the claims and the stop condition; the parent run stays with
+the process that created it.
 """
 
 from __future__ import annotations
@@ -62,15 +64,18 @@ class Options:
     max_live_trials: int | None = None  # overrides the spec's search.max_live_trials
     max_wall_s: float | None = None  # overrides the spec's search.max_wall_s
     max_launches: int | None = None  # overrides the spec's search.max_launches
-    log_dir: Path | None = None  # where the engine records its servers (default engines.default_log_dir(spec))
+    # where the engine records its servers (default engines.default_log_dir(spec))
+    log_dir: Path | None = None
     progress: Callable[[StudyProgress], None] = field(default=_no_progress)
-    # stage 1's scorer of the spec's wirings (default trials.standalone.Scorer: the draft on the dump); another one
-    # scores a simulated deployment's stage 1, as the engine factory runs its live trials
+    # stage 1's scorer of the spec's wirings (default trials.standalone.Scorer: the draft on the
+    # dump); another one scores a simulated deployment's stage 1, as the engine factory runs its
+    # live trials
     scorer_factory: Callable[[Spec], Scorer] = field(default=Scorer)
 
 
 def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) -> StudyOutcome:
-    """Create (or with ``resume`` continue) a study: stage 1, baseline, stage 2, then close the parent run.
+    """Create (or with ``resume`` continue) a study: stage 1, baseline, stage 2, then close the
+    parent run.
 
     Unreachable stores fail first, within seconds
     (:func:`bisect_eagle.tracking.stores.check_stores`); a local tracking store another measuring
@@ -102,43 +107,57 @@ def run_study(spec: Spec, *, options: Options, engine_factory: EngineFactory) ->
     check_stores(storage=opts.storage, tracking_uri=opts.tracking_uri)
     check_writable(opts.storage, what="the study store", flag="--storage")
     check_writable(opts.tracking_uri, what="the tracking store", flag="--tracking-uri")
-    # before any store is written (the lock's file included): a space the engine refuses whole is bad input,
-    # the rest is said; a server this machine cannot start is bad input
+    # before any store is written (the lock's file included): a space the engine refuses whole is
+    # bad input, the rest is said; a server this machine cannot start is bad input
     planned = [] if opts.resume else check_refusals(spec, engine_factory)
     check_launchable(spec, engine_factory)
     with store_lock(opts.tracking_uri):
         return _run_study(spec, opts, engine_factory, planned=planned)
 
 
-def _run_study(spec: Spec, opts: Options, engine_factory: EngineFactory, *, planned: list[str]) -> StudyOutcome:
-    """:func:`run_study` once its inputs are checked and its store is held (``planned``: the refusals' notes)."""
+def _run_study(
+    spec: Spec, opts: Options, engine_factory: EngineFactory, *, planned: list[str]
+) -> StudyOutcome:
+    """:func:`run_study` once its inputs are checked and its store is held (``planned``: the
+    refusals' notes)."""
     storage = open_storage(opts.storage)
     with first_open_lock(opts.tracking_uri):
         tracking = Tracking.open(opts.tracking_uri, spec.name)
     ended = tracking.end_orphans(detail="the process running this was killed (its process is gone)")
     runs = "1 run" if len(ended) == 1 else f"{len(ended)} runs"
-    notes = [f"ended {runs} a killed process left RUNNING in this experiment: KILLED now"] \
-        if ended else []
+    notes = (
+        [f"ended {runs} a killed process left RUNNING in this experiment: KILLED now"]
+        if ended
+        else []
+    )
     if opts.resume:
         name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
         if name is None:
-            raise BadInput(f"--resume: no study of spec {spec.name!r} in {redact_url(opts.storage)}")
+            raise BadInput(
+                f"--resume: no study of spec {spec.name!r} in {redact_url(opts.storage)}"
+            )
         study = load_study(storage, name)
         check_bound(study, spec, what="--resume")
         parent = study.user_attrs.get("parent_run_id") or _unrecorded_parent(study, tracking)
         if parent is None:  # killed between creating the study and its parent run
             parent = _start_parent(study, tracking, spec=spec, opts=opts)
         else:
-            notes += reap_dead_servers(opts.log_dir or default_log_dir(spec), tracking=tracking,
-                                       parent_run_id=parent)
+            notes += reap_dead_servers(
+                opts.log_dir or default_log_dir(spec), tracking=tracking, parent_run_id=parent
+            )
             tracking.log(parent, tags={"owner": owner_id()})  # this process's now
             tracking.reopen(parent)
     else:
         name = opts.study_name or spec.storage.study_name
-        study = _create_study(storage, name=name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
-                              url=opts.storage, named=name is not None)
+        study = _create_study(
+            storage,
+            name=name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            url=opts.storage,
+            named=name is not None,
+        )
         bind(study, spec)  # first: a start killed from here on is found and finished by --resume
-        with warnings.catch_warnings():  # experimental since Optuna 3.2; optuna-dashboard names the objective by it
+        # experimental since Optuna 3.2; optuna-dashboard names the objective by it
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([spec.criterion.metric])
         name = study.study_name
@@ -158,25 +177,31 @@ def _run_study(spec: Spec, opts: Options, engine_factory: EngineFactory, *, plan
             out = _search(s, engine_factory, stage1=True)
         _show_reaped(s, live)
         finish_parent_run(tracking, out)
-    study.set_user_attr("outcome", {"target_reached": out.target_reached, "stop_reason": out.stop_reason})
+    study.set_user_attr(
+        "outcome", {"target_reached": out.target_reached, "stop_reason": out.stop_reason}
+    )
     return out
 
 
 def check_refusals(spec: Spec, engine_factory: EngineFactory) -> list[str]:
-    """The configs of the spec's space (its layer-id choices included; stage 1's wirings aside: the gate picks them)
-    that the engine refuses, said before anything runs: one note per reason, of the whole space or of a seeded
-    sample of a space too large to list (the note says which); every config of a listed space refused is
+    """The configs of the spec's space (its layer-id choices included; stage 1's wirings aside: the
+    gate picks them) that the engine refuses, said before anything runs: one note per reason, of the
+    whole space or of a seeded sample of a space too large to list (the note says which); every
+    config of a listed space refused is
     :class:`BadInput`."""
     space = SearchSpace(dict(spec.space), spec.engine.settings, str(spec.source))
     with engine_factory(spec) as engine:
         found = plan_space(space, plan=engine.plan)
     found.check(engine.name, spec.source)
-    return [f"the {engine.name} engine refuses {count} of {found.whole()}: {reason}"
-            for reason, count in found.refused.items()]
+    return [
+        f"the {engine.name} engine refuses {count} of {found.whole()}: {reason}"
+        for reason, count in found.refused.items()
+    ]
 
 
 def check_launchable(spec: Spec, engine_factory: EngineFactory) -> None:
-    """:class:`BadInput` naming the spec, its key and the fix when this machine cannot start the engine's trials
+    """:class:`BadInput` naming the spec, its key and the fix when this machine cannot start the
+    engine's trials
     (:meth:`~bisect_eagle.engines.base.Engine.check_launchable`), before anything is created."""
     with engine_factory(spec) as engine:
         try:
@@ -186,14 +211,21 @@ def check_launchable(spec: Spec, engine_factory: EngineFactory) -> None:
 
 
 def _unrecorded_parent(study: optuna.Study, tracking: Tracking) -> str | None:
-    """The parent run of a start killed before the study recorded it (found by its tags), recorded now."""
-    found = tracking.client.search_runs([tracking.experiment_id],
-                                        f"tags.role = 'study' AND tags.study = '{study.study_name}'", max_results=1)
+    """The parent run of a start killed before the study recorded it (found by its tags), recorded
+    now."""
+    found = tracking.client.search_runs(
+        [tracking.experiment_id],
+        f"tags.role = 'study' AND tags.study = '{study.study_name}'",
+        max_results=1,
+    )
     if not found:
         return None
     parent = found[0].info.run_id
-    for key, value in {"parent_run_id": parent, "tracking_uri": redact_url(tracking.uri),
-                       "experiment_id": tracking.experiment_id}.items():
+    for key, value in {
+        "parent_run_id": parent,
+        "tracking_uri": redact_url(tracking.uri),
+        "experiment_id": tracking.experiment_id,
+    }.items():
         study.set_user_attr(key, value)
     return parent
 
@@ -201,14 +233,20 @@ def _unrecorded_parent(study: optuna.Study, tracking: Tracking) -> str | None:
 def _start_parent(study: optuna.Study, tracking: Tracking, *, spec: Spec, opts: Options) -> str:
     """The study's parent run, recorded on the study at once (with where its runs are)."""
     parent = start_parent_run(tracking, spec=spec, study=study.study_name, storage=opts.storage)
-    for key, value in {"parent_run_id": parent, "tracking_uri": redact_url(opts.tracking_uri),
-                       "experiment_id": tracking.experiment_id}.items():
+    for key, value in {
+        "parent_run_id": parent,
+        "tracking_uri": redact_url(opts.tracking_uri),
+        "experiment_id": tracking.experiment_id,
+    }.items():
         study.set_user_attr(key, value)
     return parent
 
 
-def _create_study(storage: optuna.storages.RDBStorage, *, name: str, url: str, named: bool) -> optuna.Study:
-    """A new study ``name``; a default name taken by a concurrent ``run`` of the same spec gets a suffix."""
+def _create_study(
+    storage: optuna.storages.RDBStorage, *, name: str, url: str, named: bool
+) -> optuna.Study:
+    """A new study ``name``; a default name taken by a concurrent ``run`` of the same spec gets a
+    suffix."""
     for n in range(1, 100):
         candidate = name if n == 1 else f"{name}-{n}"
         taken = f"study {candidate!r} already exists in {redact_url(url)}"
@@ -220,15 +258,25 @@ def _create_study(storage: optuna.storages.RDBStorage, *, name: str, url: str, n
             return optuna.create_study(storage=storage, study_name=candidate, direction="maximize")
         except optuna.exceptions.DuplicatedStudyError:
             if named:
-                raise BadInput(f"{taken}: another `run` created it a moment ago; join it with `bisect-eagle worker "
-                               f"--study-name {candidate}`, or give another --study-name") from None
-    raise BadInput(f"study names {name!r} to {name}-99 are all taken in {redact_url(url)}; give --study-name")
+                raise BadInput(
+                    f"{taken}: another `run` created it a moment ago; join it with `bisect-eagle "
+                    f"worker --study-name {candidate}`, or give another --study-name"
+                ) from None
+    raise BadInput(
+        f"study names {name!r} to {name}-99 are all taken in {redact_url(url)}; give --study-name"
+    )
 
 
 def _liveness(storage: optuna.storages.RDBStorage, s: StudyRun) -> Liveness:
     """The heartbeats of ``s``'s trials; each trial's first beat is recorded as it is asked."""
-    live = Liveness(storage, study_name=s.name, owner=s.ctx.owner, claims=s.claims, tracking=s.ctx.tracking,
-                    parent_run_id=s.ctx.parent_run_id)
+    live = Liveness(
+        storage,
+        study_name=s.name,
+        owner=s.ctx.owner,
+        claims=s.claims,
+        tracking=s.ctx.tracking,
+        parent_run_id=s.ctx.parent_run_id,
+    )
     s.first_beat = live.beat_trial
     return live
 
@@ -238,8 +286,9 @@ def _show_reaped(s: StudyRun, live: Liveness) -> None:
         s.emit("resume", note)
 
 
-def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
-               wait_s: float = WORKER_WAIT_S) -> StudyOutcome:
+def join_study(
+    spec: Spec, *, options: Options, engine_factory: EngineFactory, wait_s: float = WORKER_WAIT_S
+) -> StudyOutcome:
     """A worker: join a study another process created, wait for its stage 1 and baseline, then
     search.
 
@@ -262,30 +311,49 @@ def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
     storage = open_storage(opts.storage)
     name = opts.study_name or spec.storage.study_name or latest_study(storage, spec)
     if name is None:
-        raise BadInput(f"worker: no study of spec {spec.name!r} in {redact_url(opts.storage)}; start one with "
-                       "`bisect-eagle run` first")
+        raise BadInput(
+            f"worker: no study of spec {spec.name!r} in {redact_url(opts.storage)}; start one with "
+            "`bisect-eagle run` first"
+        )
 
     def recorded(study_name: str = name) -> bool:  # its `run` may be starting right now
-        return (study_name in optuna.get_all_study_names(storage)
-                and "parent_run_id" in load_study(storage, study_name).user_attrs)
+        return (
+            study_name in optuna.get_all_study_names(storage)
+            and "parent_run_id" in load_study(storage, study_name).user_attrs
+        )
 
-    if not recorded() and not wait_until(recorded, timeout_s=wait_s, max_interval_s=WORKER_POLL_S,
-                                         what=f"study {name!r}"):
-        raise BadInput(f"worker: no study {name!r} in {redact_url(opts.storage)} after {wait_s:g} s; start it with "
-                       "`bisect-eagle run` first")
+    if not recorded() and not wait_until(
+        recorded, timeout_s=wait_s, max_interval_s=WORKER_POLL_S, what=f"study {name!r}"
+    ):
+        raise BadInput(
+            f"worker: no study {name!r} in {redact_url(opts.storage)} after {wait_s:g} s; start it "
+            "with `bisect-eagle run` first"
+        )
     study = load_study(storage, name)
     check_bound(study, spec, what="worker")
     attrs = study.user_attrs
     uri = opts.tracking_uri or attrs["tracking_uri"]
     if "***" in uri:
-        raise BadInput(f"worker: study {name!r} logs to {uri}; give the full URI with --tracking-uri")
+        raise BadInput(
+            f"worker: study {name!r} logs to {uri}; give the full URI with --tracking-uri"
+        )
     if opts.tracking_uri is None:
         check_stores(storage=None, tracking_uri=uri)
     with first_open_lock(uri):
         tracking = Tracking.open(uri, spec.name)
-    ctx = TrialContext(spec=spec, tracking=tracking, study=name, parent_run_id=attrs["parent_run_id"])
-    seed_offset = 1 + int(hashlib.sha256(ctx.owner.encode()).hexdigest()[:6], 16)  # workers sample differently
-    s = _study_run(spec, study=study, claims=Claims(opts.storage, name), ctx=ctx, opts=opts, seed_offset=seed_offset)
+    ctx = TrialContext(
+        spec=spec, tracking=tracking, study=name, parent_run_id=attrs["parent_run_id"]
+    )
+    # workers sample differently
+    seed_offset = 1 + int(hashlib.sha256(ctx.owner.encode()).hexdigest()[:6], 16)
+    s = _study_run(
+        spec,
+        study=study,
+        claims=Claims(opts.storage, name),
+        ctx=ctx,
+        opts=opts,
+        seed_offset=seed_offset,
+    )
     if s.attr("target") is None:
         s.emit("waiting", "waiting for the study's stage 1 and baseline")
 
@@ -293,26 +361,48 @@ def join_study(spec: Spec, *, options: Options, engine_factory: EngineFactory,
             s.study = load_study(storage, name)
             return s.attr("target") is not None
 
-        if not wait_until(has_baseline, timeout_s=wait_s, max_interval_s=WORKER_POLL_S,
-                          what=f"the baseline of study {name!r}"):
-            raise BadInput(f"worker: study {name!r} has no baseline after {wait_s:g} s; is its `run` alive?")
+        if not wait_until(
+            has_baseline,
+            timeout_s=wait_s,
+            max_interval_s=WORKER_POLL_S,
+            what=f"the baseline of study {name!r}",
+        ):
+            raise BadInput(
+                f"worker: study {name!r} has no baseline after {wait_s:g} s; is its `run` alive?"
+            )
     with _liveness(storage, s) as live:
         out = _search(s, engine_factory, stage1=False)
     _show_reaped(s, live)
     return out
 
 
-def _study_run(spec: Spec, *, study: optuna.Study, claims: Claims, ctx: TrialContext, opts: Options,
-               seed_offset: int = 0) -> StudyRun:
-    return StudyRun(spec=spec, study=study, claims=claims, ctx=ctx, storage_url=opts.storage,
-                    max_live_trials=opts.max_live_trials or spec.search.max_live_trials,
-                    max_wall_s=opts.max_wall_s or spec.search.max_wall_s, progress=opts.progress,
-                    max_launches=opts.max_launches or spec.search.max_launches, seed=spec.search.seed + seed_offset,
-                    scorer_factory=opts.scorer_factory)
+def _study_run(
+    spec: Spec,
+    *,
+    study: optuna.Study,
+    claims: Claims,
+    ctx: TrialContext,
+    opts: Options,
+    seed_offset: int = 0,
+) -> StudyRun:
+    return StudyRun(
+        spec=spec,
+        study=study,
+        claims=claims,
+        ctx=ctx,
+        storage_url=opts.storage,
+        max_live_trials=opts.max_live_trials or spec.search.max_live_trials,
+        max_wall_s=opts.max_wall_s or spec.search.max_wall_s,
+        progress=opts.progress,
+        max_launches=opts.max_launches or spec.search.max_launches,
+        seed=spec.search.seed + seed_offset,
+        scorer_factory=opts.scorer_factory,
+    )
 
 
 def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> StudyOutcome:
-    """Stage 1 (or the study's stored gate), the live space and sampler, the baseline, the loop; the outcome."""
+    """Stage 1 (or the study's stored gate), the live space and sampler, the baseline, the loop; the
+    outcome."""
     gate = s.stage1() if stage1 else s.attr("gate")
     s.ctx.wiring_accuracy = {tuple(sorted(v["layer_ids"])): v["accuracy"] for v in gate}
     if s.spec.standalone.wirings and not any(v["passed"] for v in gate):
@@ -324,9 +414,13 @@ def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> Stud
     with engine_factory(s.spec) as engine:
         s.ctx.engine = engine
         if s.spec.search.model.enabled:
-            s.guide = ModelGuide(engine=engine, metric=s.spec.criterion.metric,
-                                 optimism=s.spec.search.model.optimism, standalone_metric=s.spec.standalone.metric,
-                                 prior=cold_prior(s.spec))
+            s.guide = ModelGuide(
+                engine=engine,
+                metric=s.spec.criterion.metric,
+                optimism=s.spec.search.model.optimism,
+                standalone_metric=s.spec.standalone.metric,
+                prior=cold_prior(s.spec),
+            )
             s.guide.learn_gate(gate)
         if stage1:
             s.baseline()
@@ -342,18 +436,34 @@ def _search(s: StudyRun, engine_factory: EngineFactory, *, stage1: bool) -> Stud
 
 
 def _log_model(s: StudyRun, out: StudyOutcome, space: SearchSpace) -> None:
-    """The model's error, skipped configs, adaptive reference and per-concurrency bests, on the parent run.
+    """The model's error, skipped configs, adaptive reference and per-concurrency bests, on the
+    parent run.
 
-    A failure here never fails the finished search: it is reported as a progress line and a parent-run tag.
+    A failure here never fails the finished search: it is reported as a progress line and a
+    parent-run tag.
     """
     try:
-        skipped = {t.user_attrs["fingerprint"]: {"params": space.decode(t.params), **t.user_attrs.get("predicted", {})}
-                   for t in s.study.get_trials(deepcopy=False) if "skipped" in t.user_attrs}
-        metrics, summary = summarize(s.guide, tracking=s.ctx.tracking, parent_run_id=s.ctx.parent_run_id,
-                                     skipped=list(skipped.values()), listed=s.listed, best=out.best,
-                                     adaptive=_adaptive_plan(s, out.best))
+        skipped = {
+            t.user_attrs["fingerprint"]: {
+                "params": space.decode(t.params),
+                **t.user_attrs.get("predicted", {}),
+            }
+            for t in s.study.get_trials(deepcopy=False)
+            if "skipped" in t.user_attrs
+        }
+        metrics, summary = summarize(
+            s.guide,
+            tracking=s.ctx.tracking,
+            parent_run_id=s.ctx.parent_run_id,
+            skipped=list(skipped.values()),
+            listed=s.listed,
+            best=out.best,
+            adaptive=_adaptive_plan(s, out.best),
+        )
         s.ctx.tracking.log(s.ctx.parent_run_id, metrics=metrics)
-        s.ctx.tracking.log_texts(s.ctx.parent_run_id, {"model.json": json.dumps(summary, indent=2, default=str)})
+        s.ctx.tracking.log_texts(
+            s.ctx.parent_run_id, {"model.json": json.dumps(summary, indent=2, default=str)}
+        )
     except Exception as e:  # the search's answer stands without its model summary
         detail = " ".join(str(e).split())[:300] or type(e).__name__
         s.emit("done", f"model summary not logged: {detail}")
@@ -361,7 +471,8 @@ def _log_model(s: StudyRun, out: StudyOutcome, space: SearchSpace) -> None:
 
 
 def _adaptive_plan(s: StudyRun, best: dict | None) -> dict | None:
-    """The engine's effective settings of the best config with SGLang's adaptive speculation, or None when the
+    """The engine's effective settings of the best config with SGLang's adaptive speculation, or
+    None when the
     engine refuses it or SGLang turns it off (then there is no reference to draw)."""
     if not best or int(best["params"].get("num_steps") or 0) == 0:
         return None
@@ -370,4 +481,8 @@ def _adaptive_plan(s: StudyRun, best: dict | None) -> dict | None:
         plan = s.ctx.plan(settings.model_copy(update={"speculative_adaptive": True, "topk": 1}))
     except (BadInput, ValueError):
         return None
-    return plan.effective if plan.refusal is None and plan.effective.get("speculative_adaptive") else None
+    return (
+        plan.effective
+        if plan.refusal is None and plan.effective.get("speculative_adaptive")
+        else None
+    )

@@ -1,10 +1,11 @@
-"""A study is bound to the spec that made it: the spec's canonical form is stored with the study, and a worker or
-a ``--resume`` with a spec that differs is refused, naming the first key that differs.
+"""A study is bound to the spec that made it: the spec's canonical form is stored with the study,
+and a worker or a ``--resume`` with a spec that differs is refused, naming the first key that
+differs.
 
-The canonical form is the spec as loaded (defaults filled in, paths absolute), without what may differ
-harmlessly between invocations (``description``, the spec file's own path), with secret values as digests
-(:func:`~bisect_eagle.tracking.redact.digest_mapping`): two specs that differ only in a token are two specs,
-and no token is stored.
+The canonical form is the spec as loaded (defaults filled in, paths absolute), without what may
+differ harmlessly between invocations (``description``, the spec file's own path), with secret
+values as digests (:func:`~bisect_eagle.tracking.redact.digest_mapping`): two specs that differ only
+in a token are two specs, and no token is stored.
 """
 
 from __future__ import annotations
@@ -60,23 +61,30 @@ def check_bound(study: optuna.Study, spec: Spec, *, what: str) -> None:
         what: the command, for the message (``worker``, ``--resume``).
 
     Raises:
-        BadInput: the study belongs to another spec, or the spec changed; the message names the first
-            differing key with both values.
+        BadInput: the study belongs to another spec, or the spec changed; the message names the
+            first differing key with both values.
     """
     attrs = study.user_attrs
     stored = attrs.get(SPEC_ATTR)
     if stored is None:
-        raise BadInput(f"{what}: study {study.study_name!r} records no spec (made by another version of "
-                       "bisect-eagle?); start a new study")
+        raise BadInput(
+            f"{what}: study {study.study_name!r} records no spec (made by another version of "
+            "bisect-eagle?); start a new study"
+        )
     flat = canonical_spec(spec)
     if canonical_hash(flat) == attrs.get(HASH_ATTR):
         return
     for key in sorted(set(stored) | set(flat)):
         if stored.get(key, "<absent>") != flat.get(key, "<absent>"):
-            raise BadInput(f"{what}: study {study.study_name!r} was made from another spec: key {key!r} is "
-                           f"{_show(stored.get(key, '<absent>'))} there and {_show(flat.get(key, '<absent>'))} "
-                           f"in {spec.source}; give that study's spec, or another --study-name")
-    raise BadInput(f"{what}: study {study.study_name!r} was made from another spec; give that study's spec")
+            raise BadInput(
+                f"{what}: study {study.study_name!r} was made from another spec: key {key!r} is "
+                f"{_show(stored.get(key, '<absent>'))} there and "
+                f"{_show(flat.get(key, '<absent>'))} in {spec.source}; give that study's spec, or "
+                "another --study-name"
+            )
+    raise BadInput(
+        f"{what}: study {study.study_name!r} was made from another spec; give that study's spec"
+    )
 
 
 def _show(value: Any) -> str:

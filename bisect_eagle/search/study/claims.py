@@ -1,13 +1,15 @@
-"""The claims table: one row per fingerprint measured (or being measured) in a study, inserted atomically.
+"""The claims table: one row per fingerprint measured (or being measured) in a study, inserted
+atomically.
 
-Before a live trial runs, its plan fingerprint is inserted under a unique constraint ``(study, fingerprint)``,
-so two workers never measure the same effective config: the loser of the race waits for the winner's result
-(:meth:`Claims.wait_done`) and reuses it. A claim is ``running`` until its trial ends ``ok``, ``failed`` or
-``pruned``; a claim whose trial did not finish (interrupted, or its process died) is released, so the config is
-measured again. A running claim whose owner process died on this host is taken over by the next claimant; one
-whose owner was on another node is released when its Optuna trial stops heart-beating
-(:class:`bisect_eagle.search.study.resume.Liveness`, on whichever node looks next).
-The table lives in the study's own Optuna database (:func:`bisect_eagle.search.study.storage.engine_kwargs`).
+Before a live trial runs, its plan fingerprint is inserted under a unique constraint ``(study,
+fingerprint)``, so two workers never measure the same effective config: the loser of the race waits
+for the winner's result (:meth:`Claims.wait_done`) and reuses it. A claim is ``running`` until its
+trial ends ``ok``, ``failed`` or ``pruned``; a claim whose trial did not finish (interrupted, or its
+process died) is released, so the config is measured again. A running claim whose owner process died
+on this host is taken over by the next claimant; one whose owner was on another node is released
+when its Optuna trial stops heart-beating (:class:`bisect_eagle.search.study.resume.Liveness`, on
+whichever node looks next). The table lives in the study's own Optuna database
+(:func:`bisect_eagle.search.study.storage.engine_kwargs`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ REAPS = "bisect_eagle_reaps"  # one row per Optuna trial failed for silence: who
 
 @dataclass(kw_only=True)
 class Claim:
-    """One fingerprint of a study, the Optuna trial that claimed it, its owner process and its result."""
+    """One fingerprint of a study, the Optuna trial that claimed it, its owner process and its
+    result."""
 
     id: int
     fingerprint: str
@@ -49,7 +52,8 @@ class Claims:
         self.engine = sa.create_engine(url, **engine_kwargs(url))
         meta = sa.MetaData()
         self.table = sa.Table(
-            TABLE, meta,
+            TABLE,
+            meta,
             sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
             sa.Column("study", sa.String(512), nullable=False),
             sa.Column("fingerprint", sa.String(64), nullable=False),
@@ -61,21 +65,32 @@ class Claims:
             sa.UniqueConstraint("study", "fingerprint", name="uq_bisect_eagle_claim"),
         )
         self.reaps = sa.Table(
-            REAPS, meta,
+            REAPS,
+            meta,
             sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
             sa.Column("study", sa.String(512), nullable=False),
             sa.Column("trial", sa.Integer, nullable=False),
             sa.Column("reaper", sa.String(256), nullable=False),
             sa.UniqueConstraint("study", "trial", name="uq_bisect_eagle_reap"),
         )
-        # another process created it first: SQLite says OperationalError, PostgreSQL IntegrityError/ProgrammingError
-        with contextlib.suppress(sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
+        # another process created it first: SQLite says OperationalError, PostgreSQL
+        # IntegrityError/ProgrammingError
+        with contextlib.suppress(
+            sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError
+        ):
             meta.create_all(self.engine, checkfirst=True)
 
     @staticmethod
     def _row(r) -> Claim:
-        return Claim(id=r.id, fingerprint=r.fingerprint, trial=r.trial, owner=r.owner, state=r.state, value=r.value,
-                     run_id=r.run_id)
+        return Claim(
+            id=r.id,
+            fingerprint=r.fingerprint,
+            trial=r.trial,
+            owner=r.owner,
+            state=r.state,
+            value=r.value,
+            run_id=r.run_id,
+        )
 
     def _mine(self):
         return self.table.c.study == self.study
@@ -91,7 +106,9 @@ class Claims:
         """
         t = self.table
         with self.engine.connect() as c:
-            r = c.execute(self.sa.select(t).where(self._mine(), t.c.fingerprint == fingerprint)).first()
+            r = c.execute(
+                self.sa.select(t).where(self._mine(), t.c.fingerprint == fingerprint)
+            ).first()
         return self._row(r) if r else None
 
     def claim(self, fingerprint: str, *, trial: int, owner: str) -> tuple[bool, Claim | None]:
@@ -102,8 +119,15 @@ class Claims:
         t = self.table
         try:
             with self.engine.begin() as c:
-                c.execute(t.insert().values(study=self.study, fingerprint=fingerprint, trial=trial, owner=owner,
-                                            state="running"))
+                c.execute(
+                    t.insert().values(
+                        study=self.study,
+                        fingerprint=fingerprint,
+                        trial=trial,
+                        owner=owner,
+                        state="running",
+                    )
+                )
             return True, None
         except self.sa.exc.IntegrityError:
             pass
@@ -112,14 +136,18 @@ class Claims:
             return self.claim(fingerprint, trial=trial, owner=owner)
         if other.state == "running" and owner_alive(other.owner) is False:
             with self.engine.begin() as c:
-                res = c.execute(t.update().where(t.c.id == other.id, t.c.owner == other.owner, t.c.state == "running")
-                                .values(owner=owner, trial=trial))
+                res = c.execute(
+                    t.update()
+                    .where(t.c.id == other.id, t.c.owner == other.owner, t.c.state == "running")
+                    .values(owner=owner, trial=trial)
+                )
             if res.rowcount == 1:
                 return True, None
         return False, other
 
-    def claim_within(self, fingerprint: str, *, trial: int, owner: str,
-                     limit: int) -> tuple[bool, Claim | None]:
+    def claim_within(
+        self, fingerprint: str, *, trial: int, owner: str, limit: int
+    ) -> tuple[bool, Claim | None]:
         """:meth:`claim`, and the claim given back at once when it falls beyond the study's first
         ``limit`` claims (:meth:`position`: other workers used up the live-trial budget).
 
@@ -140,7 +168,8 @@ class Claims:
         return won, other
 
     def position(self, fingerprint: str) -> int:
-        """1-based order of this fingerprint's claim among the study's claims (the live-trial budget).
+        """1-based order of this fingerprint's claim among the study's claims (the live-trial
+        budget).
 
         Args:
             fingerprint: the config's fingerprint.
@@ -156,10 +185,17 @@ class Claims:
         if mine is None:
             raise KeyError(f"no claim of {fingerprint} in study {self.study!r}")
         with self.engine.connect() as c:
-            return int(c.execute(self.sa.select(self.sa.func.count()).select_from(t)
-                                 .where(self._mine(), t.c.id <= mine.id)).scalar_one())
+            return int(
+                c.execute(
+                    self.sa.select(self.sa.func.count())
+                    .select_from(t)
+                    .where(self._mine(), t.c.id <= mine.id)
+                ).scalar_one()
+            )
 
-    def finish(self, fingerprint: str, *, state: ClaimState, value: float | None, run_id: str | None) -> None:
+    def finish(
+        self, fingerprint: str, *, state: ClaimState, value: float | None, run_id: str | None
+    ) -> None:
         """Record the measured result of a claim (it stays: the config is never measured again).
 
         Args:
@@ -170,12 +206,16 @@ class Claims:
         """
         t = self.table
         with self.engine.begin() as c:
-            c.execute(t.update().where(self._mine(), t.c.fingerprint == fingerprint)
-                      .values(state=state, value=value, run_id=run_id))
+            c.execute(
+                t.update()
+                .where(self._mine(), t.c.fingerprint == fingerprint)
+                .values(state=state, value=value, run_id=run_id)
+            )
 
     def release(self, fingerprint: str, *, trial: int | None = None) -> bool:
-        """Forget a running claim whose trial did not finish (it may be measured again); with ``trial``, only
-        while that Optuna trial still holds it (not once another took it over). True when a claim was dropped."""
+        """Forget a running claim whose trial did not finish (it may be measured again); with
+        ``trial``, only while that Optuna trial still holds it (not once another took it over). True
+        when a claim was dropped."""
         t = self.table
         cond = [self._mine(), t.c.fingerprint == fingerprint, t.c.state == "running"]
         if trial is not None:
@@ -184,10 +224,12 @@ class Claims:
             return c.execute(t.delete().where(*cond)).rowcount > 0
 
     def take_reap(self, trial: int, *, reaper: str) -> bool:
-        """True for exactly one caller per trial of the study: the process that cleans up after a silent trial.
+        """True for exactly one caller per trial of the study: the process that cleans up after a
+        silent trial.
 
-        Optuna's ``fail_stale_trials`` relies on ``SELECT … FOR UPDATE``, which SQLite ignores, so two processes
-        can both fail the same trial there; the unique insert here decides which one releases and reports it.
+        Optuna's ``fail_stale_trials`` relies on ``SELECT … FOR UPDATE``, which SQLite ignores, so
+        two processes can both fail the same trial there; the unique insert here decides which one
+        releases and reports it.
         """
         try:
             with self.engine.begin() as c:
@@ -204,12 +246,17 @@ class Claims:
         """
         t = self.table
         with self.engine.connect() as c:
-            return [self._row(r) for r in c.execute(self.sa.select(t).where(self._mine()).order_by(t.c.id))]
+            return [
+                self._row(r)
+                for r in c.execute(self.sa.select(t).where(self._mine()).order_by(t.c.id))
+            ]
 
     def wait_done(self, fingerprint: str, *, timeout_s: float, poll_s: float = 1.0) -> Claim | None:
-        """Wait until another worker's claim is finished; None if it was released, its owner died or time ran out.
+        """Wait until another worker's claim is finished; None if it was released, its owner died or
+        time ran out.
 
-        Checks at most ``poll_s`` apart (sooner at first: a short trial's result is picked up quickly).
+        Checks at most ``poll_s`` apart (sooner at first: a short trial's result is picked up
+        quickly).
         """
 
         def settled() -> tuple[Claim | None] | None:
@@ -220,6 +267,10 @@ class Claims:
                 return (None,)
             return None
 
-        found = wait_until(settled, timeout_s=timeout_s, max_interval_s=poll_s,
-                           what=f"the claim of {fingerprint[:12]} in study {self.study!r}")
+        found = wait_until(
+            settled,
+            timeout_s=timeout_s,
+            max_interval_s=poll_s,
+            what=f"the claim of {fingerprint[:12]} in study {self.study!r}",
+        )
         return found[0] if found else None

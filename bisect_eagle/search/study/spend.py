@@ -1,20 +1,23 @@
-"""What a study spends: server launches (study-wide, against ``search.max_launches``) and the tool's own seconds.
+"""What a study spends: server launches (study-wide, against ``search.max_launches``) and the tool's
+own seconds.
 
-Launches (:mod:`bisect_eagle.trials.launches`) are counted from the study's child runs, so every worker sees the
-launches of all of them: the baseline, each live trial's repeats and every confirmation's re-measurements.
-Reading the runs costs a query of the tracking store, so :meth:`Spend.launches` reads them again only when
-something that launches may have happened since the last look: this process ran the engine, or the study's
-claims or confirmations changed (another worker's trial started, finished or was confirmed). Another worker's
-confirmation still in progress is seen once it is stored; a budget shared by workers can therefore be overrun
-by the launches in flight when it is reached, as ``max_live_trials`` can be by the trials in flight.
+Launches (:mod:`bisect_eagle.trials.launches`) are counted from the study's child runs, so every
+worker sees the launches of all of them: the baseline, each live trial's repeats and every
+confirmation's re-measurements. Reading the runs costs a query of the tracking store, so
+:meth:`Spend.launches` reads them again only when something that launches may have happened since
+the last look: this process ran the engine, or the study's claims or confirmations changed (another
+worker's trial started, finished or was confirmed). Another worker's confirmation still in progress
+is seen once it is stored; a budget shared by workers can therefore be overrun by the launches in
+flight when it is reached, as ``max_live_trials`` can be by the trials in flight.
 
-The tool's own time (:meth:`Spend.tool_time`) is the wall time of each step of the loop minus the seconds the
-engine ran within it (:class:`~bisect_eagle.trials.launches.Meter`): deciding whether to stop (confirmation
-bookkeeping included), steering with the throughput model (its forecasts of every untried config), asking
-Optuna, planning, claiming and recording. ``tool_overhead_s_per_trial`` is that total over the live trials this
-process measured. Wall time grows with whatever else the machine runs, so the same steps are also measured as
-this process's CPU time less the CPU an in-process engine spent in its runs: ``tool_cpu_s_per_trial``, the cost
-of the tool itself (a server engine's CPU is its own processes', never this one's).
+The tool's own time (:meth:`Spend.tool_time`) is the wall time of each step of the loop minus the
+seconds the engine ran within it (:class:`~bisect_eagle.trials.launches.Meter`): deciding whether to
+stop (confirmation bookkeeping included), steering with the throughput model (its forecasts of every
+untried config), asking Optuna, planning, claiming and recording. ``tool_overhead_s_per_trial`` is
+that total over the live trials this process measured. Wall time grows with whatever else the
+machine runs, so the same steps are also measured as this process's CPU time less the CPU an
+in-process engine spent in its runs: ``tool_cpu_s_per_trial``, the cost of the tool itself (a server
+engine's CPU is its own processes', never this one's).
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ class Spend:
         return self.tool_cpu_s / self.measured if self.measured else None
 
     def launches(self, tracking: Tracking, parent_run_id: str, *, state: Hashable) -> Launches:
-        """The study's launches so far (all workers). ``state`` is what others change when they launch (the
-        study's claims and confirmations): the runs are read again only when it or this process's engine-run
-        count changed since the last call.
+        """The study's launches so far (all workers). ``state`` is what others change when they
+        launch (the study's claims and confirmations): the runs are read again only when it or this
+        process's engine-run count changed since the last call.
 
         Args:
             tracking: the tracking store.

@@ -1,10 +1,13 @@
-"""What a study's process knows of its study, apart from how it runs trials: the spec, the Optuna study and its
-claims, the trial context, the budgets, the launches spent, and the progress events it emits.
+"""What a study's process knows of its study, apart from how it runs trials: the spec, the Optuna
+study and its claims, the trial context, the budgets, the launches spent, and the progress events it
+emits.
 
 :class:`StudyState` is the part of a study's process that the candidates' confirmation
-(:mod:`~bisect_eagle.search.study.candidates`) and the outcome (:mod:`~bisect_eagle.search.study.outcome`) read;
-the loop's :class:`~bisect_eagle.search.study.loop.StudyRun` extends it with stage 1, the baseline and the stage-2
-loop. It has a module of its own so that those readers need not import the loop that calls them.
+(:mod:`~bisect_eagle.search.study.candidates`) and the outcome
+(:mod:`~bisect_eagle.search.study.outcome`) read; the loop's
+:class:`~bisect_eagle.search.study.loop.StudyRun` extends it with stage 1, the baseline and the
+stage-2 loop. It has a module of its own so that those readers need not import the loop that calls
+them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from bisect_eagle.spec.schema import Spec
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.launches import Launches, launch_unit
 
-ProgressStage = Literal["plan", "standalone", "baseline", "waiting", "resume", "live", "confirm", "done"]
+ProgressStage = Literal[
+    "plan", "standalone", "baseline", "waiting", "resume", "live", "confirm", "done"
+]
 
 
 @dataclass(kw_only=True)
@@ -41,7 +46,8 @@ class StudyProgress:
 
 @dataclass(kw_only=True)
 class StudyState:
-    """One process's view of its study: what it was given, what it spent, and its progress events."""
+    """One process's view of its study: what it was given, what it spent, and its progress
+    events."""
 
     spec: Spec
     study: optuna.Study
@@ -54,7 +60,8 @@ class StudyState:
     seed: int = 0
     started: float = field(default_factory=time.monotonic)
     max_launches: int | None = None  # search.max_launches: engine runs of the whole study
-    spend: Spend = field(init=False)  # launches and the tool's own seconds (set from ctx in __post_init__)
+    # launches and the tool's own seconds (set from ctx in __post_init__)
+    spend: Spend = field(init=False)
 
     def __post_init__(self) -> None:
         self.spend = Spend(meter=self.ctx.meter, unit=launch_unit(self.spec))
@@ -65,7 +72,8 @@ class StudyState:
         return self.study.study_name
 
     def attr(self, key: str) -> Any:
-        """A study user attribute (shared by all workers): gate, baseline, target, baseline_run_id, ...
+        """A study user attribute (shared by all workers): gate, baseline, target, baseline_run_id,
+        ...
 
         Args:
             key: the attribute's name.
@@ -84,12 +92,22 @@ class StudyState:
         return time.monotonic() - self.started
 
     def emit(self, stage: ProgressStage, message: str) -> None:
-        """A progress event for the display: ``message`` with the measured count, best value and clock."""
+        """A progress event for the display: ``message`` with the measured count, best value and
+        clock."""
         done = self.claims.all()
         best = max((c.value for c in done if c.state == "ok" and c.value is not None), default=None)
-        self.progress(StudyProgress(stage=stage, message=message, done=len(done), total=self.max_live_trials,
-                                    best=best, target=self.ctx.target, elapsed_s=self.elapsed(),
-                                    max_wall_s=self.max_wall_s))
+        self.progress(
+            StudyProgress(
+                stage=stage,
+                message=message,
+                done=len(done),
+                total=self.max_live_trials,
+                best=best,
+                target=self.ctx.target,
+                elapsed_s=self.elapsed(),
+                max_wall_s=self.max_wall_s,
+            )
+        )
 
     def launches(self) -> Launches:
         """The study's launches so far, all workers (:meth:`Spend.launches`).
@@ -97,5 +115,8 @@ class StudyState:
         Returns:
             The launches counted.
         """
-        state = (tuple((c.fingerprint, c.state) for c in self.claims.all()), tuple(self.attr("confirmations") or ()))
+        state = (
+            tuple((c.fingerprint, c.state) for c in self.claims.all()),
+            tuple(self.attr("confirmations") or ()),
+        )
         return self.spend.launches(self.ctx.tracking, self.ctx.parent_run_id, state=state)

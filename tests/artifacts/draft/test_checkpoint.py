@@ -57,7 +57,8 @@ def test_specforge_layout_on_disk(tmp_path):
 
 
 def test_double_norm_is_not_applied():
-    """logits() norms once: an already-normed state gives other logits (docs/sglang-facts.md#final-state-norm)."""
+    """logits() norms once: an already-normed state gives other logits
+    (docs/sglang-facts.md#final-state-norm)."""
     model = random_draft()
     h = torch.randn(1, 3, model.config.hidden_size) * 5
     once = model.logits(h)
@@ -76,9 +77,13 @@ def test_top_level_ids_in_specforge_layout_is_an_error(tmp_path):
     save_draft(random_draft(), tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])
     cfg_path = tmp_path / "sf" / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["eagle_aux_hidden_state_layer_ids"] = cfg.pop("eagle_config")["eagle_aux_hidden_state_layer_ids"]
+    cfg["eagle_aux_hidden_state_layer_ids"] = cfg.pop("eagle_config")[
+        "eagle_aux_hidden_state_layer_ids"
+    ]
     cfg_path.write_text(json.dumps(cfg))
-    with pytest.raises(DraftLoadError, match=r"eagle_config.eagle_aux_hidden_state_layer_ids' is missing"):
+    with pytest.raises(
+        DraftLoadError, match=r"eagle_config.eagle_aux_hidden_state_layer_ids' is missing"
+    ):
         load_draft(tmp_path / "sf", target=tmp_path)
 
 
@@ -89,25 +94,43 @@ def test_fc_width_must_match_ids(tmp_path):
     cfg = json.loads(cfg_path.read_text())
     cfg["eagle_aux_hidden_state_layer_ids"] = [2, 6]
     cfg_path.write_text(json.dumps(cfg))
-    with pytest.raises(BadInput, match=r"tensor .fc.weight.: the draft's fc takes 3 aux layers "
-                       r"\(48 inputs = 3 × target_hidden_size 16\); "
-                       r".*config.json's layer ids \[2, 6\] has 2"):
+    with pytest.raises(
+        BadInput,
+        match=r"tensor .fc.weight.: the draft's fc takes 3 aux layers "
+        r"\(48 inputs = 3 × target_hidden_size 16\); "
+        r".*config.json's layer ids \[2, 6\] has 2",
+    ):
         load_draft(tmp_path / "spec")
 
 
 @pytest.mark.parametrize("key", ["norm_before_fc", "fc_norm"])
 def test_unsupported_variants_are_refused(tmp_path, key):
-    save_draft(random_draft(), tmp_path / "spec", layout="speculators", layer_ids=[2, 6, 10], extra_config={key: True})
-    with pytest.raises(DraftLoadError, match=f"'{key}' is true; this draft variant is not supported yet"):
+    save_draft(
+        random_draft(),
+        tmp_path / "spec",
+        layout="speculators",
+        layer_ids=[2, 6, 10],
+        extra_config={key: True},
+    )
+    with pytest.raises(
+        DraftLoadError, match=f"'{key}' is true; this draft variant is not supported yet"
+    ):
         load_draft(tmp_path / "spec")
 
 
 def test_unknown_architecture_and_missing_config(tmp_path):
     with pytest.raises(BadInput, match="config.json: not found"):
         load_draft(tmp_path)
-    save_draft(random_draft(), tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9],
-               extra_config={"architectures": ["LlamaForCausalLM"]})
-    with pytest.raises(DraftLoadError, match=r"key 'architectures' is \['LlamaForCausalLM'\]; expected one of"):
+    save_draft(
+        random_draft(),
+        tmp_path / "sf",
+        layout="specforge",
+        layer_ids=[1, 5, 9],
+        extra_config={"architectures": ["LlamaForCausalLM"]},
+    )
+    with pytest.raises(
+        DraftLoadError, match=r"key 'architectures' is \['LlamaForCausalLM'\]; expected one of"
+    ):
         load_draft(tmp_path / "sf")
 
 
@@ -115,7 +138,11 @@ def test_norm_before_residual_changes_the_output(tmp_path):
     model = random_draft()
     save_draft(model, tmp_path / "a", layout="speculators", layer_ids=[2, 6, 10])
     save_draft(
-        model, tmp_path / "b", layout="speculators", layer_ids=[2, 6, 10], extra_config={"norm_before_residual": True}
+        model,
+        tmp_path / "b",
+        layout="speculators",
+        layer_ids=[2, 6, 10],
+        extra_config={"norm_before_residual": True},
     )
     a, b = load_draft(tmp_path / "a"), load_draft(tmp_path / "b")
     assert b.config.norm_before_residual and not a.config.norm_before_residual
@@ -154,7 +181,9 @@ def test_inspect_reads_headers_only_and_load_checks_the_values(tmp_path, tiny):
     check = inspect_draft(tmp_path / "d")
     assert (check.layer_ids, check.id_convention, check.config.num_aux) == ([1, 5, 9], "sglang", 3)
     assert check.tensors["fc.weight"].shape == (192, 576) and check.tensors["t2d"].dtype == "BOOL"
-    with pytest.raises(DraftLoadError, match=f"{weights}: tensor 'norm.weight' holds NaN or inf values"):
+    with pytest.raises(
+        DraftLoadError, match=f"{weights}: tensor 'norm.weight' holds NaN or inf values"
+    ):
         load_draft(tmp_path / "d", target=tiny.target)
 
 
@@ -166,7 +195,9 @@ def test_speculators_tensor_errors_use_the_stored_names(tmp_path):
     state = load_file(str(path))
     state["layers.0.self_attn.q_proj.weight"] = torch.zeros(3, 32)
     save_file(state, str(path))
-    with pytest.raises(DraftLoadError, match=r"tensor 'layers.0.self_attn.q_proj.weight' has shape \[3, 32\]"):
+    with pytest.raises(
+        DraftLoadError, match=r"tensor 'layers.0.self_attn.q_proj.weight' has shape \[3, 32\]"
+    ):
         load_draft(tmp_path / "spec")
 
 
@@ -174,5 +205,8 @@ def test_embedding_from_a_target_of_another_vocabulary_is_refused(tmp_path):
     model = random_draft()
     save_draft(model, tmp_path / "sf", layout="specforge", layer_ids=[1, 5, 9])
     target = write_fake_target(tmp_path / "target", torch.randn(40, 16))
-    with pytest.raises(DraftLoadError, match=r"tensor 'model.embed_tokens.weight' has shape \[40, 16\]; the draft's"):
+    with pytest.raises(
+        DraftLoadError,
+        match=r"tensor 'model.embed_tokens.weight' has shape \[40, 16\]; the draft's",
+    ):
         load_draft(tmp_path / "sf", target=target)

@@ -1,9 +1,11 @@
-"""A scripted SGLang stand-in for the engine's fault tests: serve's launch flags and HTTP front, canned answers.
+"""A scripted SGLang stand-in for the engine's fault tests: serve's launch flags and HTTP front,
+canned answers.
 
-Run as a script (the engine's launch command is ``[python, this file]``). ``FAKE_SGLANG_FAULT`` (set by the
-trial's ``settings.env``) picks the behaviour:
+Run as a script (the engine's launch command is ``[python, this file]``). ``FAKE_SGLANG_FAULT`` (set
+by the trial's ``settings.env``) picks the behaviour:
 
-- unset: healthy; every request answers ``max_new_tokens`` tokens, two per verify step (accept length 2);
+- unset: healthy; every request answers ``max_new_tokens`` tokens, two per verify step (accept
+  length 2);
 - ``oom``: prints a CUDA out-of-memory traceback and exits 1 before ready;
 - ``capture``: prints SGLang's "captured 2 of 3 aux hidden states" error and exits 1 before ready;
 - ``never_ready``: /health_generate answers 503 forever;
@@ -31,7 +33,8 @@ CHILD = "import signal, time\n{}\ntime.sleep(3600)"
 
 
 class Scripted(serve.Backend):
-    """Canned answers: two tokens per verify step; faults after the cache flush that ends warm-up."""
+    """Canned answers: two tokens per verify step; faults after the cache flush that ends
+    warm-up."""
 
     def __init__(self, info: dict):
         super().__init__(info)
@@ -55,9 +58,14 @@ class Scripted(serve.Backend):
             time.sleep(3600)
         n = req.max_new_tokens
         steps = (n + 1) // 2
-        meta = {"id": req.rid, "prompt_tokens": len(req.input_ids or []), "completion_tokens": n,
-                "spec_verify_ct": steps, "spec_accept_length": n / steps,
-                "spec_correct_drafts_histogram": [n % 2, n // 2]}
+        meta = {
+            "id": req.rid,
+            "prompt_tokens": len(req.input_ids or []),
+            "completion_tokens": n,
+            "spec_verify_ct": steps,
+            "spec_accept_length": n / steps,
+            "spec_correct_drafts_histogram": [n % 2, n // 2],
+        }
         return {"text": "x" * n, "output_ids": [7] * n, "meta_info": meta}
 
 
@@ -70,8 +78,11 @@ def main() -> None:
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s %(message)s")
     print(f"fake sglang: fault={FAULT or 'none'} argv={sys.argv[1:]}", flush=True)
     if FAULT == "oom":
-        print("Traceback (most recent call last):\n  File \"model_runner.py\", line 1, in load_model\n"
-              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+        print(
+            'Traceback (most recent call last):\n  File "model_runner.py", line 1, in '
+            "load_model\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            flush=True,
+        )
         sys.exit(1)
     if FAULT == "capture":
         print("RuntimeError: captured 2 of 3 aux hidden states", flush=True)
@@ -79,11 +90,16 @@ def main() -> None:
     ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if FAULT == "ignores_sigterm" else ""
     child = subprocess.Popen([sys.executable, "-c", CHILD.format(ignore)])
     info = {
-        "speculative_algorithm": a.speculative_algorithm, "speculative_num_steps": a.speculative_num_steps,
+        "speculative_algorithm": a.speculative_algorithm,
+        "speculative_num_steps": a.speculative_num_steps,
         "speculative_eagle_topk": a.speculative_eagle_topk,
-        "speculative_num_draft_tokens": a.speculative_num_draft_tokens, "max_running_requests": 8,
-        "mem_fraction_static": a.mem_fraction_static, "disable_custom_all_reduce": a.disable_custom_all_reduce,
-        "cuda_graph_max_bs_decode": a.cuda_graph_max_bs_decode, "api_key": "s3cret", "tp_size": a.tp_size,
+        "speculative_num_draft_tokens": a.speculative_num_draft_tokens,
+        "max_running_requests": 8,
+        "mem_fraction_static": a.mem_fraction_static,
+        "disable_custom_all_reduce": a.disable_custom_all_reduce,
+        "cuda_graph_max_bs_decode": a.cuda_graph_max_bs_decode,
+        "api_key": "s3cret",
+        "tp_size": a.tp_size,
     }
     httpd = serve.ServeHTTPServer((a.host, a.port), Scripted(info))
     if FAULT == "ignores_sigterm":

@@ -1,8 +1,8 @@
 """A stand-in server for the process tests: listens on 127.0.0.1:PORT and waits to be ended.
 
-``--child`` starts a child in its process group (like SGLang's scheduler); ``--daemon`` double-forks a
-daemon (``setsid``, so outside the group) that keeps the listening socket; ``--ignore-term`` ignores
-SIGTERM. Each process appends ``role pid`` to ``--pids`` once it is up.
+``--child`` starts a child in its process group (like SGLang's scheduler); ``--daemon`` double-forks
+a daemon (``setsid``, so outside the group) that keeps the listening socket; ``--ignore-term``
+ignores SIGTERM. Each process appends ``role pid`` to ``--pids`` once it is up.
 """
 
 from __future__ import annotations

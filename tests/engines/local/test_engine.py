@@ -1,4 +1,5 @@
-"""The in-process EAGLE-3 engine: lossless for every wiring, honest counters, SGLang's rules, clear errors."""
+"""The in-process EAGLE-3 engine: lossless for every wiring, honest counters, SGLang's rules, clear
+errors."""
 
 import json
 
@@ -10,7 +11,13 @@ from typer.testing import CliRunner
 from bisect_eagle.artifacts.draft import init_weights, load_draft
 from bisect_eagle.artifacts.prompts import load_prompts
 from bisect_eagle.artifacts.target import load_target
-from bisect_eagle.engines.local import DraftChain, Generation, LocalEngine, SpeculativeDecoder, accept_rates
+from bisect_eagle.engines.local import (
+    DraftChain,
+    Generation,
+    LocalEngine,
+    SpeculativeDecoder,
+    accept_rates,
+)
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.settings import LiveSettings
 
@@ -64,17 +71,28 @@ def test_lossless_with_random_draft_eos_and_one_token_prompt(tiny, models, basel
     model, _, prompts = models
     spec = SpeculativeDecoder(model, _random_draft(tiny), None, 4)
     g = spec.generate(prompts[0].input_ids, max_new_tokens=24)
-    assert g.tokens == baseline[0] and g.verify_steps > 16  # almost nothing accepted, still identical
-    eos = baseline[1][9]  # a token the target emits: both decoders stop right after its first occurrence
-    plain = SpeculativeDecoder(model, None, None, 0).generate(prompts[1].input_ids, max_new_tokens=24, eos_token_id=eos)
+    # almost nothing accepted, still identical
+    assert g.tokens == baseline[0] and g.verify_steps > 16
+    # a token the target emits: both decoders stop right after its first occurrence
+    eos = baseline[1][9]
+    plain = SpeculativeDecoder(model, None, None, 0).generate(
+        prompts[1].input_ids, max_new_tokens=24, eos_token_id=eos
+    )
     fast = SpeculativeDecoder(model, models[1], None, 4).generate(
         prompts[1].input_ids, max_new_tokens=24, eos_token_id=eos
     )
     assert fast.tokens == plain.tokens == baseline[1][: baseline[1].index(eos) + 1]
-    assert fast.finished_by_eos and plain.finished_by_eos and sum(fast.accepted_per_step) == len(fast.tokens)
+    assert (
+        fast.finished_by_eos
+        and plain.finished_by_eos
+        and sum(fast.accepted_per_step) == len(fast.tokens)
+    )
     one = [prompts[2].input_ids[0]]
     expected = SpeculativeDecoder(model, None, None, 0).generate(one, max_new_tokens=10).tokens
-    assert SpeculativeDecoder(model, models[1], None, 3).generate(one, max_new_tokens=10).tokens == expected
+    assert (
+        SpeculativeDecoder(model, models[1], None, 3).generate(one, max_new_tokens=10).tokens
+        == expected
+    )
 
 
 @pytest.mark.parametrize("steps", [3, 15])  # SGLang's chain default; the incident's 16 draft tokens
@@ -82,19 +100,24 @@ def test_true_wiring_accepts_more_than_wrong_ones(models, steps):
     model, draft, prompts = models
 
     def accept_length(ids):
-        gens = [SpeculativeDecoder(model, draft, ids, steps).generate(p.input_ids, max_new_tokens=32) for p in prompts]
+        gens = [
+            SpeculativeDecoder(model, draft, ids, steps).generate(p.input_ids, max_new_tokens=32)
+            for p in prompts
+        ]
         return sum(len(g.tokens) for g in gens) / sum(g.verify_steps for g in gens)
 
     true = accept_length([1, 5, 9])
     assert true > 1.5
-    for wrong in ([5, 9, 11], [-1, 1, 5]):  # the incident's [1:] and embedding-first wirings: >= 25% lower
+    # the incident's [1:] and embedding-first wirings: >= 25% lower
+    for wrong in ([5, 9, 11], [-1, 1, 5]):
         assert accept_length(wrong) < 0.75 * true
     for shifted in ([0, 4, 8], [2, 6, 10]):  # ids off by one: lower, by less
         assert 0.75 * true < accept_length(shifted) < true
 
 
 def test_draft_chain_matches_teacher_forced_training_forward(models):
-    """Live drafting (two extends, the second after a rollback) = ttt_forward fed the chain's own drafts."""
+    """Live drafting (two extends, the second after a rollback) = ttt_forward fed the chain's own
+    drafts."""
     model, draft, prompts = models
     x = prompts[0].input_ids
     aux = SpeculativeDecoder(model, draft, None, 3).aux_hidden_states(x)[None]
@@ -106,8 +129,13 @@ def test_draft_chain_matches_teacher_forced_training_forward(models):
             chain.propose(aux[:, rows[0] : rows[1]], x[rows[0] + 1 : rows[1] + 1], steps=4),
         ]
         for n, drafts in zip(rows, proposed, strict=True):
-            states = draft.model.ttt_forward(aux[:, :n], torch.tensor([x[1 : n + 1] + drafts[:-1]]), steps=4)
-            picks = [int(draft.model.to_target_ids(draft.model.logits(h[0, -1]).argmax())) for h in states]
+            states = draft.model.ttt_forward(
+                aux[:, :n], torch.tensor([x[1 : n + 1] + drafts[:-1]]), steps=4
+            )
+            picks = [
+                int(draft.model.to_target_ids(draft.model.logits(h[0, -1]).argmax()))
+                for h in states
+            ]
             assert picks == drafts
     assert proposed[0] != proposed[1]
 
@@ -135,8 +163,12 @@ def test_trial_metrics_and_topk1_rule(engine):
     assert result.ok
     eff = result.effective
     assert (eff["num_steps"], eff["num_draft_tokens"], eff["topk"]) == (3, 4, 1)
-    assert eff["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9] and eff["aux_hidden_state_indices"] == [2, 6, 10]
-    assert any("num_draft_tokens = num_steps + 1 = 4" in w and "requested 8" in w for w in result.warnings)
+    assert eff["eagle_aux_hidden_state_layer_ids"] == [1, 5, 9] and eff[
+        "aux_hidden_state_indices"
+    ] == [2, 6, 10]
+    assert any(
+        "num_draft_tokens = num_steps + 1 = 4" in w and "requested 8" in w for w in result.warnings
+    )
     measured = [p.id for p in engine._prompts[1:3]]
     assert [r.id for r in result.requests] == measured  # the warm-up prompt is not counted
     tokens = sum(r.completion_tokens for r in result.requests)
@@ -151,11 +183,24 @@ def test_trial_metrics_and_topk1_rule(engine):
 
 
 def test_accept_rate_per_position_is_conditional():
-    steps = Generation(tokens=[0] * 7, verify_steps=3, accepted_per_step=[4, 1, 2], model_s=0.0,
-                       finished_by_eos=False, drafted_per_step=[3, 3, 3])
-    # an EOS that was itself an accepted draft: 2 tokens emitted, only the first draft counted as judged
-    eos_cut = Generation(tokens=[0] * 2, verify_steps=1, accepted_per_step=[2], model_s=0.0, finished_by_eos=True,
-                         drafted_per_step=[1])
+    steps = Generation(
+        tokens=[0] * 7,
+        verify_steps=3,
+        accepted_per_step=[4, 1, 2],
+        model_s=0.0,
+        finished_by_eos=False,
+        drafted_per_step=[3, 3, 3],
+    )
+    # an EOS that was itself an accepted draft: 2 tokens emitted, only the first draft counted as
+    # judged
+    eos_cut = Generation(
+        tokens=[0] * 2,
+        verify_steps=1,
+        accepted_per_step=[2],
+        model_s=0.0,
+        finished_by_eos=True,
+        drafted_per_step=[1],
+    )
     assert accept_rates([steps], 3) == [2 / 3, 1 / 2, 1.0]
     assert accept_rates([steps, eos_cut], 4)[:3] == [3 / 4, 1 / 2, 1.0]
 
@@ -178,18 +223,26 @@ def test_ignored_and_default_settings_do_not_change_the_plan(engine):
         assert engine.plan(LiveSettings(**FAST, **extra)).fingerprint == base, extra
     assert engine.plan(LiveSettings(**{**FAST, "num_steps": 4})).fingerprint != base
     fresh = LocalEngine(engine.target_path, engine.draft_path, engine.prompts_path)
-    assert fresh.plan(LiveSettings(**FAST)).fingerprint == base and fresh._models == {}  # planning loads nothing
+    # planning loads nothing
+    assert fresh.plan(LiveSettings(**FAST)).fingerprint == base and fresh._models == {}
 
 
-# Fingerprints of today's configs (before speculative_adaptive existed): a false value leaves each unchanged.
-FINGERPRINTS = [({}, "75ae9069ce5e053e"), ({"num_steps": 5, "eagle_aux_hidden_state_layer_ids": [2, 6, 10]},
-                                          "f3a14c8d380d29f4"),
-                ({"speculative_algorithm": "none"}, "dd0f544b3e41d43b")]
+# Fingerprints of today's configs (before speculative_adaptive existed): a false value leaves each
+# unchanged.
+FINGERPRINTS = [
+    ({}, "75ae9069ce5e053e"),
+    ({"num_steps": 5, "eagle_aux_hidden_state_layer_ids": [2, 6, 10]}, "f3a14c8d380d29f4"),
+    ({"speculative_algorithm": "none"}, "dd0f544b3e41d43b"),
+]
 
 
 @pytest.mark.parametrize("request_, fingerprint", FINGERPRINTS)
 def test_adaptive_off_leaves_the_plan_as_it_was_and_on_is_refused(engine, request_, fingerprint):
-    for off in ({}, {"speculative_adaptive": False}, {"server_args": {"speculative_adaptive": False}}):
+    for off in (
+        {},
+        {"speculative_adaptive": False},
+        {"server_args": {"speculative_adaptive": False}},
+    ):
         plan = engine.plan(LiveSettings(**request_, **off))
         assert plan.fingerprint == fingerprint and "speculative_adaptive" not in plan.effective, off
     on = engine.plan(LiveSettings(**request_, speculative_adaptive=True))
@@ -218,9 +271,15 @@ def test_paired_run_interleaves_the_same_prompts_and_reports_the_geometric_mean_
     base = engine.plan(LiveSettings(speculative_algorithm="none", **{**FAST, "num_prompts": 3}))
     paired = engine.run_paired(spec, base)
     cand, ref = paired.candidate, paired.baseline
-    assert [r.id for r in cand.requests] == [r.id for r in ref.requests] == [p.id for p in engine._prompts[1:4]]
+    assert (
+        [r.id for r in cand.requests]
+        == [r.id for r in ref.requests]
+        == [p.id for p in engine._prompts[1:4]]
+    )
     # greedy speculative decoding is lossless: the same tokens per prompt, fewer verify steps
-    assert [r.completion_tokens for r in cand.requests] == [r.completion_tokens for r in ref.requests]
+    assert [r.completion_tokens for r in cand.requests] == [
+        r.completion_tokens for r in ref.requests
+    ]
     assert cand.accept_length > 1.0 == ref.accept_length
     expected = [
         (a.completion_tokens / a.latency_s) / (b.completion_tokens / b.latency_s)
@@ -229,11 +288,15 @@ def test_paired_run_interleaves_the_same_prompts_and_reports_the_geometric_mean_
     assert paired.ratios == pytest.approx(expected)
     assert paired.speedup == pytest.approx(math.exp(sum(map(math.log, expected)) / 3))
     assert paired.lower <= paired.speedup <= paired.upper and paired.confidence == 0.95
-    assert cand.effective["aux_hidden_state_indices"] == [2, 6, 10] and ref.effective["num_steps"] == 0
+    assert (
+        cand.effective["aux_hidden_state_indices"] == [2, 6, 10] and ref.effective["num_steps"] == 0
+    )
 
 
 def test_eagle_with_eagle3_draft_runs_like_sglang(engine):
-    result = run(engine, speculative_algorithm="EAGLE", eagle_aux_hidden_state_layer_ids=[1, 5, 9], **FAST)
+    result = run(
+        engine, speculative_algorithm="EAGLE", eagle_aux_hidden_state_layer_ids=[1, 5, 9], **FAST
+    )
     true = run(engine, **FAST)
     assert result.ok and result.effective["eagle_aux_hidden_state_layer_ids"] == []
     assert any("fc is skipped" in w for w in result.warnings)
@@ -247,7 +310,10 @@ def test_eagle_with_eagle3_draft_runs_like_sglang(engine):
         ({"num_steps": 0}, "num_steps must be >= 1"),
         ({"eagle_aux_hidden_state_layer_ids": [1, 5, 12]}, r"12 is outside \[-1, 11\]"),
         ({"eagle_aux_hidden_state_layer_ids": [-2, 1, 5]}, r"-2 is outside \[-1, 11\]"),
-        ({"eagle_aux_hidden_state_layer_ids": [1, 5]}, r"the draft's fc takes 3 aux layers .*\[1, 5\] has 2"),
+        (
+            {"eagle_aux_hidden_state_layer_ids": [1, 5]},
+            r"the draft's fc takes 3 aux layers .*\[1, 5\] has 2",
+        ),
         ({"topk": 2, "num_draft_tokens": 6}, "tree drafting"),
         ({"temperature": 0.7}, "decodes greedily"),
         ({"num_prompts": 30}, "but the file has only"),
@@ -297,7 +363,8 @@ def test_cli_live_json_and_baseline():
         "--json",
     ]
     spec = CliRunner().invoke(
-        _cli(), [*args, "--set", "eagle_aux_hidden_state_layer_ids=[5,9,11]", "--set", "num_steps=4"]
+        _cli(),
+        [*args, "--set", "eagle_aux_hidden_state_layer_ids=[5,9,11]", "--set", "num_steps=4"],
     )
     assert spec.exit_code == 0, spec.output
     out = json.loads(spec.stdout)  # stderr: what the command is doing, with its clock

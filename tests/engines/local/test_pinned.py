@@ -1,4 +1,5 @@
-"""Pinned acceptance in the local decoder and engine: the target's tokens, the profile's accept length, seeded draws,
+"""Pinned acceptance in the local decoder and engine: the target's tokens, the profile's accept
+length, seeded draws,
 a natural round's forwards, and the cost-side delay."""
 
 import random
@@ -51,8 +52,11 @@ def test_seeded_pins_draw_the_same_for_the_same_prompt():
     assert draws[0] == draws[1] != draws[2]
 
 
-def test_pinned_decoding_keeps_the_targets_tokens_and_reaches_the_profile_with_a_bad_draft(models, random_draft):
-    """A random draft accepts almost nothing naturally; pinned to [1, 1, 0] it accepts two drafts per round and
+def test_pinned_decoding_keeps_the_targets_tokens_and_reaches_the_profile_with_a_bad_draft(
+    models, random_draft
+):
+    """A random draft accepts almost nothing naturally; pinned to [1, 1, 0] it accepts two drafts
+    per round and
     the output is still the target's greedy continuation."""
     model, _, prompts = models
     natural = SpeculativeDecoder(model, random_draft, None, 3)
@@ -61,20 +65,23 @@ def test_pinned_decoding_keeps_the_targets_tokens_and_reaches_the_profile_with_a
         assert free.verify_steps > 16  # ~1 token per round
         pinned = _generate(natural, p, Pin.seeded([1.0, 1.0, 0.0], p.input_ids, free.tokens))
         assert pinned.tokens == free.tokens
-        # 24 tokens: 7 rounds of 3, then a round drafting the 2 that fit (both accepted) and its bonus token
+        # 24 tokens: 7 rounds of 3, then a round drafting the 2 that fit (both accepted) and its
+        # bonus token
         assert pinned.accepted_per_step == [3] * 8
         assert len(pinned.tokens) / pinned.verify_steps == 3.0
 
 
 def test_pinned_rounds_run_a_natural_rounds_forwards(models):
-    """Every round still drafts num_steps tokens and verifies num_steps + 1: pinning changes no forward's size."""
+    """Every round still drafts num_steps tokens and verifies num_steps + 1: pinning changes no
+    forward's size."""
     model, draft, prompts = models
     decoder = SpeculativeDecoder(model, draft, None, 3)
     p = prompts[0]
     free = _generate(decoder, p)
     sizes: list[int] = []
-    hook = model.register_forward_pre_hook(lambda _m, args, kwargs: sizes.append(kwargs["input_ids"].shape[1]),
-                                           with_kwargs=True)
+    hook = model.register_forward_pre_hook(
+        lambda _m, args, kwargs: sizes.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
     try:
         pinned = _generate(decoder, p, Pin.seeded([0.5, 0.25, 0.0], p.input_ids, free.tokens))
     finally:
@@ -82,12 +89,14 @@ def test_pinned_rounds_run_a_natural_rounds_forwards(models):
     assert sizes[0] == len(p.input_ids) - 1  # the prefill
     assert sizes[1:] == [1 + d for d in pinned.drafted_per_step]
     done = [sum(pinned.accepted_per_step[:i]) for i in range(pinned.verify_steps)]
-    assert pinned.drafted_per_step == [min(3, 24 - d - 1) for d in done]  # as many drafts as a natural round
+    # as many drafts as a natural round
+    assert pinned.drafted_per_step == [min(3, 24 - d - 1) for d in done]
     assert pinned.tokens == free.tokens
 
 
 def test_pinned_without_a_continuation_emits_the_accepted_drafts(models, random_draft):
-    """A server's pin (no continuation): accepted drafts are emitted as proposed, the bonus is the target's."""
+    """A server's pin (no continuation): accepted drafts are emitted as proposed, the bonus is the
+    target's."""
     model, _, prompts = models
     decoder = SpeculativeDecoder(model, random_draft, None, 3)
     p = prompts[0]
@@ -115,7 +124,9 @@ def test_cycle_delay_waits_inside_every_target_forward(models):
 def test_engine_pins_accept_length_and_keeps_a_natural_trials_output(tiny):
     with LocalEngine(tiny.target, tiny.draft, tiny.prompts) as engine:
         natural = engine.plan(LiveSettings(**FAST))
-        pinned = engine.plan(LiveSettings(**FAST, pinned_acceptance=profile_for_accept_length(2.0, 3)))
+        pinned = engine.plan(
+            LiveSettings(**FAST, pinned_acceptance=profile_for_accept_length(2.0, 3))
+        )
         assert pinned.fingerprint != natural.fingerprint
         assert (natural.acceptance, pinned.acceptance) == ("natural", "pinned")
         assert "pinned_acceptance" not in natural.effective

@@ -1,8 +1,9 @@
 """Waiting for the GPUs to let go of a server's memory, read from a stand-in ``nvidia-smi`` on PATH.
 
-By pids where the listing names processes of this pid namespace; by device memory against the pre-launch use
-where it lists pids unknown here (NVML's host pids inside a container) or nothing; unchecked without tools.
-The stand-in answers each query from a list of canned outputs in turn (the last one from then on).
+By pids where the listing names processes of this pid namespace; by device memory against the
+pre-launch use where it lists pids unknown here (NVML's host pids inside a container) or nothing;
+unchecked without tools. The stand-in answers each query from a list of canned outputs in turn (the
+last one from then on).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ TOL = gpus.tolerance_mib(81559)  # 2 % of 81559 MiB: 1631
 
 
 class FakeSmi:
-    """A ``nvidia-smi`` on PATH answering ``--query-compute-apps`` and ``--query-gpu`` from canned outputs."""
+    """A ``nvidia-smi`` on PATH answering ``--query-compute-apps`` and ``--query-gpu`` from canned
+    outputs."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -30,9 +32,11 @@ class FakeSmi:
         script.parent.mkdir()
         script.write_text(
             "#!/bin/sh\n"
-            'case "$1" in --query-compute-apps=*) k=apps ;; --query-gpu=*) k=gpus ;; *) exit 2 ;; esac\n'
-            f'd={root}\n'
-            'n=$(( $(/bin/cat "$d/$k.calls" 2>/dev/null || echo 0) + 1 )); echo $n > "$d/$k.calls"\n'
+            'case "$1" in --query-compute-apps=*) k=apps ;; --query-gpu=*) k=gpus ;; *) exit 2 ;; '
+            "esac\n"
+            f"d={root}\n"
+            'n=$(( $(/bin/cat "$d/$k.calls" 2>/dev/null || echo 0) + 1 )); echo $n > '
+            '"$d/$k.calls"\n'
             'last=$(/bin/cat "$d/$k.last"); [ $n -gt $last ] && n=$last\n'
             '/bin/cat "$d/$k.$n"\n'
         )
@@ -40,7 +44,8 @@ class FakeSmi:
         self.bin = script.parent
 
     def answer(self, kind: str, *outputs: str) -> None:
-        """``kind`` (apps or gpus) answers ``outputs`` in turn from now on, the last one repeated."""
+        """``kind`` (apps or gpus) answers ``outputs`` in turn from now on, the last one
+        repeated."""
         for i, text in enumerate(outputs, 1):
             (self.root / f"{kind}.{i}").write_text(text)
         (self.root / f"{kind}.last").write_text(str(len(outputs)))
@@ -67,24 +72,32 @@ def other_pid():
 
 
 def absent_pid() -> int:
-    """A pid no process of this namespace has: what NVML reports for a process seen from the host."""
+    """A pid no process of this namespace has: what NVML reports for a process seen from the
+    host."""
     pid = 4_000_000
     while psutil.pid_exists(pid):
         pid -= 1
     return pid
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # pids of this namespace: matched by pid, whatever the devices say
 
 
 def test_released_once_no_pid_of_the_server_holds_memory(smi, other_pid):
     me = os.getpid()
     smi.answer("apps", f"{me}, 500\n{other_pid}, 10\n", f"{me}, 20\n", f"{other_pid}, 10\n")
-    smi.answer("gpus", GPUS.format(40000, 40000))  # far above the baseline: the pids decide, not the devices
+    # far above the baseline: the pids decide, not the devices
+    smi.answer("gpus", GPUS.format(40000, 40000))
     got = gpus.wait_gpu_release(pids=[me, 99], timeout_s=10, baseline={0: 100, 1: 100})
-    assert got.status == "released" and got.method == "pids" and got.holders == {} and smi.calls("apps") == 3
-    assert got.seconds is not None and 0.1 <= got.seconds < 2  # two pauses (0.05 s, then 0.1 s) before the third check
+    assert (
+        got.status == "released"
+        and got.method == "pids"
+        and got.holders == {}
+        and smi.calls("apps") == 3
+    )
+    # two pauses (0.05 s, then 0.1 s) before the third check
+    assert got.seconds is not None and 0.1 <= got.seconds < 2
 
 
 def test_held_when_the_time_is_up_with_the_pids_still_holding(smi, other_pid):
@@ -95,7 +108,9 @@ def test_held_when_the_time_is_up_with_the_pids_still_holding(smi, other_pid):
     got = gpus.wait_gpu_release(pids=[me, other_pid], timeout_s=0.3, baseline={0: 100, 1: 100})
     assert 0.3 <= time.monotonic() - start < 1.5
     assert got.status == "held" and got.method == "pids" and got.seconds is None
-    assert got.holders == {me: 500, other_pid: 0} and str(me) in got.reason and smi.calls("apps") >= 3
+    assert (
+        got.holders == {me: 500, other_pid: 0} and str(me) in got.reason and smi.calls("apps") >= 3
+    )
 
 
 def test_a_zero_timeout_checks_once(smi):
@@ -117,7 +132,7 @@ def test_a_failing_tool_is_no_answer(smi):
     assert gpus.read_gpus() is None
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # pids of another namespace (a container): device memory against the pre-launch use
 
 
@@ -126,10 +141,12 @@ def test_host_pids_fall_back_to_device_memory_and_wait_for_it_to_drop(smi):
     smi.answer("apps", f"{host}, 39000\n")
     high = GPUS.format(30000, 40000)
     smi.answer("gpus", GPUS.format(30000, 500), high, high, high, GPUS.format(30000, 500 + TOL))
-    baseline = gpus.device_baseline({"CUDA_VISIBLE_DEVICES": "1"})  # GPU 0 is someone else's: not waited on
+    # GPU 0 is someone else's: not waited on
+    baseline = gpus.device_baseline({"CUDA_VISIBLE_DEVICES": "1"})
     assert baseline == {1: 500}
     pid_only = gpus.judge_release(gpus.read_gpus(), pids=[os.getpid()], baseline=None)
-    assert pid_only.status == "unchecked" and str(host) in pid_only.reason  # never "released" on foreign pids
+    # never "released" on foreign pids
+    assert pid_only.status == "unchecked" and str(host) in pid_only.reason
     got = gpus.wait_gpu_release(pids=[os.getpid()], timeout_s=10, baseline=baseline)
     assert got.status == "released" and got.method == "device memory" and got.over == {}
     assert smi.calls("gpus") == 5 and got.seconds is not None and 0.1 <= got.seconds < 2
@@ -165,8 +182,15 @@ def test_a_device_that_disappears_is_not_released(smi):
 
 
 def test_visible_devices_by_index_uuid_or_all():
-    devs = [gpus.Device(0, "GPU-aaaa-0", 1, 10), gpus.Device(1, "GPU-bbbb-1", 1, 10), gpus.Device(2, "GPU-cc", 1, 10)]
+    devs = [
+        gpus.Device(0, "GPU-aaaa-0", 1, 10),
+        gpus.Device(1, "GPU-bbbb-1", 1, 10),
+        gpus.Device(2, "GPU-cc", 1, 10),
+    ]
     assert gpus.visible_devices(devs, {}) == devs
-    assert [d.index for d in gpus.visible_devices(devs, {"CUDA_VISIBLE_DEVICES": "2, GPU-aaaa"})] == [2, 0]
-    assert gpus.visible_devices(devs, {"CUDA_VISIBLE_DEVICES": "MIG-1234"}) == devs  # unknown: check them all
+    assert [
+        d.index for d in gpus.visible_devices(devs, {"CUDA_VISIBLE_DEVICES": "2, GPU-aaaa"})
+    ] == [2, 0]
+    # unknown: check them all
+    assert gpus.visible_devices(devs, {"CUDA_VISIBLE_DEVICES": "MIG-1234"}) == devs
     assert gpus.visible_devices(devs, {"CUDA_VISIBLE_DEVICES": ""}) == []

@@ -1,6 +1,6 @@
-"""The client's two waits, against an in-process transport: readiness (ready, exited, timeout, never a probe past
-the deadline) and the cache flush (retried while the server answers non-200, the last answer in the error on
-timeout, a transport error raised at once).
+"""The client's two waits, against an in-process transport: readiness (ready, exited, timeout, never
+a probe past the deadline) and the cache flush (retried while the server answers non-200, the last
+answer in the error on timeout, a transport error raised at once).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from bisect_eagle.engines.sglang.client import RequestError, SglangClient
 
 
 def client_answering(handler) -> SglangClient:
-    """A client whose requests go to ``handler(request) -> httpx.Response`` instead of the network."""
+    """A client whose requests go to ``handler(request) -> httpx.Response`` instead of the
+    network."""
     client = SglangClient("http://127.0.0.1:1", 5)
     client._http.close()
     client._http = httpx.Client(base_url=client.base_url, transport=httpx.MockTransport(handler))
@@ -39,7 +40,8 @@ def test_wait_ready_times_out_and_sends_no_probe_past_the_deadline():
     def handler(request: httpx.Request) -> httpx.Response:
         probes.append(1)
         if len(probes) % 2:
-            raise httpx.ConnectError("refused", request=request)  # not listening yet counts as not ready
+            # not listening yet counts as not ready
+            raise httpx.ConnectError("refused", request=request)
         return httpx.Response(503)
 
     def exited() -> bool:
@@ -50,7 +52,8 @@ def test_wait_ready_times_out_and_sends_no_probe_past_the_deadline():
     start = time.monotonic()
     assert client.wait_ready(exited, timeout_s=0.3, poll_s=0.1) == "timeout"
     assert 0.3 <= time.monotonic() - start < 1.5
-    assert len(probes) >= 3 and len(probes) == len(checks) - 1  # the last check, at the deadline, sends none
+    # the last check, at the deadline, sends none
+    assert len(probes) >= 3 and len(probes) == len(checks) - 1
 
 
 def test_wait_ready_reports_a_process_that_exited_even_after_the_deadline():
@@ -92,7 +95,9 @@ def test_flush_cache_gives_up_after_its_timeout_with_the_last_answer():
     assert len(posts) >= 3 and str(e.value).endswith(f"busy {len(posts)}") and not e.value.timed_out
 
 
-@pytest.mark.parametrize(("error", "timed_out"), [(httpx.ConnectError, False), (httpx.ReadTimeout, True)])
+@pytest.mark.parametrize(
+    ("error", "timed_out"), [(httpx.ConnectError, False), (httpx.ReadTimeout, True)]
+)
 def test_flush_cache_raises_a_transport_error_at_once(error, timed_out):
     posts: list[int] = []
 
@@ -100,6 +105,8 @@ def test_flush_cache_raises_a_transport_error_at_once(error, timed_out):
         posts.append(1)
         raise error("no answer", request=request)
 
-    with pytest.raises(RequestError, match=rf"^POST /flush_cache: {error.__name__}: no answer$") as e:
+    with pytest.raises(
+        RequestError, match=rf"^POST /flush_cache: {error.__name__}: no answer$"
+    ) as e:
         client_answering(handler).flush_cache(timeout_s=10)
     assert e.value.timed_out is timed_out and posts == [1]

@@ -1,4 +1,5 @@
-"""A study is bound to its spec: a worker or ``--resume`` with another spec is refused, naming the first key
+"""A study is bound to its spec: a worker or ``--resume`` with another spec is refused, naming the
+first key
 that differs; the same spec (with another description) is accepted."""
 
 from __future__ import annotations
@@ -35,17 +36,33 @@ def _spec(tmp_path, name="spec.yaml", *, tokens=16, description="one", token="hf
 
 
 def _opts(tmp_path, **kw) -> Options:
-    return Options(storage=f"sqlite:///{tmp_path}/o.db", tracking_uri=f"sqlite:///{tmp_path}/m.db", **kw)
+    return Options(
+        storage=f"sqlite:///{tmp_path}/o.db", tracking_uri=f"sqlite:///{tmp_path}/m.db", **kw
+    )
 
 
 def test_a_worker_with_another_spec_is_refused_naming_the_key(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    out = run_study(_spec(tmp_path), options=_opts(tmp_path, study_name="s1"), engine_factory=lambda s: FakeEngine())
+    out = run_study(
+        _spec(tmp_path),
+        options=_opts(tmp_path, study_name="s1"),
+        engine_factory=lambda s: FakeEngine(),
+    )
     other = _spec(tmp_path, "other.yaml", tokens=32)
-    with pytest.raises(BadInput, match=r"key 'engine\.settings\.max_new_tokens' is 16 there and 32 in"):
-        join_study(other, options=_opts(tmp_path, study_name=out.study), engine_factory=lambda s: FakeEngine())
+    with pytest.raises(
+        BadInput, match=r"key 'engine\.settings\.max_new_tokens' is 16 there and 32 in"
+    ):
+        join_study(
+            other,
+            options=_opts(tmp_path, study_name=out.study),
+            engine_factory=lambda s: FakeEngine(),
+        )
     with pytest.raises(BadInput, match="--resume: study 's1' was made from another spec"):
-        run_study(other, options=_opts(tmp_path, study_name="s1", resume=True), engine_factory=lambda s: FakeEngine())
+        run_study(
+            other,
+            options=_opts(tmp_path, study_name="s1", resume=True),
+            engine_factory=lambda s: FakeEngine(),
+        )
 
 
 def test_the_binding_ignores_the_description_but_not_a_secret_and_stores_no_secret(tmp_path):
@@ -57,7 +74,11 @@ def test_the_binding_ignores_the_description_but_not_a_secret_and_stores_no_secr
 
 def test_a_study_of_another_spec_name_is_refused(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    run_study(_spec(tmp_path), options=_opts(tmp_path, study_name="s2"), engine_factory=lambda s: FakeEngine())
+    run_study(
+        _spec(tmp_path),
+        options=_opts(tmp_path, study_name="s2"),
+        engine_factory=lambda s: FakeEngine(),
+    )
     study = optuna.load_study(study_name="s2", storage=f"sqlite:///{tmp_path}/o.db")
     renamed = _spec(tmp_path, "r.yaml")
     renamed.name = "another"

@@ -1,4 +1,5 @@
-"""The claims table: one owner per fingerprint and study, takeover from dead owners, release, waiting."""
+"""The claims table: one owner per fingerprint and study, takeover from dead owners, release,
+waiting."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def url(tmp_path) -> str:
 @pytest.fixture(scope="module")
 def dead_owner() -> str:
     """The owner id of a process of this host that has exited."""
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     return f"{socket.gethostname()}:{done.stdout.strip()}:0"
 
 
@@ -30,8 +33,14 @@ def test_one_owner_per_fingerprint_across_connections(url):
     me, other = Claims(url, "s"), Claims(url, "s")  # two processes' views of one database
     assert me.claim("fp1", trial=0, owner=owner_id()) == (True, None)
     won, existing = other.claim("fp1", trial=1, owner="elsewhere:1:1")
-    assert not won and existing.trial == 0 and existing.state == "running" and existing.owner == owner_id()
-    assert Claims(url, "another-study").claim("fp1", trial=0, owner=owner_id()) == (True, None)  # studies apart
+    assert (
+        not won
+        and existing.trial == 0
+        and existing.state == "running"
+        and existing.owner == owner_id()
+    )
+    # studies apart
+    assert Claims(url, "another-study").claim("fp1", trial=0, owner=owner_id()) == (True, None)
     assert [c.fingerprint for c in other.all()] == ["fp1"]
 
 
@@ -71,7 +80,8 @@ def test_a_dead_owners_running_claim_is_taken_over_but_not_another_hosts(url, de
     assert claims.claim("orphan", trial=5, owner=owner_id()) == (True, None)
     taken = claims.get("orphan")
     assert taken.owner == owner_id() and taken.trial == 5
-    claims.claim("remote", trial=1, owner="some-other-host:1:1")  # liveness unknown there: left alone
+    # liveness unknown there: left alone
+    claims.claim("remote", trial=1, owner="some-other-host:1:1")
     won, existing = claims.claim("remote", trial=6, owner=owner_id())
     assert not won and existing.owner == "some-other-host:1:1"
 
@@ -106,7 +116,10 @@ def test_one_reaper_per_silent_trial_of_a_study(url):
     """Two processes that both failed the same silent trial: only the first cleans up after it."""
     a, b, other_study = Claims(url, "s"), Claims(url, "s"), Claims(url, "t")
     results = []
-    threads = [threading.Thread(target=lambda c=c: results.append(c.take_reap(3, reaper=str(id(c))))) for c in (a, b)]
+    threads = [
+        threading.Thread(target=lambda c=c: results.append(c.take_reap(3, reaper=str(id(c)))))
+        for c in (a, b)
+    ]
     for t in threads:
         t.start()
     for t in threads:

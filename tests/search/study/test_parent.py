@@ -1,4 +1,5 @@
-"""The study's parent run: the spec as written (secrets scrubbed) and resolved (redacted), params, the finish."""
+"""The study's parent run: the spec as written (secrets scrubbed) and resolved (redacted), params,
+the finish."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import json
 import pytest
 
 from bisect_eagle.search.study.outcome import StudyOutcome
-from bisect_eagle.search.study.parent import finish_parent_run, resolved_spec, spec_text, start_parent_run
+from bisect_eagle.search.study.parent import (
+    finish_parent_run,
+    resolved_spec,
+    spec_text,
+    start_parent_run,
+)
 from bisect_eagle.spec.load import load_spec
 from bisect_eagle.tracking.redact import hidden
 from bisect_eagle.tracking.runs import Tracking
@@ -50,8 +56,9 @@ def test_spec_artifacts_keep_settings_but_never_a_secret(spec):
 
 
 def test_parent_run_carries_budget_and_spec_then_the_outcome(tracking, spec):
-    run_id = start_parent_run(tracking, spec=spec, study="parent-1",
-                              storage="postgresql://bob:hunter2@db/optuna")
+    run_id = start_parent_run(
+        tracking, spec=spec, study="parent-1", storage="postgresql://bob:hunter2@db/optuna"
+    )
     run = tracking.get_run(run_id)
     assert run.info.status == "RUNNING" and run.data.tags["role"] == "study"
     assert run.data.tags["storage"] == "postgresql://bob:***@db/optuna"
@@ -59,27 +66,52 @@ def test_parent_run_carries_budget_and_spec_then_the_outcome(tracking, spec):
     assert json.loads(tracking.read_text(run_id, "spec.resolved.json"))["name"] == "parent"
     assert SECRET not in tracking.read_text(run_id, "spec.yaml")
     out = StudyOutcome(
-        target_reached=True, stop_reason="target reached", study="parent-1", storage="s", tracking_uri="t",
-        experiment_id=tracking.experiment_id, parent_run_id=run_id, metric="output_tok_s", baseline=50.0,
-        target=100.0, baseline_output_tok_s=50.0, best={"run_id": "r1", "value": 110.0, "params": {"num_steps": 3},
-                                                      "metrics": {"output_tok_s": 110.0,
-                                                                  "output_tok_s_ratio_to_baseline": 2.2}},
-        gate=[], trials=[],
-        counts={"live_measured": 3, "duplicates": 1, "failed": 1}, elapsed_s=12.0, tool_overhead_s_per_trial=0.2,
-        speed={"output_tok_s": 110.0, "baseline_output_tok_s": 50.0, "causes": []})
+        target_reached=True,
+        stop_reason="target reached",
+        study="parent-1",
+        storage="s",
+        tracking_uri="t",
+        experiment_id=tracking.experiment_id,
+        parent_run_id=run_id,
+        metric="output_tok_s",
+        baseline=50.0,
+        target=100.0,
+        baseline_output_tok_s=50.0,
+        best={
+            "run_id": "r1",
+            "value": 110.0,
+            "params": {"num_steps": 3},
+            "metrics": {"output_tok_s": 110.0, "output_tok_s_ratio_to_baseline": 2.2},
+        },
+        gate=[],
+        trials=[],
+        counts={"live_measured": 3, "duplicates": 1, "failed": 1},
+        elapsed_s=12.0,
+        tool_overhead_s_per_trial=0.2,
+        speed={"output_tok_s": 110.0, "baseline_output_tok_s": 50.0, "causes": []},
+    )
     finish_parent_run(tracking, out)
     run = tracking.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["outcome"] == "target reached" and run.data.tags["best_run_id"] == "r1"
     assert run.data.metrics["best_output_tok_s_ratio_to_baseline"] == pytest.approx(2.2)
     note = run.data.tags["mlflow.note.content"]
-    head = note.splitlines()[:5]  # what the UI shows before "Show more": the verdict once, tok/s, the deploy command
-    assert head[0] == ("**Target reached: output tok/s 110.0, target ≥ 100.0 (2× baseline), not re-measured "
-                       "(confirmation is off).**")
+    # what the UI shows before "Show more": the verdict once, tok/s, the deploy command
+    head = note.splitlines()[:5]
+    assert head[0] == (
+        "**Target reached: output tok/s 110.0, target ≥ 100.0 (2× baseline), not re-measured "
+        "(confirmation is off).**"
+    )
     assert run.data.tags["verdict"] == head[0][2:-3].replace("Target", "target", 1)
-    assert head[2] == "Speed: output tok/s 110.0 against 50.00 without speculation (2.20× baseline)."
-    assert run.data.tags["speed"] == head[2][len("Speed: "):-1]
+    assert (
+        head[2] == "Speed: output tok/s 110.0 against 50.00 without speculation (2.20× baseline)."
+    )
+    assert run.data.tags["speed"] == head[2][len("Speed: ") : -1]
     assert head[4].startswith("Best: [run r1](#/experiments/")
     assert "Deploy it: `bisect-eagle export r1 --tracking-uri t`" in head[4]
-    assert note.count("100.0") == 1 and "x baseline" not in note  # the target once, one ratio notation
-    assert run.data.metrics["live_trials"] == 3 and run.data.metrics["tool_overhead_s_per_trial"] == 0.2
+    # the target once, one ratio notation
+    assert note.count("100.0") == 1 and "x baseline" not in note
+    assert (
+        run.data.metrics["live_trials"] == 3
+        and run.data.metrics["tool_overhead_s_per_trial"] == 0.2
+    )

@@ -1,4 +1,5 @@
-"""Resuming after a kill: what a dead process of this host left running is failed, released and marked."""
+"""Resuming after a kill: what a dead process of this host left running is failed, released and
+marked."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from bisect_eagle.tracking.runs import Tracking, owner_id
 def test_dead_trials_are_failed_released_and_marked_interrupted(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = f"sqlite:///{tmp_path}/optuna.db"
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead = f"{socket.gethostname()}:{done.stdout.strip()}:0"
     study = optuna.create_study(storage=open_storage(url), study_name="s")
     claims = Claims(url, "s")
@@ -33,14 +36,21 @@ def test_dead_trials_are_failed_released_and_marked_interrupted(tmp_path):
     remote.set_user_attr("owner", "another-host:1:1")
     mine = study.ask()
     mine.set_user_attr("owner", owner_id())
-    orphan_run = tracking.start_run("live 000", tags={"stage": "live", "owner": dead}, parent_run_id=parent)
-    live_run = tracking.start_run("live 001", tags={"stage": "live", "owner": owner_id()}, parent_run_id=parent)
+    orphan_run = tracking.start_run(
+        "live 000", tags={"stage": "live", "owner": dead}, parent_run_id=parent
+    )
+    live_run = tracking.start_run(
+        "live 001", tags={"stage": "live", "owner": owner_id()}, parent_run_id=parent
+    )
 
     notes = reap_dead_trials(study, claims=claims, tracking=tracking, parent_run_id=parent)
 
     states = {t.number: t.state for t in study.get_trials()}
-    assert states == {killed.number: TrialState.FAIL, remote.number: TrialState.RUNNING,
-                      mine.number: TrialState.RUNNING}
+    assert states == {
+        killed.number: TrialState.FAIL,
+        remote.number: TrialState.RUNNING,
+        mine.number: TrialState.RUNNING,
+    }
     assert claims.all() == []  # measured again
     assert tracking.get_run(orphan_run).info.status == "KILLED"
     assert tracking.get_run(orphan_run).data.tags["outcome"] == "interrupted"
@@ -49,15 +59,17 @@ def test_dead_trials_are_failed_released_and_marked_interrupted(tmp_path):
 
 
 def test_a_silent_trial_of_another_node_is_reaped_once_and_measured_again(tmp_path, monkeypatch):
-    """Heartbeats on SQLite: a trial whose (remote) owner stopped beating is failed by one of two live processes,
-    its claim released and its MLflow run closed KILLED; the trials of a live owner keep beating and stay."""
+    """Heartbeats on SQLite: a trial whose (remote) owner stopped beating is failed by one of two
+    live processes, its claim released and its MLflow run closed KILLED; the trials of a live owner
+    keep beating and stay."""
     import time
 
     from bisect_eagle.search.study.resume import Liveness
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     monkeypatch.setenv("BISECT_EAGLE_HEARTBEAT_S", "1")
-    monkeypatch.setenv("BISECT_EAGLE_GRACE_S", "5")  # 5 beats: a busy machine may delay one a few seconds
+    # 5 beats: a busy machine may delay one a few seconds
+    monkeypatch.setenv("BISECT_EAGLE_GRACE_S", "5")
     url = f"sqlite:///{tmp_path}/optuna.db"
     storage = open_storage(url)
     study = optuna.create_study(storage=storage, study_name="s")
@@ -68,7 +80,9 @@ def test_a_silent_trial_of_another_node_is_reaped_once_and_measured_again(tmp_pa
     for key, value in (("owner", "node-b:7:7"), ("fingerprint", "fp-lost")):
         lost.set_user_attr(key, value)
     claims.claim("fp-lost", trial=lost.number, owner="node-b:7:7")
-    run = tracking.start_run("live 000", tags={"stage": "live", "owner": "node-b:7:7"}, parent_run_id=parent)
+    run = tracking.start_run(
+        "live 000", tags={"stage": "live", "owner": "node-b:7:7"}, parent_run_id=parent
+    )
     lost.set_user_attr("mlflow_run_id", run)
     storage.record_heartbeat(lost._trial_id)  # it beat once, then its node died
     mine = study.ask()
@@ -79,7 +93,10 @@ def test_a_silent_trial_of_another_node_is_reaped_once_and_measured_again(tmp_pa
     b = Liveness(open_storage(url), owner="x:1:1", **kw)
     with a, b:
         deadline = time.monotonic() + 20
-        while study.get_trials()[lost.number].state == TrialState.RUNNING and time.monotonic() < deadline:
+        while (
+            study.get_trials()[lost.number].state == TrialState.RUNNING
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.2)
         time.sleep(6.5)  # past another grace period: the live owner's trial must still be RUNNING
 

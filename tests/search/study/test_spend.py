@@ -1,4 +1,5 @@
-"""What a study spends: its launches by stage (outcome, parent run, the max_launches budget) and the tool's own
+"""What a study spends: its launches by stage (outcome, parent run, the max_launches budget) and the
+tool's own
 seconds, steering and confirmation included, the engine's excluded."""
 
 from __future__ import annotations
@@ -41,28 +42,48 @@ def test_every_launch_is_counted_by_stage_in_the_outcome_and_on_the_parent_run(t
     stages = _stages(tracking, out.parent_run_id)
     launches = out.launches
     assert launches["total"] == len(engine.runs)  # every engine run, nothing else
-    assert launches["baseline"] == 2 and launches["live"] == 2 * out.counts["live_measured"] == 2 * stages["live"]
-    # one repeat each: the candidate's launches and the baseline's, less the study's own baseline it shares
-    assert launches["confirm"] == stages["confirm"] == out.confirmation["launches"] == 2 * out.confirmation["pairs"] - 1
+    assert (
+        launches["baseline"] == 2
+        and launches["live"] == 2 * out.counts["live_measured"] == 2 * stages["live"]
+    )
+    # one repeat each: the candidate's launches and the baseline's, less the study's own baseline it
+    # shares
+    assert (
+        launches["confirm"]
+        == stages["confirm"]
+        == out.confirmation["launches"]
+        == 2 * out.confirmation["pairs"] - 1
+    )
     assert launches["unit"] == "launches"
     metrics = tracking.get_run(out.parent_run_id).data.metrics
-    assert {k: metrics[k] for k in ("launches", "launches_live", "launches_confirm", "launches_baseline")} == {
-        "launches": launches["total"], "launches_live": launches["live"], "launches_confirm": launches["confirm"],
-        "launches_baseline": launches["baseline"]}
+    assert {
+        k: metrics[k]
+        for k in ("launches", "launches_live", "launches_confirm", "launches_baseline")
+    } == {
+        "launches": launches["total"],
+        "launches_live": launches["live"],
+        "launches_confirm": launches["confirm"],
+        "launches_baseline": launches["baseline"],
+    }
 
 
 def test_max_launches_stops_the_study_like_max_live_trials(tmp_path, store):
-    path = make_spec(tmp_path, "launchcap", ratio=5.0, budget=20)  # unreachable: only a budget stops it
+    # unreachable: only a budget stops it
+    path = make_spec(tmp_path, "launchcap", ratio=5.0, budget=20)
     path.write_text(path.read_text().replace("seed: 0,", "seed: 0, max_launches: 4,"))
     engine = FakeEngine()
     out = search(load_spec(path), engine, store)
     assert out.stop_reason == "budget: max_launches (4) used: 4 launches"
-    assert len(engine.runs) == 4 and out.counts["live_measured"] == 3  # the baseline and 3 live trials
+    # the baseline and 3 live trials
+    assert len(engine.runs) == 4 and out.counts["live_measured"] == 3
     assert out.launches == {"total": 4, "live": 3, "confirm": 0, "baseline": 1, "unit": "launches"}
 
 
-def test_the_tool_time_counts_steering_and_stopping_but_not_the_engine(tmp_path, store, monkeypatch):
-    """Deciding whether to stop (where confirmation and the model's steering happen) was once left out."""
+def test_the_tool_time_counts_steering_and_stopping_but_not_the_engine(
+    tmp_path, store, monkeypatch
+):
+    """Deciding whether to stop (where confirmation and the model's steering happen) was once left
+    out."""
     original = loop.reached
 
     def slow_reached(run):
@@ -73,8 +94,9 @@ def test_the_tool_time_counts_steering_and_stopping_but_not_the_engine(tmp_path,
     spec = load_spec(make_spec(tmp_path, "overhead", ratio=5.0, budget=3, sampler="grid"))
     out = search(spec, FakeEngine(sleep_s=1.0), store)
     assert out.counts["live_measured"] == 3
-    # 4 looks at the stop condition for 3 trials: >= 0.4 s per trial; the engine's 1 s per run (the baseline and 3
-    # trials) is not in it, however busy the machine; the looks sleep, so the tool's CPU is less than its wall time
+    # 4 looks at the stop condition for 3 trials: >= 0.4 s per trial; the engine's 1 s per run (the
+    # baseline and 3 trials) is not in it, however busy the machine; the looks sleep, so the tool's
+    # CPU is less than its wall time
     assert 0.4 <= out.tool_overhead_s_per_trial <= (out.elapsed_s - 4 * 1.0) / 3
     assert 0 <= out.tool_cpu_s_per_trial < out.tool_overhead_s_per_trial
 
@@ -95,7 +117,9 @@ class CountingTracking:
 
     def __init__(self) -> None:
         self.queries = 0
-        self.runs = [SimpleNamespace(data=SimpleNamespace(tags={"stage": "live"}, metrics={"launches": 2.0}))]
+        self.runs = [
+            SimpleNamespace(data=SimpleNamespace(tags={"stage": "live"}, metrics={"launches": 2.0}))
+        ]
 
     def child_runs(self, parent_run_id: str, stage: str | None = None) -> list:
         self.queries += 1
@@ -110,4 +134,5 @@ def test_launches_are_read_again_only_when_something_may_have_launched():
     spend.meter.add(1.0)  # this process ran the engine
     assert spend.launches(tracking, "p", state=("a",)).total == 4 and tracking.queries == 2
     tracking.runs *= 2
-    assert spend.launches(tracking, "p", state=("a", "b")).total == 8 and tracking.queries == 3  # another worker
+    # another worker
+    assert spend.launches(tracking, "p", state=("a", "b")).total == 8 and tracking.queries == 3

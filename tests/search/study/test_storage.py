@@ -1,4 +1,5 @@
-"""Where a study lives: storage URL defaults and precedence, SQLite options, opening and finding studies."""
+"""Where a study lives: storage URL defaults and precedence, SQLite options, opening and finding
+studies."""
 
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ def test_sqlite_gets_its_folder_and_wal(tmp_path):
     conn = kwargs["creator"]()
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
-    assert engine_kwargs("postgresql://u@db/optuna") == {"connect_args": {"connect_timeout": 4},
-                                                          "pool_pre_ping": True}
+    assert engine_kwargs("postgresql://u@db/optuna") == {
+        "connect_args": {"connect_timeout": 4},
+        "pool_pre_ping": True,
+    }
     assert isinstance(conn, sqlite3.Connection)
 
 
@@ -77,16 +80,27 @@ print(study.study_name)
 
 
 def test_concurrent_first_opens_in_a_fresh_folder_all_work(tmp_path):
-    """Three `run`s started together in a fresh folder: each opens both stores and gets a study of its own."""
+    """Three `run`s started together in a fresh folder: each opens both stores and gets a study of
+    its own."""
     import subprocess
     import sys
 
-    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT_OPEN, str(tmp_path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT_OPEN, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-1500:] for _, err in outs]
-    assert sorted(out.strip() for out, _ in outs) == ["tiny-20260101-000000", "tiny-20260101-000000-2",
-                                                      "tiny-20260101-000000-3"]
+    assert sorted(out.strip() for out, _ in outs) == [
+        "tiny-20260101-000000",
+        "tiny-20260101-000000-2",
+        "tiny-20260101-000000-3",
+    ]
 
 
 def test_an_explicit_study_name_taken_says_so(tmp_path):
