@@ -87,8 +87,7 @@ PLANTED = -0.25  # log tok/s of each planted interaction of an overlap case
 @dataclass(frozen=True, kw_only=True)
 class Planted(landscape.World):
     """A member of the family with more interactions of its system settings: ``("key=value",
-    "key=value", log
-    factor)``, on top of its own."""
+    "key=value", log factor)``, on top of its own."""
 
     extra: tuple[tuple[str, str, float], ...] = ()
 

@@ -104,8 +104,7 @@ def _minus(a: dict[str, float], b: dict[str, float], div: float = 1.0) -> dict[s
 @torch.inference_mode()
 def microbenchmarks(paths: dict[str, Path], ids: list[int]):
     """A function of ``reps`` timing the engine's own forwards (a separate copy of the models,
-    loaded once) on
-    the first prompt: ``[(component, seconds per clock, tokens), ...]``."""
+    loaded once) on the first prompt: ``[(component, seconds per clock, tokens), ...]``."""
     import inspect
 
     from transformers import DynamicCache

@@ -151,8 +151,8 @@ def write_spec(
 ) -> Spec:
     """A spec file for a world on an 8-GPU SGLang node and the spec it loads as: with ``world``, its
     wirings in stage 1 (scored by :class:`WorldScorer`), :data:`landscape.SPACE` searched and the
-    target's ``config.json`` written (the
-    cold prior reads it); with ``settings``, one fixed config (a bisect end)."""
+    target's ``config.json`` written (the cold prior reads it); with ``settings``, one fixed config
+    (a bisect end)."""
     (tmp / "t").mkdir(exist_ok=True)
     if world is not None:
         (tmp / "t" / "config.json").write_text(json.dumps(world.config_json()))
@@ -276,8 +276,8 @@ def member_summary(
 def bisect_cases(world: World) -> list[dict[str, Any]]:
     """Planted culprits on ``world``'s good config (module docstring), each checked to break it
     (noise-free): a wrong wiring, too many draft steps, two system values harmless alone that break
-    it together (where the member has
-    such a pair), and the wrong wiring masked by ``speculative_algorithm: EAGLE``."""
+    it together (where the member has such a pair), and the wrong wiring masked by
+    ``speculative_algorithm: EAGLE``."""
     good = {**world.good_config(), **{k: v[0] for k, v in SYSTEM.items()}}
     floor = 0.9 * world.truth(good)
     wrong = min(range(len(world.wirings)), key=lambda i: world.accept0[i])
@@ -377,8 +377,7 @@ def _cell(x: float | None) -> str:
 def run_member(job: tuple[int, int, float, int]) -> tuple[dict[str, Any] | None, list, list, list]:
     """Member ``job[0]``'s studies over ``job[1]`` seeds (noise ``job[2]``; 0: none) and ``job[3]``
     bisects per planted case, in stores of its own: (its summary row or None without studies, the
-    default's studies, the model-off's,
-    the bisects)."""
+    default's studies, the model-off's, the bisects)."""
     member, seeds, noise, bisects = job
     _quiet()
     world = draw_world(member)

@@ -229,8 +229,7 @@ class World:
 
     def good_config(self) -> dict[str, Any]:
         """A flat config at or above the baseline: the best chain of the true wiring with default
-        system settings
-        when it beats the baseline, else the space's best."""
+        system settings when it beats the baseline, else the space's best."""
         chains = [{IDS_KEY: self.true_wiring, "num_steps": s, "topk": 1} for s in range(1, 7)]
         value, flat = max((self.truth(c), c) for c in chains)
         return flat if value >= self.base_tok_s else self.best()[0]

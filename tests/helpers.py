@@ -1,7 +1,6 @@
 """Test helpers: small random drafts and fake target directories written to disk; the command line
 run as a subprocess (a timeout fails saying the machine was too slow) and the processes a test
-started, found by a mark in
-their environment."""
+started, found by a mark in their environment."""
 
 from __future__ import annotations
 

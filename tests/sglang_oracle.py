@@ -1,6 +1,6 @@
 """Where the tests find SGLang's own interpreter: ``$BISECT_EAGLE_SGLANG_PYTHON``, else
-``.sglang-venv`` (made
-by ``scripts/setup_sglang_env.sh``; CI always makes it). Tests that need it skip without it."""
+``.sglang-venv`` (made by ``scripts/setup_sglang_env.sh``; CI always makes it). Tests that need it
+skip without it."""
 
 from __future__ import annotations
 

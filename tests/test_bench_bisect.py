@@ -1,6 +1,5 @@
 """The bisect benchmark (``scripts/bench_bisect.py``): the truth it grades against, its kinds of
-case, and one planted
-overlap bisected exactly on a member of the family."""
+case, and one planted overlap bisected exactly on a member of the family."""
 
 from __future__ import annotations
 

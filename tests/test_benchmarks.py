@@ -1,6 +1,5 @@
 """The benchmarks cannot rot: each `scripts/bench_*.py` runs in its quick mode and ends with the one
-JSON line it
-documents (the figures themselves are the benchmarks' business, not a timed test's)."""
+JSON line it documents (the figures themselves are the benchmarks' business, not a timed test's)."""
 
 from __future__ import annotations
 

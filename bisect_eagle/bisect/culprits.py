@@ -1,8 +1,8 @@
 """The answers of a bisect, verified: breaking sets and the repair set found by delta debugging
 (:mod:`.ddmin`), each re-measured before it is reported (the repair set reverted from the bad
 configuration must judge GOOD, each breaking set applied to the good one BAD), with the not-changes
-that turn out to matter turned into
-changes and searched again. Standard library only, as :mod:`.ddmin`."""
+that turn out to matter turned into changes and searched again. Standard library only, as
+:mod:`.ddmin`."""
 
 from __future__ import annotations
 
@@ -93,8 +93,7 @@ class Culprits:
     def probe_bound(self) -> int:
         """The most probes this search could need without UNRESOLVED probes: :func:`probe_bound` per
         round, its completeness checks, plus isolating the inert differences that became changes
-        (``2·p·⌈log2 k⌉ + 1`` for
-        ``p`` among ``k``: the probe with all ``k`` and the isolation)."""
+        (``2·p·⌈log2 k⌉ + 1`` for ``p`` among ``k``: the probe with all ``k`` and the isolation)."""
         if not self.rounds:
             return probe_bound(0, 0)
         return sum(
@@ -271,8 +270,7 @@ def _search(
 def _unsettled(result: Culprits, test: ProbeMemo, region: ChangeSet, why: str) -> None:
     """A breaking set lies in ``region`` (a BAD configuration) but could not be isolated: it is
     :attr:`Culprits.unknown`, never reported as a breaking set. ``partial`` when the budget is
-    spent, else
-    ``ambiguous`` (unresolved probes)."""
+    spent, else ``ambiguous`` (unresolved probes)."""
     spent = test.spent()
     result.status = BisectStatus.PARTIAL if spent else BisectStatus.AMBIGUOUS
     result.unknown.append(region)

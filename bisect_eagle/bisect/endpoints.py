@@ -38,8 +38,7 @@ class Endpoint:
 
 def load_endpoint(text: str, *, flag: str, tracking_uri: str) -> Endpoint:
     """A spec file's fixed settings, or the requested settings of a logged live trial (its run id or
-    a unique prefix
-    of at least 6 characters)."""
+    a unique prefix of at least 6 characters)."""
     path = Path(text)
     if path.is_file():
         spec = load_spec(path)

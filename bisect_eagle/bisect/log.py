@@ -100,8 +100,7 @@ class BisectLog:
 def change_params(changes: Sequence[Change], scrub: Callable[[str], str]) -> dict[str, str]:
     """Each change's good and bad value as the log writes them (JSON; secrets redacted, then
     ``scrub`` applied), one param per setting and end: ``change.<setting>.good`` and
-    ``change.<setting>.bad`` (each setting of a group),
-    cut to MLflow's :data:`PARAM_CHARS`."""
+    ``change.<setting>.bad`` (each setting of a group), cut to MLflow's :data:`PARAM_CHARS`."""
     out: dict[str, str] = {}
     for c in changes:
         for side in ("good", "bad"):

@@ -1,7 +1,6 @@
 """One plan fingerprint's measurement in a bisect: its launches' values, rounds, accept lengths,
 acceptance curves and per-request throughput (what every probe planning to it shares), and a probe's
-record of where its answer came
-from."""
+record of where its answer came from."""
 
 from __future__ import annotations
 

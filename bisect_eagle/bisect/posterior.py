@@ -49,8 +49,7 @@ def prior_bad(config: Iterable[str], priors: Mapping[str, float]) -> float:
 
 def posterior_bad(prior: float, p_below: float | None) -> float:
     """The chance that a configuration is below the limit: ``prior`` updated by the samples'
-    ``p_below`` (the flat-
-    prior posterior; None: not judged, the prior stands)."""
+    ``p_below`` (the flat- prior posterior; None: not judged, the prior stands)."""
     if p_below is None or prior <= 0 or prior >= 1:
         return prior
     q = min(max(p_below, CERTAIN), 1 - CERTAIN)

@@ -95,8 +95,7 @@ class Prober:
     ):
         """``inert``: the requested differences that are not changes; a configuration may still
         apply them (the bad configuration as it is, when an answer is verified). ``max_launches``:
-        the bisect's launch budget
-        (None: none)."""
+        the bisect's launch budget (None: none)."""
         self.ctx, self.base, self.judge, self.planner = ctx, base, judge, planner
         self.changes = {c.name: c for c in [*changes, *(inert or [])]}
         self.order = [c.name for c in [*changes, *(inert or [])]]

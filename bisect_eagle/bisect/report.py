@@ -1,6 +1,5 @@
 """A bisect's report: the answers with their verification and interactions, as JSON, as the parent
-run's tags
-and description, and as the probes' run names."""
+run's tags and description, and as the probes' run names."""
 
 from __future__ import annotations
 

@@ -505,8 +505,7 @@ def _run_bisect(
 
 def _flagged(bad: Endpoint, changes: list[Change]) -> tuple[list[str], str]:
     """The changes whose settings ``doctor`` flags in the bad spec (their prior goes up), and a note
-    when the doctor
-    could not read the spec (a run id has no spec: nothing flagged, no note)."""
+    when the doctor could not read the spec (a run id has no spec: nothing flagged, no note)."""
     if bad.spec is None:
         return [], ""
     from bisect_eagle.doctor import diagnose

@@ -149,8 +149,7 @@ def _settled(
     prober: Prober, good: Measurement, natural: Measurement, entry: dict[str, Any]
 ) -> bool:
     """Whether the set's own launches at the good acceptance still judge BAD (module docstring); if
-    so its side and
-    why go into ``entry``."""
+    so its side and why go into ``entry``."""
     g, n = good.accept_length, natural.accept_length
     if g is None or n is None or not natural.samples:
         return False

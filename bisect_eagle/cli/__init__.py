@@ -26,8 +26,7 @@ from bisect_eagle.errors import BadInput
 
 def _whole_words(text: str, width: int) -> str:
     """``text``'s paragraphs wrapped at ``width`` between words only (``--study-name`` stays one
-    word), each marked
-    for click's wrapper to keep as it is (a ``\\b`` line before it)."""
+    word), each marked for click's wrapper to keep as it is (a ``\\b`` line before it)."""
     paragraphs = [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
     return "\n\n".join(
         "\b\n" + textwrap.fill(p, max(width, 10), break_on_hyphens=False, break_long_words=False)

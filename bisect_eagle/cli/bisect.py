@@ -30,8 +30,7 @@ def _value(v: object) -> str:
 class _Status:
     """The bisect's progress on stderr: each event a line; on a terminal, below them, a status line
     with the latest event and the elapsed time (H:MM:SS, the clock of ``run``'s progress), redrawn
-    every second, so a
-    probe that measures for minutes is never silence."""
+    every second, so a probe that measures for minutes is never silence."""
 
     def __init__(self, console: Console):
         self.console = console

@@ -3,8 +3,7 @@
 the store a reading command needs, and JSON output.
 
 Nothing heavy is imported here at module level (pandas, MLflow, torch): every command module imports
-this one, and a
-command says what it is doing before its own heavy imports."""
+this one, and a command says what it is doing before its own heavy imports."""
 
 from __future__ import annotations
 

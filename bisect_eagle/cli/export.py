@@ -3,8 +3,7 @@ environment and the draft ``config.json`` patch of a logged trial (default: the 
 spec's newest study).
 
 A trial that failed or was killed, or a plan the engine refuses, is not printed as a command to
-deploy: exit 3 and
-the reason on stderr (``--force``: printed, marked, exit 0)."""
+deploy: exit 3 and the reason on stderr (``--force``: printed, marked, exit 0)."""
 
 from __future__ import annotations
 

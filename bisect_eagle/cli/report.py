@@ -60,8 +60,7 @@ def wrapped(text: str, indent: str = "  ") -> list[str]:
 
 def summary_lines(parent, rep) -> list[str]:
     """The study, its verdict sentence (said once), the best config's tok/s against the baseline's,
-    the best run with
-    its metrics and settings."""
+    the best run with its metrics and settings."""
     import pandas as pd
 
     from bisect_eagle.report.study import trial_label

@@ -51,8 +51,7 @@ def compare(
 
 def changed_beyond(rows: list[dict[str, Any]], *, tolerance: float) -> str | None:
     """One line naming every metric that moved by more than ``tolerance`` (None when none did): the
-    verdict is on
-    the criterion's ratio, but a tok/s change beyond it is said, never passed over."""
+    verdict is on the criterion's ratio, but a tok/s change beyond it is said, never passed over."""
     moved = [f"{r['metric']} {r['rel_diff']:+.1%}" for r in rows if r["within"] is False]
     if not moved:
         return None

@@ -113,8 +113,7 @@ class Eta:
 
 class _Times(ProgressColumn):
     """``0:01:05 ~0:12:30 left`` while an estimate exists, ``0:01:05`` otherwise; the command's
-    elapsed clock, frozen
-    when the study ends. Rendered at every refresh of the bar."""
+    elapsed clock, frozen when the study ends. Rendered at every refresh of the bar."""
 
     def __init__(self, display: Display) -> None:
         super().__init__(table_column=Column(no_wrap=True))

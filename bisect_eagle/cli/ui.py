@@ -124,8 +124,7 @@ def column(kind: str, name: str) -> str:
 
 def column_width(header: str) -> int:
     """Pixels that show ``header`` whole, with room for the sort arrow and the padding (the view's
-    values are
-    shorter than their headers: rounded metrics, the searched settings, the stage)."""
+    values are shorter than their headers: rounded metrics, the searched settings, the stage)."""
     return CHAR_PX * len(header) + PADDING_PX
 
 

@@ -171,8 +171,7 @@ class Doctor(IdChecks, ModelChecks):
         """A space candidate that only its own trials cannot run: where the engine's plan refuses
         those trials before launch (SGLang never captures ``-1`` or the final state on that model
         class, quoting the rule), the errors about the candidate become warnings (the rest of the
-        space runs). What the plan does not refuse
-        (a failure only at start-up) stays an error."""
+        space runs). What the plan does not refuse (a failure only at start-up) stays an error."""
         if not any(
             f.severity == "error" and f.code in CANDIDATE_REFUSALS for f in self.findings[first:]
         ):

@@ -90,8 +90,8 @@ class IdChecks:
     def check_vllm_reads_nested(self, where: str) -> None:
         """vLLM without top-level ids reads the nested ids *verbatim as vLLM ids*
         (``vllm/v1/worker/gpu_model_runner.py``, ``_get_eagle3_aux_layers_from_config``):
-        SGLang-convention ids
-        (SpecForge's) then feed states one layer shallower than the draft was trained on."""
+        SGLang-convention ids (SpecForge's) then feed states one layer shallower than the draft was
+        trained on."""
         nested = list(self.draft.nested_ids or [])
         # the engine writes the top level
         overridden = self.settings.eagle_aux_hidden_state_layer_ids is not None

@@ -108,8 +108,7 @@ class TrialResult:
     @property
     def acceptance(self) -> str:
         """``pinned`` when the trial pinned its acceptance (its accept length was set, its tok/s
-        measures cost
-        alone), else ``natural``."""
+        measures cost alone), else ``natural``."""
         return acceptance_kind(self.effective)
 
     @property

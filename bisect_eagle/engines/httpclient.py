@@ -25,8 +25,7 @@ from bisect_eagle.poll import wait_until
 
 class RequestError(Exception):
     """A request that got no usable answer; ``timed_out`` when the client gave up waiting;
-    ``status``: the HTTP
-    status of a refused request, where the client records it."""
+    ``status``: the HTTP status of a refused request, where the client records it."""
 
     def __init__(self, message: str, timed_out: bool = False, status: int | None = None):
         super().__init__(message)

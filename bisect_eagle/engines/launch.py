@@ -187,8 +187,8 @@ def inherited_env(environ: dict[str, str], prefixes: tuple[str, ...]) -> dict[st
 
 def export_line(name: str, value: str) -> str:
     """``export NAME=VALUE`` with both shell-quoted: pasted into a shell it sets exactly that
-    variable, and no
-    value (spaces, ``$(...)``, quotes, newlines) or name is ever run as a command."""
+    variable, and no value (spaces, ``$(...)``, quotes, newlines) or name is ever run as a
+    command."""
     return f"export {shlex.quote(name)}={shlex.quote(value)}"
 
 

@@ -32,8 +32,7 @@ STDERR_LINES = 20  # the tail of an oracle's stderr kept for the line that says 
 
 class InterpreterDied(BadInput):
     """An engine's interpreter that exits before it answers: the message names it, its exit code and
-    what it
-    last wrote on stderr, then the fix."""
+    what it last wrote on stderr, then the fix."""
 
 
 def died_line(python: str, code: int | None, stderr: str | list[str], *, fix: str) -> str:

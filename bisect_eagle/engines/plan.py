@@ -58,8 +58,7 @@ class TrialPlan:
     @property
     def acceptance(self) -> str:
         """``pinned`` when the trial's acceptance is pinned (its accept length is set, not
-        measured), else
-        ``natural``."""
+        measured), else ``natural``."""
         return acceptance_kind(self.effective)
 
     @property

@@ -193,8 +193,8 @@ class ServedEngine(Engine):
         """The launch command's executable is here, and an interpreter started with ``-m MODULE``
         has that module (found, not imported): a missing, dying
         (:class:`~bisect_eagle.engines.oracle.InterpreterDied`) or server-less interpreter would
-        otherwise create a study and a FAILED baseline, one launch later. A plan for
-        another machine (a dry run) is never checked."""
+        otherwise create a study and a FAILED baseline, one launch later. A plan for another machine
+        (a dry run) is never checked."""
         command = list(self.planner.command)
         key = f"engine.{self.name}.{'python' if self.server.python else 'launch_command'}"
         exe = command[0]

@@ -1,6 +1,6 @@
 """How well the throughput model predicted: each prediction made before a measurement, beside the
-measurement,
-and their relative errors and interval coverage (what ``bench_model.py`` and the report print)."""
+measurement, and their relative errors and interval coverage (what ``bench_model.py`` and the report
+print)."""
 
 from __future__ import annotations
 

@@ -54,8 +54,7 @@ class ModelError:
 class Adaptive:
     """SGLang's adaptive speculation on the best config: predicted (value and interval; None when
     the engine cannot run it or the model could not predict) and, when a trial with
-    ``speculative_adaptive=true`` finished
-    ok, the best such measurement."""
+    ``speculative_adaptive=true`` finished ok, the best such measurement."""
 
     predicted: float | None
     low: float | None

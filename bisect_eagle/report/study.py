@@ -2,8 +2,7 @@
 and logged to the study's parent run under ``report/``): accept length and output tok/s per searched
 setting with the baseline and target lines (and SGLang's adaptive speculation as a reference), the
 throughput model's predictions against the measurements, and stage-1 accuracy per wiring against the
-gate. After a bisect: its probes against the
-limit."""
+gate. After a bisect: its probes against the limit."""
 
 from __future__ import annotations
 

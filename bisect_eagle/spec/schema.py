@@ -146,8 +146,8 @@ class Confirm(_Strict):
     the criterion ratio, its upper bound falls below it, or ``max_pairs`` candidate launches are
     spent (:mod:`bisect_eagle.search.study.confirm`). Each re-measurement is one launch of a server
     engine measuring ``first_rounds``, then as many benchmark rounds (up to ``max_rounds``) as the
-    measured split of the noise between rounds and launches says buys the most
-    certainty. Not counted as live trials."""
+    measured split of the noise between rounds and launches says buys the most certainty. Not
+    counted as live trials."""
 
     enabled: bool = True
     confidence: float = Field(
@@ -186,8 +186,8 @@ class Confirm(_Strict):
 class Model(_Strict):
     """The throughput model in the search (:mod:`bisect_eagle.search.study.guide`): each untried
     config's tok/s (or accept length) predicted from stage 1 and the trials so far; the most likely
-    to reach the target runs
-    next, and a config whose ``optimism`` quantile misses the target is never launched."""
+    to reach the target runs next, and a config whose ``optimism`` quantile misses the target is
+    never launched."""
 
     enabled: bool = True
     optimism: float = Field(

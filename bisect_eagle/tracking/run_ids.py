@@ -1,6 +1,6 @@
 """Which run a user means: a whole MLflow run id, or any unique prefix of at least
-:data:`MIN_RUN_ID_PREFIX` hex
-digits (the 8 every table and the UI show), looked up across every experiment of the store."""
+:data:`MIN_RUN_ID_PREFIX` hex digits (the 8 every table and the UI show), looked up across every
+experiment of the store."""
 
 from __future__ import annotations
 

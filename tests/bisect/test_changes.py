@@ -108,8 +108,8 @@ def eagle_like(flat: dict[str, Any]) -> TrialPlan:
 
 def test_a_setting_hidden_in_the_bad_configuration_is_a_change_masked_there():
     """EAGLE leaves the ids unused: reverting the wrong wiring alone from bad plans bad again, but
-    applying it to
-    good does not plan good. It is a change, masked in the bad configuration by the algorithm."""
+    applying it to good does not plan good. It is a change, masked in the bad configuration by the
+    algorithm."""
     good = flat()
     bad = flat(
         speculative_algorithm="EAGLE",

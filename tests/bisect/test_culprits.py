@@ -1,6 +1,6 @@
 """Every minimal breaking set (``bisect/culprits.py``) against deterministic oracles: sets that
-overlap, sets a change
-hides in the bad configuration, and what is reported when the budget ends the search first."""
+overlap, sets a change hides in the bad configuration, and what is reported when the budget ends the
+search first."""
 
 from __future__ import annotations
 

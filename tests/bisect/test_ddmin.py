@@ -1,6 +1,5 @@
 """Isolating delta debugging (the pure ``ddmin`` module) against synthetic deterministic oracles:
-exact breaking
-sets and repair sets, the probe bound, skips."""
+exact breaking sets and repair sets, the probe bound, skips."""
 
 from __future__ import annotations
 

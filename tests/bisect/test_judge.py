@@ -1,6 +1,5 @@
 """The judge's sequential one-sided bound: exact limits, noise pooled across configurations, one
-error budget for the
-whole bisect, the requests' tail, seeded noisy sources."""
+error budget for the whole bisect, the requests' tail, seeded noisy sources."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """run_bisect with engines that need no model: plan-based changes, one measurement per plan,
-sequential probes on a
-seeded noisy engine, and no secret in anything bisect writes."""
+sequential probes on a seeded noisy engine, and no secret in anything bisect writes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Which side of the throughput each breaking set acts on: the rule, the good configuration's
-profile, and a bisect
-whose two breaking sets lie one on each side."""
+profile, and a bisect whose two breaking sets lie one on each side."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """No silent wait: `report`, `export` and `fingerprint` say on stderr what they are doing with the
-command's elapsed
-clock — a live line on a terminal (cleared before the output), plain lines off a terminal."""
+command's elapsed clock — a live line on a terminal (cleared before the output), plain lines off a
+terminal."""
 
 from __future__ import annotations
 
@@ -33,8 +33,7 @@ def store(tmp_path_factory):
 
 def steps_in_a_pty(args: list[str], cwd: Path) -> tuple[list[str], list[str]]:
     """(the steps its live line said, in order, each once; the lines after the live line) of
-    `bisect-eagle ARGS`
-    in an 80-column pseudo-terminal."""
+    `bisect-eagle ARGS` in an 80-column pseudo-terminal."""
     seen, code = screen_in_a_pty(DRIVER.format(args=args), cwd=cwd, timeout_s=900)
     texts = [text for _, text in seen]
     assert code == 0, "\n".join(texts[-30:])

@@ -3,8 +3,7 @@ replay, crashes, two overlapping breaking sets on the stand-in server, and the t
 in a terminal.
 
 Subprocesses get generous time limits (a loaded machine is slow, not wrong); one that runs past them
-fails saying
-the machine was too slow."""
+fails saying the machine was too slow."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """`bisect-eagle doctor` as a user reads it: at 80 columns every finding, fix and the summary wrap
 (no line wider than the terminal, no value cut), continuations indented; counts in the right number
-("1 error", "0 warnings").
-With --split, the logged study's throughput split is one more finding."""
+("1 error", "0 warnings"). With --split, the logged study's throughput split is one more finding."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Errors that point at the fix: a misspelt setting names the one meant, a command that reads runs
 in a folder without any says to run `bisect-eagle run` first and creates nothing, a read-only store
-is read by the commands that
-only read and refused in one line by those that write, and `--help` says every summary whole."""
+is read by the commands that only read and refused in one line by those that write, and `--help`
+says every summary whole."""
 
 from __future__ import annotations
 
@@ -96,8 +96,8 @@ def test_help_says_every_summary_whole_at_80_columns_never_splitting_a_flag(tmp_
 
 def _without_root_override() -> None:
     """In the child before it runs the command: a root user loses the capabilities that pass over
-    file permissions,
-    so a read-only folder is read-only to it too (any other user needs nothing)."""
+    file permissions, so a read-only folder is read-only to it too (any other user needs
+    nothing)."""
     if os.geteuid() == 0:
         libc = ctypes.CDLL(None, use_errno=True)
         for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH

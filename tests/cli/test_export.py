@@ -1,7 +1,6 @@
 """`bisect-eagle export` prints a command that runs as printed on the node: SGLang's interpreter
 from the spec or `--sglang-python`, else `python3 -m sglang.launch_server ...` with a comment saying
-what to point it at — never
-this tool's own interpreter, which cannot import SGLang."""
+what to point it at — never this tool's own interpreter, which cannot import SGLang."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 after the study's parent run exists, in stage 1, in the baseline, in a live trial, in confirmation
 -- then `run --resume`: it finishes, no MLflow run is left RUNNING, and no finished trial is
 measured twice. The default spec confirms its deterministic accept length with the search's own
-measurement (no confirmation run), so the confirmation case
-searches on tok/s, which confirmation re-measures in interleaved pairs."""
+measurement (no confirmation run), so the confirmation case searches on tok/s, which confirmation
+re-measures in interleaved pairs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``bisect-eagle live``: pinned acceptance from the command line, the trial beside the baseline,
-and what it says
-on stderr while it works (a live line on a terminal, plain lines in a pipe)."""
+and what it says on stderr while it works (a live line on a terminal, plain lines in a pipe)."""
 
 from __future__ import annotations
 

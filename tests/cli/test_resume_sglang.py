@@ -1,7 +1,7 @@
 """SIGKILL of `bisect-eagle run` during a live sglang-engine trial (stand-in server `bisect-eagle
 serve`), then `run --resume`: no server process survives, its port is free, no MLflow run is left
-RUNNING, and the killed
-trial's config is measured once after the resume (nothing lost, nothing repeated)."""
+RUNNING, and the killed trial's config is measured once after the resume (nothing lost, nothing
+repeated)."""
 
 from __future__ import annotations
 

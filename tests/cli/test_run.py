@@ -1,6 +1,6 @@
 """`bisect-eagle run` end to end on the embedded tiny spec (real stage 1, local engine), then the
-commands that
-read its store: run --resume, report, export, reproduce. One run is shared by the module."""
+commands that read its store: run --resume, report, export, reproduce. One run is shared by the
+module."""
 
 from __future__ import annotations
 
@@ -52,8 +52,7 @@ def test_default_run_selects_the_true_wiring_and_reaches_the_target(tiny_run):
 
 def test_the_first_run_in_a_new_directory_prints_no_third_party_log_line(tiny_run):
     """A new store is created (MLflow's tables, Optuna's): none of the libraries' own log lines
-    (which go to stderr
-    whatever the output mode) reach the user."""
+    (which go to stderr whatever the output mode) reach the user."""
     _, done, _ = tiny_run
     lines = done.stderr.splitlines()
     assert not [

@@ -130,8 +130,8 @@ def _screen_in_a_pty(
     tmp_path: Path, sleep_s: float, *, columns: int = 120, timeout_s: float = 600
 ) -> list[tuple[float, str]]:
     """Run `run` (tiny spec, 4 standalone samples, fake engine sleeping ``sleep_s`` a trial, 2 live
-    trials) in a
-    pseudo-terminal ``columns`` wide; every line or redraw it writes, with when it was read."""
+    trials) in a pseudo-terminal ``columns`` wide; every line or redraw it writes, with when it was
+    read."""
     spec = tmp_path / "tiny.yaml"
     spec.write_text(
         (ROOT / "experiments" / "tiny.yaml").read_text().replace("samples: 32", "samples: 4")
@@ -239,8 +239,7 @@ def test_off_a_terminal_an_activity_writes_a_plain_line_once_a_step_lasts(monkey
 @pytest.fixture(scope="module")
 def named(tmp_path_factory):
     """A fake-engine grid study (a duplicate among its trials, a confirmed candidate): its outcome,
-    spec file,
-    Optuna study and MLflow store."""
+    spec file, Optuna study and MLflow store."""
     import optuna
     from fake_engine import FakeEngine, make_spec, search
 

@@ -80,8 +80,7 @@ _chromium = pytest.mark.skipif(
 
 def needs_chromium(test):
     """A test that opens the UI in headless Chromium: skipped without it, and a system test (a
-    study, a bisect, an
-    MLflow server and a browser: CI's own step)."""
+    study, a bisect, an MLflow server and a browser: CI's own step)."""
     return pytest.mark.system(_chromium(test))
 
 

@@ -380,8 +380,8 @@ def test_a_wrong_wiring_hidden_by_eagle_is_a_latent_error(tmp_path, tiny, kind):
 
 def _kimi_shaped(tmp_path: Path, tiny, served: list[int]) -> Path:
     """The Kimi-K2.5 fixture's config (model class, 61 layers, text_config) at the tiny pair's
-    widths, with a dump
-    captured at the outputs of layers 2, 30 and 58 (the incident's), served ``served``."""
+    widths, with a dump captured at the outputs of layers 2, 30 and 58 (the incident's), served
+    ``served``."""
     cfg = json.loads(
         (ROOT / "tests" / "fixtures" / "targets" / "kimi-k25" / "config.json").read_text()
     )
@@ -415,8 +415,8 @@ def _kimi_shaped(tmp_path: Path, tiny, served: list[int]) -> Path:
 def test_kimi_k25_reads_ids_by_the_deepseek_rule(tmp_path, tiny, served, wrong):
     """Kimi-K2.5 (the incident's target) takes the DeepSeek rule: ids are captured as given unless
     the first is 1, so the incident's [2, 30, 58] feed hidden_states 2, 30, 58 -- one layer
-    shallower than the dump's outputs of
-    layers 2, 30, 58 -- and [3, 31, 59] are right (a +1 table would say the opposite)."""
+    shallower than the dump's outputs of layers 2, 30, 58 -- and [3, 31, 59] are right (a +1 table
+    would say the opposite)."""
     findings = diagnose(
         load_spec(_kimi_shaped(tmp_path, tiny, served), check_inputs=False), sglang_version="0.5.23"
     )
@@ -427,8 +427,7 @@ def test_kimi_k25_reads_ids_by_the_deepseek_rule(tmp_path, tiny, served, wrong):
 
 def _space_spec(tmp_path: Path, tiny, *, model_type: str, launch_command: list[str]) -> Path:
     """A 61-layer ``model_type`` deployment (tiny-shaped configs) whose space offers the incident's
-    false fix
-    ``[-1, 2, 30]`` beside the right wiring, for SGLang launched by ``launch_command``."""
+    false fix ``[-1, 2, 30]`` beside the right wiring, for SGLang launched by ``launch_command``."""
     path = _family_spec(
         tmp_path,
         tiny,

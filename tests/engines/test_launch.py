@@ -1,6 +1,6 @@
 """launch_command.txt (:func:`bisect_eagle.engines.launch.launch_text`): a script that, pasted into
-a shell, sets
-exactly the trial's variables and runs exactly its command; no value or name is ever run."""
+a shell, sets exactly the trial's variables and runs exactly its command; no value or name is ever
+run."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """An engine's oracle whose interpreter exits before it answers is said at once as what it is: the
-interpreter, its
-exit code and the last line it wrote on stderr, then the fix (not a wait for the start timeout)."""
+interpreter, its exit code and the last line it wrote on stderr, then the fix (not a wait for the
+start timeout)."""
 
 from __future__ import annotations
 

@@ -278,8 +278,7 @@ def test_a_planned_sglang_trial_whose_attention_backend_sglang_resolved_changes_
 
 def test_a_resolved_server_setting_and_the_same_requested_argument_are_one_factor():
     """Planned with resolution (``server``) or without (``server_args`` only), a setting has one
-    key; the resolved
-    value is the one the server runs."""
+    key; the resolved value is the one the server runs."""
     requested = effective(steps=3, server_args={"attention_backend": "triton"})
     resolved = effective(
         steps=3, server_args={}, server={"attention_backend": "triton", "page_size": 64}

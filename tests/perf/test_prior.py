@@ -1,6 +1,6 @@
 """The cold prior: sizes from config.json, a draft step's cost from what is known before the first
-trial, and
-the cold prediction it gives: near a known 8-GPU answer, with an interval wider than a warm one."""
+trial, and the cold prediction it gives: near a known 8-GPU answer, with an interval wider than a
+warm one."""
 
 from __future__ import annotations
 
@@ -223,8 +223,8 @@ def test_a_cold_interval_narrows_as_trials_arrive():
 
 def test_a_moe_config_json_raises_and_widens_the_verify_token_prior():
     """One more verified token: nearly free on a dense target, a wide and larger share of a forward
-    on a sparse MoE,
-    whose extra token reads experts the other tokens did not; widest where no config.json tells."""
+    on a sparse MoE, whose extra token reads experts the other tokens did not; widest where no
+    config.json tells."""
     forward_s = 0.011  # a one-token forward of a large target on 8 GPUs
     moe = ColdPrior(Deployment(target=ModelSize.from_config(DEEPSEEK_V3), tp=8)).terms(forward_s)[
         "verify_token"

@@ -1,7 +1,6 @@
 """Report, the model's side: predicted-vs-measured plot, the adaptive reference, best per
 concurrency, and what the report says when the study carries no prediction. Studies fabricated in a
-temporary MLflow store with the
-metrics and ``model.json`` the search logs."""
+temporary MLflow store with the metrics and ``model.json`` the search logs."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """One study on several nodes for real (scripts/multinode_check.sh): PostgreSQL, `mlflow server`, a
 controller and two workers in their own network namespaces; one worker SIGKILLed mid-trial is reaped
-by heartbeat, and the
-study ends with nothing lost, nothing measured twice and no run left RUNNING."""
+by heartbeat, and the study ends with nothing lost, nothing measured twice and no run left
+RUNNING."""
 
 from __future__ import annotations
 

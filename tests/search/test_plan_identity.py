@@ -1,6 +1,5 @@
 """The search never runs two trials with one plan fingerprint: ignored settings, defaults and the
-draft's own ids
-written out are one trial (the engine's plan decides, not a shared rule)."""
+draft's own ids written out are one trial (the engine's plan decides, not a shared rule)."""
 
 from __future__ import annotations
 

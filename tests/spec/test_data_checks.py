@@ -1,7 +1,6 @@
 """Every bad draft, dump, target and device given to `bisect-eagle standalone` ends with exit 2 and
 one line naming the culprit file (or flag) and the key or tensor: no traceback, nothing written.
-`--skip-bad` skips bad samples,
-counts them, and never scores non-finite states."""
+`--skip-bad` skips bad samples, counts them, and never scores non-finite states."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """MLflow tracking: store location, experiment kind, parent/child runs, secrets, cache lookups,
-staleness, system
-metrics."""
+staleness, system metrics."""
 
 from __future__ import annotations
 

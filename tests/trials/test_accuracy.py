@@ -142,8 +142,8 @@ def test_accuracy_by_hand(tmp_path):
 
 def test_full_vocab_counts_out_of_vocab_targets_as_misses(tmp_path):
     """Draft vocabulary = target ids 0..6. At position 5 the target prefers 7 (out of the draft
-    vocabulary),
-    then 6; the draft picks 6: a hit within the draft vocabulary, a miss in the full vocabulary."""
+    vocabulary), then 6; the draft picks 6: a hit within the draft vocabulary, a miss in the full
+    vocabulary."""
     s = _sample(1)
     s.states[0][4] = _onehot([6])[0]
     s.states[-1][5] = _onehot([7])[0] + _onehot([6], 3.0)[0]

@@ -1,6 +1,6 @@
 """One trial as one call (``run_live_trial``): a stored trial reused without a launch, the forecast
-logged when the
-run starts, and the run a raising trial leaves named on the context, with no callback."""
+logged when the run starts, and the run a raising trial leaves named on the context, with no
+callback."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A trial's one name (``trial_name``) and its MLflow run name (``run_name``), for every kind of
-trial; the display
-tags ``log_result`` writes beside the exact metrics."""
+trial; the display tags ``log_result`` writes beside the exact metrics."""
 
 from __future__ import annotations
 

@@ -52,8 +52,7 @@ Convention = Literal["sglang", "vllm"]
 @dataclass(frozen=True)
 class DraftConfig:
     """Shapes and options of an EAGLE-3 draft network (what
-    :class:`~bisect_eagle.artifacts.draft.Eagle3Draft`
-    builds)."""
+    :class:`~bisect_eagle.artifacts.draft.Eagle3Draft` builds)."""
 
     hidden_size: int
     intermediate_size: int

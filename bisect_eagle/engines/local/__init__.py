@@ -1,6 +1,5 @@
 """The ``local`` engine: EAGLE-3 speculative decoding in this process (:mod:`.decoder`), planned and
-measured
-by :class:`~bisect_eagle.engines.local.engine.LocalEngine`."""
+measured by :class:`~bisect_eagle.engines.local.engine.LocalEngine`."""
 
 from bisect_eagle.engines.local.decoder import (
     DraftChain,

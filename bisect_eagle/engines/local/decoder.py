@@ -81,8 +81,8 @@ class Generation:
 @dataclass(kw_only=True)
 class Pin:
     """Pinned acceptance for one request (module docstring): the unconditional profile, a seeded
-    generator and,
-    where known, the request's greedy continuation (its tokens are then emitted unchanged)."""
+    generator and, where known, the request's greedy continuation (its tokens are then emitted
+    unchanged)."""
 
     rates: list[float]  # unconditional P(drafts 0..k accepted), non-increasing
     rng: random.Random

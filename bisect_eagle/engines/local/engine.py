@@ -235,8 +235,7 @@ class LocalEngine(Engine):
         self, plan: TrialPlan, decoder: SpeculativeDecoder, prompts: list[Prompt]
     ) -> dict[str, Pin]:
         """Per measured prompt id, the :class:`Pin` of a pinned plan (its continuation decoded now,
-        unmeasured, or
-        taken from an earlier trial); empty for a natural plan."""
+        unmeasured, or taken from an earlier trial); empty for a natural plan."""
         s = plan.settings
         if s.pinned_acceptance is None:
             return {}

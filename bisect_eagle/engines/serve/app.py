@@ -269,8 +269,7 @@ def build_backend(
     a: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> DecoderBackend:
     """Load the target (and draft) and wrap the decoder, with the simulation ``environ`` (default
-    ``os.environ``)
-    asks for (:func:`simulation`); raises BadInput for unusable inputs."""
+    ``os.environ``) asks for (:func:`simulation`); raises BadInput for unusable inputs."""
 
     from bisect_eagle.artifacts import layers
     from bisect_eagle.artifacts.draft import load_draft

@@ -245,8 +245,7 @@ def device_count(kind: str) -> int:
 def missing_devices(ns: argparse.Namespace) -> str | None:
     """Why this host cannot resolve the launch as its node would (None: it can): fewer devices of
     the launch's kind than ``tp_size × pp_size`` per node. ``--device cpu`` needs none; no
-    ``--device`` is SGLang's
-    auto-detection, which takes the first accelerator kind present."""
+    ``--device`` is SGLang's auto-detection, which takes the first accelerator kind present."""
     device = getattr(ns, "device", None)
     if device == "cpu":
         return None

@@ -517,8 +517,8 @@ JUDGED_PORT = "30000"
 
 def _judged_argv(args: Sequence[Arg], draft: Path) -> list[str]:
     """The argv SGLang judges: the trial's, with the draft read from its source directory (the
-    per-trial copy is
-    made only at launch; resolution reads the draft's config) and one fixed port."""
+    per-trial copy is made only at launch; resolution reads the draft's config) and one fixed
+    port."""
     return argv_tokens(with_values(args, {DRAFT_FLAG: str(draft), PORT_FLAG: JUDGED_PORT}))
 
 

@@ -42,8 +42,8 @@ ADAPTIVE_STEPS = tuple(
 def untested_version(version: str | None, where: str) -> str | None:
     """A one-line refusal when the SGLang at ``where`` is a release the planner is not tested with
     (None: tested or unknown). The planner's own rules (the environment SGLang's launcher sets,
-    adaptive candidate steps, the tree
-    bound, the capture fallback table) are those releases'; on another one it refuses to guess."""
+    adaptive candidate steps, the tree bound, the capture fallback table) are those releases'; on
+    another one it refuses to guess."""
     if version is None or version in TESTED_SGLANG:
         return None
     return (

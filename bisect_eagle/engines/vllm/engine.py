@@ -61,8 +61,7 @@ DEATH_GRACE_S = 5.0
 @dataclass
 class _Round:
     """What a further benchmark round on the running server needs: the served model's id, how many
-    requests the
-    server has finished (its counters' baseline), the measured prompts."""
+    requests the server has finished (its counters' baseline), the measured prompts."""
 
     model: str
     finished: int

@@ -42,8 +42,7 @@ def draft_copy_dir(draft: Path, vllm_ids: list[int]) -> Path:
 
 def measured_settings(settings: LiveSettings, effective: Mapping[str, Any]) -> LiveSettings:
     """``settings`` with the speculative depth the trial's plan states it measured (``num_steps``,
-    which vLLM ran as
-    ``num_speculative_tokens``, and ``num_draft_tokens`` = steps + 1)."""
+    which vLLM ran as ``num_speculative_tokens``, and ``num_draft_tokens`` = steps + 1)."""
     if settings.is_baseline:
         return settings
     update = {}

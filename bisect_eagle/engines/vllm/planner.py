@@ -127,8 +127,7 @@ class Planner(BasePlanner):
 
     def _resolve_command(self) -> list[str]:
         """The launch command with ``engine.vllm.python`` in place of a leading ``python``, resolved
-        here when it
-        can be (else as written: a spec for another machine)."""
+        here when it can be (else as written: a spec for another machine)."""
         cmd = list(self.server.launch_command)
         if self.server.python and Path(cmd[0]).name.startswith("python"):
             cmd[0] = self.server.python
@@ -425,8 +424,7 @@ class Planner(BasePlanner):
 
 def synthetic_args(args: list[Arg], s: LiveSettings) -> list[Arg]:
     """``args`` with a pinned trial's profile in ``--speculative-config`` (vLLM's synthetic
-    rejection sampling);
-    unchanged for a natural trial."""
+    rejection sampling); unchanged for a natural trial."""
     if s.pinned_acceptance is None:
         return args
     out = []

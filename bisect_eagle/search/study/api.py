@@ -187,8 +187,7 @@ def check_refusals(spec: Spec, engine_factory: EngineFactory) -> list[str]:
     """The configs of the spec's space (its layer-id choices included; stage 1's wirings aside: the
     gate picks them) that the engine refuses, said before anything runs: one note per reason, of the
     whole space or of a seeded sample of a space too large to list (the note says which); every
-    config of a listed space refused is
-    :class:`BadInput`."""
+    config of a listed space refused is :class:`BadInput`."""
     space = SearchSpace(dict(spec.space), spec.engine.settings, str(spec.source))
     with engine_factory(spec) as engine:
         found = plan_space(space, plan=engine.plan)

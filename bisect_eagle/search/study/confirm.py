@@ -521,8 +521,7 @@ class _Confirming:
         cannot serve (fewer than the candidate's, or drift not ruled out), judged at the looks of
         the schedule: the pooled bound while the baseline shows no drift, else the paired bound on
         adjacent launches. A killed process's samples (``logged``) come first; a look it passed
-        undecided is not taken
-        again."""
+        undecided is not taken again."""
         looks = schedule(self.settings.min_pairs, self.settings.max_pairs)
         self.base = list(pool) if fixed is None else []
         self.shared = len(self.base)

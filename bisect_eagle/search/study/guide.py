@@ -170,8 +170,8 @@ def model_inputs(
     metrics: Mapping[str, float], effective: Mapping[str, Any], *, rates: list[float]
 ) -> dict[str, Any]:
     """What :meth:`ThroughputModel.update` reads, from a live run's logged metrics, effective
-    settings and its
-    per-position acceptance curve (``rates``; NaN where a position was never reached)."""
+    settings and its per-position acceptance curve (``rates``; NaN where a position was never
+    reached)."""
     out: dict[str, Any] = {
         "output_tok_s": metrics.get("output_tok_s"),
         "accept_length": metrics.get("accept_length"),
@@ -321,8 +321,8 @@ class ModelGuide:
     def bias(self) -> float:
         """The model's recent bias in this study: the mean log error of its last :data:`RECENT`
         predictions (two or more; else 0), shrunk by ``n / (n + 1)``. Every forecast is corrected by
-        it, so a model that keeps
-        over-predicting (a cost it does not have a term for) stops believing its own optimism."""
+        it, so a model that keeps over-predicting (a cost it does not have a term for) stops
+        believing its own optimism."""
         recent = self.errors[-RECENT:]
         return sum(recent) / (len(recent) + 1) if len(recent) >= 2 else 0.0
 
@@ -331,8 +331,7 @@ class ModelGuide:
         or the root mean square of the model's log errors over its last :data:`RECENT` predictions
         in this study about their bias (:meth:`bias`) when that is larger (two or more): a model
         that predicts this deployment erratically widens every interval, rules out less and explores
-        more; its cold start's errors, once the trials have taught it,
-        no longer do."""
+        more; its cold start's errors, once the trials have taught it, no longer do."""
         recent = self.errors[-RECENT:]
         if len(recent) < 2:
             return MISFIT

@@ -247,8 +247,8 @@ class StudyRun(StudyState):
 
     def steer(self, untried: Listed | None, claims: list[Claim]) -> str | None:
         """Teach the model the study's finished trials; enqueue the config of ``untried`` (None: the
-        space cannot
-        be listed) likeliest to reach the target, or return why none is worth running."""
+        space cannot be listed) likeliest to reach the target, or return why none is worth
+        running."""
         guide, target = self.guide, self.ctx.target
         guide.learn_runs(
             self.ctx.tracking, [self.attr("baseline_run_id"), *(c.run_id for c in claims)]
@@ -288,8 +288,8 @@ class StudyRun(StudyState):
 
     def await_running(self, claims: list[Claim], *, why: str) -> bool:
         """Wait for other workers' running claims to finish or be released (a dead worker, reaped):
-        a released
-        config is measured again, a running one may reach the target. False when there were none."""
+        a released config is measured again, a running one may reach the target. False when there
+        were none."""
         running = [c for c in claims if c.state == "running"]
         if running:
             self.emit(
@@ -310,8 +310,8 @@ class StudyRun(StudyState):
 
     def loop(self, space: SearchSpace) -> str:
         """Ask, deduplicate, claim, measure, tell, until a stop reason; returns it. All of it but
-        the engine's
-        seconds is the tool's own time (:meth:`Spend.tool_time`), listing the space included."""
+        the engine's seconds is the tool's own time (:meth:`Spend.tool_time`), listing the space
+        included."""
         with self.spend.tool_time():
             listed = self.listed = list_configs(space, plan=self.ctx.plan)
         duplicates_in_row = 0
@@ -339,8 +339,7 @@ class StudyRun(StudyState):
 
     def _after_measured(self, record: TrialRecord) -> None:
         """The sampler's turn is spent; a model pick that measured no better than the best before it
-        extends the
-        streak the stuck test reads (:meth:`steer`)."""
+        extends the streak the stuck test reads (:meth:`steer`)."""
         if self.sampler_turn:
             self.sampler_turn = False
             self.handoff = max(0, self.handoff - 1)

@@ -111,8 +111,7 @@ def _per_concurrency(
     measured: Mapping[str | None, str],
 ) -> list[dict[str, Any]]:
     """The predicted best of ``configs`` (fingerprint -> (sampled, effective)) at each of their
-    concurrency
-    levels, beside the target alone at that level."""
+    concurrency levels, beside the target alone at that level."""
     levels: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for fp, (_, effective) in configs.items():
         levels.setdefault(int(effective.get("concurrency") or 1), []).append((fp, effective))

@@ -78,8 +78,7 @@ class StudyOutcome:
     def verdict(self) -> str:
         """The one verdict sentence: ``target reached: accept length 4.80, target ≥ 4.50 (4.5×
         baseline), confirmed by one measurement``, or ``target not reached: best accept length 3.20,
-        target ≥ 4.50 (4.5× baseline);
-        stopped: <why>``."""
+        target ≥ 4.50 (4.5× baseline); stopped: <why>``."""
         return verdict_sentence(self)
 
     @property
@@ -114,8 +113,8 @@ def value_text(value: float) -> str:
 
 def verdict_sentence(out: StudyOutcome) -> str:
     """The verdict on the criterion, in one sentence: the best value against the target (and the
-    target's ratio to
-    the baseline), how it was confirmed, and, when not reached, why the study stopped."""
+    target's ratio to the baseline), how it was confirmed, and, when not reached, why the study
+    stopped."""
     metric = METRIC_WORDS.get(out.metric, out.metric)
     if out.target is None or out.best is None:
         return f"target not reached: no live trial measured {metric}; stopped: {out.stop_reason}"
@@ -130,8 +129,8 @@ def verdict_sentence(out: StudyOutcome) -> str:
 
 def _confirmed_by(c: dict[str, Any] | None) -> str:
     """How the verdict was confirmed: ``confirmed by one measurement``, ``confirmed by 3
-    re-measurements, 95 % lower
-    bound 1.06×``, ``not confirmed: <why>``, or that confirmation is off."""
+    re-measurements, 95 % lower bound 1.06×``, ``not confirmed: <why>``, or that confirmation is
+    off."""
     if c is None:
         return "not re-measured (confirmation is off)"
     if c["status"] != "confirmed":
@@ -176,8 +175,7 @@ def speed_sentence(speed: dict[str, Any] | None) -> str | None:
 def speed_facts(best: dict[str, Any] | None, baseline_tok_s: float | None) -> dict[str, Any] | None:
     """The best config's output tok/s beside the baseline's, with what slowed it when known: the
     engine on the CPU (effective ``device`` ``cpu``) and a machine loaded beyond its cores (this
-    host's load average, read now,
-    above its core count). None without a best config."""
+    host's load average, read now, above its core count). None without a best config."""
     if best is None:
         return None
     tok_s = best["metrics"].get("output_tok_s")

@@ -28,8 +28,8 @@ from bisect_eagle.spec.settings import LiveSettings
 
 class AskTellGridSampler(optuna.samplers.GridSampler):
     """Optuna's grid sampler for ask-and-tell: it calls ``study.stop()``, which only works inside
-    ``optimize``;
-    the search loop stops by itself once every distinct config of the space is measured."""
+    ``optimize``; the search loop stops by itself once every distinct config of the space is
+    measured."""
 
     def after_trial(self, study, trial, state, values) -> None:
         return None
@@ -90,8 +90,8 @@ settings)."""
 
 def list_configs(space: SearchSpace, *, plan: Callable[[LiveSettings], TrialPlan]) -> Listed | None:
     """Every distinct config of ``space`` that ``plan`` (the engine's) accepts, by plan fingerprint
-    (the first
-    sampled values that give it); None when the space cannot be listed (continuous or too large)."""
+    (the first sampled values that give it); None when the space cannot be listed (continuous or too
+    large)."""
     combos = space.enumerate()
     if combos is None:
         return None
@@ -129,8 +129,7 @@ class SpacePlan:
 
     def whole(self) -> str:
         """What ``planned`` counts: ``"27216 configs of the space"`` or ``"a seeded sample of 200
-        configs of a space
-        too large to list (at most 1200000)"``."""
+        configs of a space too large to list (at most 1200000)"``."""
         if self.listed:
             return f"{self.planned} configs of the space"
         size = "a float range" if self.bound is None else f"at most {self.bound}"

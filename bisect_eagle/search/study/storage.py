@@ -78,8 +78,7 @@ def liveness() -> tuple[int, int]:
 
 def engine_kwargs(url: str) -> dict[str, Any]:
     """SQLAlchemy engine options: a SQLite file gets its folder, WAL journaling and a 60 s lock
-    wait; a
-    database server a bounded connect timeout and connections checked before use."""
+    wait; a database server a bounded connect timeout and connections checked before use."""
     if is_database_url(url):
         return {"connect_args": connect_args(url), "pool_pre_ping": True}
     if not url.startswith(SQLITE_PREFIX):

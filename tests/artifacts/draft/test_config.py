@@ -1,6 +1,5 @@
 """The one reader of a draft's config.json: both layouts, where the ids were found, SGLang's fc
-width, and one-line
-errors naming the file and the key."""
+width, and one-line errors naming the file and the key."""
 
 from __future__ import annotations
 

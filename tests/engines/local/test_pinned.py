@@ -1,6 +1,5 @@
 """Pinned acceptance in the local decoder and engine: the target's tokens, the profile's accept
-length, seeded draws,
-a natural round's forwards, and the cost-side delay."""
+length, seeded draws, a natural round's forwards, and the cost-side delay."""
 
 import random
 

@@ -128,8 +128,7 @@ def test_every_trial_of_the_node_spec_is_judged_as_on_the_node_or_not_resolved_h
     node_spec, tmp_path
 ):
     """What `run` plans, value by value of the space: not resolved here, or refused by SGLang's own
-    rules
-    (the capture hook, the tree bound); never for this host's hardware."""
+    rules (the capture hook, the tree bound); never for this host's hardware."""
     spec = load_spec(node_spec)
     space = SearchSpace(spec.space, spec.engine.settings, str(node_spec))
     refused = {}

@@ -1,6 +1,5 @@
 """The vllm engine's trial path against a stand-in server (``fake_vllm.py``, replaying vLLM's real
-messages) and,
-marked ``system``, against a real vLLM 0.32 server on the tiny pair."""
+messages) and, marked ``system``, against a real vLLM 0.32 server on the tiny pair."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """``export`` of a logged vllm trial: the launch that serves what the trial measured, a copy of the
 draft with the trial's ids at the top level in vLLM's numbering, and (with vLLM's environment) an
 argv vLLM's own parser and engine-args resolution take unchanged. Also: the vLLM version a study's
-parent run records, and a relative
-``engine.vllm.python``."""
+parent run records, and a relative ``engine.vllm.python``."""
 
 from __future__ import annotations
 

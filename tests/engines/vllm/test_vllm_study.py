@@ -2,8 +2,7 @@
 build), one per trial. The verdict is stated; every live trial's effective ids are vLLM's numbering;
 accept length and the per-position acceptance are vLLM's own counters; greedy output with
 speculation equals the baseline's; at most four servers start; no vLLM process or port is left; the
-best trial exports as the launch it measured; the study's
-parent run names vLLM's version."""
+best trial exports as the launch it measured; the study's parent run names vLLM's version."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A study is bound to its spec: a worker or ``--resume`` with another spec is refused, naming the
-first key
-that differs; the same spec (with another description) is accepted."""
+first key that differs; the same spec (with another description) is accepted."""
 
 from __future__ import annotations
 

@@ -239,8 +239,7 @@ def test_engine_runs_per_stage_follow_the_metrics_noise(
 
 def test_a_deterministic_value_is_confirmed_at_the_target_and_refused_below(stores, tmp_path):
     """The bound of a deterministic metric is the value: confirmed at or above the ratio, never
-    below; measured
-    once when the search's measurement is not of the same plan."""
+    below; measured once when the search's measurement is not of the same plan."""
     from bisect_eagle.search.study.confirm import confirm
     from bisect_eagle.spec.schema import Confirm
     from bisect_eagle.trials.context import TrialContext

@@ -89,8 +89,7 @@ def test_a_space_too_large_to_list_is_sampled_and_a_sample_refused_whole_is_no_v
 
 def test_the_layer_id_choices_of_the_space_are_planned(tmp_path):
     """The GLM-5 node spec's speculative part: every layer-id choice times every other config, each
-    planned (the
-    sglang engine without SGLang here: its own rules judge the ids)."""
+    planned (the sglang engine without SGLang here: its own rules judge the ids)."""
     raw = yaml.safe_load((EXPERIMENTS / "glm5-8gpu.yaml").read_text())
     keep = (IDS_KEY, "num_steps", "topk", "num_draft_tokens")
     raw["space"] = {k: v for k, v in raw["space"].items() if k in keep}

@@ -351,8 +351,7 @@ def test_the_cold_prior_reads_the_deployment_from_the_spec(tmp_path: Path):
 
 class PlateauEngine(FakeEngine):
     """Every speculative config measures 93 % of the baseline: a shape that tops out below a target
-    of 110 %, which
-    the model's widest quantile still reaches (so it rules nothing out)."""
+    of 110 %, which the model's widest quantile still reaches (so it rules nothing out)."""
 
     def run(self, plan):
         result = super().run(plan)

@@ -157,8 +157,7 @@ def test_optuna_dashboard_sees_the_objective_by_name_and_the_target(tmp_path):
 @pytest.fixture(scope="module")
 def confirmed(tmp_path_factory):
     """A fake-engine grid study on output tok/s whose candidate is confirmed on 3 interleaved pairs;
-    its
-    progress messages are kept."""
+    its progress messages are kept."""
     from fake_engine import make_spec, search
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -1,6 +1,5 @@
 """What a study spends: its launches by stage (outcome, parent run, the max_launches budget) and the
-tool's own
-seconds, steering and confirmation included, the engine's excluded."""
+tool's own seconds, steering and confirmation included, the engine's excluded."""
 
 from __future__ import annotations
 
