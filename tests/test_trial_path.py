@@ -46,23 +46,6 @@ OPENING, CLOSING = "One live trial reads as one path:", "Nothing on the path cal
 SENTENCE = re.compile(re.escape(OPENING) + "(.*?)" + re.escape(CLOSING), re.S)
 GENERATOR = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 ENGINE = "engines/local/engine.py"  # the local engine's file: entered for its plan, then its run
-# path files the design enters more than once in one trial: how often and why (pinned, not a bound)
-MORE_THAN_ONCE = {
-    "search/study/claims.py": (
-        2,
-        "the claim is taken before the trial runs and its result recorded after it",
-    ),
-    "trials/record.py": (
-        2,
-        "the trial's run is opened before the engine starts (a killed trial leaves a RUNNING run) "
-        "and its result written after",
-    ),
-    "tracking/runs.py": (
-        6,
-        "once a store operation or helper: the cached lookup, the effective and the requested "
-        "settings flattened to params, the run started, its guard entered, its result written",
-    ),
-}
 PATH_LIMIT = 12
 # measured: 21 files below the path (the engine, its computation, SGLang's rules, helpers)
 BELOW_LIMIT = 21
@@ -170,14 +153,15 @@ def test_the_trial_follows_the_readme_path_and_nothing_calls_back_up(traced):
     )
 
 
-def test_each_path_file_is_entered_once_but_those_the_design_enters_twice(traced):
-    """(c) Each path file below the head is entered exactly once, but those in
-    :data:`MORE_THAN_ONCE`, entered as often as it says (why: beside each); the head's files are
-    never entered during the trial; the engine's own file is entered twice: for its plan (from
-    ``trials/context.py``), then for its run (from ``trials/live.py``)."""
+def test_each_path_file_is_entered_once(traced):
+    """(c) Each path file below the head is entered exactly once: a resource opened before the
+    engine runs and closed after it (the claim, the run) is one block, whose end resumes the call
+    that opened it; the head's files are never entered during the trial; the engine's own file is
+    entered twice: for its plan (from ``trials/context.py``), then for its run (from
+    ``trials/live.py``)."""
     path = readme_path()
     counts = Counter(f for _, f, _ in traced.entries if f in path)
-    expected = {f: MORE_THAN_ONCE.get(f, (1, ""))[0] for f in path if f not in traced.head}
+    expected = {f: 1 for f in path if f not in traced.head}
     assert dict(counts) == expected, [(c, f, n) for c, f, n in traced.entries if f in path]
     engine = [(c, n) for c, f, n in traced.entries if f == ENGINE]
     assert engine == [("trials/context.py", "plan"), ("trials/live.py", "run")]

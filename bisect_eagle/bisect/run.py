@@ -351,7 +351,7 @@ def _run_bisect(
                 **({"replay": str(opts.replay)} if opts.replay else {}),
             },
         )
-        with tracking.ended_on_error(parent, "error"):
+        with tracking.run_guard(parent, detail_tag="error"):
             _log_change_values(tracking, parent, changes, scrub)
             announced = None if engine is None else Announced(engine, say)
             ctx = TrialContext(

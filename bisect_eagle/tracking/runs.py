@@ -259,6 +259,28 @@ def flat_params(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunEnd:
+    """What a run's end writes (:meth:`Tracking.end_run`'s arguments but the run id)."""
+
+    status: str  # "FINISHED", "FAILED" or "KILLED"
+    texts: dict[str, str] = field(default_factory=dict)  # artifact name -> text (masked)
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    curves: dict[str, list[float]] = field(default_factory=dict)  # metric -> its values by step
+    name_suffix: str = ""  # added to the run's name (" [failed: oom]")
+
+
+@dataclass(kw_only=True)
+class TrialRun:
+    """A trial's run inside :meth:`Tracking.trial_run`'s block: the finished run found for reuse
+    (``reused``: nothing was started), or the started run, whose ``end`` the block sets."""
+
+    reused: Any = None  # an mlflow Run
+    run_id: str = ""
+    end: RunEnd | None = None
+
+
 @dataclass
 class Tracking:
     """An MLflow store and the experiment of one spec."""
@@ -552,37 +574,82 @@ class Tracking:
         self.system_metrics.stop(run_id)
         self.client.set_terminated(run_id, status)
 
-    def end_run(
-        self,
-        run_id: str,
-        status: str,
-        *,
-        texts: dict[str, str] | None = None,
-        metrics: dict[str, float] | None = None,
-        tags: dict[str, str] | None = None,
-        curves: Mapping[str, list[float]] | None = None,
-        name_suffix: str = "",
-    ) -> None:
+    def end_run(self, run_id: str, end: RunEnd) -> None:
         """Write a run's result and end it, in this order: its text artifacts (:meth:`log_texts`),
         one batch of metrics and tags (:meth:`log`), each curve (:meth:`log_curve`), its new name,
         its status (:meth:`finish`).
 
         Args:
             run_id: the run.
-            status: ``"FINISHED"``, ``"FAILED"`` or ``"KILLED"``.
-            texts: artifact name → text (masked); None or empty: nothing is uploaded.
-            metrics: name → value at step 0 (non-finite values left out).
-            tags: name → value (cut to :data:`TAG_LIMIT`).
-            curves: metric name → its values by step.
-            name_suffix: added to the run's name (``" [failed: oom]"``); empty: the name stays.
+            end: what it ends with (texts masked; non-finite metrics left out; tags cut to
+                :data:`TAG_LIMIT`; an empty ``name_suffix`` leaves the name).
         """
-        self.log_texts(run_id, texts or {})
-        self.log(run_id, metrics=metrics, tags=tags)
-        for name, values in (curves or {}).items():
+        self.log_texts(run_id, end.texts)
+        self.log(run_id, metrics=end.metrics, tags=end.tags)
+        for name, values in end.curves.items():
             self.log_curve(run_id, name, values=values)
-        if name_suffix:
-            self.rename(run_id, f"{self.get_run(run_id).info.run_name}{name_suffix}")
-        self.finish(run_id, status)
+        if end.name_suffix:
+            self.rename(run_id, f"{self.get_run(run_id).info.run_name}{end.name_suffix}")
+        self.finish(run_id, end.status)
+
+    @contextlib.contextmanager
+    def trial_run(
+        self,
+        name: str,
+        *,
+        tags: dict[str, str],
+        settings: dict[str, Any],
+        requested: dict[str, Any],
+        parent_run_id: str,
+        metrics: Mapping[str, float] | None = None,
+        reuse: str | None = None,
+        failure_classes: Mapping[type[BaseException], str] | None = None,
+        scrub: Callable[[str], str] | None = None,
+    ) -> Iterator[TrialRun]:
+        """A trial's whole run as one block: the reusable run of ``reuse`` when there is one, else
+        a child run started, guarded (:meth:`run_guard`) and, when the block sets its ``end``,
+        ended with it (:meth:`end_run`).
+
+        Args:
+            name: the run name.
+            tags: the run's tags (:meth:`start_run`).
+            settings: the effective settings: the run's params, flattened (:func:`flat_params`).
+            requested: the requested settings: a ``requested.<name>`` param beside each that
+                differs from its effective one.
+            parent_run_id: the parent run.
+            metrics: logged as the run starts (a study's forecast of the trial).
+            reuse: a fingerprint: first look for its finished run under ``parent_run_id``
+                (:meth:`find_fingerprint`); found, nothing starts and the block gets it as
+                ``reused``. None: always start a run.
+            failure_classes: exception type -> ``failure_class`` tag (:meth:`run_guard`).
+            scrub: removes secret values from an exception's detail (:meth:`run_guard`).
+
+        Returns:
+            A context manager giving the :class:`TrialRun`. The block raising ends the run KILLED
+            (Ctrl-C, SIGTERM) or FAILED, and so does writing its ``end`` failing; a block that sets
+            no ``end`` leaves the run RUNNING for its caller.
+        """
+        if reuse is not None:
+            found = self.find_fingerprint(reuse, parent_run_id=parent_run_id)
+            if found is not None:
+                yield TrialRun(reused=found)
+                return
+        params = flat_params(settings)
+        params.update(
+            {f"requested.{k}": v for k, v in flat_params(requested).items() if params.get(k) != v}
+        )
+        run_id = self.start_run(
+            name,
+            tags=tags,
+            params=params,
+            parent_run_id=parent_run_id,
+            metrics=dict(metrics) if metrics else None,
+        )
+        run = TrialRun(run_id=run_id)
+        with self.run_guard(run_id, failure_classes=failure_classes, scrub=scrub):
+            yield run
+            if run.end is not None:
+                self.end_run(run_id, run.end)
 
     @contextlib.contextmanager
     def run_guard(
@@ -652,20 +719,6 @@ class Tracking:
         tags[detail_tag] = scrub(detail)
         self.log(run_id, tags=tags)
         self.finish(run_id, "KILLED" if interrupted else "FAILED")
-
-    def ended_on_error(
-        self, run_id: str, reason_tag: str
-    ) -> contextlib.AbstractContextManager[None]:
-        """Deprecated name of :meth:`run_guard` (``run_guard(run_id, detail_tag=reason_tag)``).
-
-        Args:
-            run_id: the run ended when the block raises.
-            reason_tag: the tag the exception's detail goes to.
-
-        Returns:
-            :meth:`run_guard`'s context manager.
-        """
-        return self.run_guard(run_id, detail_tag=reason_tag)
 
     def end_killed(self, run_id: str, *, detail: str, **tags: str) -> bool:
         """End a RUNNING run KILLED, tagged ``outcome=interrupted`` and ``failure_detail``; False if

@@ -1,8 +1,9 @@
 """One trial as one path: the engine's plan -> cache lookup -> engine -> result -> one MLflow child
 run.
 
-The run is opened (cache lookup, name, tags, params) and closed (the result) by its schema,
-:mod:`bisect_eagle.trials.record`, in one call each; the engine runs in between.
+The run is one block of its schema, :func:`bisect_eagle.trials.record.trial_run`: opened (cache
+lookup, name, tags, params) as the block starts, the engine run inside it, the result written as it
+ends.
 
 :func:`run_live_trial` is the one call: the caller (a study's loop, a bisect's prober,
 ``reproduce``) has the plan (:meth:`TrialContext.plan
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from bisect_eagle.engines.base import TrialResult
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.trials.context import TrialContext
-from bisect_eagle.trials.record import TrialRecord, close_trial, open_trial
+from bisect_eagle.trials.record import TrialRecord, trial_run
 
 
 def _measure(
@@ -100,7 +101,7 @@ def run_live_trial(
         record. A failed run's name ends with its failure class (``... [failed: oom]``).
     """
     start = time.perf_counter()
-    opened = open_trial(
+    with trial_run(
         ctx,
         plan,
         stage=stage,
@@ -110,17 +111,13 @@ def run_live_trial(
         label=label,
         reuse=reuse,
         start_metrics=start_metrics,
-    )
-    if opened.cached is not None:
-        return opened.cached
-    ctx.run_id = opened.run_id
-    results: list[TrialResult] = []
-    engine_s, pruned = 0.0, False
-    if plan.refusal is None:  # a refused plan runs nothing: its run ends FAILED, bad_arguments
-        with opened.guard:
-            results, engine_s, pruned = _measure(ctx, plan, rounds)
-    record = close_trial(
-        ctx, plan, opened, stage=stage, results=results, pruned=pruned, engine_s=engine_s
-    )
+    ) as trial:
+        if trial.cached is not None:
+            return trial.cached
+        ctx.run_id = trial.run_id
+        if plan.refusal is None:  # a refused plan runs nothing: its run ends FAILED, bad_arguments
+            trial.results, trial.engine_s, trial.pruned = _measure(ctx, plan, rounds)
+    record = trial.record
+    assert record is not None  # trial_run sets it as the block ends
     record.wall_s = time.perf_counter() - start
     return record

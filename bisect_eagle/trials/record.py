@@ -11,8 +11,8 @@ repeats and its MAD, the ratios to the baseline, the per-position acceptance as 
 fingerprint, warnings, refusal, launch) and ``repeats`` (what each measurement returned, without the
 settings the plan already states). Readers (:func:`find_cached`, :func:`effective_of`,
 :func:`settings_of_run`, :func:`spec_of_study`, :func:`live_trial_name`, the model's inputs) use
-only this module; so does its writer: :func:`open_trial` opens a live trial's run before its engine
-runs, :func:`close_trial` writes its result.
+only this module; so does its writer: :func:`trial_run` is a live trial's run as one block, opened
+before its engine runs and written when it ends.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import io
 import json
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +36,7 @@ from bisect_eagle.spec.schema import PATH_KEYS, Spec, settings_from
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.stats import median_mad
 from bisect_eagle.tracking.redact import Scrubber
-from bisect_eagle.tracking.runs import NOTE, PARENT_TAG, TAG_LIMIT, Tracking, flat_params
+from bisect_eagle.tracking.runs import NOTE, PARENT_TAG, TAG_LIMIT, RunEnd, Tracking
 from bisect_eagle.tracking.sysmetrics import PREFIX as SYSTEM_PREFIX
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.launches import LAUNCHES
@@ -250,8 +250,23 @@ def find_cached(
         BadInput: the run found has no ``effective`` tag and no readable ``trial.json``.
     """
     run = tracking.find_fingerprint(fingerprint, parent_run_id=parent_run_id)
-    if run is None:
-        return None
+    return None if run is None else cached_record(tracking, run, fingerprint)
+
+
+def cached_record(tracking: Tracking, run, fingerprint: str) -> TrialRecord:
+    """A finished trial's run (an mlflow Run) as a record with ``cached=True``.
+
+    Args:
+        tracking: the run's store (read when the run has no ``effective`` tag).
+        run: the finished run.
+        fingerprint: its plan's fingerprint.
+
+    Returns:
+        The record: its stage, outcome, value, metrics, effective settings, name and failure.
+
+    Raises:
+        BadInput: the run has no ``effective`` tag and no readable ``trial.json``.
+    """
     tags = run.data.tags
     value = tags.get("value")
     return TrialRecord(
@@ -423,26 +438,21 @@ def trial_description(record: TrialRecord, plan: TrialPlan, *, metric: str, laun
     return "\n".join(lines)
 
 
-def log_result(
-    tracking: Tracking,
-    plan: TrialPlan,
-    record: TrialRecord,
-    results: list[TrialResult],
-    *,
-    metric: str,
-) -> None:
-    """Write a measured (or refused) trial's result into its run, and end the run.
+def result_end(
+    plan: TrialPlan, record: TrialRecord, results: list[TrialResult], *, metric: str
+) -> RunEnd:
+    """What a measured (or refused) trial's run ends with.
 
     Args:
-        tracking: the store of the trial's run (``record.run_id``).
         plan: the plan the trial ran (its ``trial.json``; its secrets scrub every text written).
         record: the trial's outcome.
         results: what each launch returned (empty for a refused plan).
         metric: the criterion metric, named first in the run's description.
 
-    The run gets its metrics (exact), outcome tags, the display tags of the headline metrics
-    (:func:`shown_tags`), its artifacts and its final status, in one call of the store
-    (:meth:`~bisect_eagle.tracking.runs.Tracking.end_run`).
+    Returns:
+        The run's end: its metrics (exact), outcome tags, the display tags of the headline metrics
+        (:func:`shown_tags`), its artifacts, the per-position acceptance curve, its final status
+        and, for a failed trial, its name's suffix.
     """
     scrub = scrubber_for(plan)
     files = {
@@ -474,33 +484,36 @@ def log_result(
         LAUNCHES: float(len(results)),
     }
     positions = sorted(curve, key=lambda k: int(k[len(POSITION_METRIC) :]))
-    failed = f" [failed: {record.failure_class}]" if record.failure_class else ""
-    tracking.end_run(
-        record.run_id,
-        STATUS[record.status],
+    return RunEnd(
+        status=STATUS[record.status],
         texts={k: scrub(v) for k, v in files.items()},
         metrics=metrics,
         tags=tags,
         curves={ACCEPT_CURVE: [curve[k] for k in positions]},
-        name_suffix=failed,
+        name_suffix=f" [failed: {record.failure_class}]" if record.failure_class else "",
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class OpenedTrial:
-    """A live trial's run as :func:`open_trial` leaves it, before the engine runs: a finished
-    trial found in the store (``cached``; nothing else is set), or a started run, its name and its
-    guard."""
+@dataclass(kw_only=True)
+class Trial:
+    """A live trial inside :func:`trial_run`'s block.
+
+    :func:`trial_run` sets ``cached`` (a finished trial found in the store: nothing else is set) or
+    ``run_id`` and ``name`` (the started run) before the block; the block sets what the engine
+    returned (``results``, ``pruned``, ``engine_s``); ``record`` is set when the block ends.
+    """
 
     cached: TrialRecord | None = None
     run_id: str = ""
     name: str = ""  # the trial's trial_name
-    # holds the run's Tracking.run_guard, entered: the engine runs inside ``with opened.guard:``;
-    # empty when the plan is refused (nothing runs)
-    guard: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    results: list[TrialResult] = field(default_factory=list)  # one per launch; empty: refused
+    pruned: bool = False  # the first launch measured below search.prune_below of the target
+    engine_s: float = 0.0  # the seconds inside the engine
+    record: TrialRecord | None = None
 
 
-def open_trial(
+@contextlib.contextmanager
+def trial_run(
     ctx: TrialContext,
     plan: TrialPlan,
     *,
@@ -511,12 +524,15 @@ def open_trial(
     label: str | None = None,
     reuse: bool = False,
     start_metrics: Mapping[str, float] | None = None,
-) -> OpenedTrial:
-    """A live trial's run before its engine runs, in one call: the cached lookup, else the run
-    started as a child of ``parent_run_id``, with its name, tags and params, and guarded.
+) -> Iterator[Trial]:
+    """A live trial's run as one block (:meth:`~bisect_eagle.tracking.runs.Tracking.trial_run`):
+    the cached lookup, else the run started as a child of ``parent_run_id`` with its name, tags and
+    params, the engine run by the block inside its guard, and its record written when the block
+    ends.
 
     Args:
-        ctx: the study's shared context (its store, study, owner and spec are read).
+        ctx: the study's shared context (its store, study, owner, spec, criterion, baseline and
+            stage-1 accuracies are read).
         plan: the engine's plan (its fingerprint is the trial's identity).
         stage: the run's ``stage`` tag.
         parent_run_id: the parent run.
@@ -524,22 +540,20 @@ def open_trial(
         tags: more tags (a confirmation's ``confirm_pair`` / ``confirm_role`` / ``confirm_of``).
         label: names the run instead of the stage (:func:`trial_name`).
         reuse: first look for a finished trial of the plan's fingerprint under ``parent_run_id``
-            (:func:`find_cached`) and return it, starting nothing.
+            and give it as ``cached``, starting nothing.
         start_metrics: metrics logged on the run as it starts (a study's forecast of it).
 
     Returns:
-        The cached record, or the started run: named :func:`run_name` of its :func:`trial_name`,
-        its params the plan's effective settings (``requested.*`` beside those the engine changed)
-        and, unless the plan is refused, its :meth:`~bisect_eagle.tracking.runs.Tracking.run_guard`
-        entered in ``guard`` (Ctrl-C or SIGTERM ends the run KILLED, an engine bug FAILED, a
-        BadInput FAILED as ``bad_arguments``; re-raised).
+        A context manager giving the :class:`Trial`. The started run is named :func:`run_name` of
+        its :func:`trial_name`, its params the plan's effective settings (``requested.*`` beside
+        those the engine changed). When the block ends, ``record`` is the trial's record, written
+        into the run, which ends: a refused plan a failed ``bad_arguments`` trial; a failed launch
+        a failed trial with its failure class; else the criterion's median over the launches
+        (:func:`aggregate`), with the ratios to the baseline and the wiring's stage-1 accuracy
+        when known, ``pruned`` or ``ok``. The block raising ends the run KILLED (Ctrl-C, SIGTERM)
+        or FAILED (an engine bug; a BadInput as ``bad_arguments``) and re-raises.
     """
     tracking, fp, effective = ctx.tracking, plan.fingerprint, plan.effective
-    if reuse and (cached := find_cached(tracking, fp, parent_run_id=parent_run_id)) is not None:
-        return OpenedTrial(cached=cached)
-    params = flat_params(effective)
-    requested = flat_params(plan.requested)
-    params.update({f"requested.{k}": v for k, v in requested.items() if params.get(k) != v})
     tags = dict(tags or {})
     of = (
         live_trial_name(tracking, tags["confirm_of"], parent_run_id=parent_run_id)
@@ -549,7 +563,7 @@ def open_trial(
     name = trial_name(stage, number=number, label=label, tags=tags, of=of)
     if number is not None:
         tags[NUMBER_TAG] = str(number)
-    run_id = tracking.start_run(
+    with tracking.trial_run(
         run_name(name, stage, effective),
         tags={
             "stage": stage,
@@ -563,67 +577,40 @@ def open_trial(
             **_effective_tag(effective),
             **tags,
         },
-        params=params,
+        settings=effective,
+        requested=plan.requested,
         parent_run_id=parent_run_id,
-        metrics=dict(start_metrics) if start_metrics else None,
-    )
-    guard = contextlib.ExitStack()
-    if plan.refusal is None:
-        guard.enter_context(
-            tracking.run_guard(
-                run_id, failure_classes={BadInput: "bad_arguments"}, scrub=scrubber_for(plan)
+        metrics=start_metrics,
+        reuse=fp if reuse else None,
+        failure_classes={BadInput: "bad_arguments"},
+        scrub=scrubber_for(plan),
+    ) as run:
+        if run.reused is not None:
+            trial = Trial(cached=cached_record(tracking, run.reused, fp))
+            yield trial
+            trial.record = trial.cached
+            return
+        trial = Trial(run_id=run.run_id, name=name)
+        yield trial
+        if plan.refusal is not None:
+            record = TrialRecord(
+                fingerprint=fp,
+                stage=stage,
+                status="failed",
+                value=None,
+                metrics={},
+                effective=effective,
+                run_id=run.run_id,
+                name=name,
+                failure_class="bad_arguments",
+                failure_detail=plan.refusal,
+                warnings=list(plan.warnings),
             )
-        )
-    return OpenedTrial(run_id=run_id, name=name, guard=guard)
-
-
-def close_trial(
-    ctx: TrialContext,
-    plan: TrialPlan,
-    opened: OpenedTrial,
-    *,
-    stage: str,
-    results: list[TrialResult],
-    pruned: bool,
-    engine_s: float,
-) -> TrialRecord:
-    """A live trial's record from what its engine returned, written into its run
-    (:func:`log_result`), which ends.
-
-    Args:
-        ctx: the study's shared context (its store, criterion, baseline and stage-1 accuracies).
-        plan: the plan the trial ran.
-        opened: its run (:func:`open_trial`).
-        stage: the run's ``stage`` tag.
-        results: what each launch returned (empty for a refused plan).
-        pruned: the first launch measured below ``search.prune_below`` of the target.
-        engine_s: the seconds inside the engine.
-
-    Returns:
-        The record: a refused plan a failed ``bad_arguments`` trial; a failed launch a failed
-        trial with its failure class; else the criterion's median over the launches
-        (:func:`aggregate`), with the ratios to the baseline and the wiring's stage-1 accuracy when
-        known, ``pruned`` or ``ok``.
-    """
-    if plan.refusal is not None:
-        record = TrialRecord(
-            fingerprint=plan.fingerprint,
-            stage=stage,
-            status="failed",
-            value=None,
-            metrics={},
-            effective=plan.effective,
-            run_id=opened.run_id,
-            name=opened.name,
-            failure_class="bad_arguments",
-            failure_detail=plan.refusal,
-            warnings=list(plan.warnings),
-        )
-    else:
-        record = _measured(ctx, plan, stage, results, pruned, opened.run_id)
-        record.name, record.engine_s = opened.name, engine_s
-    log_result(ctx.tracking, plan, record, results, metric=ctx.spec.criterion.metric)
-    return record
+        else:
+            record = _measured(ctx, plan, stage, trial.results, trial.pruned, run.run_id)
+            record.name, record.engine_s = name, trial.engine_s
+        run.end = result_end(plan, record, trial.results, metric=ctx.spec.criterion.metric)
+        trial.record = record
 
 
 def aggregate(results: list[TrialResult], metric: str) -> tuple[dict[str, float], TrialResult]:

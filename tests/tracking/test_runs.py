@@ -22,6 +22,7 @@ from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.redact import is_hidden, redact_url
 from bisect_eagle.tracking.runs import (
     PARENT_TAG,
+    RunEnd,
     Tracking,
     artifact_root,
     default_tracking_uri,
@@ -174,12 +175,14 @@ def test_a_run_starts_with_its_metrics_and_ends_with_its_result_in_one_call_each
     run_id = tracking.start_run("r", tags={}, params={"a": "1"}, metrics={"predicted": 2.0})
     tracking.end_run(
         run_id,
-        "FAILED",
-        texts={"x.txt": "hello"},
-        metrics={"m": 1.0},
-        tags={"outcome": "failed"},
-        curves={"acc": [0.9, 0.5]},
-        name_suffix=" [failed: oom]",
+        RunEnd(
+            status="FAILED",
+            texts={"x.txt": "hello"},
+            metrics={"m": 1.0},
+            tags={"outcome": "failed"},
+            curves={"acc": [0.9, 0.5]},
+            name_suffix=" [failed: oom]",
+        ),
     )
     run = tracking.get_run(run_id)
     assert run.data.params == {"a": "1"}
@@ -187,6 +190,52 @@ def test_a_run_starts_with_its_metrics_and_ends_with_its_result_in_one_call_each
     assert run.data.tags["outcome"] == "failed" and run.info.run_name == "r [failed: oom]"
     assert run.info.status == "FAILED" and tracking.read_text(run_id, "x.txt") == "hello"
     assert [m.step for m in tracking.client.get_metric_history(run_id, "acc")] == [0, 1]
+
+
+def test_a_trial_run_is_one_block_started_guarded_and_ended_with_what_the_block_set(tracking):
+    parent = tracking.start_run("study", tags={})
+    with tracking.trial_run(
+        "live 001",
+        tags={"stage": "live", "fingerprint": "fp1"},
+        settings={"num_steps": 4, "env": {"NCCL_ALGO": "Ring"}},
+        requested={"num_steps": None, "env": {"NCCL_ALGO": "Ring"}},
+        parent_run_id=parent,
+        metrics={"predicted": 3.0},
+    ) as run:
+        assert tracking.get_run(run.run_id).info.status == "RUNNING" and run.reused is None
+        run.end = RunEnd(status="FINISHED", tags={"outcome": "ok"}, metrics={"m": 1.0})
+    done = tracking.get_run(run.run_id)
+    assert done.info.status == "FINISHED" and done.data.metrics == {"predicted": 3.0, "m": 1.0}
+    # the requested value beside the effective one only where they differ
+    assert done.data.params == {
+        "num_steps": "4",
+        "env.NCCL_ALGO": "Ring",
+        "requested.num_steps": "None",
+    }
+    # reused: the finished run of the fingerprint is given, nothing starts
+    with tracking.trial_run(
+        "live 002", tags={}, settings={}, requested={}, parent_run_id=parent, reuse="fp1"
+    ) as again:
+        assert again.reused.info.run_id == run.run_id and again.run_id == ""
+    assert len(tracking.child_runs(parent)) == 1
+
+
+def test_a_trial_run_whose_result_cannot_be_written_ends_failed_not_running(tracking, monkeypatch):
+    parent = tracking.start_run("study", tags={})
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tracking, "log_texts", full)
+    with (
+        pytest.raises(OSError),
+        tracking.trial_run(
+            "live 001", tags={}, settings={}, requested={}, parent_run_id=parent
+        ) as run,
+    ):
+        run.end = RunEnd(status="FINISHED", texts={"trial.json": "{}"})
+    ended = tracking.get_run(run.run_id)
+    assert ended.info.status == "FAILED" and ended.data.tags["outcome"] == "error"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """A trial's one name (``trial_name``) and its MLflow run name (``run_name``), for every kind of
-trial; the display tags ``log_result`` writes beside the exact metrics."""
+trial; the display tags ``result_end`` ends a run with beside the exact metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from bisect_eagle.engines.plan import make_plan
 from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.spec.settings import LiveSettings
 from bisect_eagle.tracking.runs import Tracking
-from bisect_eagle.trials.record import TrialRecord, log_result, run_name, shown_tags, trial_name
+from bisect_eagle.trials.record import (
+    TrialRecord,
+    result_end,
+    run_name,
+    shown_tags,
+    trial_name,
+)
 
 SPECULATIVE = {
     "speculative_algorithm": "EAGLE3",
@@ -71,7 +77,7 @@ def logged(
     status: Literal["ok", "failed"] = "ok",
     settings: LiveSettings | None = None,
 ):
-    """The run ``log_result`` leaves for a trial record with ``metrics`` (``status`` ok, or failed:
+    """The run ``result_end`` ends for a trial record with ``metrics`` (``status`` ok, or failed:
     no metrics)."""
     tracking = Tracking.open(f"sqlite:///{tmp_path}/mlflow.db", "record")
     parent = tracking.start_run("study", tags={"role": "study"})
@@ -89,11 +95,11 @@ def logged(
         run_id=run_id,
         failure_class=None if status == "ok" else "oom",
     )
-    log_result(tracking, plan, record, [], metric="output_tok_s")
+    tracking.end_run(run_id, result_end(plan, record, [], metric="output_tok_s"))
     return tracking.get_run(run_id)
 
 
-def test_log_result_writes_the_headline_metrics_rounded_as_tags_and_keeps_them_exact(tmp_path):
+def test_a_result_writes_the_headline_metrics_rounded_as_tags_and_keeps_them_exact(tmp_path):
     metrics = {
         "accept_length": 4.800000190734863,
         "accept_length_ratio_to_baseline": 4.800000190734863,

@@ -15,6 +15,7 @@ whichever node looks next). The table lives in the study's own Optuna database
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,6 +40,17 @@ class Claim:
     state: ClaimState
     value: float | None  # the criterion metric once finished (None when failed)
     run_id: str | None  # the MLflow run of the measurement
+
+
+@dataclass(kw_only=True)
+class Claiming:
+    """A claim inside :meth:`Claims.claimed`'s block: whether this trial owns it (``won``), the
+    claim that another holds (``other``), and the result the block sets when it measured it
+    (``finished``: state, value, run id)."""
+
+    won: bool
+    other: Claim | None  # won False: another's claim; None: beyond the live-trial budget
+    finished: tuple[ClaimState, float | None, str | None] | None = None
 
 
 class Claims:
@@ -166,6 +178,37 @@ class Claims:
             self.release(fingerprint)
             return False, None
         return won, other
+
+    @contextlib.contextmanager
+    def claimed(
+        self, fingerprint: str, *, trial: int, owner: str, limit: int
+    ) -> Iterator[Claiming]:
+        """A claim's life as one block: taken as it starts (:meth:`claim_within`), its result
+        recorded as it ends (:meth:`finish`, when the block set ``finished``), released when the
+        block raises (:meth:`release`: the config may be measured again).
+
+        Args:
+            fingerprint: the plan's fingerprint.
+            trial: the claiming Optuna trial's number.
+            owner: the claimant (:func:`~bisect_eagle.tracking.runs.owner_id`).
+            limit: the study's live-trial budget.
+
+        Returns:
+            A context manager giving the :class:`Claiming`; the block's exception propagates.
+        """
+        won, other = self.claim_within(fingerprint, trial=trial, owner=owner, limit=limit)
+        claiming = Claiming(won=won, other=other)
+        if not won:
+            yield claiming
+            return
+        try:
+            yield claiming
+        except BaseException:
+            self.release(fingerprint)
+            raise
+        if claiming.finished is not None:
+            state, value, run_id = claiming.finished
+            self.finish(fingerprint, state=state, value=value, run_id=run_id)
 
     def position(self, fingerprint: str) -> int:
         """1-based order of this fingerprint's claim among the study's claims (the live-trial

@@ -395,53 +395,33 @@ class StudyRun(StudyState):
             trial.set_constraint("predicted_below", 1.0)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "skipped", None
-        won, other = self.claims.claim_within(
+        with self.claims.claimed(
             fp, trial=trial.number, owner=self.ctx.owner, limit=self.max_live_trials
-        )
-        if not won and other is None:
-            trial.set_user_attr("not_run", "the live-trial budget was used up by other workers")
-            self.study.tell(trial, state=TrialState.FAIL)
-            return "budget", None
-        if not won:
-            # two workers enqueued it
-            if other.state == "running" and trial.user_attrs.get("enqueued_by"):
-                trial.set_user_attr("duplicate_of_running", other.owner)
+        ) as claim:
+            if not claim.won:
+                return self._not_claimed(trial, fp, claim.other), None
+            before = self.ctx.run_id
+            # a finished trial of fp (the baseline config, or one measured before a lost claim)
+            # is reused
+            try:
+                record = run_live_trial(
+                    self.ctx,
+                    plan,
+                    stage="live",
+                    parent_run_id=self.ctx.parent_run_id,
+                    number=trial.number,
+                    reuse=True,
+                    start_metrics=None if judged is None else judged.start_metrics,
+                )
+            # interrupted or broken: not a result; the claim is released, the config may be
+            # measured again
+            except BaseException:
+                if self.ctx.run_id not in (None, before):
+                    # the run it left (ended KILLED or FAILED)
+                    trial.set_user_attr("mlflow_run_id", self.ctx.run_id)
                 self.study.tell(trial, state=TrialState.FAIL)
-                return "duplicate", None
-            done = (
-                other
-                if other.state != "running"
-                else self.claims.wait_done(fp, timeout_s=self._time_left())
-            )
-            if done is None:
-                self.study.tell(trial, state=TrialState.FAIL)
-                return "duplicate", None
-            self._tell_known(
-                trial, state=done.state, value=done.value, run_id=done.run_id, duplicate=True
-            )
-            return "duplicate", None
-        before = self.ctx.run_id
-        # a finished trial of fp (the baseline config, or one measured before a lost claim) is
-        # reused
-        try:
-            record = run_live_trial(
-                self.ctx,
-                plan,
-                stage="live",
-                parent_run_id=self.ctx.parent_run_id,
-                number=trial.number,
-                reuse=True,
-                start_metrics=None if judged is None else judged.start_metrics,
-            )
-        # interrupted or broken: not a result; the config may be measured again
-        except BaseException:
-            self.claims.release(fp)
-            if self.ctx.run_id not in (None, before):
-                # the run it left (ended KILLED or FAILED)
-                trial.set_user_attr("mlflow_run_id", self.ctx.run_id)
-            self.study.tell(trial, state=TrialState.FAIL)
-            raise
-        self.claims.finish(fp, state=record.status, value=record.value, run_id=record.run_id)
+                raise
+            claim.finished = (record.status, record.value, record.run_id)
         if record.cached:
             self._tell_known(
                 trial, state=record.status, value=record.value, run_id=record.run_id, duplicate=True
@@ -454,6 +434,32 @@ class StudyRun(StudyState):
             trial, state=record.status, value=record.value, run_id=record.run_id, duplicate=False
         )
         return "measured", record
+
+    def _not_claimed(self, trial: optuna.Trial, fp: str, other: Claim | None) -> TrialKind:
+        """Tell Optuna what a trial whose config another holds came to: beyond the live-trial
+        budget, a duplicate of one running elsewhere, or a duplicate whose result is reused (waited
+        for while it runs)."""
+        if other is None:
+            trial.set_user_attr("not_run", "the live-trial budget was used up by other workers")
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "budget"
+        # two workers enqueued it
+        if other.state == "running" and trial.user_attrs.get("enqueued_by"):
+            trial.set_user_attr("duplicate_of_running", other.owner)
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "duplicate"
+        done = (
+            other
+            if other.state != "running"
+            else self.claims.wait_done(fp, timeout_s=self._time_left())
+        )
+        if done is None:
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "duplicate"
+        self._tell_known(
+            trial, state=done.state, value=done.value, run_id=done.run_id, duplicate=True
+        )
+        return "duplicate"
 
     def _tell_known(
         self,

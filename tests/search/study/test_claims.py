@@ -53,6 +53,27 @@ def test_a_claim_beyond_the_budget_is_given_back_at_once(url):
     assert not won and existing.trial == 0  # a lost race names the holder, as claim does
 
 
+def test_a_claimed_block_records_its_result_releases_on_raise_and_holds_nothing_it_lost(url):
+    claims = Claims(url, "s")
+    with claims.claimed("a", trial=0, owner=owner_id(), limit=5) as claim:
+        assert claim.won and claim.other is None
+        assert claims.get("a").state == "running"
+        claim.finished = ("ok", 2.5, "r0")
+    assert (claims.get("a").state, claims.get("a").value, claims.get("a").run_id) == (
+        "ok",
+        2.5,
+        "r0",
+    )
+    with pytest.raises(KeyboardInterrupt), claims.claimed("b", trial=1, owner=owner_id(), limit=5):
+        raise KeyboardInterrupt  # interrupted: released, measured again
+    assert claims.get("b") is None
+    with claims.claimed("a", trial=2, owner="elsewhere:1:1", limit=5) as lost:
+        assert not lost.won and lost.other.run_id == "r0"  # another's result, to reuse
+    with claims.claimed("c", trial=3, owner=owner_id(), limit=1) as beyond:
+        assert not beyond.won and beyond.other is None  # beyond the budget: given back
+    assert [c.fingerprint for c in claims.all()] == ["a"]
+
+
 def test_position_counts_the_budget_in_claim_order(url):
     claims = Claims(url, "s")
     for i, fp in enumerate(("a", "b", "c")):
