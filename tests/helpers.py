@@ -4,13 +4,17 @@ started, found by a mark in their environment."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from unittest import mock
 
+import psutil
 import torch
 from safetensors.torch import save_file
 
@@ -339,7 +343,6 @@ def marked_processes(mark: str) -> list:
     """The running processes (``psutil.Process``) whose environment carries ``mark``: what a test's
     commands
     started, even after their parents exited, and nothing that another test or user runs."""
-    import psutil
 
     out = []
     for p in psutil.process_iter():
@@ -359,3 +362,44 @@ def ctrl_c_heard() -> None:
     KeyboardInterrupt, so a Ctrl-C test would measure the shell, not the tool.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def own_children() -> list[psutil.Process]:
+    """This process's live children (recursively), but the oracles it keeps for its life (one per
+    interpreter, :meth:`bisect_eagle.engines.oracle.OracleProcess.shared`, which another test of
+    the same worker may have started): what a test started and may have left behind."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and not any(
+                part.endswith("oracle_script.py") for part in p.cmdline()
+            ):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``bisect-eagle ARGS`` through its console entry point (bad input exits 2 in one line), run
+    in this process from ``cwd``, so that the engine oracles it asks are the ones this worker keeps
+    (:meth:`bisect_eagle.engines.oracle.OracleProcess.shared`) instead of one started per command:
+    its exit code and what it printed, as a finished subprocess."""
+    from bisect_eagle.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code: object = 0
+    with (
+        contextlib.chdir(cwd),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        mock.patch.object(sys, "argv", ["bisect-eagle", *args]),
+    ):
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code
+    returncode = code if isinstance(code, int) else 0 if code is None else 1
+    return subprocess.CompletedProcess(
+        ["bisect-eagle", *args], returncode, out.getvalue(), err.getvalue()
+    )

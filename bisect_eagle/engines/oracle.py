@@ -6,13 +6,16 @@ then one JSON line per JSON request on stdin. :class:`OracleProcess` holds that 
 read with a timeout, ask, describe, close) and the parser's shape (:class:`Option`,
 :class:`Description`); each engine's ``oracle`` module subclasses it with its script, timeouts,
 environment and its own ``judge``. Shared so that the two engines start, time out and kill their
-oracles in one way. An interpreter that exits before its first answer (a broken environment) is
-:class:`InterpreterDied`: one line with its exit code and the last line it wrote on stderr, told at
-once.
+oracles in one way. A process keeps one oracle per interpreter (:meth:`OracleProcess.shared`):
+starting one imports the server's code (6-10 s for SGLang), and the planners, the doctor and the
+export of one command, or the tests of one worker, would each pay it again. An interpreter that
+exits before its first answer (a broken environment) is :class:`InterpreterDied`: one line with its
+exit code and the last line it wrote on stderr, told at once.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -23,11 +26,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from bisect_eagle.errors import BadInput
 
 STDERR_LINES = 20  # the tail of an oracle's stderr kept for the line that says why it died
+OracleT = TypeVar("OracleT", bound="OracleProcess")
+_SHARED: dict[tuple, OracleProcess] = {}  # this process's oracles (OracleProcess.shared)
+_SHARED_LOCK = threading.Lock()
 
 
 class InterpreterDied(BadInput):
@@ -97,6 +103,9 @@ class OracleProcess:
     """
 
     script: ClassVar[Path]
+    # the environment variables an answer may depend on: an oracle is shared only under the same
+    # values of those (the rest of the environment is the first start's)
+    env_prefixes: ClassVar[tuple[str, ...]] = ()
     start_timeout_s: ClassVar[float]
     answer_timeout_s: ClassVar[float]
     version_key: ClassVar[str] = "version"  # the describe answer's key for the server's version
@@ -112,6 +121,32 @@ class OracleProcess:
         # why the oracle could not start (then plans say "not checked")
         self.failure: str | None = None
         self.stderr: deque[str] = deque(maxlen=STDERR_LINES)  # the tail of the oracle's stderr
+        self.is_shared = False  # kept by shared(): its users do not close it
+
+    @classmethod
+    def shared(cls: type[OracleT], **kwargs: str) -> OracleT:
+        """This process's one oracle of this class for ``kwargs``, started on its first question
+        and kept for every later caller; one that failed (it could not start, it died, it did not
+        answer in time) is replaced by a fresh one. Shared oracles end when the process exits
+        (:func:`close_shared`, registered with :mod:`atexit`); one whose controller is killed
+        outright reads the end of its stdin and exits.
+
+        Args:
+            **kwargs: the constructor's arguments (``python``, and a subclass's own).
+
+        Returns:
+            The oracle (started lazily, as a new one is).
+        """
+        env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(cls.env_prefixes)))
+        key = (cls, tuple(sorted(kwargs.items())), env if cls.env_prefixes else ())
+        with _SHARED_LOCK:
+            oracle = _SHARED.get(key)
+            if oracle is None or oracle.failure is not None:
+                if oracle is not None:
+                    oracle.close()
+                oracle = _SHARED[key] = cls(**kwargs)
+                oracle.is_shared = True
+            return oracle
 
     def _argv(self) -> list[str]:
         """The script's arguments after its path."""
@@ -244,6 +279,7 @@ class OracleProcess:
         return self._description
 
     def close(self) -> None:
+        """End the process, if it runs (a later question starts a new one)."""
         with self._lock:
             if self._proc is not None:
                 kill(self._proc)
@@ -253,6 +289,19 @@ class OracleProcess:
         proc = getattr(self, "_proc", None)
         if proc is not None:
             kill(proc)
+
+
+def close_shared() -> None:
+    """End every oracle :meth:`OracleProcess.shared` kept (at exit, and for a caller that needs
+    none left running)."""
+    with _SHARED_LOCK:
+        oracles = list(_SHARED.values())
+        _SHARED.clear()
+    for oracle in oracles:
+        oracle.close()
+
+
+atexit.register(close_shared)
 
 
 def kill(proc: subprocess.Popen) -> None:

@@ -185,8 +185,9 @@ class BasePlanner(abc.ABC):
         return read_json(Path(self.server.model_path or self.target) / "config.json")
 
     def close(self) -> None:
-        """End the oracle, if it started."""
-        if self._oracle is not None:
+        """End the oracle, if it started and is this planner's own (a shared one,
+        :meth:`~bisect_eagle.engines.oracle.OracleProcess.shared`, is kept for the process)."""
+        if self._oracle is not None and not self._oracle.is_shared:
             self._oracle.close()
 
 

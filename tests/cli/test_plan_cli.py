@@ -4,26 +4,22 @@ secret shown."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bisect_eagle.tracking.redact import is_hidden
 
+from helpers import cli_in_process
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SGLANG = str(ROOT / "experiments" / "tiny-sglang.yaml")
 
 
 def plan(*args: str, cwd: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "bisect_eagle.cli", "live", "--dry-run", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
+    """The plan ``bisect-eagle live --dry-run --json ARGS`` prints (run in this process, so that
+    the worker's oracle answers every sglang plan)."""
+    out = cli_in_process("live", "--dry-run", "--json", *args, cwd=cwd)
     assert out.returncode == 0, out.stderr
     assert list(cwd.iterdir()) == []  # a dry run writes nothing anywhere
     return json.loads(out.stdout)["plan"]
@@ -68,22 +64,14 @@ def test_sglang_plan_hashes_secret_looking_values_and_never_prints_them(tmp_path
     one = plan("--spec", TINY_SGLANG, "--set", "env.NCCL_IB_PKEY=1", cwd=tmp_path)
     two = plan("--spec", TINY_SGLANG, "--set", "env.NCCL_IB_PKEY=2", cwd=tmp_path)
     assert one["fingerprint"] != two["fingerprint"] and one["engine"] == "sglang" and one["argv"]
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bisect_eagle.cli",
-            "live",
-            "--dry-run",
-            "--json",
-            "--spec",
-            TINY_SGLANG,
-            "--set",
-            "env.MY_TOKEN=x7q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = cli_in_process(
+        "live",
+        "--dry-run",
+        "--json",
+        "--spec",
+        TINY_SGLANG,
+        "--set",
+        "env.MY_TOKEN=x7q",
         cwd=tmp_path,
     )
     assert out.returncode == 0 and "x7q" not in out.stdout + out.stderr
@@ -109,26 +97,18 @@ def test_sglang_plan_knows_what_sglang_sets_itself(tmp_path):
 
 
 def test_a_refused_plan_exits_2_with_the_reason_and_writes_nothing(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bisect_eagle.cli",
-            "live",
-            "--dry-run",
-            "--json",
-            "--spec",
-            TINY_SGLANG,
-            "--set",
-            "topk=2",
-            "--set",
-            "num_steps=1",
-            "--set",
-            "num_draft_tokens=8",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = cli_in_process(
+        "live",
+        "--dry-run",
+        "--json",
+        "--spec",
+        TINY_SGLANG,
+        "--set",
+        "topk=2",
+        "--set",
+        "num_steps=1",
+        "--set",
+        "num_draft_tokens=8",
         cwd=tmp_path,
     )
     assert (

@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 from mlflow.tracking import MlflowClient
+
+from helpers import own_children
 
 pytestmark = pytest.mark.system
 
@@ -49,5 +50,4 @@ def test_run_of_tiny_sglang_logs_every_live_trial(tmp_path):
             client.download_artifacts(run.info.run_id, "launch_command.txt", str(tmp_path))
         ).read_text()
         assert "serve" in command and "--port" in command
-    me = psutil.Process()
-    assert not me.children(recursive=True)
+    assert not own_children()

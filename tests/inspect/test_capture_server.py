@@ -15,6 +15,8 @@ from bisect_eagle.inspect.capture_server import capture_args, capture_server
 from bisect_eagle.inspect.layermatch import load, match_layers
 from bisect_eagle.spec.load import load_spec
 
+from helpers import own_children
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -35,8 +37,6 @@ def test_the_server_capture_is_matched_to_the_target_layers(tiny, tmp_path):
     model, reader, _ = load(tiny.target, tiny.dump, draft=None)
     with capture_server(spec, ids=[1, 5, 9], log_dir=tmp_path) as url:
         result = match_layers(model, DumpReader(tiny.dump), samples=1, server_url=url)
-        pid = next(
-            p for p in psutil.Process().children(recursive=True) if "serve" in " ".join(p.cmdline())
-        ).pid
+        pid = next(p for p in own_children() if "serve" in " ".join(p.cmdline())).pid
     assert [m.index for m in result.matches if m.source == "server"] == [2, 6, 10]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -69,6 +69,7 @@ class Oracle(OracleProcess):
     parser."""
 
     script = SCRIPT
+    env_prefixes = ("SGLANG_", "CUDA_", "HF_")
     start_timeout_s = START_TIMEOUT_S
     answer_timeout_s = ANSWER_TIMEOUT_S
     fix = (

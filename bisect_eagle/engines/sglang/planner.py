@@ -159,7 +159,7 @@ class Planner(BasePlanner):
         python = interpreter(
             launch_command=list(self.server.launch_command), python=self.server.python, parser=spec
         )
-        return Oracle(python=python, parser=spec)
+        return Oracle.shared(python=python, parser=spec)
 
     def oracle(self) -> Oracle | None:
         """The SGLang oracle (:meth:`BasePlanner.oracle`).

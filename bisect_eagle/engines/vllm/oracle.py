@@ -54,6 +54,7 @@ class Oracle(OracleProcess):
     """
 
     script = SCRIPT
+    env_prefixes = ("VLLM_", "CUDA_", "HF_")
     start_timeout_s = START_TIMEOUT_S
     answer_timeout_s = ANSWER_TIMEOUT_S
     version_key = "vllm_version"

@@ -138,7 +138,7 @@ class Planner(BasePlanner):
         return cmd
 
     def _start_oracle(self) -> Oracle:
-        return Oracle(
+        return Oracle.shared(
             python=interpreter(
                 launch_command=list(self.server.launch_command), python=self.server.python
             )

@@ -28,6 +28,8 @@ from bisect_eagle.engines.procs import server as procs
 from bisect_eagle.engines.procs.reap import ServerRecord, read_records, write_record
 from bisect_eagle.engines.procs.supervise import TOKEN_ENV, argv_digest
 
+from helpers import own_children
+
 HERE = Path(__file__).resolve().parents[1] / "fake_servers"
 LISTENER = HERE / "listener.py"
 CONTROLLER = HERE / "controller.py"
@@ -160,7 +162,7 @@ def test_a_command_that_cannot_start_raises_oserror_and_leaves_nothing(tmp_path)
         )
     assert e.value.errno == errno.ENOENT and "no-such-server" in str(e.value)
     assert not list((tmp_path / "servers").glob("*.json"))
-    assert not [p for p in psutil.Process().children(recursive=True) if alive(p.pid)]
+    assert not [p for p in own_children() if alive(p.pid)]
 
 
 def test_a_server_ignoring_sigterm_is_killed_and_a_sigterm_to_the_group_is_survived_by_nobody(

@@ -23,6 +23,8 @@ from bisect_eagle.engines.served import Leftover
 from bisect_eagle.engines.sglang import SglangEngine
 from bisect_eagle.errors import BadInput
 
+from helpers import own_children
+
 
 def run(engine: SglangEngine, s):
     return engine.run(engine.plan(s))
@@ -37,11 +39,7 @@ def _gone(result) -> None:
     teardown = json.loads(result.artifacts["teardown.json"])
     for pid in teardown["pids"]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert not [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "fake_sglang" in " ".join(p.cmdline())
-    ]
+    assert not [p for p in own_children() if "fake_sglang" in " ".join(p.cmdline())]
     port = int(result.artifacts["launch_command.txt"].split("--port ")[1].split()[0])
     assert procs.port_is_free("127.0.0.1", port)
     assert {"launch_command.txt", "effective.json", "server.log"} <= set(result.artifacts)
@@ -170,7 +168,7 @@ def test_unknown_flag_is_refused_before_anything_starts(engine):
     assert "--no-such-flag" in plan.refusal and "fake_sglang.py" in plan.refusal
     with pytest.raises(BadInput):
         engine.run(plan)
-    assert set(engine.log_dir.iterdir()) == before and not psutil.Process().children(recursive=True)
+    assert set(engine.log_dir.iterdir()) == before and not own_children()
 
 
 def test_a_server_that_will_not_go_away_blocks_the_next_launch(engine):

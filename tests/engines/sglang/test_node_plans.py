@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,8 @@ from bisect_eagle.engines import make_engine
 from bisect_eagle.engines.sglang.oracle_script import NOT_RESOLVED_HERE
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.spec.load import load_spec
+
+from helpers import cli_in_process
 
 # every test here runs the CLI against SGLang's real parser and capture hook on a 61-layer node
 # spec: minutes in all, so CI's system step runs them
@@ -53,13 +54,9 @@ def node_spec(tmp_path_factory) -> Path:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bisect_eagle.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-    )
+    """``bisect-eagle ARGS`` in this process: its SGLang oracle, kept by the worker, answers every
+    test of the module (:func:`helpers.cli_in_process`)."""
+    return cli_in_process(*args, cwd=cwd)
 
 
 def test_live_dry_run_plans_the_node_trial_without_resolving_it_here(node_spec, tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,51 +20,61 @@ from bisect_eagle.engines import make_engine
 from bisect_eagle.search.space import SearchSpace
 from bisect_eagle.spec.load import load_spec
 
+from helpers import cli_in_process
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-PARSE_ONLY = (
-    "from sglang.srt.server_args import prepare_server_args; import json, sys; "
-    "prepare_server_args(json.loads(sys.argv[1])); print('accepted')"
-)
 
 
-def sglang_accepts(python: str, argv: list[str]) -> bool:
-    """SGLang's own ``prepare_server_args`` (parser + ServerArgs, as ``sglang serve`` starts) on an
-    argv."""
-    res = subprocess.run(
-        [python, "-c", PARSE_ONLY, json.dumps(argv)], capture_output=True, text=True, timeout=300
-    )
-    return res.returncode == 0 and "accepted" in res.stdout
-
-
-# the same check over many argvs in one interpreter (SGLang's import is most of a check's two
-# seconds): one verdict per line, an argparse exit or a ServerArgs error is a refusal
+# SGLang's own ``prepare_server_args`` (parser + ServerArgs, as ``sglang serve`` starts) on each
+# argv read from stdin, one verdict line each: an argparse exit or a ServerArgs error is a refusal.
+# One interpreter answers a module's checks (SGLang's import is most of a check's time).
 PARSE_MANY = """import json, sys
 from sglang.srt.server_args import prepare_server_args
-for argv in json.loads(sys.stdin.read()):
+for line in sys.stdin:
     try:
-        prepare_server_args(argv)
+        prepare_server_args(json.loads(line))
         print("accepted", flush=True)
     except BaseException as e:
         print("refused", type(e).__name__, flush=True)
 """
+_CHECKERS: dict[str, subprocess.Popen] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _checkers():
+    """The module's SGLang checker processes, ended with it."""
+    yield
+    for proc in _CHECKERS.values():
+        proc.kill()
+        proc.wait(timeout=30)
+    _CHECKERS.clear()
 
 
 def sglang_accepts_all(python: str, argvs: list[list[str]]) -> list[bool]:
-    """:func:`sglang_accepts` of each argv, in one SGLang process."""
-    res = subprocess.run(
-        [python, "-c", PARSE_MANY],
-        input=json.dumps(argvs),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    verdicts = [
-        line.startswith("accepted")
-        for line in res.stdout.splitlines()
-        if line.startswith(("accepted", "refused"))
-    ]
-    assert len(verdicts) == len(argvs), res.stdout[-2000:] + res.stderr[-2000:]
+    """Whether SGLang's own ``prepare_server_args`` (in ``python``, apart from the oracle the plans
+    were judged by) accepts each argv."""
+    proc = _CHECKERS.get(python)
+    if proc is None:
+        proc = _CHECKERS[python] = subprocess.Popen(
+            [python, "-c", PARSE_MANY],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+    verdicts = []
+    for argv in argvs:
+        proc.stdin.write(json.dumps(argv) + "\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        assert line.startswith(("accepted", "refused")), f"SGLang's checker said {line!r}"
+        verdicts.append(line.startswith("accepted"))
     return verdicts
+
+
+def sglang_accepts(python: str, argv: list[str]) -> bool:
+    """:func:`sglang_accepts_all` of one argv."""
+    return sglang_accepts_all(python, [argv])[0]
 
 
 def server_argv(argv: list[str]) -> list[str]:
@@ -73,26 +82,16 @@ def server_argv(argv: list[str]) -> list[str]:
     return argv[argv.index("sglang.launch_server") + 1 :]
 
 
-def dry_run(*args: str, python: str, cwd: Path) -> tuple[int, dict | None, str]:
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bisect_eagle.cli",
-            "live",
-            "--dry-run",
-            "--json",
-            "--sglang-python",
-            python,
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-    )
+def cli(*args: str, cwd: Path) -> tuple[int, dict | None, str]:
+    """``bisect-eagle ARGS`` in this process (:func:`helpers.cli_in_process`): its exit code, its
+    JSON output and all it printed."""
+    res = cli_in_process(*args, cwd=cwd)
     body = json.loads(res.stdout) if res.stdout.strip() else None
     return res.returncode, body, res.stdout + res.stderr
+
+
+def dry_run(*args: str, python: str, cwd: Path) -> tuple[int, dict | None, str]:
+    return cli("live", "--dry-run", "--json", "--sglang-python", python, *args, cwd=cwd)
 
 
 def test_glm5_dry_run_argv_is_accepted_by_sglangs_parser(tmp_path):
@@ -259,7 +258,13 @@ def test_explicit_resolved_default_is_the_same_trial_as_unset(tmp_path):
 def test_failure_fixtures_still_match_sglangs_source():
     python = sglang_python()
     root = subprocess.run(
-        [python, "-c", "import sglang, os; print(os.path.dirname(sglang.__file__))"],
+        [
+            python,
+            "-c",
+            # found, not imported (importing SGLang takes seconds)
+            "import importlib.util as u; "
+            "print(u.find_spec('sglang').submodule_search_locations[0])",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -290,26 +295,17 @@ def test_export_prints_a_command_sglangs_parser_accepts(tmp_path):
     python = sglang_python()
     uri, out, _ = tiny_fake_study(tmp_path)
     assert out.best is not None
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bisect_eagle.cli",
-            "export",
-            out.best["run_id"],
-            "--tracking-uri",
-            uri,
-            "--sglang-python",
-            python,
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    code, body, said = cli(
+        "export",
+        out.best["run_id"],
+        "--tracking-uri",
+        uri,
+        "--sglang-python",
+        python,
+        "--json",
         cwd=tmp_path,
     )
-    assert res.returncode == 0, res.stderr
-    body = json.loads(res.stdout)
+    assert code == 0, said
     assert body["checked"].startswith("SGLang 0.5.23 parser") and body["refusal"] is None
     assert sglang_accepts(python, server_argv(body["argv"]))
 
