@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bisect_eagle.engines.oracle import InterpreterDied
@@ -61,3 +62,69 @@ def test_an_interpreter_that_answers_it_cannot_import_the_server_is_not_checked_
 
     oracle = VllmOracle(python=sys.executable)
     assert oracle.describe() is None and "cannot import vLLM" in oracle.failure
+
+
+def test_a_process_keeps_one_oracle_per_interpreter_and_replaces_one_that_failed(
+    tmp_path, monkeypatch
+):
+    """The stand-in's parser (this interpreter): one process answers every planner of a command,
+    another interpreter or another ``SGLANG_*`` value gets its own, a failed one is started again,
+    and :func:`close_shared` ends them all."""
+    import sys
+
+    from bisect_eagle.engines.oracle import close_shared
+    from bisect_eagle.engines.sglang.oracle import STAND_IN_PARSER
+
+    monkeypatch.delenv("SGLANG_LOG_GC", raising=False)
+    one = SglangOracle.shared(python=sys.executable, parser=STAND_IN_PARSER)
+    assert one.describe() is not None and one.is_shared
+    pid = one._proc.pid
+    assert SglangOracle.shared(python=sys.executable, parser=STAND_IN_PARSER) is one
+    monkeypatch.setenv("SGLANG_LOG_GC", "1")  # an answer may depend on it: not the same oracle
+    assert SglangOracle.shared(python=sys.executable, parser=STAND_IN_PARSER) is not one
+    monkeypatch.delenv("SGLANG_LOG_GC")
+    dead = dying_interpreter(tmp_path, stderr=[LAST_WORDS])
+    broken = SglangOracle.shared(python=str(dead), parser=STAND_IN_PARSER)
+    with pytest.raises(InterpreterDied):
+        broken.describe()
+    again = SglangOracle.shared(python=str(dead), parser=STAND_IN_PARSER)
+    assert again is not broken and again.failure is None  # tried again, not the old failure
+    close_shared()
+    assert one._proc is None and (not psutil.pid_exists(pid) or _zombie(pid))
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+CONTROLLER = """import sys, time
+from bisect_eagle.engines.sglang.oracle import Oracle, STAND_IN_PARSER
+oracle = Oracle.shared(python=sys.executable, parser=STAND_IN_PARSER)
+assert oracle.describe() is not None
+print(oracle._proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_kept_oracle_exits_when_its_controller_is_killed_outright(tmp_path):
+    """SIGKILL runs no exit handler: the oracle reads the end of its stdin and exits."""
+    import signal
+    import subprocess
+    import sys
+
+    controller = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        oracle_pid = int(controller.stdout.readline())
+        assert psutil.pid_exists(oracle_pid)
+    finally:
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while psutil.pid_exists(oracle_pid) and not _zombie(oracle_pid):
+        assert time.monotonic() < deadline, "the oracle outlived its controller by a minute"
+        time.sleep(0.2)
