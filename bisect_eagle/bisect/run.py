@@ -73,8 +73,9 @@ from bisect_eagle.report.study import plot_probes
 from bisect_eagle.spec.schema import Spec, check_setting_name, with_overrides
 from bisect_eagle.stats import deterministic
 from bisect_eagle.tracking.redact import Scrubber, is_hidden, redact_mapping
-from bisect_eagle.tracking.runs import NOTE, Tracking, resolve_tracking_uri
+from bisect_eagle.tracking.runs import NOTE, Tracking
 from bisect_eagle.tracking.stores import check_writable, store_lock
+from bisect_eagle.tracking.uris import resolve_tracking_uri
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.record import deployment_tags
 

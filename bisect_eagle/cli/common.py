@@ -320,8 +320,8 @@ def open_study(
         BadInput: a store that does not exist or cannot be reached, or no such study.
     """
     from bisect_eagle.tracking.redact import redact_url
-    from bisect_eagle.tracking.runs import resolve_tracking_uri
     from bisect_eagle.tracking.stores import check_stores
+    from bisect_eagle.tracking.uris import resolve_tracking_uri
 
     say = activity or (lambda what: None)
     uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)

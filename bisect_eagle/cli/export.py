@@ -131,7 +131,7 @@ def _plan(
     ``activity``."""
     from bisect_eagle.errors import BadInput
     from bisect_eagle.tracking.redact import redact_url
-    from bisect_eagle.tracking.runs import resolve_tracking_uri
+    from bisect_eagle.tracking.uris import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if run_id is None:

@@ -186,8 +186,9 @@ def _measure(
     measuring command per local
     store), and the runs a killed reproduce left RUNNING are ended KILLED."""
     from bisect_eagle.search.study.parent import resolved_spec
-    from bisect_eagle.tracking.runs import Tracking, resolve_tracking_uri
+    from bisect_eagle.tracking.runs import Tracking
     from bisect_eagle.tracking.stores import store_lock
+    from bisect_eagle.tracking.uris import resolve_tracking_uri
     from bisect_eagle.trials.context import TrialContext
     from bisect_eagle.trials.record import deployment_tags, settings_of_run, spec_of_study
 

@@ -366,7 +366,7 @@ def ui_command(uri: str) -> str:
     Returns:
         The command line (a SQLite path under the working directory made relative).
     """
-    from bisect_eagle.tracking.runs import default_tracking_uri, sqlite_path
+    from bisect_eagle.tracking.uris import default_tracking_uri, sqlite_path
 
     if uri == default_tracking_uri():
         return "bisect-eagle ui"
@@ -543,8 +543,8 @@ def _run(
     sigterm_as_exit()
     s = load_spec_or_default(spec)
     use_pythons(s, sglang=sglang_python, vllm=vllm_python)
-    from bisect_eagle.tracking.runs import resolve_tracking_uri
     from bisect_eagle.tracking.stores import check_stores
+    from bisect_eagle.tracking.uris import resolve_tracking_uri
 
     if join_wait_s is None:
         tracking_uri = resolve_tracking_uri(tracking_uri, s.storage.tracking_uri)

@@ -421,7 +421,7 @@ def ui(
 
     from bisect_eagle.cli.common import load_spec_or_default, sigterm_as_exit
     from bisect_eagle.cli.logs import quiet_libraries
-    from bisect_eagle.tracking.runs import resolve_tracking_uri, sqlite_path
+    from bisect_eagle.tracking.uris import resolve_tracking_uri, sqlite_path
 
     quiet_libraries()
     sigterm_as_exit()

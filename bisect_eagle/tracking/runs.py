@@ -20,26 +20,20 @@ resolves it.
 from __future__ import annotations
 
 import contextlib
-import functools
-import getpass
-import hashlib
 import json
 import logging
 import math
 import os
-import platform
-import socket
-import sqlite3
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bisect_eagle.errors import BadInput
+from bisect_eagle.tracking.owner import owner_alive, owner_id
+from bisect_eagle.tracking.provenance import path_digest, source_tags
 from bisect_eagle.tracking.redact import Scrubber, mask_text, redact_url
 from bisect_eagle.tracking.run_ids import resolve_run_id
 from bisect_eagle.tracking.stores import (
@@ -49,6 +43,7 @@ from bisect_eagle.tracking.stores import (
     store_unwritable,
 )
 from bisect_eagle.tracking.sysmetrics import SystemMetrics
+from bisect_eagle.tracking.uris import artifact_root, sqlite_path, use_wal
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +54,6 @@ LIVE_STAGES = ("baseline", "live")
 # runs of an engine: they carry system metrics
 MEASURED_STAGES = ("baseline", "live", "confirm", "reproduce")
 CACHEABLE_OUTCOMES = ("ok", "failed", "pruned")
-PACKAGES = ("bisect-eagle", "torch", "transformers", "optuna", "mlflow", "sglang")
 TAG_LIMIT = 7900  # characters of a tag value MLflow stores (8000, with room to spare)
 
 
@@ -67,174 +61,6 @@ def tag_values(tags: Mapping[str, object]) -> dict[str, str]:
     """Tag values as MLflow stores them: text masked by the secret policy (URL credentials,
     tokens), cut to :data:`TAG_LIMIT` (the one place tags are truncated)."""
     return {k: mask_text(str(v))[:TAG_LIMIT] for k, v in tags.items()}
-
-
-def default_tracking_uri(cwd: Path | None = None) -> str:
-    """``sqlite:///<cwd>/mlruns/mlflow.db`` (absolute, so other processes and the UI find the same
-    store).
-
-    Args:
-        cwd: the directory the store lives under; None: the current directory.
-
-    Returns:
-        The SQLite tracking URI, its path resolved.
-    """
-    return f"sqlite:///{((cwd or Path.cwd()) / 'mlruns' / 'mlflow.db').resolve()}"
-
-
-def resolve_tracking_uri(flag: str | None, spec_uri: str | None = None) -> str:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the spec's storage.tracking_uri, else the
-    default.
-
-    Args:
-        flag: the ``--tracking-uri`` value (None or empty: not given).
-        spec_uri: the spec's ``storage.tracking_uri`` (None or empty: not given).
-
-    Returns:
-        The first of them that is given; :func:`default_tracking_uri` when none is.
-    """
-    return flag or os.environ.get("MLFLOW_TRACKING_URI") or spec_uri or default_tracking_uri()
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI, else None.
-
-    Args:
-        uri: a tracking URI.
-
-    Returns:
-        The path after ``sqlite:///`` (as written, not resolved); None for any other scheme.
-    """
-    prefix = "sqlite:///"
-    return Path(uri[len(prefix) :]) if uri.startswith(prefix) else None
-
-
-def artifact_root(uri: str) -> str | None:
-    """Where new experiments keep artifacts: beside a SQLite store (``artifacts/``), else MLflow's
-    default."""
-    db = sqlite_path(uri)
-    return str(db.resolve().parent / "artifacts") if db else None
-
-
-def _use_wal(db: Path) -> None:
-    """WAL journaling for a SQLite store (persistent): one fsync per commit, readers never block the
-    writer."""
-    with contextlib.closing(sqlite3.connect(str(db), timeout=60)) as conn:
-        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode=WAL")
-
-
-def owner_id() -> str:
-    """This process as ``host:pid:start-time`` (stale-trial detection when resuming).
-
-    Returns:
-        ``"host:pid:start"``, the start time in whole seconds since the epoch (:func:`owner_alive`
-        reads it back).
-    """
-    import psutil
-
-    return f"{socket.gethostname()}:{os.getpid()}:{int(psutil.Process().create_time())}"
-
-
-def owner_alive(owner: str) -> bool | None:
-    """Whether the process named by :func:`owner_id` still runs; None when it ran on another host.
-
-    Args:
-        owner: an :func:`owner_id` value (a run's ``owner`` tag; empty when it has none).
-
-    Returns:
-        True when a process of that pid and start time runs on this host, False when none does;
-        None when ``owner`` names another host or is not an owner id.
-    """
-    import psutil
-
-    host, _, rest = owner.partition(":")
-    pid_text, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return None
-    try:
-        return int(psutil.Process(int(pid_text)).create_time()) == int(start or 0)
-    except psutil.NoSuchProcess:
-        return False
-
-
-@functools.cache
-def _git_sha() -> str:
-    repo = Path(__file__).resolve().parents[2]
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    if out.returncode != 0:
-        return "unknown (no commit)"
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
-def source_tags() -> dict[str, str]:
-    """MLflow's own source tags for every run: who ran it, from which commit, with which tool."""
-    tags = {"mlflow.source.name": "bisect-eagle", "mlflow.source.type": "LOCAL"}
-    with contextlib.suppress(KeyError, OSError):
-        tags["mlflow.user"] = getpass.getuser()
-    sha = _git_sha()
-    if not sha.startswith("unknown"):
-        tags["mlflow.source.git.commit"] = sha.removesuffix("-dirty")
-    return tags
-
-
-def path_digest(path: Path) -> str:
-    """A short digest of a file or folder's names, sizes and modification times (cheap; not its
-    bytes)."""
-    h = hashlib.sha256()
-    files = sorted(path.rglob("*")) if path.is_dir() else [path]
-    for f in files:
-        with contextlib.suppress(OSError):
-            st = f.stat()
-            name = f.relative_to(path) if path.is_dir() else f.name
-            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
-
-
-def environment_info() -> dict[str, str]:
-    """Versions, git sha, host and GPUs, as parent-run params.
-
-    Returns:
-        ``python``, ``host``, ``platform``, ``git_sha``, ``version.<package>`` (``not installed``
-        where absent; SGLang left out then), ``gpus`` (``none`` without CUDA) and ``cuda``.
-    """
-    info = {
-        "python": platform.python_version(),
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
-        "git_sha": _git_sha(),
-    }
-    for pkg in PACKAGES:
-        try:
-            info[f"version.{pkg}"] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            if pkg != "sglang":
-                info[f"version.{pkg}"] = "not installed"
-    import torch
-
-    if torch.cuda.is_available():
-        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        info["gpus"] = ", ".join(names)
-        info["cuda"] = str(torch.version.cuda)
-    else:
-        info["gpus"] = "none"
-    return info
 
 
 def flat_params(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -352,7 +178,7 @@ class Tracking:
                 f"({str(e).splitlines()[0]})"
             ) from None
         if db is not None and not unwritable:
-            _use_wal(db)
+            use_wal(db)
         if description:
             client.set_experiment_tag(exp_id, NOTE, mask_text(description))
         return cls(uri, exp_id, client, read_only=bool(unwritable))

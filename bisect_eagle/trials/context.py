@@ -14,7 +14,8 @@ from bisect_eagle.engines.base import Engine
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
-from bisect_eagle.tracking.runs import Tracking, owner_id
+from bisect_eagle.tracking.owner import owner_id
+from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.trials.launches import Meter
 
 

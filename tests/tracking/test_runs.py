@@ -19,18 +19,10 @@ from bisect_eagle.engines.sglang.rules import speculative_effective
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import Spec
 from bisect_eagle.spec.settings import LiveSettings
+from bisect_eagle.tracking.owner import owner_alive, owner_id
 from bisect_eagle.tracking.redact import is_hidden, redact_url
-from bisect_eagle.tracking.runs import (
-    PARENT_TAG,
-    RunEnd,
-    Tracking,
-    artifact_root,
-    default_tracking_uri,
-    flat_params,
-    owner_alive,
-    owner_id,
-    resolve_tracking_uri,
-)
+from bisect_eagle.tracking.runs import PARENT_TAG, RunEnd, Tracking, flat_params
+from bisect_eagle.tracking.uris import artifact_root, default_tracking_uri, resolve_tracking_uri
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import find_cached
@@ -292,7 +284,7 @@ def test_owner_liveness():
 
 
 def test_environment_info_names_versions(tracking):
-    from bisect_eagle.tracking.runs import environment_info
+    from bisect_eagle.tracking.provenance import environment_info
 
     info = environment_info()
     for key in (

@@ -36,8 +36,9 @@ from bisect_eagle.search.study.sampler import live_space, make_sampler, plan_spa
 from bisect_eagle.search.study.state import StudyProgress
 from bisect_eagle.search.study.storage import latest_study, load_study, open_storage
 from bisect_eagle.spec.schema import Spec
+from bisect_eagle.tracking.owner import owner_id
 from bisect_eagle.tracking.redact import redact_url
-from bisect_eagle.tracking.runs import Tracking, owner_id
+from bisect_eagle.tracking.runs import Tracking
 from bisect_eagle.tracking.stores import check_stores, check_writable, first_open_lock, store_lock
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.record import settings_of_run

@@ -21,7 +21,7 @@ from typing import Literal
 
 from bisect_eagle.poll import wait_until
 from bisect_eagle.search.study.storage import engine_kwargs
-from bisect_eagle.tracking.runs import owner_alive
+from bisect_eagle.tracking.owner import owner_alive
 
 ClaimState = Literal["running", "ok", "failed", "pruned"]
 TABLE = "bisect_eagle_claims"
@@ -166,7 +166,7 @@ class Claims:
         Args:
             fingerprint: the plan's fingerprint.
             trial: the claiming Optuna trial's number.
-            owner: the claimant (:func:`~bisect_eagle.tracking.runs.owner_id`).
+            owner: the claimant (:func:`~bisect_eagle.tracking.owner.owner_id`).
             limit: the study's live-trial budget.
 
         Returns:
@@ -190,7 +190,7 @@ class Claims:
         Args:
             fingerprint: the plan's fingerprint.
             trial: the claiming Optuna trial's number.
-            owner: the claimant (:func:`~bisect_eagle.tracking.runs.owner_id`).
+            owner: the claimant (:func:`~bisect_eagle.tracking.owner.owner_id`).
             limit: the study's live-trial budget.
 
         Returns:

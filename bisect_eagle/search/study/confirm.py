@@ -102,7 +102,7 @@ from bisect_eagle.stats import (
     schedule,
     variance_split,
 )
-from bisect_eagle.tracking.runs import owner_alive
+from bisect_eagle.tracking.owner import owner_alive
 from bisect_eagle.trials.context import TrialContext
 from bisect_eagle.trials.live import run_live_trial
 from bisect_eagle.trials.record import TrialRecord

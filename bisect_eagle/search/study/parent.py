@@ -23,8 +23,9 @@ from bisect_eagle.engines import engine_class
 from bisect_eagle.report.study import write_report
 from bisect_eagle.search.study.outcome import StudyOutcome
 from bisect_eagle.spec.schema import Spec
+from bisect_eagle.tracking.provenance import environment_info
 from bisect_eagle.tracking.redact import Scrubber, mask_text, redact_mapping, redact_url
-from bisect_eagle.tracking.runs import NOTE, Tracking, environment_info
+from bisect_eagle.tracking.runs import NOTE, Tracking
 from bisect_eagle.trials.launches import Launches
 from bisect_eagle.trials.record import deployment_paths, deployment_tags, ratio_name
 

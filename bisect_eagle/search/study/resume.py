@@ -33,7 +33,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from bisect_eagle.engines.procs.server import reap_servers
 from bisect_eagle.search.study.claims import Claims
-from bisect_eagle.tracking.runs import Tracking, owner_alive
+from bisect_eagle.tracking.owner import owner_alive
+from bisect_eagle.tracking.runs import Tracking
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from bisect_eagle.search.study.claims import Claims
-from bisect_eagle.tracking.runs import owner_id
+from bisect_eagle.tracking.owner import owner_id
 
 
 @pytest.fixture

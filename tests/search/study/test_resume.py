@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 from bisect_eagle.search.study.claims import Claims
 from bisect_eagle.search.study.resume import reap_dead_trials
 from bisect_eagle.search.study.storage import open_storage
-from bisect_eagle.tracking.runs import Tracking, owner_id
+from bisect_eagle.tracking.owner import owner_id
+from bisect_eagle.tracking.runs import Tracking
 
 
 def test_dead_trials_are_failed_released_and_marked_interrupted(tmp_path):
