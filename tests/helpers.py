@@ -341,17 +341,33 @@ def new_mark() -> str:
 
 def marked_processes(mark: str) -> list:
     """The running processes (``psutil.Process``) whose environment carries ``mark``: what a test's
-    commands
-    started, even after their parents exited, and nothing that another test or user runs."""
-
+    commands started, even after their parents exited, and nothing that another test or user runs;
+    the oracles this process keeps for its life (:func:`kept_oracle`) are not the test's."""
     out = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get(MARK_ENV) == mark and p.status() != psutil.STATUS_ZOMBIE:
+            if (
+                p.environ().get(MARK_ENV) == mark
+                and p.status() != psutil.STATUS_ZOMBIE
+                and not kept_oracle(p)
+            ):
                 out.append(p)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
     return out
+
+
+def kept_oracle(p: psutil.Process) -> bool:
+    """Whether ``p`` is an engine oracle this process keeps (one per interpreter,
+    :meth:`bisect_eagle.engines.oracle.OracleProcess.shared`; another test of the same worker may
+    have started it, and it ends with the worker).
+
+    Raises:
+        psutil.Error: ``p`` is gone or not readable.
+    """
+    return p.ppid() == os.getpid() and any(
+        part.endswith("oracle_script.py") for part in p.cmdline()
+    )
 
 
 def ctrl_c_heard() -> None:
@@ -365,15 +381,12 @@ def ctrl_c_heard() -> None:
 
 
 def own_children() -> list[psutil.Process]:
-    """This process's live children (recursively), but the oracles it keeps for its life (one per
-    interpreter, :meth:`bisect_eagle.engines.oracle.OracleProcess.shared`, which another test of
-    the same worker may have started): what a test started and may have left behind."""
+    """This process's live children (recursively), but the oracles it keeps for its life
+    (:func:`kept_oracle`): what a test started and may have left behind."""
     found = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and not any(
-                part.endswith("oracle_script.py") for part in p.cmdline()
-            ):
+            if p.status() != psutil.STATUS_ZOMBIE and not kept_oracle(p):
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass

@@ -66,6 +66,26 @@ class HttpClient:
     def close(self) -> None:
         self._http.close()
 
+    def get(self, path: str) -> httpx.Response:
+        """``GET path``, whatever its status.
+
+        Args:
+            path: the path on the server.
+
+        Returns:
+            The server's answer.
+
+        Raises:
+            RequestError: a transport error (``timed_out`` on a timeout).
+        """
+        try:
+            return self._http.get(path)
+        except httpx.HTTPError as e:
+            raise RequestError(
+                f"GET {path}: {type(e).__name__}: {e}",
+                timed_out=isinstance(e, httpx.TimeoutException),
+            ) from None
+
     def wait_ready(
         self, exited: Callable[[], bool], *, timeout_s: float, poll_s: float | None = None
     ) -> str:

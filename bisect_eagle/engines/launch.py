@@ -40,43 +40,56 @@ class Arg:
     origin: str
 
 
-def server_args_head(
-    settings: LiveSettings,
-    *,
-    server: ServerSpec,
-    engine: str,
-    model_flag: str,
-    tp_flag: str,
-    target: Path,
-    draft_dir: Path | str | None,
-    port: int,
-) -> list[Arg]:
-    """The flags every trial's server starts with: its model, tensor-parallel size, host and port.
+@dataclass(frozen=True)
+class HeadFlags:
+    """How a server names the flags every trial's server starts with.
 
     Args:
-        settings: the trial's settings.
-        server: the spec's ``engine.<engine>``.
         engine: the engine's name (the flags' origins).
         model_flag: the server's model flag (``--model-path``, ``--model``).
         tp_flag: its tensor-parallel size flag (``--tp-size``, ``--tensor-parallel-size``).
-        target: the target model directory (unless ``server.model_path``).
-        draft_dir: the draft directory the argv names (None for the baseline).
-        port: the port the argv names.
-
-    Returns:
-        The four flags.
-
-    Raises:
-        BadInput: a speculative trial without a draft directory.
     """
-    if not settings.is_baseline and draft_dir is None:
-        raise BadInput("a speculative trial needs a draft directory")
-    return [
-        Arg(model_flag, (str(server.model_path or target),), f"engine.{engine}.model_path"),
-        Arg(tp_flag, (str(server.tp),), f"engine.{engine}.tp"),
-        Arg("--host", (server.host,), f"engine.{engine}.host"),
-        Arg("--port", (str(port),), "engine"),
-    ]
+
+    engine: str
+    model_flag: str
+    tp_flag: str
+
+    def args(
+        self,
+        settings: LiveSettings,
+        *,
+        server: ServerSpec,
+        target: Path,
+        draft_dir: Path | str | None,
+        port: int,
+    ) -> list[Arg]:
+        """The flags every trial's server starts with: its model, tensor-parallel size, host and
+        port.
+
+        Args:
+            settings: the trial's settings.
+            server: the spec's ``engine.<engine>``.
+            target: the target model directory (unless ``server.model_path``).
+            draft_dir: the draft directory the argv names (None for the baseline).
+            port: the port the argv names.
+
+        Returns:
+            The four flags.
+
+        Raises:
+            BadInput: a speculative trial without a draft directory.
+        """
+        if not settings.is_baseline and draft_dir is None:
+            raise BadInput("a speculative trial needs a draft directory")
+        engine = self.engine
+        return [
+            Arg(
+                self.model_flag, (str(server.model_path or target),), f"engine.{engine}.model_path"
+            ),
+            Arg(self.tp_flag, (str(server.tp),), f"engine.{engine}.tp"),
+            Arg("--host", (server.host,), f"engine.{engine}.host"),
+            Arg("--port", (str(port),), "engine"),
+        ]
 
 
 def flag_name(key: str) -> str:

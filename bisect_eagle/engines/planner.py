@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bisect_eagle.engines.oracle import Description, OracleProcess
-from bisect_eagle.engines.plan import TrialPlan
+from bisect_eagle.engines.plan import TrialPlan, make_plan
 from bisect_eagle.errors import BadInput
 from bisect_eagle.spec.schema import ServerSpec
 from bisect_eagle.spec.settings import LiveSettings
@@ -60,6 +60,7 @@ class BasePlanner(abc.ABC):
     # why the server could not be asked (the first reason)
     _note: str | None = field(default=None, init=False)
 
+    engine: ClassVar[str]  # the engine's kind, named by every plan: "sglang", "vllm"
     label: ClassVar[str]  # the server's name in a plan's ``checked``: "SGLang", "vLLM"
     resolution: ClassVar[str] = "resolution"  # what the server's own settings resolution is called
     # why a plan is unchecked when ``check`` is False
@@ -172,6 +173,57 @@ class BasePlanner(abc.ABC):
             or (self.without_check if not self.check else "no oracle for this server")
         )
         return f"not checked against {self.label} ({self._unchecked(why)})"
+
+    def made(
+        self,
+        settings: LiveSettings,
+        effective: dict[str, Any],
+        warnings: list[str],
+        refusal: str | None,
+        **launch: Any,
+    ) -> TrialPlan:
+        """The plan of this planner's engine from what its steps made.
+
+        Args:
+            settings: the request.
+            effective: its effective settings.
+            warnings: its warnings.
+            refusal: why it is refused, or None.
+            **launch: the rest of :func:`~bisect_eagle.engines.plan.make_plan`'s arguments
+                (``argv``, ``env``, ``config_patch``, ``checked``).
+
+        Returns:
+            The plan.
+        """
+        return make_plan(
+            self.engine, settings, effective=effective, warnings=warnings, refusal=refusal, **launch
+        )
+
+    def refused(
+        self,
+        settings: LiveSettings,
+        effective: dict[str, Any],
+        warnings: list[str],
+        refusal: str,
+        note: str,
+    ) -> TrialPlan:
+        """A plan refused before its launch was built (a flag the server does not take, a value no
+        flag carries).
+
+        Args:
+            settings: the request.
+            effective: its effective settings so far.
+            warnings: its warnings so far.
+            refusal: why it is refused.
+            note: what its ``checked`` says the server's resolution did not run for
+                (:meth:`checked_by`).
+
+        Returns:
+            The refused plan.
+        """
+        return self.made(
+            settings, effective, warnings, refusal, checked=self.checked_by(False, note)
+        )
 
     def _unchecked(self, why: str) -> str:
         """What an unchecked plan says in its ``checked`` besides ``why`` (default: ``why``

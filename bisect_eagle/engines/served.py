@@ -12,7 +12,7 @@ detail, and frame a logged trial's export. Each engine subclasses it with what d
 (:attr:`ServedEngine.planner_class`), how a plan becomes an argv and environment
 (:meth:`ServedEngine._launch`), its HTTP client (:attr:`ServedEngine.client_class`), its failure log
 (:attr:`ServedEngine.failures`), its measurement (:meth:`ServedEngine._measure`) and what its export
-adds (:meth:`ServedEngine._export_plan`). Shared so the two engines plan, launch, refuse, fail,
+adds (:attr:`ServedEngine.exporter`). Shared so the two engines plan, launch, refuse, fail,
 export and tear down their servers in one way.
 """
 
@@ -25,13 +25,14 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from bisect_eagle.artifacts.prompts import Prompt, load_prompts
 from bisect_eagle.engines.base import Engine, FailureClass, TrialResult, combine_rounds, failed
+from bisect_eagle.engines.httpclient import RequestError
 from bisect_eagle.engines.oracle import InterpreterDied, died_line
 from bisect_eagle.engines.plan import TrialPlan
 from bisect_eagle.engines.planner import BasePlanner
@@ -147,9 +148,9 @@ class FailureLog(abc.ABC):
 class ServedEngine(Engine):
     """An engine that runs one server per trial (subclasses: the sglang and vllm engines).
 
-    Subclasses set :attr:`name`, :attr:`planner_class`, :attr:`client_class` and :attr:`failures`,
-    and implement :meth:`_check_plan`, :meth:`_launch`, :meth:`_measure`, :meth:`_measure_again` and
-    :meth:`_export_plan`.
+    Subclasses set :attr:`name`, :attr:`planner_class`, :attr:`client_class`, :attr:`failures` and
+    :attr:`exporter`, and implement :meth:`_check_plan`, :meth:`_launch`, :meth:`_measure` and
+    :meth:`_measure_again`.
 
     Args:
         server: the spec's ``engine.<name>``.
@@ -163,6 +164,10 @@ class ServedEngine(Engine):
     planner_class: ClassVar[type[BasePlanner]]
     client_class: ClassVar[type]
     failures: ClassVar[FailureLog]
+    # the exported plan of a logged trial and what the export says besides export()'s keys (they
+    # replace those of the same name): (planner, requested settings, *, effective, port) ->
+    # (plan, extra); the planner is closed by export()
+    exporter: ClassVar[Callable[..., tuple[TrialPlan, dict[str, Any]]]]
     rounds_share_launch: ClassVar[bool] = True
     planner: BasePlanner
 
@@ -301,7 +306,7 @@ class ServedEngine(Engine):
     ) -> dict[str, Any]:
         """How to serve a logged trial on this engine's server (:meth:`Engine.export`: its arguments
         and the keys it returns): the trial planned again by this engine's planner
-        (:meth:`_export_plan`: what was measured), the draft itself (or a copy beside it) in the
+        (:attr:`exporter`: what was measured), the draft itself (or a copy beside it) in the
         argv; secret values never printed (``$NAME`` in the environment, a hash (``<redacted
         sha256:…>``) in the argv). Nothing is written.
 
@@ -315,7 +320,7 @@ class ServedEngine(Engine):
         Returns:
             :meth:`Engine.export`'s keys, ``interpreter_note`` (what to point ``python3`` at on the
             node; None when
-            the interpreter is known: :func:`node_argv`) and what :meth:`_export_plan` adds.
+            the interpreter is known: :func:`node_argv`) and what :attr:`exporter` adds.
 
         Raises:
             BadInput: a speculative trial of a spec without a draft.
@@ -331,7 +336,7 @@ class ServedEngine(Engine):
         draft = Path(spec.draft) if spec.draft is not None else Path(".")
         planner = cls.planner_class(server, Path(target), draft)
         try:
-            plan, extra = cls._export_plan(planner, settings, effective=effective, port=port)
+            plan, extra = cls.exporter(planner, settings, effective=effective, port=port)
         finally:
             planner.close()
         argv, note = cls._node_argv(list(plan.argv or []), server=server, checked=plan.checked)
@@ -349,25 +354,6 @@ class ServedEngine(Engine):
             "interpreter_note": note,
             **extra,
         }
-
-    @classmethod
-    @abc.abstractmethod
-    def _export_plan(
-        cls, planner: Any, settings: LiveSettings, *, effective: Mapping[str, Any], port: int
-    ) -> tuple[TrialPlan, dict[str, Any]]:
-        """The exported plan of a logged trial, and what the export says besides :meth:`export`'s
-        keys.
-
-        Args:
-            planner: a :attr:`planner_class` planner of the spec's server and draft (closed by
-                :meth:`export`).
-            settings: the settings the trial requested (as logged).
-            effective: the effective settings of the trial's plan (as logged): what was measured.
-            port: the exported server's port.
-
-        Returns:
-            (the plan, extra keys: they replace :meth:`export`'s of the same name).
-        """
 
     @classmethod
     def _node_argv(
@@ -566,6 +552,68 @@ class ServedEngine(Engine):
         """What a failure detail says besides the class's reason, from the server's log (default:
         nothing)."""
         return []
+
+    def _benchmark_failure(
+        self,
+        server: procs.ServerProcess,
+        requested: dict,
+        warnings: list[str],
+        scrub: Scrubber,
+        effective: dict,
+        e: RequestError,
+    ) -> TrialResult:
+        """A request of the benchmark phase that failed, as a failed trial (:meth:`_failure`);
+        positional, so that an engine binds its trial's first four with :func:`functools.partial`.
+
+        Args:
+            server: the trial's server.
+            requested: the trial's requested settings.
+            warnings: the trial's warnings.
+            scrub: the trial's secret scrubber.
+            effective: the trial's effective settings so far.
+            e: the failed request.
+
+        Returns:
+            The failed trial, ``timed_out`` as the request was.
+        """
+        return self._failure(
+            "benchmark",
+            server=server,
+            requested=requested,
+            effective=effective,
+            warnings=warnings,
+            scrub=scrub,
+            timed_out=e.timed_out,
+            reason=str(e),
+        )
+
+    def _later_failure(
+        self, server: procs.ServerProcess, first: TrialResult, scrub: Scrubber, e: RequestError
+    ) -> TrialResult:
+        """A request of a benchmark round after the first that failed, as a failed trial
+        (:meth:`_failure`, ``later``); positional, so that an engine can bind its trial's first
+        three with :func:`functools.partial`.
+
+        Args:
+            server: the trial's server.
+            first: the launch's first round (its settings and warnings).
+            scrub: the trial's secret scrubber.
+            e: the failed request.
+
+        Returns:
+            The failed trial.
+        """
+        return self._failure(
+            "benchmark",
+            server=server,
+            requested=first.requested,
+            effective=first.effective,
+            warnings=list(first.warnings),
+            scrub=scrub,
+            timed_out=e.timed_out,
+            reason=str(e),
+            later=True,
+        )
 
     def _failure(
         self,

@@ -79,13 +79,7 @@ class SglangClient(HttpClient):
                 or 404, or neither path on the server.
         """
         for path in ("/server_info", "/get_server_info"):
-            try:
-                r = self._http.get(path)
-            except httpx.HTTPError as e:
-                raise RequestError(
-                    f"GET {path}: {type(e).__name__}: {e}",
-                    timed_out=isinstance(e, httpx.TimeoutException),
-                ) from None
+            r = self.get(path)
             if r.status_code == 404:
                 continue
             if r.status_code != 200:

@@ -19,10 +19,9 @@ carries ``launch_command.txt``, ``effective.json`` and ``server.log``.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from bisect_eagle.artifacts.prompts import Prompt
 from bisect_eagle.engines.base import RequestRecord, TrialResult
@@ -54,14 +53,8 @@ class SglangEngine(ServedEngine):
     planner_class = Planner
     client_class = SglangClient
     failures = FAILURES
+    exporter = staticmethod(export_plan)
     planner: Planner
-
-    @classmethod
-    def _export_plan(
-        cls, planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any], port: int
-    ) -> tuple[TrialPlan, dict[str, Any]]:
-        """SGLang's part of a logged trial's export (:func:`.export.export_plan`)."""
-        return export_plan(planner, settings, effective=effective, port=port)
 
     @classmethod
     def _node_argv(
@@ -116,17 +109,7 @@ class SglangEngine(ServedEngine):
     ) -> TrialResult:
         """Read-back, warm-up, flush, benchmark; a failed trial on any failure."""
 
-        def fail(effective: dict, e: RequestError) -> TrialResult:
-            return self._failure(
-                "benchmark",
-                server=server,
-                requested=requested,
-                effective=effective,
-                warnings=warnings,
-                scrub=scrub,
-                timed_out=e.timed_out,
-                reason=str(e),
-            )
+        fail = functools.partial(self._benchmark_failure, server, requested, warnings, scrub)
 
         try:
             info = client.server_info()
@@ -175,17 +158,7 @@ class SglangEngine(ServedEngine):
             server.snapshot()
             after = client.server_info()
         except RequestError as e:
-            return self._failure(
-                "benchmark",
-                server=server,
-                requested=first.requested,
-                effective=first.effective,
-                warnings=list(first.warnings),
-                scrub=scrub,
-                timed_out=e.timed_out,
-                reason=str(e),
-                later=True,
-            )
+            return self._later_failure(server, first, scrub, e)
         return self._result(
             settings,
             requested=first.requested,

@@ -63,6 +63,7 @@ MANAGED = {  # flags the engine sets itself -> the setting that controls them
 }
 # inherited variables worth recording
 INHERITED_PREFIXES = ("NCCL_", "SGLANG_", "SGL_", "CUDA_", "TORCH_")
+HEAD = shared.HeadFlags(engine="sglang", model_flag="--model-path", tp_flag=TP_FLAGS[0])
 # what differs between a plan and its launch
 PORT_FLAG, DRAFT_FLAG = "--port", "--speculative-draft-model-path"
 
@@ -110,16 +111,7 @@ def trial_args(
         BadInput: a ``server_args`` key the engine sets itself or a value no flag can carry, or
             ``extra_args`` not starting with a flag.
     """
-    args = shared.server_args_head(
-        settings,
-        server=server,
-        engine="sglang",
-        model_flag="--model-path",
-        tp_flag="--tp-size",
-        target=target,
-        draft_dir=draft_dir,
-        port=port,
-    )
+    args = HEAD.args(settings, server=server, target=target, draft_dir=draft_dir, port=port)
     if not settings.is_baseline:
         expected, _ = apply_speculative_rules(settings)
         ndt = (

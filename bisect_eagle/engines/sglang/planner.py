@@ -134,6 +134,7 @@ class Planner(BasePlanner):
     _flags: flagmod.ServerFlags | None = field(default=None, init=False)
     _draft: _Draft | None = field(default=None, init=False)
 
+    engine: ClassVar[str] = ENGINE
     label: ClassVar[str] = "SGLang"
 
     # -- what the installed server is
@@ -288,14 +289,7 @@ class Planner(BasePlanner):
             shown = flagmod.shown(self.server.launch_command)
             args, notes = flagmod.adapt_args(args, self.flags(), shown_command=shown)
         except BadInput as e:
-            return make_plan(
-                ENGINE,
-                settings,
-                effective=effective,
-                warnings=warnings,
-                refusal=str(e),
-                checked=self.checked_by(False, ""),
-            )
+            return self.refused(settings, effective, warnings, str(e), "")
         warnings += notes
         refusal = refusal or tree_bound(settings)
         resolved, resolve_note = None, "resolution skipped"
@@ -332,12 +326,11 @@ class Planner(BasePlanner):
         warnings += pin_warnings
         refusal = refusal or pin_refusal
         effective["env"] = {**env, **simulated}
-        plan = make_plan(
-            ENGINE,
+        plan = self.made(
             settings,
-            effective=effective,
-            warnings=warnings,
-            refusal=refusal,
+            effective,
+            warnings,
+            refusal,
             argv=[*self.command, *argv_tokens(args)],
             env={**settings.env, **simulated},
             config_patch=patch,

@@ -71,13 +71,7 @@ class VllmClient(HttpClient):
     poll_s = 0.5
 
     def _get(self, path: str) -> httpx.Response:
-        try:
-            r = self._http.get(path)
-        except httpx.HTTPError as e:
-            raise RequestError(
-                f"GET {path}: {type(e).__name__}: {e}",
-                timed_out=isinstance(e, httpx.TimeoutException),
-            ) from None
+        r = self.get(path)
         if r.status_code != 200:
             raise RequestError(
                 f"GET {path}: HTTP {r.status_code}: {r.text[:200]}", status=r.status_code

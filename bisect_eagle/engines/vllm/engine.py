@@ -25,10 +25,11 @@ whole log (secret values scrubbed) in the ``server.log`` artifact; every trial c
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,7 @@ class VllmEngine(ServedEngine):
     planner_class = Planner
     client_class = VllmClient
     failures = FAILURES
+    exporter = staticmethod(export_plan)
     planner: Planner
 
     def __init__(
@@ -106,13 +108,6 @@ class VllmEngine(ServedEngine):
         )
         self._round: _Round | None = None  # the running server's benchmark state (set by _measure)
         self._answered = 0  # requests this server has answered (a failure at the first one says so)
-
-    @classmethod
-    def _export_plan(
-        cls, planner: Planner, settings: LiveSettings, *, effective: Mapping[str, Any], port: int
-    ) -> tuple[TrialPlan, dict[str, Any]]:
-        """vLLM's part of a logged trial's export (:func:`.export.export_plan`)."""
-        return export_plan(planner, settings, effective=effective, port=port)
 
     @classmethod
     def versions(cls, spec: Any) -> dict[str, str]:
@@ -173,17 +168,7 @@ class VllmEngine(ServedEngine):
         """Read-back, warm-up, the measured requests with ``/metrics`` around them."""
         self._answered = 0
 
-        def fail(effective: dict, e: RequestError) -> TrialResult:
-            return self._failure(
-                "benchmark",
-                server=server,
-                requested=requested,
-                effective=effective,
-                warnings=warnings,
-                scrub=scrub,
-                timed_out=e.timed_out,
-                reason=str(e),
-            )
+        fail = functools.partial(self._benchmark_failure, server, requested, warnings, scrub)
 
         try:
             models = client.models()
@@ -314,18 +299,7 @@ class VllmEngine(ServedEngine):
             )
             return None
 
-        def fail(e: RequestError) -> TrialResult:
-            return self._failure(
-                "benchmark",
-                server=server,
-                requested=first.requested,
-                effective=first.effective,
-                warnings=list(first.warnings),
-                scrub=scrub,
-                timed_out=e.timed_out,
-                reason=str(e),
-                later=True,
-            )
+        fail = functools.partial(self._later_failure, server, first, scrub)
 
         return self._bench(
             settings,

@@ -80,6 +80,7 @@ MANAGED_FLAGS = {
 }
 # inherited variables worth recording
 INHERITED_PREFIXES = ("VLLM_", "CUDA_", "NCCL_", "TORCH_", "OMP_", "HF_")
+HEAD = shared.HeadFlags(engine="vllm", model_flag="--model", tp_flag="--tensor-parallel-size")
 
 
 def managed_dest(flag: str) -> str | None:
@@ -250,16 +251,7 @@ def trial_args(
         BadInput: a ``server_args`` or ``extra_args`` flag the engine sets itself, or a value no
             flag can carry.
     """
-    args = shared.server_args_head(
-        settings,
-        server=server,
-        engine="vllm",
-        model_flag="--model",
-        tp_flag="--tensor-parallel-size",
-        target=target,
-        draft_dir=draft_dir,
-        port=port,
-    )
+    args = HEAD.args(settings, server=server, target=target, draft_dir=draft_dir, port=port)
     if not settings.is_baseline:
         spec = json.dumps(speculative_config(settings, draft_dir), sort_keys=True)
         args.append(Arg("--speculative-config", (spec,), "speculative_algorithm, num_steps, draft"))

@@ -46,7 +46,7 @@ from typing import Any, ClassVar, cast
 
 from bisect_eagle.artifacts.layers import LayerIdError, fc_width_refusal
 from bisect_eagle.engines.launch import explicit_server_args, negated_keys
-from bisect_eagle.engines.plan import TrialPlan, make_plan, natural_unmarked
+from bisect_eagle.engines.plan import TrialPlan, natural_unmarked
 from bisect_eagle.engines.planner import BasePlanner, read_json, server_limits
 from bisect_eagle.engines.vllm import ids as idmod
 from bisect_eagle.engines.vllm.launch import (
@@ -118,6 +118,7 @@ class Planner(BasePlanner):
 
     server: VllmServer
 
+    engine: ClassVar[str] = ENGINE
     label: ClassVar[str] = "vLLM"
     resolution: ClassVar[str] = "engine-args resolution"
     without_check: ClassVar[str] = "planned without vLLM"
@@ -210,13 +211,8 @@ class Planner(BasePlanner):
                 dest_of=desc.dest_of() if desc is not None else None,
             )
         except BadInput as e:
-            return make_plan(
-                ENGINE,
-                settings,
-                effective=effective,
-                warnings=warnings,
-                refusal=str(e),
-                checked=self.checked_by(False, "refused before vLLM was asked"),
+            return self.refused(
+                settings, effective, warnings, str(e), "refused before vLLM was asked"
             )
         args = synthetic_args(args, settings)
         warnings += _repeated_flags(args, desc)
@@ -254,12 +250,11 @@ class Planner(BasePlanner):
             effective["vllm_aux_layer_ids"] = ids.vllm if used else None
         effective["env"] = effective_env
         argv = [*self.command, *argv_tokens(args)]
-        plan = make_plan(
-            ENGINE,
+        plan = self.made(
             settings,
-            effective=effective,
-            warnings=warnings,
-            refusal=refusal,
+            effective,
+            warnings,
+            refusal,
             argv=argv,
             env=env,
             checked=self.checked_by(judged_all, note),
