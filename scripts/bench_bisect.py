@@ -155,8 +155,7 @@ def kind_of(
     values: dict[frozenset[str], float], truth: list[frozenset[str]], limit: float, masked: set[str]
 ) -> str:
     """``overlap``, ``masked`` or ``plain`` (module docstring); ``masked``: the changes the plans
-    show hidden at an
-    end."""
+    show hidden at an end."""
     if any(a & b for a, b in itertools.combinations(truth, 2)):
         return "overlap"
     if any(t & masked for t in truth) or any(
@@ -170,8 +169,8 @@ def draw_case(world: landscape.World, rng: random.Random, *, overlap: bool = Fal
     """One random bad configuration of ``world`` and its truth; None when it fails the bench's
     conditions (the bad configuration not truly broken, a subset within :data:`MARGIN` of the limit
     or failing, a difference the plans do not count as a change). ``overlap``: plant two
-    interactions sharing a system setting first (:class:`Planted`)
-    and change those three settings."""
+    interactions sharing a system setting first (:class:`Planted`) and change those three
+    settings."""
     good = world.good_config()
     options = choices(world, good)
     keys = rng.sample(sorted(options), rng.randint(4, min(7, len(options))))
@@ -213,8 +212,7 @@ def draw_case(world: landscape.World, rng: random.Random, *, overlap: bool = Fal
 
 def draw_cases(seeds: tuple[int, ...], per_world: int) -> list[Case]:
     """``per_world`` cases of each member, as even over :data:`KINDS` as the member allows (a kind
-    it cannot make
-    within :data:`DRAWS` draws is made up by the others)."""
+    it cannot make within :data:`DRAWS` draws is made up by the others)."""
     cases = []
     for seed in seeds:
         world = landscape.draw_world(seed)
@@ -263,8 +261,8 @@ def write_spec(tmp: Path, name: str, settings: dict[str, Any]) -> Path:
 def true_side(case: Case, cause: frozenset[str]) -> str | None:
     """The side (``bisect/sides.py``) of a breaking set by the noise-free truth: the set applied to
     the good configuration with acceptance pinned to the good configuration's true accept length;
-    None when that value lies
-    within :data:`MARGIN` of the limit (no verdict to expect) or there are no draft steps."""
+    None when that value lies within :data:`MARGIN` of the limit (no verdict to expect) or there are
+    no draft steps."""
     engine = landscape.WorldEngine(case.world)
 
     def truth(flat: dict[str, Any]) -> tuple[float | None, float, int]:

@@ -276,8 +276,8 @@ class World:
 
     def standalone(self, index: int, *, steps: int, rng: random.Random) -> dict[str, Any]:
         """What a standalone trial of wiring ``index`` scores: per-sample first-position hits and
-        tokens, and a
-        per-position accuracy (each position's rate drawn from its tokens), all from the proxy."""
+        tokens, and a per-position accuracy (each position's rate drawn from its tokens), all from
+        the proxy."""
         proxy = min(0.99, self.proxy_scale * self.accept0[index] * (1 + self.proxy_error[index]))
         tokens = [rng.randint(*SAMPLE_TOKENS) for _ in range(STANDALONE_SAMPLES)]
         hits = [sum(rng.random() < proxy for _ in range(n)) for n in tokens]

@@ -120,8 +120,7 @@ def run_cli(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
 
 def tiny_fake_study(root: Path):
     """The embedded tiny spec's study in fresh stores under ``root/mlruns``: real stage 1 on 4
-    samples, the fake
-    live engine. Returns (tracking URI, StudyOutcome, the fake engine class)."""
+    samples, the fake live engine. Returns (tracking URI, StudyOutcome, the fake engine class)."""
     import optuna
 
     from bisect_eagle.search.study import Options, run_study
@@ -394,8 +393,8 @@ def own_children() -> list[psutil.Process]:
 
 
 def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """``bisect-eagle ARGS`` through its console entry point (bad input exits 2 in one line), run
-    in this process from ``cwd``, so that the engine oracles it asks are the ones this worker keeps
+    """``bisect-eagle ARGS`` through its console entry point (bad input exits 2 in one line), run in
+    this process from ``cwd``, so that the engine oracles it asks are the ones this worker keeps
     (:meth:`bisect_eagle.engines.oracle.OracleProcess.shared`) instead of one started per command:
     its exit code and what it printed, as a finished subprocess."""
     from bisect_eagle.cli import main

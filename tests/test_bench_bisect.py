@@ -73,8 +73,7 @@ def test_a_noise_free_overlap_case_is_bisected_exactly(tmp_path):
 
 def test_a_member_gives_exactly_per_world_cases_even_below_one_per_kind():
     """``--per-world 1`` is one case a member (the overlap kind first), not every case a kind left
-    at 0 could draw;
-    3 is one of each kind."""
+    at 0 could draw; 3 is one of each kind."""
     seeds = tuple(landscape.REPORTED_SEEDS[:2])
     one = bench_bisect.draw_cases(seeds, 1)
     assert [c.world.seed for c in one] == list(seeds) and {c.kind for c in one} == {"overlap"}

@@ -289,8 +289,8 @@ def _next_witness(
     progress: BisectProgress | None,
 ) -> ChangeSet | None:
     """A configuration judged BAD that holds no found set whole (another breaking set lies in it),
-    or None when every
-    completeness check is GOOD or could not be judged (those are :attr:`Culprits.unknown`)."""
+    or None when every completeness check is GOOD or could not be judged (those are
+    :attr:`Culprits.unknown`)."""
     checks = completeness_checks(everything, found, masked)
     result.checks += len(checks)
     if progress:

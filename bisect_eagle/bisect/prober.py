@@ -281,8 +281,8 @@ class Prober:
 
     def _decide(self, m: Measurement, *, endpoint: bool) -> tuple[ProbeOutcome, str]:
         """Sample ``m`` on the judge's schedule until it is GOOD or BAD or its budget is spent; a
-        measurement judged
-        before with the samples it has now (and the reference's) keeps its verdict (no new look)."""
+        measurement judged before with the samples it has now (and the reference's) keeps its
+        verdict (no new look)."""
         ref = self.reference if self.judge.relative and m is not self.reference else None
         if m.failure:
             return ProbeOutcome.UNRESOLVED, m.failure
@@ -321,8 +321,7 @@ class Prober:
         self, m: Measurement, n: int, *, ref: Measurement | None = None, ref_to: int = 0
     ) -> None:
         """Sample ``m`` up to ``n`` samples (and ``ref`` up to ``ref_to``), interleaved: m, ref, m,
-        ref, ...; never
-        beyond the launch budget."""
+        ref, ...; never beyond the launch budget."""
         while not m.failure and (
             len(m.samples) < n or (ref is not None and len(ref.samples) < ref_to)
         ):

@@ -342,8 +342,7 @@ def probe_run(p: dict[str, Any]) -> tuple[str | None, str]:
 
 def bisect_description(body: dict[str, Any], experiment_id: str) -> str:
     """The bisect parent run's markdown: the culprits with their probabilities, the error control,
-    and the probes as
-    evidence (each linked to the run that measured it)."""
+    and the probes as evidence (each linked to the run that measured it)."""
     j = body["judge"]
     lines = [
         f"## Bisect: {body['status']}",

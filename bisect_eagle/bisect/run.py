@@ -577,8 +577,7 @@ def bisect_experiment(spec_name: str) -> str:
 
 class Announced:
     """An engine that says when each launch starts and how long it took (a probe runs for minutes),
-    and keeps the
-    last result (the prober reads its rounds and per-request throughput)."""
+    and keeps the last result (the prober reads its rounds and per-request throughput)."""
 
     def __init__(self, engine: Engine, say: Callable[[str], None] | None):
         self.engine, self.say, self.name = engine, say, engine.name

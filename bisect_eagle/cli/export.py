@@ -90,8 +90,7 @@ def export(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Print what to run to serve a trial's config: command, environment and draft config patch
-    (exit 3 when the
-    trial failed or its engine refuses the plan, unless --force)."""
+    (exit 3 when the trial failed or its engine refuses the plan, unless --force)."""
     with Activity() as activity:
         activity("loading the tool (MLflow)")
         quiet_libraries()

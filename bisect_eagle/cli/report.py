@@ -143,8 +143,7 @@ def _missing(value: object) -> bool:
 
 def trial_lines(frame: pd.DataFrame, metric: str, *, settings: list[str]) -> list[str]:
     """Live trials, best first: the trial's name and run, value, ratio, the other headline metric,
-    settings, and a
-    failure's class (wrapped at 80 columns, never cut)."""
+    settings, and a failure's class (wrapped at 80 columns, never cut)."""
 
     from bisect_eagle.report.study import trial_label
 
@@ -185,8 +184,7 @@ def split_lines(split: TrialSplit | None) -> list[str]:
 def model_lines(rep: Report, *, settings: list[str]) -> list[str]:
     """The throughput model: its error over the trials it predicted and the configs it skipped,
     SGLang's adaptive speculation against the best measured config (at the adaptive config's
-    concurrency when ``model.json`` names
-    it), and the best config per concurrency level."""
+    concurrency when ``model.json`` names it), and the best config per concurrency level."""
     from bisect_eagle.report.model import INTERVAL, best_measured
 
     view = rep.model
@@ -261,8 +259,7 @@ def concurrency_lines(
     artifact: dict | None, frame: pd.DataFrame, *, settings: list[str]
 ) -> list[str]:
     """The model's best config per concurrency level (``model.json``) and, when concurrency was
-    searched, the best
-    measured trial per level."""
+    searched, the best measured trial per level."""
     from bisect_eagle.report.model import INTERVAL, measured_per_concurrency, per_concurrency
 
     lines = []
@@ -309,8 +306,7 @@ def concurrency_lines(
 
 def model_json(view: ModelView) -> dict:
     """The model's side of the report for ``--json``: error, skipped count, adaptive reference,
-    ``model.json``
-    and one record per predicted trial."""
+    ``model.json`` and one record per predicted trial."""
     return {
         "error": None if view.error is None else asdict(view.error),
         "skipped": view.skipped,

@@ -183,8 +183,8 @@ def _measure(
     step said on ``activity``: (the logged run, the reproduce experiment's tracking, its parent run
     id, the baseline's record, the trial's new record, the criterion metric). Once the inputs are
     checked, the store is held on ``held`` (:func:`~bisect_eagle.tracking.stores.store_lock`: one
-    measuring command per local
-    store), and the runs a killed reproduce left RUNNING are ended KILLED."""
+    measuring command per local store), and the runs a killed reproduce left RUNNING are ended
+    KILLED."""
     from bisect_eagle.search.study.parent import resolved_spec
     from bisect_eagle.tracking.runs import Tracking
     from bisect_eagle.tracking.stores import store_lock

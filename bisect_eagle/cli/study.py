@@ -256,8 +256,7 @@ def best_text(best: float | None, target: float | None) -> str:
 
 def event_text(stage: str, message: str) -> str:
     """An event's message as shown after its stage column: a leading repeat of the stage's name is
-    dropped
-    ("standalone 1/5: [:-1]" under ``standalone`` reads "1/5: [:-1]")."""
+    dropped ("standalone 1/5: [:-1]" under ``standalone`` reads "1/5: [:-1]")."""
     head, _, rest = message.partition(" ")
     return rest if head == stage and rest else message
 
@@ -341,8 +340,7 @@ def print_outcome(out: StudyOutcome, console: Console) -> None:
 
 def best_name(out: StudyOutcome) -> str | None:
     """The name of the Optuna trial that measured the best run (``live 003``); None when no trial
-    did (the best is
-    a config measured outside the search, the baseline's)."""
+    did (the best is a config measured outside the search, the baseline's)."""
     from bisect_eagle.trials.record import trial_name
 
     number = next(

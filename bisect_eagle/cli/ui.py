@@ -130,8 +130,7 @@ def column_width(header: str) -> int:
 
 def chart_card(metric: str) -> dict[str, Any]:
     """A bar chart card of ``metric`` in the model metrics section (MLflow turns it into a line
-    chart where a run
-    logged the metric at more than one step)."""
+    chart where a run logged the metric at more than one step)."""
     return {
         "uuid": f"{LIVE_VIEW_KEY}-{metric}",
         "type": "BAR",
@@ -146,8 +145,7 @@ def chart_card(metric: str) -> dict[str, Any]:
 
 def chart_sections() -> list[dict[str, Any]]:
     """The chart view's two sections, model metrics first, both marked reordered: MLflow appends the
-    chart of a
-    metric no card names after the cards of its section instead of sorting it in."""
+    chart of a metric no card names after the cards of its section instead of sorting it in."""
     return [
         {
             "uuid": uuid,
@@ -164,8 +162,8 @@ def chart_sections() -> list[dict[str, Any]]:
 def live_view_state(*, study: str, metric: str, searched: list[str]) -> dict[str, Any]:
     """The runs page's state for a study's live trials and baseline: best ``metric`` first (the
     exact metric, not a shown column), the columns that matter at the widths of their headers (the
-    headline metrics as their rounded
-    display tags, ``metric`` first), and the chart view opening on ``metric``."""
+    headline metrics as their rounded display tags, ``metric`` first), and the chart view opening on
+    ``metric``."""
     metrics = list(
         dict.fromkeys(m for name in (metric, *HEADLINE) for m in (name, ratio_name(name)))
     )
@@ -218,8 +216,7 @@ def runs_url(
     port: int, experiment_id: str | None, *, view: str | None = None, mode: str = "TABLE"
 ) -> str:
     """The runs page of an experiment, opened in saved view ``view`` when given, as its table or
-    (``mode`` CHART)
-    its charts."""
+    (``mode`` CHART) its charts."""
     base = f"http://127.0.0.1:{port}/"
     if not experiment_id:
         return base
@@ -255,8 +252,7 @@ def start_ui_server(tracking_uri: str, port: int, *, log: Path | None = None) ->
 
     MLflow's job runners (a pool of ``huey`` consumers, each importing MLflow, for its GenAI jobs)
     stay off unless ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION`` is set: nothing here uses them, and on a
-    busy machine their imports are
-    most of the server's start (minutes on 2 cores)."""
+    busy machine their imports are most of the server's start (minutes on 2 cores)."""
     if not tracking_uri.startswith(("sqlite:", "postgresql", "mysql", "mssql")):
         raise BadInput(
             f"--tracking-uri {tracking_uri}: the UI serves a database store; for an http(s) "
@@ -289,8 +285,7 @@ class NotReady(RuntimeError):
 
 class WaitClock:
     """The time waited so far on stderr: one line rewritten in place on a terminal (each second),
-    else a line
-    every ``every_s`` (a log stays short)."""
+    else a line every ``every_s`` (a log stays short)."""
 
     def __init__(
         self, what: str, *, timeout_s: float, stream: TextIO | None = None, every_s: float = 15.0
@@ -504,8 +499,7 @@ def ui(
 
 def _last_line(log: Path) -> str:
     """The server log's last non-blank line (what it said before it died), secrets scrubbed, at most
-    300
-    characters."""
+    300 characters."""
     from bisect_eagle.tracking.redact import Scrubber
 
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]

@@ -142,8 +142,8 @@ class HttpClient:
         thread_name_prefix: str,
     ) -> BatchResult:
         """``send(id, token ids)`` for each request with at most ``concurrency`` in flight; the
-        first failure is
-        raised. ``wall_s`` is the window from the first submission to the last answer."""
+        first failure is raised. ``wall_s`` is the window from the first submission to the last
+        answer."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         stop = threading.Event()

@@ -125,9 +125,9 @@ class OracleProcess:
 
     @classmethod
     def shared(cls: type[OracleT], **kwargs: str) -> OracleT:
-        """This process's one oracle of this class for ``kwargs``, started on its first question
-        and kept for every later caller; one that failed (it could not start, it died, it did not
-        answer in time) is replaced by a fresh one. Shared oracles end when the process exits
+        """This process's one oracle of this class for ``kwargs``, started on its first question and
+        kept for every later caller; one that failed (it could not start, it died, it did not answer
+        in time) is replaced by a fresh one. Shared oracles end when the process exits
         (:func:`close_shared`, registered with :mod:`atexit`); one whose controller is killed
         outright reads the end of its stdin and exits.
 
@@ -292,8 +292,8 @@ class OracleProcess:
 
 
 def close_shared() -> None:
-    """End every oracle :meth:`OracleProcess.shared` kept (at exit, and for a caller that needs
-    none left running)."""
+    """End every oracle :meth:`OracleProcess.shared` kept (at exit, and for a caller that needs none
+    left running)."""
     with _SHARED_LOCK:
         oracles = list(_SHARED.values())
         _SHARED.clear()

@@ -12,8 +12,8 @@ detail, and frame a logged trial's export. Each engine subclasses it with what d
 (:attr:`ServedEngine.planner_class`), how a plan becomes an argv and environment
 (:meth:`ServedEngine._launch`), its HTTP client (:attr:`ServedEngine.client_class`), its failure log
 (:attr:`ServedEngine.failures`), its measurement (:meth:`ServedEngine._measure`) and what its export
-adds (:attr:`ServedEngine.exporter`). Shared so the two engines plan, launch, refuse, fail,
-export and tear down their servers in one way.
+adds (:attr:`ServedEngine.exporter`). Shared so the two engines plan, launch, refuse, fail, export
+and tear down their servers in one way.
 """
 
 from __future__ import annotations
@@ -165,8 +165,8 @@ class ServedEngine(Engine):
     client_class: ClassVar[type]
     failures: ClassVar[FailureLog]
     # the exported plan of a logged trial and what the export says besides export()'s keys (they
-    # replace those of the same name): (planner, requested settings, *, effective, port) ->
-    # (plan, extra); the planner is closed by export()
+    # replace those of the same name): (planner, requested settings, *, effective, port) -> (plan,
+    # extra); the planner is closed by export()
     exporter: ClassVar[Callable[..., tuple[TrialPlan, dict[str, Any]]]]
     rounds_share_launch: ClassVar[bool] = True
     planner: BasePlanner
@@ -306,9 +306,9 @@ class ServedEngine(Engine):
     ) -> dict[str, Any]:
         """How to serve a logged trial on this engine's server (:meth:`Engine.export`: its arguments
         and the keys it returns): the trial planned again by this engine's planner
-        (:attr:`exporter`: what was measured), the draft itself (or a copy beside it) in the
-        argv; secret values never printed (``$NAME`` in the environment, a hash (``<redacted
-        sha256:…>``) in the argv). Nothing is written.
+        (:attr:`exporter`: what was measured), the draft itself (or a copy beside it) in the argv;
+        secret values never printed (``$NAME`` in the environment, a hash (``<redacted sha256:…>``)
+        in the argv). Nothing is written.
 
         Args:
             spec: the study's spec.

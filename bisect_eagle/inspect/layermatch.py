@@ -3,10 +3,10 @@
 The target runs (transformers, hooks from :func:`~bisect_eagle.artifacts.target.capture_hidden`) on
 the dump's own ``input_ids``; every canonical index ``0..N`` is a candidate, plus the final state
 after the target's final norm (SpecForge dumps store it normed, speculators' legacy dumps pre-norm;
-docs/sglang-facts.md#final-state-norm). Per token,
-the cosine similarity says whether the directions agree and the norm ratio (dumped / candidate)
-whether the scales do; a dumped tensor is matched to the candidate with the smallest mean relative
-error ``||x - y|| / ||x||``, which is small only when both agree (cosine alone cannot tell the final
+docs/sglang-facts.md#final-state-norm). Per token, the cosine similarity says whether the directions
+agree and the norm ratio (dumped / candidate) whether the scales do; a dumped tensor is matched to
+the candidate with the smallest mean relative error ``||x - y|| / ||x||``, which is small only when
+both agree (cosine alone cannot tell the final
 state from its normed copy: RMSNorm keeps most of the direction). The runner-up's relative error
 over the best's is the separation; the first values let a person check by eye. A server that returns
 its captured aux states (``return_hidden_states``) is matched the same way, chunk by chunk.

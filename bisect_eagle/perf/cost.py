@@ -6,10 +6,10 @@ requests, each verifying ``T = num_draft_tokens`` tokens (1 without speculation)
 num_steps`` draft forwards (:func:`generation_work` builds it from a
 :class:`~bisect_eagle.perf.horizon.GenerationWork`)::
 
-    cycle_s = F_verify · (v0 + v1·B·T + Σ_k h_k·max(0, B·T - knot_k))     target verify (piecewise
-    linear)
-            + F_draft · s · (d0 + d1·(B·topk - 1))                         draft forwards
-            + F_overhead · (x_spec·[s > 0] + r·B·P(reject) + c0 + c1·(B - 1))  per-cycle overheads
+    cycle_s = F_verify · (v0 + v1·B·T + Σ_k h_k·max(0, B·T - knot_k))   target verify (piecewise
+                                                                       linear)
+            + F_draft · s · (d0 + d1·(B·topk - 1))                     draft forwards
+            + F_overhead · (x_spec·[s > 0] + r·B·P(reject) + c0 + c1·(B - 1))   per-cycle overheads
 
 plus, for a finite generation, per request ``F_verify · prefill`` and ``F_draft · draft_prefill``
 (the draft's first extend over the prompt). The verify cost is a function of the tokens in the

@@ -87,8 +87,7 @@ def prediction_points(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per live trial (any outcome: a pruned trial was measured too) with a measured tok/s
     and a prediction with its interval, the runs the search's own ``model_median_rel_error`` counts:
     ``run_id``, ``measured``, ``predicted``, ``low``, ``high``, ``rel_error`` (``|predicted -
-    measured| /
-    measured``) and ``inside`` (``low <= measured <= high``)."""
+    measured| / measured``) and ``inside`` (``low <= measured <= high``)."""
     columns = [MEASURED, PREDICTED, f"{PREDICTED}_low", f"{PREDICTED}_high"]
     live = frame[frame["stage"] == "live"] if "stage" in frame else frame.iloc[:0]
     if live.empty or not set(columns) <= set(live.columns):
@@ -132,8 +131,8 @@ def is_adaptive(value: object) -> bool:
 
 def adaptive_reference(parent: Run, frame: pd.DataFrame) -> Adaptive | None:
     """The predicted adaptive reference of the parent run, with the best measured adaptive trial;
-    None when the
-    parent has no ``predicted_adaptive_output_tok_s`` and no adaptive trial was measured."""
+    None when the parent has no ``predicted_adaptive_output_tok_s`` and no adaptive trial was
+    measured."""
     m = parent.data.metrics
     live = live_ok(frame)
     measured = None
@@ -262,8 +261,7 @@ def adaptive_lines(
     adaptive: Adaptive | None,
 ) -> tuple[dict[str, float], tuple[str, float, float] | None]:
     """The throughput plot's adaptive references: horizontal lines (predicted, measured) and the
-    predicted
-    interval as a band (label, low, high)."""
+    predicted interval as a band (label, low, high)."""
     if adaptive is None:
         return {}, None
     lines = {}

@@ -254,8 +254,7 @@ def _line_color(label: str) -> str:
 
 def plot_gate(stage1: pd.DataFrame, out: Path, *, margin: float | None = None) -> Path:
     """One PNG: stage-1 accuracy per wiring (green: passed the gate, grey: rejected) and the gate's
-    threshold
-    (``gate_threshold``, else ``gate_reference`` - ``margin``)."""
+    threshold (``gate_threshold``, else ``gate_reference`` - ``margin``)."""
     plt = pyplot()
     rows = stage1.sort_values("standalone_accuracy")
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.6))
@@ -330,8 +329,8 @@ def plot_predicted(
     points: pd.DataFrame, *, error: ModelError, target: float | None, out: Path
 ) -> Path:
     """One PNG: each trial's measured tok/s (x) against its prediction (y) with the interval as an
-    error bar
-    (green: the measurement inside it, red: outside), the line y = x and the target (both axes)."""
+    error bar (green: the measurement inside it, red: outside), the line y = x and the target (both
+    axes)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 5.0))
     for inside, color in ((True, "#31a354"), (False, "#d62728")):

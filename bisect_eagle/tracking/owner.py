@@ -26,8 +26,8 @@ def owner_alive(owner: str) -> bool | None:
         owner: an :func:`owner_id` value (a run's ``owner`` tag; empty when it has none).
 
     Returns:
-        True when a process of that pid and start time runs on this host, False when none does;
-        None when ``owner`` names another host or is not an owner id.
+        True when a process of that pid and start time runs on this host, False when none does; None
+        when ``owner`` names another host or is not an owner id.
     """
     import psutil
 

@@ -432,9 +432,9 @@ class Tracking:
         failure_classes: Mapping[type[BaseException], str] | None = None,
         scrub: Callable[[str], str] | None = None,
     ) -> Iterator[TrialRun]:
-        """A trial's whole run as one block: the reusable run of ``reuse`` when there is one, else
-        a child run started, guarded (:meth:`run_guard`) and, when the block sets its ``end``,
-        ended with it (:meth:`end_run`).
+        """A trial's whole run as one block: the reusable run of ``reuse`` when there is one, else a
+        child run started, guarded (:meth:`run_guard`) and, when the block sets its ``end``, ended
+        with it (:meth:`end_run`).
 
         Args:
             name: the run name.

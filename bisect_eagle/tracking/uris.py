@@ -1,5 +1,5 @@
-"""Where a study's MLflow store is: the default beside the working directory, the order of the
-ways to name another, and where a SQLite store keeps its database and artifacts."""
+"""Where a study's MLflow store is: the default beside the working directory, the order of the ways
+to name another, and where a SQLite store keeps its database and artifacts."""
 
 from __future__ import annotations
 

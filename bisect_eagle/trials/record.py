@@ -547,11 +547,11 @@ def trial_run(
         A context manager giving the :class:`Trial`. The started run is named :func:`run_name` of
         its :func:`trial_name`, its params the plan's effective settings (``requested.*`` beside
         those the engine changed). When the block ends, ``record`` is the trial's record, written
-        into the run, which ends: a refused plan a failed ``bad_arguments`` trial; a failed launch
-        a failed trial with its failure class; else the criterion's median over the launches
-        (:func:`aggregate`), with the ratios to the baseline and the wiring's stage-1 accuracy
-        when known, ``pruned`` or ``ok``. The block raising ends the run KILLED (Ctrl-C, SIGTERM)
-        or FAILED (an engine bug; a BadInput as ``bad_arguments``) and re-raises.
+        into the run, which ends: a refused plan a failed ``bad_arguments`` trial; a failed launch a
+        failed trial with its failure class; else the criterion's median over the launches
+        (:func:`aggregate`), with the ratios to the baseline and the wiring's stage-1 accuracy when
+        known, ``pruned`` or ``ok``. The block raising ends the run KILLED (Ctrl-C, SIGTERM) or
+        FAILED (an engine bug; a BadInput as ``bad_arguments``) and re-raises.
     """
     tracking, fp, effective = ctx.tracking, plan.fingerprint, plan.effective
     tags = dict(tags or {})

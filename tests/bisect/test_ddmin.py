@@ -68,8 +68,7 @@ def test_single_culprit_anywhere_is_found_within_the_bound(n):
 
 def test_binary_search_cost_for_one_culprit():
     """At n = 2 one probe halves the difference: ceil(log2 n) probes plus the endpoints, two checks
-    and the two
-    verifications (the breaking set, the repair set)."""
+    and the two verifications (the breaking set, the repair set)."""
     result = find_culprits(names(16), oracle([{"s11"}]))
     assert len(result.probes) <= 2 + 4 + 2 + 2
     assert [(p.applied, p.verifies) for p in result.probes[-2:]] == [

@@ -93,8 +93,7 @@ def test_noise_pool_and_restore():
 @pytest.mark.parametrize("above", [1.08, 0.92])
 def test_a_config_8_percent_from_the_limit_resolves_on_its_side(above):
     """2 % noise: over 200 seeds a config 8 % above (below) the limit is never judged on the wrong
-    side, and nearly
-    always resolves within the probe's budget."""
+    side, and nearly always resolves within the probe's budget."""
     expected = ProbeOutcome.GOOD if above > 1 else ProbeOutcome.BAD
     outcomes, used = collections.Counter(), []
     for seed in range(200):

@@ -404,8 +404,8 @@ def test_a_not_change_that_matters_after_the_repair_is_followed(tmp_path, store)
     """Bad: the baseline (no speculation), topk 2 and 16 draft tokens. The draft-token count is
     inert alone from both ends (topk 1 in the good configuration, no speculation in the bad one), so
     it is no change; but reverting the algorithm alone runs topk 2 with 16 draft tokens, which is
-    slow. Verification measures that, the count
-    becomes a change, and the repair set that is reported repairs the bad configuration."""
+    slow. Verification measures that, the count becomes a change, and the repair set that is
+    reported repairs the bad configuration."""
 
     def value(eff: dict) -> float:
         if eff["speculative_algorithm"] == "none":

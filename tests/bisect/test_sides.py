@@ -28,8 +28,8 @@ GOOD_AL = 1 + sum(unconditional_rates(CURVE))  # 1 + 0.9 + 0.81 + 0.648
 class SplitEngine(Engine):
     """tok/s = accept length × cycles per second. The accept length follows the wiring
     (:data:`CURVE` with the trained ids, 1.3 otherwise) unless acceptance is pinned (then ``1 +
-    sum(rates)``); ``env.NCCL_PROTO=LL`` halves
-    the cycles (the cost side). ``noise``: relative, seeded, on tok/s."""
+    sum(rates)``); ``env.NCCL_PROTO=LL`` halves the cycles (the cost side). ``noise``: relative,
+    seeded, on tok/s."""
 
     name = "split"
 
@@ -197,8 +197,7 @@ def test_no_sides_without_asking_and_none_for_an_accept_length_bisect(tmp_path):
 
 def test_a_spent_budget_leaves_the_side_unknown(tmp_path):
     """With 5 launches (and looks) the search takes 4; NCCL_PROTO's side needs no launch, only a
-    look, and then
-    nothing is left to launch the wiring pinned."""
+    look, and then nothing is left to launch the wiring pinned."""
     engine = SplitEngine()
     report = bisect(tmp_path, engine, max_launches=5)
     assert report.status.value == "isolated" and engine.pinned_runs == 0 and report.launches == 4

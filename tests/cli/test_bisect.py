@@ -286,8 +286,8 @@ def test_a_planted_token_appears_nowhere(first):
 def test_a_wiring_hidden_by_eagle_is_reverted_with_the_algorithm(tiny, tmp_path):
     """The incident's masked pair on the tiny scenario: the bad deployment says EAGLE (the layer ids
     are unused) and feeds a wrong wiring, next to harmless not-changes. Reverting the algorithm
-    alone exposes the wiring; the
-    repair set is both, and every answer is a probe shown in the output."""
+    alone exposes the wiring; the repair set is both, and every answer is a probe shown in the
+    output."""
     import yaml
 
     raw = yaml.safe_load(GOOD.read_text())
@@ -645,8 +645,7 @@ def test_the_bisect_table_fits_80_columns_in_a_terminal_and_no_header_is_cut_mid
 class Wrapped(Engine):
     """The tiny scenario's stand-in server (one ``bisect-eagle serve`` per launch) with its
     throughput made exact from what the server measured (:meth:`tok_s`): a tiny model's tok/s on a
-    loaded CPU is noise; its accept length,
-    natural (greedy) or pinned (seeded draws), is not."""
+    loaded CPU is noise; its accept length, natural (greedy) or pinned (seeded draws), is not."""
 
     deterministic_metrics = ("output_tok_s", "accept_length")
 
@@ -675,8 +674,8 @@ class PlantedFaults(Wrapped):
     """Two cost-side faults planted on what the stand-in measures
     (``experiments/tiny-sglang.yaml``), as the NCCL fault of the stand-in does for one variable:
     ``NCCL_ALGO=Tree`` with ``NCCL_PROTO=Simple`` halves the throughput, and so does
-    ``NCCL_PROTO=Simple`` with ``NCCL_IB_HCA=mlx5``; each alone costs nothing. Throughput is
-    ``10 ×`` the server's measured accept length."""
+    ``NCCL_PROTO=Simple`` with ``NCCL_IB_HCA=mlx5``; each alone costs nothing. Throughput is ``10
+    ×`` the server's measured accept length."""
 
     name = "planted"
 
@@ -827,8 +826,7 @@ main()
 def test_a_replay_after_a_sigkill_ends_the_killed_bisects_runs(tmp_path):
     """SIGKILL reaches no handler: the bisect's parent and the probe it was measuring (each trial
     sleeps 20 s) stay RUNNING. The next bisect in that experiment (here the replay of the dead one's
-    log) ends them KILLED, outcome
-    ``interrupted``, and says so; its own runs finish."""
+    log) ends them KILLED, outcome ``interrupted``, and says so; its own runs finish."""
     import signal
     import time
 

@@ -110,8 +110,7 @@ def test_the_table_puts_each_draft_position_beside_the_baseline(tmp_path):
 
 def _first_line_in_a_pty(args: list[str], cwd: Path) -> tuple[str, float]:
     """The first non-empty line (or redraw) the command writes to a 120-column terminal, and the
-    seconds it took;
-    the command is killed then."""
+    seconds it took; the command is killed then."""
     ansi = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env.update(COLUMNS="120", LINES="40", TERM="xterm")

@@ -17,8 +17,8 @@ TINY_SGLANG = str(ROOT / "experiments" / "tiny-sglang.yaml")
 
 
 def plan(*args: str, cwd: Path) -> dict:
-    """The plan ``bisect-eagle live --dry-run --json ARGS`` prints (run in this process, so that
-    the worker's oracle answers every sglang plan)."""
+    """The plan ``bisect-eagle live --dry-run --json ARGS`` prints (run in this process, so that the
+    worker's oracle answers every sglang plan)."""
     out = cli_in_process("live", "--dry-run", "--json", *args, cwd=cwd)
     assert out.returncode == 0, out.stderr
     assert list(cwd.iterdir()) == []  # a dry run writes nothing anywhere

@@ -187,8 +187,7 @@ def test_failed_baseline_is_one_line_and_exit_3(tmp_path, monkeypatch):
 )
 def test_three_runs_beside_cpu_burners_agree(tmp_path):
     """The short version of scripts/check_under_load.py: three runs of the tiny spec (two live
-    trials each)
-    beside two busy loops reach the same verdict and best wiring."""
+    trials each) beside two busy loops reach the same verdict and best wiring."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "check_under_load.py"
     done = subprocess.run(
         [sys.executable, str(script), "--runs", "3", "--burners", "2", "--max-live-trials", "2"],
@@ -206,8 +205,7 @@ def test_an_interpreter_without_the_engine_is_one_line_and_exit_2_before_anythin
     tmp_path,
 ):
     """The vLLM spec pointed at this project's interpreter (no vLLM in it): refused before the
-    study, its store or
-    a baseline exists, naming the file, the key and the fix."""
+    study, its store or a baseline exists, naming the file, the key and the fix."""
     import yaml
 
     raw = yaml.safe_load(

@@ -232,8 +232,7 @@ def test_a_server_that_never_answers_is_one_line_and_no_traceback(
     empty_store, tmp_path, monkeypatch, capsys, server, code, said
 ):
     """A stand-in for ``mlflow server`` that never answers (--timeout 1) or dies at once: the time
-    waited, then
-    one error line naming the server's log, kept; no process left."""
+    waited, then one error line naming the server's log, kept; no process left."""
     import bisect_eagle.cli.ui as ui_cli
 
     mark = new_mark()
@@ -267,8 +266,7 @@ def test_mlflows_job_runners_stay_off_unless_asked_for(
     empty_store, tmp_path, monkeypatch, asked, seen
 ):
     """The server starts without MLflow's job runners (a pool of processes nothing here uses); a
-    user who set
-    MLFLOW_SERVER_ENABLE_JOB_EXECUTION keeps their value."""
+    user who set MLFLOW_SERVER_ENABLE_JOB_EXECUTION keeps their value."""
     import bisect_eagle.cli.ui as ui_cli
 
     if asked is None:
@@ -301,8 +299,7 @@ def test_a_port_taken_leaves_no_log_behind(empty_store, tmp_path, monkeypatch, c
 @pytest.mark.system
 def test_ui_beside_cpu_burners_prints_the_url_not_a_traceback(empty_store, tmp_path):
     """`bisect-eagle ui` on a machine kept busy by a busy loop per core: MLflow's server answers
-    late, the time
-    waited is shown, and the URL comes, not a traceback."""
+    late, the time waited is shown, and the URL comes, not a traceback."""
     mark = new_mark()
     env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, MARK_ENV: mark}
     burners = [
@@ -406,8 +403,7 @@ def page_value(
 ) -> Any:
     """The first value other than null of the JavaScript ``expression`` on the page at ``url``,
     evaluated every half second in headless Chromium over its DevTools protocol (a loaded machine
-    renders late); None when the
-    page never gives one within ``timeout_s``."""
+    renders late); None when the page never gives one within ``timeout_s``."""
     import aiohttp
 
     port = free_ui_port()
@@ -581,8 +577,7 @@ def test_the_best_child_shows_effective_params_and_the_acceptance_curve(served, 
 @needs_chromium
 def test_the_best_trials_page_leads_with_its_description_and_its_own_metrics(served, tmp_path):
     """No system metric is listed before the trial's own (they are off unless asked for), and its
-    description says
-    what it measured against the baseline, the criterion metric first."""
+    description says what it measured against the baseline, the criterion metric first."""
     _, out, _, port = served
     run = Tracking.open(out.tracking_uri, "tiny").get_run(out.best["run_id"])
     note = run.data.tags["mlflow.note.content"]
@@ -646,8 +641,7 @@ def test_the_live_trials_view_opens_best_first_with_the_baseline_whole_columns_a
     """Wide enough for every column (the grid renders only the columns in sight; the assistant panel
     takes a third). The headline columns are the trials' display tags, rounded; the rows are sorted
     by the exact criterion metric, which is not among the columns: the same view sorted ascending
-    lists the baseline first (MLflow's own order,
-    newest first, puts it last)."""
+    lists the baseline first (MLflow's own order, newest first, puts it last)."""
     _, out, _, port = served
     tracking = Tracking.open(out.tracking_uri, "tiny")
     searched = searched_params(load_spec(DEFAULT_SPEC))
@@ -743,8 +737,7 @@ def test_the_live_trials_view_opens_best_first_with_the_baseline_whole_columns_a
 def test_the_compare_view_of_trial_runs_opens_on_the_criterion_metric(served, tmp_path):
     """A study judged by ``output_tok_s``, which MLflow's alphabetical default would put after
     ``accept_length``: the view's chart view opens on it, then its ratio and the other headline
-    metric, model metrics before system
-    metrics."""
+    metric, model metrics before system metrics."""
     _, out, _, port = served
     tracking = Tracking.open(out.tracking_uri, "tiny")
     view = save_live_view(
@@ -874,8 +867,8 @@ def test_the_view_url_carries_no_facet_that_would_override_it():
 
 def test_the_installed_runs_page_reads_what_ui_writes():
     """The names ui relies on are in the installed MLflow's UI bundle (a newer MLflow that drops one
-    fails here),
-    and every key of the view's state is one the runs page applies from a shared view."""
+    fails here), and every key of the view's state is one the runs page applies from a shared
+    view."""
     import mlflow
 
     bundle = Path(mlflow.__file__).parent / "server" / "js" / "build" / "static" / "js"

@@ -294,8 +294,8 @@ def test_a_resolved_server_setting_and_the_same_requested_argument_are_one_facto
 
 def test_shared_parts_of_predictions_give_the_numbers_of_a_prediction_made_alone():
     """Within a model state the acceptance part and the target alone are computed once per shape and
-    context;
-    each prediction is still exactly the one a model that predicted nothing else would make."""
+    context; each prediction is still exactly the one a model that predicted nothing else would
+    make."""
     configs = [
         effective((1, 5, 9), 3),
         {**effective((1, 5, 9), 3), "env": {"NCCL_ALGO": "Ring"}},

@@ -2,12 +2,11 @@
 
 Forward, as in SpecForge's ``LlamaForCausalLMEagle3`` and speculators' ``Eagle3Speculator``::
 
-    x = fc(cat(aux_0, aux_1, aux_2))                       # first step; later steps reuse the
-    draft's own h a = cat(input_layernorm(embed(token)), hidden_norm(x))  # 2H wide
+    x = fc(cat(aux_0, aux_1, aux_2))        # first step; later steps reuse the draft's own h
+    a = cat(input_layernorm(embed(token)), hidden_norm(x))  # 2H wide
     h = x + o_proj(attn(q(a), k(a), v(a)))
-    h = h + mlp(post_attention_layernorm(h))                # pre-norm h feeds the next draft step
-    logits = lm_head(norm(h))                               # draft vocabulary; target id = i +
-    d2t[i]
+    h = h + mlp(post_attention_layernorm(h)) # pre-norm h feeds the next draft step
+    logits = lm_head(norm(h))                # draft vocabulary; target id = i + d2t[i]
 
 ``norm`` is applied exactly once, in :meth:`Eagle3Draft.logits` (SpecForge's ``forward()`` already
 ends in ``norm``, so ``compute_logits(forward())`` would norm twice). Attention takes explicit

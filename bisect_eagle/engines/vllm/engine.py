@@ -133,8 +133,8 @@ class VllmEngine(ServedEngine):
 
     def _launch(self, plan: TrialPlan, *, trial_dir: Path, port: int) -> ServedLaunch:
         """The plan's own launch (:func:`~.launch.launch_of`, bound to its fingerprint) with the
-        trial's port and
-        draft copy; the draft copy carries its aux layer ids at the top level of its config.json."""
+        trial's port and draft copy; the draft copy carries its aux layer ids at the top level of
+        its config.json."""
         settings = plan.settings
         launch = launch_of(plan)
         argv = launch.argv(self.planner.command, port=port, draft_dir=trial_dir / "draft")
@@ -287,8 +287,8 @@ class VllmEngine(ServedEngine):
         """Another round on the running server: its prefix cache reset (``POST
         /reset_prefix_cache``, which vLLM serves only with ``VLLM_SERVER_DEV_MODE=1``; not needed
         with prefix caching off), the measured requests again. None, with a warning on ``first``,
-        when the cache is on and cannot be reset: a second round would
-        read the first one's cached prompts."""
+        when the cache is on and cannot be reset: a second round would read the first one's cached
+        prompts."""
         if (
             first.effective.get("enable_prefix_caching") is not False
             and not client.reset_prefix_cache()

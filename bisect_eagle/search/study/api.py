@@ -201,8 +201,8 @@ def check_refusals(spec: Spec, engine_factory: EngineFactory) -> list[str]:
 
 def check_launchable(spec: Spec, engine_factory: EngineFactory) -> None:
     """:class:`BadInput` naming the spec, its key and the fix when this machine cannot start the
-    engine's trials
-    (:meth:`~bisect_eagle.engines.base.Engine.check_launchable`), before anything is created."""
+    engine's trials (:meth:`~bisect_eagle.engines.base.Engine.check_launchable`), before anything is
+    created."""
     with engine_factory(spec) as engine:
         try:
             engine.check_launchable()
@@ -472,8 +472,7 @@ def _log_model(s: StudyRun, out: StudyOutcome, space: SearchSpace) -> None:
 
 def _adaptive_plan(s: StudyRun, best: dict | None) -> dict | None:
     """The engine's effective settings of the best config with SGLang's adaptive speculation, or
-    None when the
-    engine refuses it or SGLang turns it off (then there is no reference to draw)."""
+    None when the engine refuses it or SGLang turns it off (then there is no reference to draw)."""
     if not best or int(best["params"].get("num_steps") or 0) == 0:
         return None
     try:

@@ -10,8 +10,8 @@ baseline, candidate, ...), as child runs of the study (stage ``confirm``), and j
 - Noise is relative, so everything is on logs. The estimate is ``exp(mean log candidate − mean log
   baseline)`` over the candidate's re-measurements and the baseline's launches; the bounds are
   ``exp(estimate ∓ t · s · √(1/n + 1/m))`` with ``s`` the noise pooled over every config the study
-  re-measured (the candidate, the baseline, earlier candidates: the same deployment's noise) and
-  ``t = t_{1 − α/L}(dof)``, ``α = 1 − confidence``, ``L`` the number of looks
+  re-measured (the candidate, the baseline, earlier candidates: the same deployment's noise) and ``t
+  = t_{1 − α/L}(dof)``, ``α = 1 − confidence``, ``L`` the number of looks
   (:func:`bisect_eagle.stats.pooled_bounds`). With a fixed baseline (``baseline: <number>``) only
   the candidate is re-measured, against that number.
 - This needs a baseline that does not drift. When the baseline's launches show a trend or an outlier

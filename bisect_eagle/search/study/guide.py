@@ -49,11 +49,10 @@ Before any cost observation (the baseline) there is no prediction and the sample
 From the baseline on, the step costs no trial has measured yet come from the cold prior
 (:func:`cold_prior`: :mod:`bisect_eagle.perf.prior` from the target's and the draft's config.json,
 the engine's tensor parallelism and device, and the baseline's measured seconds per token), with an
-interval that is wide until speculative trials fit them. The
-distribution of a measurement is read as log-normal around the prediction with the spread of the
-interval's upper half (speculation's risk is on the upside: an unseen wiring may accept more than
-stage 1 says), and never narrower than :data:`MISFIT`: the model's own structural error, which its
-posterior does not know about.
+interval that is wide until speculative trials fit them. The distribution of a measurement is read
+as log-normal around the prediction with the spread of the interval's upper half (speculation's risk
+is on the upside: an unseen wiring may accept more than stage 1 says), and never narrower than
+:data:`MISFIT`: the model's own structural error, which its posterior does not know about.
 
 Which model: the one the engine says fits it (:attr:`~bisect_eagle.engines.base.Engine.benchmark`:
 the local engine's finite generations with truncated drafts; a server's steady state for SGLang, the
@@ -342,8 +341,8 @@ class ModelGuide:
         """Cost terms the speculative trials so far cannot tell apart from the rest, with why, among
         those the untried configs of the last :meth:`choose` vary (a term no remaining config varies
         changes none of their predictions): ``verify_token`` while every trial verified the same
-        number of tokens, ``draft_step`` while
-        every trial ran the same number of draft steps. Empty before the first speculative trial."""
+        number of tokens, ``draft_step`` while every trial ran the same number of draft steps. Empty
+        before the first speculative trial."""
         if not self.shapes:
             return []
         out = []
@@ -469,8 +468,7 @@ class ModelGuide:
 
     def hopeless(self, forecast: Forecast | None, *, target: float) -> bool:
         """True when even the optimistic quantile of the prediction misses ``target`` (never
-        launched); always
-        False while the model has not earned a veto (:meth:`vetoes`)."""
+        launched); always False while the model has not earned a veto (:meth:`vetoes`)."""
         return forecast is not None and forecast.optimistic < target and self.vetoes()
 
     def choose(

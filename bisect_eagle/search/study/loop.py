@@ -401,8 +401,8 @@ class StudyRun(StudyState):
             if not claim.won:
                 return self._not_claimed(trial, fp, claim.other), None
             before = self.ctx.run_id
-            # a finished trial of fp (the baseline config, or one measured before a lost claim)
-            # is reused
+            # a finished trial of fp (the baseline config, or one measured before a lost claim) is
+            # reused
             try:
                 record = run_live_trial(
                     self.ctx,
@@ -413,8 +413,8 @@ class StudyRun(StudyState):
                     reuse=True,
                     start_metrics=None if judged is None else judged.start_metrics,
                 )
-            # interrupted or broken: not a result; the claim is released, the config may be
-            # measured again
+            # interrupted or broken: not a result; the claim is released, the config may be measured
+            # again
             except BaseException:
                 if self.ctx.run_id not in (None, before):
                     # the run it left (ended KILLED or FAILED)

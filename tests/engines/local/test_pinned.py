@@ -55,8 +55,7 @@ def test_pinned_decoding_keeps_the_targets_tokens_and_reaches_the_profile_with_a
     models, random_draft
 ):
     """A random draft accepts almost nothing naturally; pinned to [1, 1, 0] it accepts two drafts
-    per round and
-    the output is still the target's greedy continuation."""
+    per round and the output is still the target's greedy continuation."""
     model, _, prompts = models
     natural = SpeculativeDecoder(model, random_draft, None, 3)
     for p in prompts[:2]:

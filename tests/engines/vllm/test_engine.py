@@ -119,8 +119,7 @@ def test_a_trial_launches_its_plans_argv_with_only_the_port_and_the_draft_copy_f
     tiny, tmp_path
 ):
     """The launch is bound to the plan: every flag vLLM judged is the one started, but the trial's
-    free port and its
-    own draft copy (the plan shows the planned ones)."""
+    free port and its own draft copy (the plan shows the planned ones)."""
     with fake_engine(tiny, tmp_path) as eng:
         plan = eng.plan(
             settings(eagle_aux_hidden_state_layer_ids=[1, 5, 9], server_args={"max_num_seqs": 1})
@@ -143,8 +142,7 @@ def test_a_trial_launches_its_plans_argv_with_only_the_port_and_the_draft_copy_f
 
 def test_a_plan_changed_after_planning_is_never_launched(tiny, tmp_path):
     """A plan whose identity is not its launch's (edited after planning, or not the planner's) is a
-    bug: the engine
-    refuses it before anything starts."""
+    bug: the engine refuses it before anything starts."""
     with fake_engine(tiny, tmp_path) as eng:
         plan = eng.plan(settings())
         with pytest.raises(
@@ -212,8 +210,8 @@ def test_a_refused_plan_is_never_launched(tiny, tmp_path, make_draft):
 @pytest.mark.system
 def test_real_vllm_trial_on_the_tiny_pair(tiny, tmp_path, vllm_python):
     """One trial of the tiny pair on vLLM 0.32 (CPU build): vLLM ids [2, 6, 10] (SGLang [1, 5, 9]),
-    3 speculative
-    tokens, 8 measured prompts × 64 tokens after 2 warm-ups; the reference measurement is 3.62."""
+    3 speculative tokens, 8 measured prompts × 64 tokens after 2 warm-ups; the reference measurement
+    is 3.62."""
     server = VllmServer(
         python=vllm_python,
         ready_timeout_s=1200,

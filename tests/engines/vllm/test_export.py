@@ -220,8 +220,8 @@ def test_a_relative_python_is_the_interpreter_beside_the_spec_not_its_symlink_ta
     tmp_path, tiny
 ):
     """``engine.vllm.python: ../venv/bin/python`` names that venv's interpreter: resolving the
-    symlink would lose
-    the venv (a venv's python is a symlink to the base interpreter, without vLLM's packages)."""
+    symlink would lose the venv (a venv's python is a symlink to the base interpreter, without
+    vLLM's packages)."""
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
@@ -290,8 +290,8 @@ def test_the_shipped_vllm_spec_names_the_vllm_venv(vllm_python):
 
 def test_a_relative_vllm_python_is_taken_from_the_working_directory(tmp_path, monkeypatch, tiny):
     """``--vllm-python venv/bin/python`` (a path relative to where the command runs) names that
-    venv's interpreter
-    for the launch, the oracle and the version; its symlink is kept (it is the venv)."""
+    venv's interpreter for the launch, the oracle and the version; its symlink is kept (it is the
+    venv)."""
     from bisect_eagle.engines.vllm.oracle import interpreter
     from bisect_eagle.engines.vllm.planner import Planner
 

@@ -291,8 +291,8 @@ def test_a_deterministic_value_is_confirmed_at_the_target_and_refused_below(stor
 class RoundsEngine(FakeEngine):
     """The fake engine with benchmark rounds on one launch: tok/s × exp(launch effect + round
     noise), a launch reported as ``launch_s`` seconds; ``drift`` multiplies the baseline by ``1 +
-    drift`` at every launch (the
-    study's own baseline measurement, given as the pool, was the last one before)."""
+    drift`` at every launch (the study's own baseline measurement, given as the pool, was the last
+    one before)."""
 
     rounds_share_launch = True
 
@@ -351,8 +351,7 @@ BASELINE = 100.0
 
 def test_noise_in_the_rounds_is_averaged_on_one_launch(stores, tmp_path):
     """No launch effect: after the first launches (3 rounds each) measure the split, every launch
-    measures the
-    most rounds; the verdict says how the noise split and what each launch measured."""
+    measures the most rounds; the verdict says how the noise split and what each launch measured."""
     from bisect_eagle.search.study.confirm import Sample, confirm
     from bisect_eagle.spec.schema import Confirm
 
@@ -405,8 +404,7 @@ def test_a_second_candidate_pairs_with_the_baselines_launches_and_a_drift_stops_
 ):
     """A steady baseline: the first confirmation launches it until three launches show no drift, the
     second launches none. A drifting one: every candidate launch is followed by a baseline launch,
-    and the bound is the
-    paired one."""
+    and the bound is the paired one."""
     from bisect_eagle.search.study.confirm import Sample, confirm
     from bisect_eagle.spec.schema import Confirm
 

@@ -108,8 +108,8 @@ def test_the_layer_id_choices_of_the_space_are_planned(tmp_path):
 @pytest.mark.system
 def test_the_glm5_dry_run_counts_the_layer_id_choices(tmp_path):
     """`run --dry-run experiments/glm5-8gpu.yaml`: 3 layer-id choices times the 9072 configs of the
-    rest of the
-    space, every one planned (about a minute of planning on 2 cores: CI's system step)."""
+    rest of the space, every one planned (about a minute of planning on 2 cores: CI's system
+    step)."""
     done = cli("run", "--dry-run", "--json", str(EXPERIMENTS / "glm5-8gpu.yaml"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     p = json.loads(done.stdout)
