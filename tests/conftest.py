@@ -6,6 +6,7 @@ also running a test server spin against each other (a trial can become 20-40x sl
 """
 
 import os
+import subprocess
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -13,6 +14,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from bisect_eagle.artifacts import scenarios  # noqa: E402
+
+from helpers import too_slow_line  # noqa: E402
+
+pytest_plugins = ("pytester",)
 
 torch.set_num_threads(1)
 
@@ -44,3 +49,13 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "system" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A subprocess a test waited on past its timeout fails saying the machine was too slow, with
+    its load (:func:`helpers.too_slow_line`), not with the traceback of the wait."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(subprocess.TimeoutExpired):
+        report.longrepr = too_slow_line(call.excinfo.value)

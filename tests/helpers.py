@@ -319,13 +319,8 @@ def cli(
     )
     try:
         out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        load = os.getloadavg()[0]
-        pytest.fail(
-            f"`bisect-eagle {' '.join(args)}` did not finish within {timeout_s:g} s: the machine "
-            f"was too slow (load {load:.1f}); this says nothing about the command",
-            pytrace=False,
-        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(too_slow_line(e), pytrace=False)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -414,4 +409,24 @@ def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     returncode = code if isinstance(code, int) else 0 if code is None else 1
     return subprocess.CompletedProcess(
         ["bisect-eagle", *args], returncode, out.getvalue(), err.getvalue()
+    )
+
+
+def too_slow_line(e: subprocess.TimeoutExpired) -> str:
+    """What a test says of a subprocess that did not finish within its timeout: the machine was too
+    slow, with its load (a timeout is the machine's load, not the command's answer).
+
+    Args:
+        e: the expired wait.
+
+    Returns:
+        One line naming the command (its first words) and the timeout.
+    """
+    cmd = e.cmd if isinstance(e.cmd, str) else " ".join(str(part) for part in e.cmd)
+    if cmd.startswith(sys.executable + " -m bisect_eagle.cli "):
+        cmd = "bisect-eagle " + cmd.removeprefix(sys.executable + " -m bisect_eagle.cli ")
+    shown = cmd if len(cmd) <= 120 else cmd[:117] + "..."
+    return (
+        f"`{shown}` did not finish within {e.timeout:.3g} s: the machine was too slow "
+        f"(load {os.getloadavg()[0]:.1f}); this says nothing about the command"
     )
