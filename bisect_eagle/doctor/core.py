@@ -6,7 +6,7 @@ engine's own plan (:mod:`bisect_eagle.engines.plan`) is checked first: for an sg
 SGLang's parser and resolution when it can run here. Then what the upstream code implies
 (``docs/sglang-facts.md``): SGLang reads capture ids only from nested ``eagle_config`` (vLLM only
 from the top level) and silently falls back to its defaults; each model family reads the ids by its
-own rule (``layers.sglang_convention``), so the same ids reach different layers on llama and on
+own rule (``capture.sglang_convention``), so the same ids reach different layers on llama and on
 GLM-5; ``-1`` and the final layer break on some families; ``topk == 1`` overrides
 ``num_draft_tokens``; ``EAGLE`` with an EAGLE-3 draft runs at accept length 1.0; a draft vocabulary
 needs ``d2t``; and the draft must be fed the layers of the dump it was trained on.
@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts import capture, layers
 from bisect_eagle.artifacts.target import read_target_config
 from bisect_eagle.doctor.ids import IdChecks
 from bisect_eagle.doctor.model import DraftInfo, ModelChecks, read_draft
@@ -121,7 +121,7 @@ class Doctor(IdChecks, ModelChecks):
         architecture = layers.target_architecture(self.target_cfg)
         # SGLang's capture rule of the target's model class (the table kept equal to SGLang's own
         # hook)
-        self.capture = layers.capture_rule(self.model_type, architecture)
+        self.capture = capture.capture_rule(self.model_type, architecture)
         self.family = self.capture.rule if self.reader.sglang_capture else "sglang"
         self.settings: LiveSettings = spec.fixed_settings()
 

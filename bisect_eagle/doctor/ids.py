@@ -172,7 +172,7 @@ class IdChecks:
     def check_final_layer(self, ids: list[int], conv: str, *, where: str) -> None:
         """SGLang captures layer *inputs* 0..N-1: hs[N] (the final state) only where the model class
         captures it at the final norm (gpt-oss, MiniMax-M3); elsewhere the class's failure
-        (``layers.CaptureRule.failure``)."""
+        (``capture.CaptureRule.failure``)."""
         if (
             self.num_layers not in layers.ids_to_canonical(ids, conv, num_layers=self.num_layers)
             or self.capture.final

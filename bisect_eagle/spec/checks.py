@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts import capture, layers
 from bisect_eagle.artifacts.devices import check_device
 from bisect_eagle.artifacts.draft import DraftCheck, inspect_draft
 from bisect_eagle.artifacts.dumps import DumpError, DumpReader, Sample
@@ -192,7 +192,7 @@ def _check_ids(spec: Spec, target: Path) -> None:
     n = layers.target_depth(cfg) or cfg["num_hidden_layers"]
     family = spec.engine.family_capture_rules
     conv = (
-        layers.sglang_convention(cfg.get("model_type"), layers.target_architecture(cfg))
+        capture.sglang_convention(cfg.get("model_type"), layers.target_architecture(cfg))
         if family
         else "sglang"
     )

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
-from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts import capture, layers
 from bisect_eagle.artifacts.draft import read_draft_config
 from bisect_eagle.engines.launch import explicit_server_args, inherited_env, negated_keys
 from bisect_eagle.engines.plan import TrialPlan, make_plan
@@ -375,7 +375,7 @@ class Planner(BasePlanner):
             return ids, warnings, too_wide
         n = layers.target_depth(cfg) if cfg else None
         if isinstance(n, int):
-            conv = layers.sglang_convention(cfg.get("model_type"), layers.target_architecture(cfg))
+            conv = capture.sglang_convention(cfg.get("model_type"), layers.target_architecture(cfg))
             try:
                 layers.ids_to_canonical(ids, conv, num_layers=n)
             except layers.LayerIdError as e:
@@ -393,7 +393,7 @@ class Planner(BasePlanner):
                 return ids, warnings, refusal
         return ids, warnings, None
 
-    def capture(self, ids: list[int] | None, cfg: dict, n: int) -> layers.SglangCapture:
+    def capture(self, ids: list[int] | None, cfg: dict, n: int) -> capture.SglangCapture:
         """Which hidden states SGLang captures for ``ids`` on this target: SGLang's own hook of the
         target's model class when the oracle runs it, else the project's table (labelled not checked
         against SGLang).
@@ -407,8 +407,8 @@ class Planner(BasePlanner):
             The capture: the layers SGLang captures, each id's hidden state, and who said so.
         """
         arch = layers.target_architecture(cfg)
-        rule = layers.capture_rule(cfg.get("model_type"), arch)
-        predicted = layers.predicted_capture(ids, rule, num_layers=n)
+        rule = capture.capture_rule(cfg.get("model_type"), arch)
+        predicted = capture.predicted_capture(ids, rule, num_layers=n)
         oracle = self.oracle()
         if arch is None or oracle is None or oracle.parser != "sglang" or not oracle.available:
             return predicted
@@ -435,7 +435,7 @@ class Planner(BasePlanner):
             f"{answer['class']}.set_eagle3_layers_to_capture maps ids to layers_to_capture "
             f"{one.get('layers_to_capture')}; {reach}"
         )
-        return layers.SglangCapture(
+        return capture.SglangCapture(
             ids,
             one.get("layers_to_capture"),
             list(one.get("captures") or []),

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts import capture, layers
 from bisect_eagle.keys import IDS_KEY
 
 DEFAULT_AUX = 3  # llama_eagle3.py: fc width without num_aux_hidden_states or nested ids
@@ -101,7 +101,7 @@ def to_vllm(ids: list[int], *, model_type: str | None, num_layers: int | None) -
     range check. Raises :class:`~bisect_eagle.artifacts.layers.LayerIdError` for ids the convention
     does not allow.
     """
-    conv = layers.sglang_convention(model_type)
+    conv = capture.sglang_convention(model_type)
     if num_layers is None:
         return [i + layers.convention("sglang").offset for i in ids]
     return layers.ids_to_canonical(ids, conv, num_layers=num_layers)
@@ -116,7 +116,7 @@ def from_vllm(
         return None
     try:
         return layers.canonical_to_ids(
-            ids, layers.sglang_convention(model_type), num_layers=num_layers
+            ids, capture.sglang_convention(model_type), num_layers=num_layers
         )
     except layers.LayerIdError:
         return None

@@ -10,7 +10,7 @@ import pytest
 from sglang_helpers import fake_draft, server, settings
 from sglang_oracle import sglang_python
 
-from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts import capture
 from bisect_eagle.engines.sglang.planner import Planner
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "targets"
@@ -32,31 +32,31 @@ def _cfg(name: str) -> dict:
 )
 def test_table_refuses_never_captured_ids(name, ids, missed):
     cfg = _cfg(name)
-    cap = layers.predicted_capture(
-        ids, layers.capture_rule(cfg["model_type"], cfg["architectures"][0]), num_layers=61
+    cap = capture.predicted_capture(
+        ids, capture.capture_rule(cfg["model_type"], cfg["architectures"][0]), num_layers=61
     )
     assert cap.missed == missed
     assert "not checked against SGLang" in cap.checked
 
 
 def test_table_llama_final_layer_on_12_layers():
-    cap = layers.predicted_capture(
-        [1, 5, 11], layers.capture_rule("llama", "LlamaForCausalLM"), num_layers=12
+    cap = capture.predicted_capture(
+        [1, 5, 11], capture.capture_rule("llama", "LlamaForCausalLM"), num_layers=12
     )
     assert cap.missed == [11]
     assert (
-        layers.predicted_capture(
-            [2, 30, 60], layers.capture_rule("minimax_m3"), num_layers=61
+        capture.predicted_capture(
+            [2, 30, 60], capture.capture_rule("minimax_m3"), num_layers=61
         ).missed
         == []
     )
 
 
 def test_kimi_k25_takes_the_deepseek_rule():
-    assert layers.sglang_convention("kimi_k25") == "sglang-deepseek"
-    assert layers.sglang_convention(None, "MistralLarge3ForCausalLM") == "sglang-deepseek"
-    assert layers.predicted_capture(
-        None, layers.capture_rule("minimax_m3_vl"), num_layers=61
+    assert capture.sglang_convention("kimi_k25") == "sglang-deepseek"
+    assert capture.sglang_convention(None, "MistralLarge3ForCausalLM") == "sglang-deepseek"
+    assert capture.predicted_capture(
+        None, capture.capture_rule("minimax_m3_vl"), num_layers=61
     ).captures == [3, 31, 59]
 
 

@@ -3,7 +3,7 @@
 Each family's ``set_eagle3_layers_to_capture`` is called in SGLang's interpreter (tests/sglang_env/
 capture_rules.py); what it captures must be what
 :func:`bisect_eagle.artifacts.layers.ids_to_canonical` predicts under
-:func:`bisect_eagle.artifacts.layers.sglang_convention` for that ``model_type``, and ids that
+:func:`bisect_eagle.artifacts.capture.sglang_convention` for that ``model_type``, and ids that
 layers.py refuses must be ids SGLang cannot capture (outside the hidden states 0..N). Skipped where
 no SGLang environment exists (``scripts/setup_sglang_env.sh`` makes one; CI always does).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sglang_oracle import sglang_python
 
-from bisect_eagle.artifacts import layers
+from bisect_eagle.artifacts import capture, layers
 
 SCRIPT = Path(__file__).resolve().parents[1] / "sglang_env" / "capture_rules.py"
 
@@ -74,9 +74,9 @@ def test_every_sglang_class_captures_what_the_table_says(captures):
         if arch.endswith(DRAFTS) or arch in UNPROBED:
             continue
         assert "probe_error" not in probe, (arch, probe)
-        rule = layers.capture_rule(None, arch)
+        rule = capture.capture_rule(None, arch)
         for ids_text, ans in probe["answers"].items():
-            p = layers.predicted_capture(json.loads(ids_text), rule, num_layers=n)
+            p = capture.predicted_capture(json.loads(ids_text), rule, num_layers=n)
             got = ("error", ans["error"].split(":")[0]) if "error" in ans else ans["captures"]
             want = ("error", p.error.split(":")[0]) if p.error else p.captures
             if got != want:
@@ -87,9 +87,9 @@ def test_every_sglang_class_captures_what_the_table_says(captures):
 
 def test_every_family_captures_what_layers_py_predicts(captures):
     n, found = captures
-    by_family = {t: found["classes"][a]["answers"] for t, a in layers.SGLANG_MODEL_TYPES.items()}
+    by_family = {t: found["classes"][a]["answers"] for t, a in capture.SGLANG_MODEL_TYPES.items()}
     for model_type, table in by_family.items():
-        conv = layers.sglang_convention(model_type)
+        conv = capture.sglang_convention(model_type)
         for ids_text, got in table.items():
             ids = json.loads(ids_text)
             if ids is None or "error" in got:
