@@ -198,15 +198,13 @@ class Claims:
         """
         won, other = self.claim_within(fingerprint, trial=trial, owner=owner, limit=limit)
         claiming = Claiming(won=won, other=other)
-        if not won:
-            yield claiming
-            return
         try:
             yield claiming
         except BaseException:
-            self.release(fingerprint)
+            if won:
+                self.release(fingerprint)
             raise
-        if claiming.finished is not None:
+        if won and claiming.finished is not None:
             state, value, run_id = claiming.finished
             self.finish(fingerprint, state=state, value=value, run_id=run_id)
 
